@@ -1,0 +1,280 @@
+// The in-process backend. A send is matched with its receive in the receiver's inbox; the
+// receiving thread then copies straight from the sender's region into its own (one copy, no
+// staging), and marks both requests complete.
+#include "meshcast/local.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "meshcast/error.h"
+#include "meshcast/reshard.h"
+#include "meshcast/verify.h"
+
+namespace meshcast {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct LocalRequest : Request::Impl {
+  Region region;
+  int owner = -1;
+  std::atomic<bool> done{false};
+  std::shared_ptr<LocalRequest> send;  // a matched receive: its send
+};
+
+std::uint64_t key(int peer, int tag) {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(peer)) << 32) |
+         static_cast<std::uint32_t>(tag);
+}
+
+}  // namespace
+
+struct LocalWorld::State {
+  struct Inbox {
+    std::mutex m;
+    std::condition_variable cv;
+    std::unordered_map<std::uint64_t, std::deque<std::shared_ptr<LocalRequest>>> unexpected;
+    std::unordered_map<std::uint64_t, std::deque<std::shared_ptr<LocalRequest>>> posted;
+    std::vector<std::shared_ptr<LocalRequest>> ready;  // matched receives, to copy
+  };
+  explicit State(int n) : inboxes(static_cast<std::size_t>(n)) {}
+
+  void fail(int rank, const std::string& why) {
+    {
+      std::lock_guard<std::mutex> g(fail_m);
+      if (failed_rank >= 0) return;
+      failure = why;
+      failed_rank = rank;
+    }
+    for (auto& ib : inboxes) {
+      std::lock_guard<std::mutex> g(ib.m);
+      ib.cv.notify_all();
+    }
+    std::lock_guard<std::mutex> g(barrier_m);
+    barrier_cv.notify_all();
+  }
+  void check() {
+    if (failed_rank >= 0) {
+      std::lock_guard<std::mutex> g(fail_m);
+      throw CommError("device " + std::to_string(failed_rank.load()), "failed: " + failure);
+    }
+  }
+
+  std::vector<Inbox> inboxes;
+  std::atomic<int> failed_rank{-1};
+  std::mutex fail_m;
+  std::string failure;
+  std::mutex barrier_m;
+  std::condition_variable barrier_cv;
+  int participants = 0, arrived = 0;
+  std::uint64_t generation = 0;
+  std::chrono::milliseconds timeout{60000};
+};
+
+namespace {
+
+class LocalComm final : public Communicator {
+ public:
+  LocalComm(LocalWorld::State& s, int rank) : s_(s), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(s_.inboxes.size()); }
+  std::string backend() const override { return "local"; }
+
+  Request isend(const Region& from, int dst, int tag) override {
+    auto req = make(from, dst);
+    auto& ib = s_.inboxes[static_cast<std::size_t>(dst)];
+    std::lock_guard<std::mutex> g(ib.m);
+    auto& q = ib.posted[key(rank_, tag)];
+    if (q.empty()) {
+      ib.unexpected[key(rank_, tag)].push_back(req);
+    } else {
+      q.front()->send = req;
+      ib.ready.push_back(std::move(q.front()));
+      q.pop_front();
+      ib.cv.notify_all();
+    }
+    return Request(req);
+  }
+
+  Request irecv(const Region& to, int src, int tag) override {
+    auto req = make(to, src);
+    auto& ib = s_.inboxes[static_cast<std::size_t>(rank_)];
+    std::lock_guard<std::mutex> g(ib.m);
+    auto& q = ib.unexpected[key(src, tag)];
+    if (q.empty()) {
+      ib.posted[key(src, tag)].push_back(req);
+    } else {
+      req->send = std::move(q.front());
+      q.pop_front();
+      ib.ready.push_back(req);
+    }
+    return Request(req);
+  }
+
+  void barrier() override {
+    std::unique_lock<std::mutex> l(s_.barrier_m);
+    const auto gen = s_.generation;
+    if (++s_.arrived == s_.participants) {
+      s_.arrived = 0;
+      ++s_.generation;
+      s_.barrier_cv.notify_all();
+      return;
+    }
+    s_.barrier_cv.wait(l, [&] { return s_.generation != gen || s_.failed_rank >= 0; });
+    s_.check();
+  }
+
+ protected:
+  void wait_one(Request::Impl& impl) override {
+    auto& r = static_cast<LocalRequest&>(impl);
+    auto& ib = s_.inboxes[static_cast<std::size_t>(rank_)];
+    auto deadline = Clock::now() + s_.timeout;
+    while (true) {
+      if (progress()) deadline = Clock::now() + s_.timeout;
+      if (r.done) return;
+      s_.check();
+      std::unique_lock<std::mutex> l(ib.m);
+      const bool woke = ib.cv.wait_until(l, deadline, [&] {
+        return r.done || !ib.ready.empty() || s_.failed_rank >= 0;
+      });
+      if (!woke)
+        throw CommError("device " + std::to_string(r.owner),
+                        "no progress for " + std::to_string(s_.timeout.count()) +
+                            " ms waiting on device " + std::to_string(rank_) + "'s transfer");
+    }
+  }
+
+ private:
+  std::shared_ptr<LocalRequest> make(const Region& r, int peer) {
+    if (peer < 0 || peer >= size())
+      throw ValidationError("peer", "device " + std::to_string(peer) + " is outside the world");
+    auto req = std::make_shared<LocalRequest>();
+    req->region = r;
+    req->owner = peer;
+    return req;
+  }
+
+  // Copies every matched receive of this device; true if any.
+  bool progress() {
+    auto& ib = s_.inboxes[static_cast<std::size_t>(rank_)];
+    std::vector<std::shared_ptr<LocalRequest>> todo;
+    {
+      std::lock_guard<std::mutex> g(ib.m);
+      todo.swap(ib.ready);
+    }
+    for (auto& r : todo) {
+      if (r->send->region.bytes() != r->region.bytes())
+        throw CommError("device " + std::to_string(r->owner),
+                        "sent " + std::to_string(r->send->region.bytes()) + " bytes where " +
+                            std::to_string(r->region.bytes()) + " were expected");
+      if (r->send->region.count == r->region.count && r->send->region.elem_size == r->region.elem_size) {
+        copy_region(r->send->region, r->region);
+      } else {  // shapes differ (one side packed): go through the row-major element order
+        std::vector<std::byte> tmp(r->region.bytes());
+        pack(r->send->region, tmp.data());
+        unpack(tmp.data(), r->region);
+      }
+      r->done = true;
+      auto& sender = s_.inboxes[static_cast<std::size_t>(r->owner)];
+      r->send->done = true;
+      std::lock_guard<std::mutex> g(sender.m);
+      sender.cv.notify_all();
+    }
+    return !todo.empty();
+  }
+
+  LocalWorld::State& s_;
+  int rank_;
+};
+
+}  // namespace
+
+LocalWorld::LocalWorld(int size) {
+  if (size < 1) throw ValidationError("size", "a world needs at least one device");
+  state_ = std::make_shared<State>(size);
+}
+
+LocalWorld::~LocalWorld() = default;
+
+int LocalWorld::size() const { return static_cast<int>(state_->inboxes.size()); }
+
+void LocalWorld::run(const std::function<void(Communicator&)>& fn, const std::vector<int>& devices) {
+  std::vector<int> ranks = devices;
+  if (ranks.empty())
+    for (int r = 0; r < size(); ++r) ranks.push_back(r);
+  for (int r : ranks)
+    if (r < 0 || r >= size())
+      throw ValidationError("devices", "device " + std::to_string(r) + " is outside the world");
+  // A fresh world state for each run: nothing left from a failed one.
+  const auto timeout = state_->timeout;
+  state_ = std::make_shared<State>(size());
+  state_->timeout = timeout;
+  state_->participants = static_cast<int>(ranks.size());
+  std::vector<std::exception_ptr> errors(ranks.size());
+  std::vector<std::thread> threads;
+  threads.reserve(ranks.size());
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    threads.emplace_back([&, i] {
+      LocalComm comm(*state_, ranks[i]);
+      try {
+        fn(comm);
+      } catch (const std::exception& e) {
+        errors[i] = std::current_exception();
+        state_->fail(ranks[i], e.what());
+      } catch (...) {
+        errors[i] = std::current_exception();
+        state_->fail(ranks[i], "unknown exception");
+      }
+    });
+  for (auto& t : threads) t.join();
+  // The failing device's own exception, not the CommErrors it caused elsewhere.
+  const int first = state_->failed_rank;
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i] == first && errors[i]) std::rethrow_exception(errors[i]);
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+LocalRun run_local(const Plan& plan, int iters, bool verify) {
+  if (iters < 1) throw ValidationError("iters", "must be >= 1");
+  const auto devices = plan.devices();
+  const Layout& src = plan.src();
+  const Layout& dst = plan.dst();
+  const std::size_t elem = dtype_size(src.dtype());
+  LocalWorld world(devices.back() + 1);
+  LocalRun out;
+  out.seconds.resize(static_cast<std::size_t>(iters));
+  std::atomic<std::int64_t> mismatches{0};
+  world.run(
+      [&](Communicator& comm) {
+        const int me = comm.rank();
+        std::vector<std::byte> s, d;
+        if (src.mesh().contains(me)) {
+          s.resize(static_cast<std::size_t>(src.local_elements(me)) * elem);
+          fill_source(src, me, s.data());
+        }
+        if (dst.mesh().contains(me)) d.resize(static_cast<std::size_t>(dst.local_elements(me)) * elem);
+        for (int it = -1; it < iters; ++it) {  // iteration -1 warms up
+          comm.barrier();
+          const auto t0 = Clock::now();
+          reshard(plan, comm, s.empty() ? nullptr : s.data(), d.empty() ? nullptr : d.data());
+          comm.barrier();
+          if (it >= 0 && me == devices.front())
+            out.seconds[static_cast<std::size_t>(it)] =
+                std::chrono::duration<double>(Clock::now() - t0).count();
+        }
+        if (verify && dst.mesh().contains(me)) mismatches += count_mismatches(dst, me, d.data());
+      },
+      devices);
+  out.mismatches = verify ? mismatches.load() : 0;
+  return out;
+}
+
+}  // namespace meshcast

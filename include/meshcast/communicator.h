@@ -1,0 +1,56 @@
+// The communicator interface that the executor drives; each backend (local threads, MPI, UCX,
+// NCCL) implements it. A communicator is one device's endpoint: rank() is its global device id.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "meshcast/region.h"
+
+namespace meshcast {
+
+// A handle to a non-blocking operation; complete it with Communicator::wait.
+class Request {
+ public:
+  struct Impl {
+    virtual ~Impl() = default;
+  };
+  Request() = default;
+  explicit Request(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  Impl* get() const { return impl_.get(); }
+  bool valid() const { return impl_ != nullptr; }
+  void reset() { impl_.reset(); }
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;
+
+  // Non-blocking point-to-point; regions stay valid until the request completes. Messages with
+  // the same (source, destination, tag) match in posting order.
+  virtual Request isend(const Region& from, int dst, int tag) = 0;
+  virtual Request irecv(const Region& to, int src, int tag) = 0;
+  // Broadcast from `root` to every other device of `group` (device ids, root included). The
+  // root passes its source region, the others their destination region. The default sends
+  // from the root to each receiver.
+  virtual Request ibcast(const Region& region, int root, std::span<const int> group, int tag);
+
+  // Completes a request (throws CommError if a peer failed); the request is reset.
+  void wait(Request& r);
+  void wait_all(std::span<Request> rs);
+  virtual void barrier() = 0;
+
+ protected:
+  // Backend-specific completion of one of its own requests.
+  virtual void wait_one(Request::Impl& r) = 0;
+};
+
+}  // namespace meshcast

@@ -1,0 +1,43 @@
+// The in-process backend: one thread per device, data copied directly between the threads'
+// buffers (one copy per receiver, strided boxes included). Needs no launcher.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "meshcast/communicator.h"
+#include "meshcast/plan.h"
+
+namespace meshcast {
+
+class LocalWorld {
+ public:
+  // A world of `size` devices, ids 0..size-1.
+  explicit LocalWorld(int size);
+  ~LocalWorld();
+  LocalWorld(const LocalWorld&) = delete;
+  LocalWorld& operator=(const LocalWorld&) = delete;
+
+  int size() const;
+  // Runs fn(comm) on one thread per device of `devices` (all when empty) and joins them. If a
+  // thread throws, the others' pending waits fail with CommError naming it, and the first
+  // exception is rethrown here.
+  void run(const std::function<void(Communicator&)>& fn, const std::vector<int>& devices = {});
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// Runs a plan on a LocalWorld `iters` times after one warm-up run, source tiles filled by
+// fill_source. Returns each iteration's seconds and, when `verify`, the mismatches of the
+// last run summed over devices.
+struct LocalRun {
+  std::vector<double> seconds;
+  std::int64_t mismatches = 0;
+};
+LocalRun run_local(const Plan& plan, int iters, bool verify);
+
+}  // namespace meshcast

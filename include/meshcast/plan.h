@@ -1,0 +1,120 @@
+// A plan: the operations that move a tensor from one layout to another. A pure, deterministic,
+// serialisable value; build it once with plan() and execute it many times with reshard().
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "meshcast/box.h"
+#include "meshcast/layout.h"
+#include "meshcast/topology.h"
+
+namespace meshcast {
+
+enum class Strategy {
+  Auto,       // the cheapest of the three by the planner's cost estimate
+  Broadcast,  // each task served by ONE multicast from one chosen sender to all its receivers
+  SendRecv,   // one point-to-point transfer per receiver (the baseline)
+  AllGather,  // each receiver gets 1/r of the box, then the r receivers all-gather
+};
+std::string to_string(Strategy s);
+Strategy parse_strategy(std::string_view text, const std::string& field = "strategy");
+
+// How senders are chosen among the devices holding a task's data.
+enum class Balance {
+  None,    // always the first holder in mesh order
+  Greedy,  // largest task first, the sender that finishes it earliest
+  Search,  // greedy, then a bounded local search over sender and order; never worse than greedy
+};
+std::string to_string(Balance b);
+Balance parse_balance(std::string_view text, const std::string& field = "balance");
+
+struct PlanOptions {
+  Strategy strategy = Strategy::Auto;
+  Balance balance = Balance::Search;
+  // Search effort: candidate moves evaluated (deterministic), and a wall-clock cap that ends
+  // the search early on huge plans (the result then records search_truncated).
+  std::int64_t search_moves = 4000;
+  double search_seconds = 0.2;
+};
+
+enum class OpKind {
+  Copy,       // device copies the box from its source buffer to its destination buffer
+  Multicast,  // root sends the box to every peer (a broadcast; one peer: a send)
+  Reduce,     // peers (addend holders, in addend order) send the box to root, which sums them
+  Zero,       // device zero-fills the box (addends other than the first of a partial target)
+};
+std::string to_string(OpKind k);
+
+struct Op {
+  OpKind kind = OpKind::Copy;
+  int phase = 0;          // ops of phase p run after the device finished its ops of phase p-1
+  Box box;                // region of the global tensor
+  int root = -1;          // Copy/Zero: the device; Multicast: sender; Reduce: the summing device
+  std::vector<int> peers; // Multicast: receivers; Reduce: one contributor per addend (may be root)
+  bool from_dst = false;  // the root reads its destination buffer (filled in an earlier phase)
+  friend bool operator==(const Op&, const Op&) = default;
+};
+
+struct PlanStats {
+  std::int64_t bytes_moved = 0;       // bytes sent from one device to another
+  std::int64_t bytes_local = 0;       // bytes copied inside a device
+  std::int64_t bytes_intra_host = 0;  // of bytes_moved: between devices of one host
+  std::int64_t bytes_network = 0;     // of bytes_moved: crossing a host's network link
+  std::map<int, std::int64_t> sent;   // per device id
+  std::map<int, std::int64_t> received;
+  double predicted_seconds = 0;       // the planner's schedule estimate on the topology
+  bool search_truncated = false;      // the search hit its wall-clock cap
+  friend bool operator==(const PlanStats&, const PlanStats&) = default;
+};
+
+class Plan {
+ public:
+  Plan(Layout src, Layout dst, Strategy strategy, Balance balance, std::string topology,
+       std::vector<Op> ops, PlanStats stats);
+
+  const Layout& src() const { return src_; }
+  const Layout& dst() const { return dst_; }
+  Strategy strategy() const { return strategy_; }  // never Auto: the one chosen
+  Balance balance() const { return balance_; }
+  const std::string& topology() const { return topology_; }
+  const std::vector<Op>& ops() const { return ops_; }
+  const PlanStats& stats() const { return stats_; }
+  int phases() const;
+  // Every device id of either mesh, sorted.
+  std::vector<int> devices() const;
+
+  // One JSON document; from_json(to_json()) == *this. Throws ParseError("plan...").
+  std::string to_json() const;
+  static Plan from_json(std::string_view text);
+  // Human-readable summary and op list (at most `max_ops` ops listed).
+  std::string str(std::size_t max_ops = 32) const;
+  friend bool operator==(const Plan&, const Plan&) = default;
+
+ private:
+  // Checks that every op lies inside the tensor and names devices of the meshes (from_json).
+  void validate() const;
+
+  Layout src_;
+  Layout dst_;
+  Strategy strategy_;
+  Balance balance_;
+  std::string topology_;
+  std::vector<Op> ops_;
+  PlanStats stats_;
+};
+
+// Plans the move of `src` to `dst` (same shape and dtype; meshes may differ, overlap or be
+// disjoint). Pure and deterministic (unless the search's wall-clock cap is hit). Throws
+// ValidationError("dst.shape" / "dst.dtype" / "topology") for inconsistent input.
+Plan plan(const Layout& src, const Layout& dst, const Topology& topology = Topology::single_host(),
+          const PlanOptions& options = {});
+
+// Draws a plan as SVG: source and destination meshes as grids of tiles, arrows from senders
+// to the destination tiles they serve.
+std::string plan_svg(const Plan& plan);
+
+}  // namespace meshcast

@@ -1,0 +1,44 @@
+// A region: a box inside a device's row-major local buffer. What communicators move, so that
+// strided boxes travel without an extra pack where the backend can avoid it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "meshcast/box.h"
+#include "meshcast/dtype.h"
+
+namespace meshcast {
+
+struct Region {
+  void* base = nullptr;               // the local buffer
+  std::size_t elem_size = 1;          // bytes per element
+  std::vector<std::int64_t> extent;   // shape of the local buffer (the device's tile)
+  std::vector<std::int64_t> offset;   // box origin inside the local buffer
+  std::vector<std::int64_t> count;    // box extents
+
+  // The region of global box `box` inside the buffer of a device whose tile is `tile`.
+  static Region of(void* base, std::size_t elem_size, const Box& tile, const Box& box);
+  // A buffer holding r's box packed (row-major, its extent equal to its count).
+  static Region packed_like(const Region& r, void* base);
+  // A contiguous buffer of `bytes` bytes.
+  static Region contiguous(void* base, std::size_t bytes);
+
+  std::int64_t elements() const;
+  std::size_t bytes() const { return static_cast<std::size_t>(elements()) * elem_size; }
+  // True when the box is one contiguous run of the buffer.
+  bool is_contiguous() const;
+};
+
+// Copies between two regions of equal counts (shapes may differ in rank only by collapsing).
+void copy_region(const Region& from, const Region& to);
+// Packs a region into a contiguous buffer of from.bytes() bytes, and the inverse.
+void pack(const Region& from, void* out);
+void unpack(const void* in, const Region& to);
+// to += from, element-wise in `dtype` (half types summed in float, rounded once per add).
+void accumulate(const Region& from, const Region& to, DType dtype);
+// Zero-fills a region.
+void zero_region(const Region& r);
+
+}  // namespace meshcast

@@ -1,0 +1,56 @@
+// Where devices live: hosts, and the link classes between them (fast intra-host links, one
+// shared network link per host). Loaded from meshes/*.json; see docs/topology.md for the schema.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace meshcast {
+
+struct LinkClass {
+  std::string name;
+  double bandwidth = 0;  // bytes per second
+  double latency = 0;    // seconds
+};
+
+class Topology {
+ public:
+  // Every device on one host (the default when no file is given).
+  static Topology single_host();
+  // `hosts` hosts of `devices_per_host` devices each: device d lives on host d / devices_per_host.
+  static Topology uniform(std::string name, int hosts, int devices_per_host, LinkClass intra,
+                          LinkClass network);
+  // Throws IoError("topology") when unreadable, ParseError/ValidationError naming the field.
+  static Topology load(const std::string& path);
+  static Topology from_json(std::string_view text, const std::string& field = "topology");
+  std::string to_json() const;
+
+  const std::string& name() const { return name_; }
+  const std::string& description() const { return description_; }
+  const LinkClass& intra() const { return intra_; }
+  // The host's network link: bandwidth is the total over its nics_per_host() NICs.
+  const LinkClass& network() const { return network_; }
+  int nics_per_host() const { return nics_per_host_; }
+  // Number of hosts; 1 for single_host().
+  int hosts() const;
+  // Host of a device; throws ValidationError("topology") when the file does not place it.
+  int host_of(int device) const;
+  bool covers(int device) const;
+  // Devices (ids) placed by the file; empty for single_host() (which places every id).
+  std::int64_t device_count() const { return placed_; }
+
+ private:
+  std::string name_ = "single-host";
+  std::string description_;
+  LinkClass intra_{"intra", 12e9, 2e-6};
+  LinkClass network_{"network", 12e9, 2e-6};
+  bool all_on_one_ = true;
+  int nics_per_host_ = 1;     // network_.bandwidth is the host's total over its NICs
+  std::vector<int> host_of_;  // device id -> host, -1 where unplaced
+  std::int64_t placed_ = 0;   // entries of host_of_ that are not -1
+  std::vector<std::string> host_names_;
+};
+
+}  // namespace meshcast

@@ -1,0 +1,336 @@
+// plan(): tasks -> ops by strategy, senders chosen by the schedule model (none / greedy /
+// search), then the plan's byte accounting.
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <optional>
+#include <random>
+
+#include "meshcast/error.h"
+#include "meshcast/plan.h"
+#include "meshcast/task.h"
+#include "schedule.h"
+
+namespace meshcast {
+namespace {
+
+using detail::Schedule;
+
+// An op whose senders are still to be chosen. Multicast: choices[0] lists candidate roots.
+// Reduce: choices[g] lists candidate contributors of addend g (peers[g]).
+struct Unit {
+  Op op;
+  std::vector<std::vector<int>> choices;
+  std::int64_t bytes = 0;
+};
+
+// Splits box along its first dimension of extent >= n (else its longest) into n slices.
+std::vector<Box> slices(const Box& box, std::size_t n) {
+  std::size_t dim = 0;
+  for (std::size_t d = 0; d < box.rank(); ++d)
+    if (box[d].size() > box[dim].size() && box[dim].size() < static_cast<std::int64_t>(n)) dim = d;
+  for (std::size_t d = 0; d < box.rank(); ++d)
+    if (box[d].size() >= static_cast<std::int64_t>(n)) {
+      dim = d;
+      break;
+    }
+  std::vector<Box> out;
+  const Range r = box[dim];
+  for (std::size_t j = 0; j < n; ++j) {
+    auto ranges = box.ranges();
+    const Range s = shard_range(r.size(), static_cast<std::int64_t>(n), static_cast<std::int64_t>(j));
+    ranges[dim] = {r.lo + s.lo, r.lo + s.hi};
+    out.emplace_back(std::move(ranges));
+  }
+  return out;
+}
+
+class Builder {
+ public:
+  Builder(const Layout& src, const Layout& dst, Strategy strategy, Balance balance)
+      : src_(src), dst_(dst), strategy_(strategy), balance_(balance),
+        elem_(static_cast<std::int64_t>(dtype_size(src.dtype()))) {}
+
+  std::vector<Unit> build(const std::vector<Task>& ts) {
+    for (std::int64_t i = 0; i < dst_.mesh().size(); ++i)  // addends of a partial target
+      if (dst_.partial_group(i) != 0 && !dst_.tile_at(i).empty())
+        add({OpKind::Zero, 0, dst_.tile_at(i), dst_.mesh().device(i), {}, false}, {});
+    for (const Task& t : ts) expand(t);
+    return std::move(units_);
+  }
+
+ private:
+  void add(Op op, std::vector<std::vector<int>> choices) {
+    const std::int64_t bytes = op.box.volume() * elem_;
+    units_.push_back({std::move(op), std::move(choices), bytes});
+  }
+
+  void expand(const Task& t) {
+    if (t.sources.size() == 1) {
+      // Devices holding the data in both layouts copy it locally.
+      const auto& holders = t.sources[0];
+      std::vector<int> receivers;
+      for (int d : t.destinations) {
+        if (std::find(holders.begin(), holders.end(), d) != holders.end())
+          add({OpKind::Copy, 0, t.box, d, {}, false}, {});
+        else
+          receivers.push_back(d);
+      }
+      serve(t.box, holders, receivers, 0, false);
+      return;
+    }
+    // A pending sum: reduce at one destination device (preferably one holding an addend, so
+    // its own addend need not move), which then serves the others.
+    std::vector<int> roots;
+    for (int d : t.destinations)
+      for (const auto& g : t.sources)
+        if (std::find(g.begin(), g.end(), d) != g.end()) roots.push_back(d);
+    if (roots.empty()) roots = t.destinations;
+    const int root = balance_ == Balance::None ? roots.front() : least_loaded_root(roots);
+    Op reduce{OpKind::Reduce, 0, t.box, root, {}, true};
+    std::vector<std::vector<int>> choices;
+    for (const auto& g : t.sources) {
+      const bool at_root = std::find(g.begin(), g.end(), root) != g.end();
+      choices.push_back(at_root ? std::vector<int>{root} : g);
+      reduce.peers.push_back(choices.back().front());
+    }
+    reduce_load_[root] += static_cast<std::int64_t>(t.sources.size()) * t.box.volume();
+    add(reduce, std::move(choices));
+    std::vector<int> receivers;
+    for (int d : t.destinations)
+      if (d != root) receivers.push_back(d);
+    serve(t.box, {root}, receivers, 1, true);
+  }
+
+  int least_loaded_root(const std::vector<int>& roots) {
+    int best = roots.front();
+    for (int r : roots)
+      if (reduce_load_[r] < reduce_load_[best]) best = r;
+    return best;
+  }
+
+  // Moves `box` from one of `holders` to every receiver, by the strategy.
+  void serve(const Box& box, const std::vector<int>& holders, const std::vector<int>& receivers,
+             int phase, bool from_dst) {
+    if (receivers.empty()) return;
+    if (strategy_ == Strategy::SendRecv) {
+      for (int r : receivers) add({OpKind::Multicast, phase, box, holders.front(), {r}, from_dst}, {holders});
+      return;
+    }
+    if (strategy_ == Strategy::Broadcast || receivers.size() == 1) {
+      add({OpKind::Multicast, phase, box, holders.front(), receivers, from_dst}, {holders});
+      return;
+    }
+    // AllGather: receiver j gets slice j, then broadcasts it to the other receivers.
+    const auto parts = slices(box, receivers.size());
+    for (std::size_t j = 0; j < parts.size(); ++j) {
+      if (parts[j].empty()) continue;
+      add({OpKind::Multicast, phase, parts[j], holders.front(), {receivers[j]}, from_dst}, {holders});
+      std::vector<int> others;
+      for (int r : receivers)
+        if (r != receivers[j]) others.push_back(r);
+      add({OpKind::Multicast, phase + 1, parts[j], receivers[j], std::move(others), true}, {});
+    }
+  }
+
+  const Layout& src_;
+  const Layout& dst_;
+  Strategy strategy_;
+  Balance balance_;
+  std::int64_t elem_;
+  std::vector<Unit> units_;
+  std::map<int, std::int64_t> reduce_load_;
+};
+
+// Ops grouped by phase, each phase in execution order (indices into units).
+using Order = std::vector<std::vector<std::size_t>>;
+
+struct Cost {
+  double makespan, total;
+  bool operator<(const Cost& o) const {
+    const double eps = 1e-12 * std::max(1.0, o.makespan);
+    if (makespan < o.makespan - eps) return true;
+    if (makespan > o.makespan + eps) return false;
+    return total < o.total * (1 - 1e-12);
+  }
+};
+
+Cost evaluate(const std::vector<Unit>& units, const Order& order, Schedule& s) {
+  s.reset();
+  for (const auto& phase : order) {
+    for (auto i : phase) s.place(units[i].op);
+    s.next_phase();
+  }
+  return {s.makespan(), s.total_end()};
+}
+
+// Local ops first, then the largest transfers first (the greedy order).
+Order initial_order(const std::vector<Unit>& units, Balance balance) {
+  int phases = 0;
+  for (const auto& u : units) phases = std::max(phases, u.op.phase + 1);
+  Order order(static_cast<std::size_t>(phases));
+  for (std::size_t i = 0; i < units.size(); ++i)
+    order[static_cast<std::size_t>(units[i].op.phase)].push_back(i);
+  for (auto& phase : order)
+    std::stable_sort(phase.begin(), phase.end(), [&](auto a, auto b) {
+      const bool la = units[a].op.kind == OpKind::Copy || units[a].op.kind == OpKind::Zero;
+      const bool lb = units[b].op.kind == OpKind::Copy || units[b].op.kind == OpKind::Zero;
+      if (la != lb) return la;
+      return balance != Balance::None && units[a].bytes > units[b].bytes;
+    });
+  return order;
+}
+
+// Greedy: in order, each op takes the sender that ends it (or is ready) earliest.
+void assign_greedy(std::vector<Unit>& units, const Order& order, Schedule& s) {
+  s.reset();
+  for (const auto& phase : order) {
+    for (auto i : phase) {
+      Unit& u = units[i];
+      if (u.op.kind == OpKind::Multicast && !u.choices.empty())
+        u.op.root = s.best_root(u.op, u.choices[0]);
+      else if (u.op.kind == OpKind::Reduce)
+        for (std::size_t g = 0; g < u.choices.size(); ++g)
+          u.op.peers[g] = s.best_contributor(u.choices[g], u.op.root);
+      s.place(u.op);
+    }
+    s.next_phase();
+  }
+}
+
+// Bounded local search from the greedy solution: move one op to another sender, or swap two
+// ops of a phase; keep a move only if the schedule improves. Deterministic (fixed seed) unless
+// the wall-clock cap ends it.
+bool search(std::vector<Unit>& units, Order& order, Schedule& s, const PlanOptions& opt) {
+  constexpr double kWork = 4e6;  // op-participant visits over all evaluations
+  std::size_t per_eval = 1;
+  std::vector<std::size_t> movable;
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    per_eval += 1 + units[i].op.peers.size();
+    for (const auto& c : units[i].choices)
+      if (c.size() > 1) {
+        movable.push_back(i);
+        break;
+      }
+  }
+  const auto moves = std::min<std::int64_t>(opt.search_moves,
+                                            static_cast<std::int64_t>(kWork / static_cast<double>(per_eval)));
+  std::mt19937_64 rng(0x6d65736863617374ull);
+  const auto t0 = std::chrono::steady_clock::now();
+  Cost best = evaluate(units, order, s);
+  for (std::int64_t m = 0; m < moves; ++m) {
+    if ((m & 15) == 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >
+                             opt.search_seconds)
+      return true;
+    if ((rng() & 1) && !movable.empty()) {
+      Unit& u = units[movable[rng() % movable.size()]];
+      std::size_t slot = rng() % u.choices.size();
+      while (u.choices[slot].size() < 2) slot = (slot + 1) % u.choices.size();
+      const auto& c = u.choices[slot];
+      int& who = u.op.kind == OpKind::Multicast ? u.op.root : u.op.peers[slot];
+      const int before = who;
+      who = c[rng() % c.size()];
+      if (who == before) continue;
+      const Cost cost = evaluate(units, order, s);
+      if (cost < best)
+        best = cost;
+      else
+        who = before;
+    } else {
+      auto& phase = order[rng() % order.size()];
+      if (phase.size() < 2) continue;
+      const std::size_t a = rng() % phase.size(), b = rng() % phase.size();
+      if (a == b) continue;
+      std::swap(phase[a], phase[b]);
+      const Cost cost = evaluate(units, order, s);
+      if (cost < best)
+        best = cost;
+      else
+        std::swap(phase[a], phase[b]);
+    }
+  }
+  return false;
+}
+
+PlanStats account(const std::vector<Op>& ops, const Schedule& s, std::int64_t elem) {
+  PlanStats st;
+  auto hop = [&](int from, int to, std::int64_t bytes) {
+    st.sent[from] += bytes;
+    st.received[to] += bytes;
+    st.bytes_moved += bytes;
+    (s.host(from) == s.host(to) ? st.bytes_intra_host : st.bytes_network) += bytes;
+  };
+  for (const Op& op : ops) {
+    const std::int64_t bytes = op.box.volume() * elem;
+    switch (op.kind) {
+      case OpKind::Copy: st.bytes_local += bytes; break;
+      case OpKind::Zero: break;
+      case OpKind::Multicast: {  // a chain: root -> peers[0] -> peers[1] -> ...
+        int prev = op.root;
+        for (int r : op.peers) {
+          hop(prev, r, bytes);
+          prev = r;
+        }
+        break;
+      }
+      case OpKind::Reduce:
+        for (int c : op.peers)
+          if (c == op.root)
+            st.bytes_local += bytes;
+          else
+            hop(c, op.root, bytes);
+        break;
+    }
+  }
+  return st;
+}
+
+std::vector<int> union_devices(const Layout& src, const Layout& dst) {
+  std::vector<int> d = src.mesh().devices();
+  d.insert(d.end(), dst.mesh().devices().begin(), dst.mesh().devices().end());
+  std::sort(d.begin(), d.end());
+  d.erase(std::unique(d.begin(), d.end()), d.end());
+  return d;
+}
+
+Plan plan_with(const Layout& src, const Layout& dst, const std::vector<Task>& ts,
+               Schedule& s, Strategy strategy, const PlanOptions& opt) {
+  std::vector<Unit> units = Builder(src, dst, strategy, opt.balance).build(ts);
+  Order order = initial_order(units, opt.balance);
+  bool truncated = false;
+  if (opt.balance != Balance::None) assign_greedy(units, order, s);
+  if (opt.balance == Balance::Search) truncated = search(units, order, s, opt);
+  const Cost cost = evaluate(units, order, s);
+  std::vector<Op> ops;
+  ops.reserve(units.size());
+  for (const auto& phase : order)
+    for (auto i : phase) {
+      Op op = std::move(units[i].op);
+      if (op.kind == OpKind::Multicast) detail::chain_order(op.peers, op.root, s);
+      ops.push_back(std::move(op));
+    }
+  PlanStats st = account(ops, s, static_cast<std::int64_t>(dtype_size(src.dtype())));
+  st.predicted_seconds = cost.makespan;
+  st.search_truncated = truncated;
+  return Plan(src, dst, strategy, opt.balance, s.topology().name(), std::move(ops), std::move(st));
+}
+
+}  // namespace
+
+Plan plan(const Layout& src, const Layout& dst, const Topology& topology,
+          const PlanOptions& options) {
+  const std::vector<Task> ts = tasks(src, dst);
+  Schedule s(topology, union_devices(src, dst), dtype_size(src.dtype()));
+  if (options.strategy != Strategy::Auto)
+    return plan_with(src, dst, ts, s, options.strategy, options);
+  // Auto: the cheapest by the schedule model; ties go to the earlier (fewer bytes) strategy.
+  std::optional<Plan> best;
+  for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
+    Plan p = plan_with(src, dst, ts, s, st, options);
+    if (!best || p.stats().predicted_seconds < best->stats().predicted_seconds * (1 - 1e-9))
+      best = std::move(p);
+  }
+  return std::move(*best);
+}
+
+}  // namespace meshcast

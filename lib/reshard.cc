@@ -1,0 +1,145 @@
+// The executor: walks a plan's ops phase by phase, posting every transfer of a phase before
+// waiting on any, so a device never blocks on an order its peers do not share.
+#include "meshcast/reshard.h"
+
+#include <algorithm>
+
+#include "meshcast/error.h"
+
+namespace meshcast {
+namespace {
+
+// Tags repeat every 32768 ops (MPI guarantees at least that many); safe because every device
+// posts a pair's messages in plan order and messages of one (peer, tag) match in order.
+int tag_of(std::size_t op) { return static_cast<int>(op % 32768); }
+
+struct PendingReduce {
+  const Op* op;
+  std::vector<std::vector<std::byte>> staging;  // per contributor (empty for the root's own)
+  std::vector<Request> reqs;
+};
+
+class Executor {
+ public:
+  Executor(const Plan& plan, Communicator& comm, const void* src, void* dst)
+      : plan_(plan), comm_(comm), me_(comm.rank()), src_(const_cast<void*>(src)), dst_(dst),
+        elem_(dtype_size(plan.src().dtype())) {
+    if (plan.src().mesh().contains(me_)) {
+      src_tile_ = plan.src().tile_of(me_);
+      if (!src_ && !src_tile_.empty())
+        throw ValidationError("src_local", "device " + std::to_string(me_) +
+                                               " holds a source tile but passed nullptr");
+    }
+    if (plan.dst().mesh().contains(me_)) {
+      dst_tile_ = plan.dst().tile_of(me_);
+      if (!dst_ && !dst_tile_.empty())
+        throw ValidationError("dst_local", "device " + std::to_string(me_) +
+                                               " receives a target tile but passed nullptr");
+    }
+  }
+
+  void run() {
+    const auto& ops = plan_.ops();
+    std::size_t i = 0;
+    while (i < ops.size()) {
+      const int phase = ops[i].phase;
+      std::vector<Request> reqs;
+      std::vector<PendingReduce> reduces;
+      for (; i < ops.size() && ops[i].phase == phase; ++i) post(ops[i], tag_of(i), reqs, reduces);
+      for (auto& r : reduces) finish(r);
+      comm_.wait_all(reqs);
+    }
+  }
+
+ private:
+  Region src_region(const Box& b) const {
+    require(src_tile_.contains(b) && src_tile_.rank(), "source");
+    return Region::of(src_, elem_, src_tile_, b);
+  }
+  Region dst_region(const Box& b) const {
+    require(dst_tile_.contains(b) && dst_tile_.rank(), "target");
+    return Region::of(dst_, elem_, dst_tile_, b);
+  }
+  // A plan naming a device for data it does not hold is corrupt: refuse rather than write
+  // outside a buffer.
+  void require(bool ok, const char* side) const {
+    if (!ok)
+      throw ValidationError("plan", "device " + std::to_string(me_) + " is asked for a box outside its " +
+                                        side + " tile");
+  }
+
+  void post(const Op& op, int tag, std::vector<Request>& reqs, std::vector<PendingReduce>& reduces) {
+    switch (op.kind) {
+      case OpKind::Copy:
+        if (op.root == me_) copy_region(src_region(op.box), dst_region(op.box));
+        return;
+      case OpKind::Zero:
+        if (op.root == me_) zero_region(dst_region(op.box));
+        return;
+      case OpKind::Multicast: {
+        const bool receiver = std::find(op.peers.begin(), op.peers.end(), me_) != op.peers.end();
+        if (op.root != me_ && !receiver) return;
+        const Region r = op.root == me_ ? (op.from_dst ? dst_region(op.box) : src_region(op.box))
+                                        : dst_region(op.box);
+        if (op.peers.size() == 1) {
+          reqs.push_back(op.root == me_ ? comm_.isend(r, op.peers[0], tag) : comm_.irecv(r, op.root, tag));
+          return;
+        }
+        std::vector<int> group{op.root};
+        group.insert(group.end(), op.peers.begin(), op.peers.end());
+        reqs.push_back(comm_.ibcast(r, op.root, group, tag));
+        return;
+      }
+      case OpKind::Reduce:
+        if (op.root == me_) {
+          PendingReduce p{&op, {}, {}};
+          for (int c : op.peers) {
+            p.staging.emplace_back();
+            p.reqs.emplace_back();
+            if (c == me_) continue;
+            const Region d = dst_region(op.box);  // validates the box before staging it
+            p.staging.back().resize(d.bytes());
+            p.reqs.back() = comm_.irecv(Region::packed_like(d, p.staging.back().data()), c, tag);
+          }
+          reduces.push_back(std::move(p));
+        } else if (std::find(op.peers.begin(), op.peers.end(), me_) != op.peers.end()) {
+          reqs.push_back(comm_.isend(src_region(op.box), op.root, tag));
+        }
+        return;
+    }
+  }
+
+  // Sums the addends into the target in addend order, so every run gives the same bits.
+  void finish(PendingReduce& p) {
+    const Op& op = *p.op;
+    const Region d = dst_region(op.box);
+    const DType t = plan_.src().dtype();
+    for (std::size_t g = 0; g < op.peers.size(); ++g) {
+      comm_.wait(p.reqs[g]);
+      const Region addend = op.peers[g] == me_ ? src_region(op.box)
+                                               : Region::packed_like(d, p.staging[g].data());
+      if (g == 0)
+        copy_region(addend, d);
+      else
+        accumulate(addend, d, t);
+    }
+  }
+
+  const Plan& plan_;
+  Communicator& comm_;
+  int me_;
+  void* src_;
+  void* dst_;
+  std::size_t elem_;
+  Box src_tile_, dst_tile_;
+};
+
+}  // namespace
+
+void reshard(const Plan& plan, Communicator& comm, const void* src_local, void* dst_local) {
+  const int me = comm.rank();
+  if (!plan.src().mesh().contains(me) && !plan.dst().mesh().contains(me)) return;
+  Executor(plan, comm, src_local, dst_local).run();
+}
+
+}  // namespace meshcast
