@@ -203,6 +203,7 @@ void assign_greedy(std::vector<Unit>& units, const Order& order, Schedule& s) {
 // the wall-clock cap ends it.
 bool search(std::vector<Unit>& units, Order& order, Schedule& s, const PlanOptions& opt) {
   constexpr double kWork = 4e6;  // op-participant visits over all evaluations
+  if (order.empty()) return false;  // nothing to move
   std::size_t per_eval = 1;
   std::vector<std::size_t> movable;
   for (std::size_t i = 0; i < units.size(); ++i) {
