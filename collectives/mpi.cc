@@ -1,0 +1,229 @@
+// The MPI backend. Regions travel without a pack: contiguous ones as bytes, strided ones as an
+// MPI subarray datatype. Broadcasts use MPI_Ibcast on a sub-communicator cached per device set.
+// Waits poll with a deadline so that a lost peer becomes a CommError, not a hang.
+#include "meshcast/mpi.h"
+
+#define OMPI_SKIP_MPICXX 1  // the C API only
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <map>
+#include <thread>
+
+#include "meshcast/error.h"
+
+namespace meshcast {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw CommError("mpi", std::string(what) + ": " + std::string(msg, static_cast<std::size_t>(len)));
+}
+
+struct MpiRequest : Request::Impl {
+  std::vector<MPI_Request> reqs;
+  MPI_Datatype type = MPI_DATATYPE_NULL;  // owned, when not a predefined type
+  std::vector<int> peers;                 // for error messages
+  ~MpiRequest() override {
+    if (type != MPI_DATATYPE_NULL) MPI_Type_free(&type);
+  }
+};
+
+// A region on the wire: always ONE (pointer, count, datatype) whose type signature is the
+// region's bytes, so that a contiguous side matches a strided side of the same transfer.
+struct Wire {
+  void* ptr;
+  int count;
+  MPI_Datatype type;
+  bool owned;
+};
+
+Wire wire_of(const Region& r) {
+  auto* base = static_cast<std::byte*>(r.base);
+  const std::size_t bytes = r.bytes();
+  if (r.is_contiguous()) {
+    std::int64_t off = 0, stride = 1;  // element offset of the box origin
+    for (std::size_t d = r.extent.size(); d-- > 0;) {
+      off += r.offset[d] * stride;
+      stride *= r.extent[d];
+    }
+    void* p = base + off * static_cast<std::int64_t>(r.elem_size);
+    if (bytes <= INT_MAX) return {p, static_cast<int>(bytes), MPI_BYTE, false};
+    // Beyond int counts: 1 MiB blocks plus the remainder, as one struct type.
+    constexpr int kBlock = 1 << 20;
+    MPI_Datatype block, big;
+    check(MPI_Type_contiguous(kBlock, MPI_BYTE, &block), "MPI_Type_contiguous");
+    int lens[2] = {static_cast<int>(bytes / kBlock), static_cast<int>(bytes % kBlock)};
+    MPI_Aint disp[2] = {0, static_cast<MPI_Aint>(bytes / kBlock) * kBlock};
+    MPI_Datatype types[2] = {block, MPI_BYTE};
+    check(MPI_Type_create_struct(2, lens, disp, types, &big), "MPI_Type_create_struct");
+    MPI_Type_free(&block);
+    check(MPI_Type_commit(&big), "MPI_Type_commit");
+    return {p, 1, big, true};
+  }
+  for (auto e : r.extent)
+    if (e > INT_MAX) throw ValidationError("region", "a strided dimension exceeds MPI's int range");
+  const int rank = static_cast<int>(r.extent.size());
+  std::vector<int> sizes(r.extent.begin(), r.extent.end()), sub(r.count.begin(), r.count.end()),
+      start(r.offset.begin(), r.offset.end());
+  MPI_Datatype elem, box;
+  check(MPI_Type_contiguous(static_cast<int>(r.elem_size), MPI_BYTE, &elem), "MPI_Type_contiguous");
+  check(MPI_Type_create_subarray(rank, sizes.data(), sub.data(), start.data(), MPI_ORDER_C, elem,
+                                 &box),
+        "MPI_Type_create_subarray");
+  MPI_Type_free(&elem);
+  check(MPI_Type_commit(&box), "MPI_Type_commit");
+  return {base, 1, box, true};
+}
+
+// A request for one wire piece; `post` starts the MPI operation into req->reqs[0].
+template <class Post>
+Request start(const Region& r, int peer, Post&& post) {
+  auto req = std::make_shared<MpiRequest>();
+  const Wire w = wire_of(r);
+  if (w.owned) req->type = w.type;
+  req->peers = {peer};
+  req->reqs.emplace_back();
+  post(w, &req->reqs.back());
+  return Request(std::move(req));
+}
+
+class MpiComm final : public Communicator {
+ public:
+  MpiComm(MPI_Comm comm, double timeout) : comm_(comm), timeout_(timeout) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  }
+  ~MpiComm() override {
+    for (auto& [k, c] : groups_) MPI_Comm_free(&c);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+
+  Request isend(const Region& from, int dst, int tag) override {
+    return p2p(from, dst, tag, true);
+  }
+  Request irecv(const Region& to, int src, int tag) override { return p2p(to, src, tag, false); }
+
+  Request ibcast(const Region& region, int root, std::span<const int> group, int tag) override {
+    std::vector<int> members(group.begin(), group.end());
+    std::sort(members.begin(), members.end());
+    MPI_Comm sub = group_comm(members);
+    const int sub_root = static_cast<int>(std::lower_bound(members.begin(), members.end(), root) -
+                                          members.begin());
+    (void)tag;  // collectives on one communicator match in call order, which is plan order
+    return start(region, root, [&](const Wire& w, MPI_Request* q) {
+      check(MPI_Ibcast(w.ptr, w.count, w.type, sub_root, sub, q), "MPI_Ibcast");
+    });
+  }
+
+  void barrier() override {
+    auto req = std::make_shared<MpiRequest>();
+    req->reqs.emplace_back();
+    check(MPI_Ibarrier(comm_, &req->reqs.back()), "MPI_Ibarrier");
+    wait_one(*req);
+  }
+
+ protected:
+  void wait_one(Request::Impl& impl) override {
+    auto& r = static_cast<MpiRequest&>(impl);
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_);
+    int polls = 0;
+    while (true) {
+      int done = 0;
+      check(MPI_Testall(static_cast<int>(r.reqs.size()), r.reqs.data(), &done, MPI_STATUSES_IGNORE),
+            "MPI_Testall");
+      if (done) return;
+      if (Clock::now() > deadline) {
+        std::string who;
+        for (int p : r.peers) who += (who.empty() ? "" : ",") + std::to_string(p);
+        throw CommError("device " + who, "no progress for " + std::to_string(timeout_) +
+                                             " s (peer failed or plans disagree)");
+      }
+      // Spin briefly for latency, then yield the core (2-core machines run several ranks).
+      if (++polls > 64) std::this_thread::sleep_for(std::chrono::microseconds(polls > 4096 ? 200 : 5));
+    }
+  }
+
+ private:
+  Request p2p(const Region& r, int peer, int tag, bool send) {
+    if (peer < 0 || peer >= size_)
+      throw ValidationError("peer", "device " + std::to_string(peer) + " is outside the MPI world of " +
+                                        std::to_string(size_) + " ranks");
+    return start(r, peer, [&](const Wire& w, MPI_Request* q) {
+      if (send)
+        check(MPI_Isend(w.ptr, w.count, w.type, peer, tag, comm_, q), "MPI_Isend");
+      else
+        check(MPI_Irecv(w.ptr, w.count, w.type, peer, tag, comm_, q), "MPI_Irecv");
+    });
+  }
+
+  // Sub-communicators are created once per device set; every member creates them in plan
+  // order, so the blocking creation cannot deadlock.
+  MPI_Comm group_comm(const std::vector<int>& members) {
+    auto it = groups_.find(members);
+    if (it != groups_.end()) return it->second;
+    MPI_Group world, g;
+    MPI_Comm_group(comm_, &world);
+    MPI_Group_incl(world, static_cast<int>(members.size()), members.data(), &g);
+    MPI_Comm c;
+    check(MPI_Comm_create_group(comm_, g, 0x6d63, &c), "MPI_Comm_create_group");
+    MPI_Group_free(&g);
+    MPI_Group_free(&world);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    groups_.emplace(members, c);
+    return c;
+  }
+
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 0;
+  double timeout_;
+  std::map<std::vector<int>, MPI_Comm> groups_;
+};
+
+}  // namespace
+
+struct MpiSession::Impl {
+  bool owns = false;
+  std::unique_ptr<MpiComm> world;
+};
+
+MpiSession::MpiSession(int* argc, char*** argv, MpiOptions options) : impl_(std::make_unique<Impl>()) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    int provided = 0;
+    check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+    impl_->owns = true;
+  }
+  impl_->world = std::make_unique<MpiComm>(MPI_COMM_WORLD, options.timeout_seconds);
+}
+
+MpiSession::~MpiSession() {
+  impl_->world.reset();
+  if (impl_->owns) MPI_Finalize();
+}
+
+Communicator& MpiSession::world() { return *impl_->world; }
+
+long long MpiSession::sum(long long value) {
+  long long total = 0;
+  check(MPI_Allreduce(&value, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  return total;
+}
+
+void MpiSession::abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::abort();
+}
+
+}  // namespace meshcast

@@ -1,0 +1,36 @@
+// The MPI backend: one process per device, device id d = rank d of MPI_COMM_WORLD. Built when
+// MPI is found (target meshcast::mpi); this header needs no MPI headers.
+#pragma once
+
+#include <memory>
+
+#include "meshcast/communicator.h"
+
+namespace meshcast {
+
+struct MpiOptions {
+  // A wait that sees no completion for this long fails with CommError naming the peers.
+  double timeout_seconds = 60;
+};
+
+// Initialises MPI (if nobody did) and finalises it on destruction (if it initialised it).
+// world() is this process's endpoint on MPI_COMM_WORLD.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv, MpiOptions options = {});
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+  Communicator& world();
+  // Sums a count over every rank (for verification totals); collective.
+  long long sum(long long value);
+  // Ends every process of the job with this exit code (after an unrecoverable error).
+  [[noreturn]] void abort(int code);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace meshcast
