@@ -221,6 +221,29 @@ long long MpiSession::sum(long long value) {
   return total;
 }
 
+std::vector<std::vector<unsigned char>> MpiSession::allgather(const std::vector<unsigned char>& mine) {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  const int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<std::size_t>(n)), offs(static_cast<std::size_t>(n));
+  check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
+  int total = 0;
+  for (int i = 0; i < n; ++i) {
+    offs[static_cast<std::size_t>(i)] = total;
+    total += lens[static_cast<std::size_t>(i)];
+  }
+  std::vector<unsigned char> all(static_cast<std::size_t>(total));
+  check(MPI_Allgatherv(mine.data(), len, MPI_BYTE, all.data(), lens.data(), offs.data(), MPI_BYTE,
+                       MPI_COMM_WORLD),
+        "MPI_Allgatherv");
+  std::vector<std::vector<unsigned char>> out;
+  for (int i = 0; i < n; ++i) {
+    const auto* p = all.data() + offs[static_cast<std::size_t>(i)];
+    out.emplace_back(p, p + lens[static_cast<std::size_t>(i)]);
+  }
+  return out;
+}
+
 void MpiSession::abort(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);
   std::abort();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "meshcast/communicator.h"
 
@@ -25,6 +26,8 @@ class MpiSession {
   Communicator& world();
   // Sums a count over every rank (for verification totals); collective.
   long long sum(long long value);
+  // Every rank's bytes, in rank order (bootstrapping other transports); collective.
+  std::vector<std::vector<unsigned char>> allgather(const std::vector<unsigned char>& mine);
   // Ends every process of the job with this exit code (after an unrecoverable error).
   [[noreturn]] void abort(int code);
 

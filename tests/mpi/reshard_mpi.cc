@@ -1,9 +1,12 @@
-// Random reshard cases on the MPI backend, run under mpirun by ctest. Every rank draws the same
-// cases from the same seed, executes its part, and checks every element of its target tile
-// against the value each global index must hold. Exit status 1 on any mismatch.
-//   reshard_mpi [cases] [seed]
+// Random reshard cases on the MPI or UCX backend, run under mpirun by ctest. Every rank draws
+// the same cases from the same seed, executes its part, and checks every element of its target
+// tile against the value each global index must hold. Exit status 1 on any mismatch.
+//   reshard_mpi mpi|ucx [cases] [seed]
 #include <meshcast/meshcast.h>
 #include <meshcast/mpi.h>
+#include <meshcast/ucx.h>
+
+#include <memory>
 
 #include <algorithm>
 #include <cstdio>
@@ -54,9 +57,12 @@ ShardingSpec random_spec(std::mt19937_64& rng, std::size_t rank, std::size_t ndi
 
 int main(int argc, char** argv) {
   MpiSession mpi(&argc, &argv, MpiOptions{30});
-  Communicator& comm = mpi.world();
-  const int cases = argc > 1 ? std::stoi(argv[1]) : 200;
-  std::mt19937_64 rng(argc > 2 ? std::stoull(argv[2]) : 20261121);
+  const std::string backend = argc > 1 ? argv[1] : "mpi";
+  std::unique_ptr<UcxSession> ucx;
+  if (backend == "ucx") ucx = std::make_unique<UcxSession>(mpi, UcxOptions{30});
+  Communicator& comm = ucx ? ucx->world() : mpi.world();
+  const int cases = argc > 2 ? std::stoi(argv[2]) : 200;
+  std::mt19937_64 rng(argc > 3 ? std::stoull(argv[3]) : 20261121);
   const Strategy strategies[] = {Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather,
                                  Strategy::Auto};
   long long failed_cases = 0, elements = 0;
@@ -92,7 +98,7 @@ int main(int argc, char** argv) {
     }
   }
   if (comm.rank() == 0)
-    std::printf("%d ranks, %d cases, %lld target elements checked, %lld failed cases\n",
-                comm.size(), cases, elements, failed_cases);
+    std::printf("%s: %d ranks, %d cases, %lld target elements checked, %lld failed cases\n",
+                comm.backend().c_str(), comm.size(), cases, elements, failed_cases);
   return failed_cases ? 1 : 0;
 }

@@ -1,0 +1,212 @@
+// The UCX backend over the UCP tag API. A message's tag carries (source device, plan tag), and
+// UCX matches messages of one endpoint and tag in order, as the executor needs. Strided regions
+// are packed into a staging buffer owned by the request (unpacked on completion for receives).
+// Endpoints use peer error handling, so a failed peer turns into a CommError, not a hang.
+#include "meshcast/ucx.h"
+
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "meshcast/error.h"
+
+namespace meshcast {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void check(ucs_status_t st, const char* what) {
+  if (st != UCS_OK) throw CommError("ucx", std::string(what) + ": " + ucs_status_string(st));
+}
+
+ucp_tag_t make_tag(int src, int tag) {
+  return (static_cast<ucp_tag_t>(static_cast<std::uint32_t>(src)) << 32) |
+         static_cast<std::uint32_t>(tag);
+}
+
+struct UcxRequest : Request::Impl {
+  void* handle = nullptr;  // UCX request, null once complete
+  ucs_status_t status = UCS_OK;
+  std::vector<std::byte> staging;
+  Region unpack_to;  // a strided receive: unpack the staging buffer here when done
+  bool unpack = false;
+  int peer = -1;
+};
+
+class UcxComm final : public Communicator {
+ public:
+  UcxComm(MpiSession& mpi, double timeout) : timeout_(timeout) {
+    rank_ = mpi.world().rank();
+    size_ = mpi.world().size();
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_TAG;
+    ucp_config_t* config = nullptr;
+    check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+    const ucs_status_t st = ucp_init(&params, config, &context_);
+    ucp_config_release(config);
+    check(st, "ucp_init");
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    check(ucp_worker_create(context_, &wp, &worker_), "ucp_worker_create");
+    ucp_address_t* addr = nullptr;
+    std::size_t len = 0;
+    check(ucp_worker_get_address(worker_, &addr, &len), "ucp_worker_get_address");
+    const auto* bytes = reinterpret_cast<const unsigned char*>(addr);
+    const auto all = mpi.allgather(std::vector<unsigned char>(bytes, bytes + len));
+    ucp_worker_release_address(worker_, addr);
+    eps_.resize(static_cast<std::size_t>(size_), nullptr);
+    failed_.assign(static_cast<std::size_t>(size_), 0);
+    for (int p = 0; p < size_; ++p) {
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.address = reinterpret_cast<const ucp_address_t*>(all[static_cast<std::size_t>(p)].data());
+      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.err_handler.cb = &UcxComm::on_error;
+      ep.err_handler.arg = &failed_[static_cast<std::size_t>(p)];
+      check(ucp_ep_create(worker_, &ep, &eps_[static_cast<std::size_t>(p)]), "ucp_ep_create");
+    }
+  }
+
+  ~UcxComm() override {
+    for (auto* ep : eps_) {
+      if (!ep) continue;
+      ucp_request_param_t prm{};
+      prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      void* r = ucp_ep_close_nbx(ep, &prm);
+      if (UCS_PTR_IS_PTR(r)) {
+        while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+        ucp_request_free(r);
+      }
+    }
+    ucp_worker_destroy(worker_);
+    ucp_cleanup(context_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "ucx"; }
+
+  Request isend(const Region& from, int dst, int tag) override {
+    auto req = prepare(from, dst);
+    const void* buf = req->staging.empty() ? contiguous_ptr(from) : req->staging.data();
+    if (!req->staging.empty()) pack(from, req->staging.data());
+    ucp_request_param_t prm{};
+    track(*req, ucp_tag_send_nbx(eps_[static_cast<std::size_t>(dst)], buf, from.bytes(),
+                                  make_tag(rank_, tag), &prm));
+    return Request(req);
+  }
+
+  Request irecv(const Region& to, int src, int tag) override {
+    auto req = prepare(to, src);
+    void* buf = req->staging.empty() ? contiguous_ptr(to) : req->staging.data();
+    if (!req->staging.empty()) {
+      req->unpack_to = to;
+      req->unpack = true;
+    }
+    ucp_request_param_t prm{};
+    track(*req, ucp_tag_recv_nbx(worker_, buf, to.bytes(), make_tag(src, tag), ~ucp_tag_t{0}, &prm));
+    return Request(req);
+  }
+
+  void barrier() override {
+    // A dissemination barrier over tagged zero-byte messages on a reserved tag.
+    constexpr int kBarrierTag = -1;
+    for (int step = 1; step < size_; step <<= 1) {
+      Region none = Region::contiguous(nullptr, 0);
+      Request s = isend(none, (rank_ + step) % size_, kBarrierTag);
+      Request r = irecv(none, (rank_ - step + size_) % size_, kBarrierTag);
+      wait(s);
+      wait(r);
+    }
+  }
+
+ protected:
+  void wait_one(Request::Impl& impl) override {
+    auto& r = static_cast<UcxRequest&>(impl);
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_);
+    int idle = 0;
+    while (r.handle) {
+      if (ucp_worker_progress(worker_)) idle = 0;
+      const ucs_status_t st = ucp_request_check_status(r.handle);
+      if (st != UCS_INPROGRESS) {
+        r.status = st;
+        ucp_request_free(r.handle);
+        r.handle = nullptr;
+        break;
+      }
+      if (failed_[static_cast<std::size_t>(r.peer)] || Clock::now() > deadline)
+        throw CommError("device " + std::to_string(r.peer),
+                        failed_[static_cast<std::size_t>(r.peer)]
+                            ? "failed (UCX reported the peer unreachable)"
+                            : "no progress for " + std::to_string(timeout_) + " s");
+      if (++idle > 64) std::this_thread::sleep_for(std::chrono::microseconds(idle > 4096 ? 200 : 5));
+    }
+    if (r.status != UCS_OK)
+      throw CommError("device " + std::to_string(r.peer),
+                      std::string("transfer failed: ") + ucs_status_string(r.status));
+    if (r.unpack) {
+      unpack(r.staging.data(), r.unpack_to);
+      r.unpack = false;
+    }
+  }
+
+ private:
+  static void on_error(void* arg, ucp_ep_h, ucs_status_t) { *static_cast<char*>(arg) = 1; }
+
+  std::shared_ptr<UcxRequest> prepare(const Region& r, int peer) {
+    if (peer < 0 || peer >= size_)
+      throw ValidationError("peer", "device " + std::to_string(peer) + " is outside the world of " +
+                                        std::to_string(size_) + " ranks");
+    auto req = std::make_shared<UcxRequest>();
+    req->peer = peer;
+    if (!r.is_contiguous()) req->staging.resize(r.bytes());
+    return req;
+  }
+
+  static void* contiguous_ptr(const Region& r) {
+    std::int64_t off = 0, stride = 1;
+    for (std::size_t d = r.extent.size(); d-- > 0;) {
+      off += r.offset[d] * stride;
+      stride *= r.extent[d];
+    }
+    return static_cast<std::byte*>(r.base) + off * static_cast<std::int64_t>(r.elem_size);
+  }
+
+  void track(UcxRequest& req, ucs_status_ptr_t p) {
+    if (UCS_PTR_IS_ERR(p))
+      throw CommError("device " + std::to_string(req.peer),
+                      std::string("post failed: ") + ucs_status_string(UCS_PTR_STATUS(p)));
+    req.handle = p;  // null: completed at once
+  }
+
+  double timeout_;
+  int rank_ = 0, size_ = 0;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<ucp_ep_h> eps_;
+  std::vector<char> failed_;
+};
+
+}  // namespace
+
+struct UcxSession::Impl {
+  std::unique_ptr<UcxComm> world;
+};
+
+UcxSession::UcxSession(MpiSession& bootstrap, UcxOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->world = std::make_unique<UcxComm>(bootstrap, options.timeout_seconds);
+  bootstrap.world().barrier();  // every endpoint exists before anyone sends
+}
+
+UcxSession::~UcxSession() = default;
+
+Communicator& UcxSession::world() { return *impl_->world; }
+
+}  // namespace meshcast
