@@ -18,6 +18,10 @@ Request Communicator::ibcast(const Region& region, int root, std::span<const int
   return Request(std::move(all));
 }
 
+std::shared_ptr<void> Communicator::scratch(std::size_t bytes) {
+  return std::shared_ptr<void>(::operator new(bytes), [](void* p) { ::operator delete(p); });
+}
+
 void Communicator::wait(Request& r) {
   if (!r.valid()) return;
   if (auto* c = dynamic_cast<Composite*>(r.get()))

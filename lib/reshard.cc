@@ -15,7 +15,7 @@ int tag_of(std::size_t op) { return static_cast<int>(op % 32768); }
 
 struct PendingReduce {
   const Op* op;
-  std::vector<std::vector<std::byte>> staging;  // per contributor (empty for the root's own)
+  std::vector<std::shared_ptr<void>> staging;  // per contributor (null for the root's own)
   std::vector<Request> reqs;
 };
 
@@ -71,10 +71,10 @@ class Executor {
   void post(const Op& op, int tag, std::vector<Request>& reqs, std::vector<PendingReduce>& reduces) {
     switch (op.kind) {
       case OpKind::Copy:
-        if (op.root == me_) copy_region(src_region(op.box), dst_region(op.box));
+        if (op.root == me_) comm_.copy(src_region(op.box), dst_region(op.box));
         return;
       case OpKind::Zero:
-        if (op.root == me_) zero_region(dst_region(op.box));
+        if (op.root == me_) comm_.zero(dst_region(op.box));
         return;
       case OpKind::Multicast: {
         const bool receiver = std::find(op.peers.begin(), op.peers.end(), me_) != op.peers.end();
@@ -98,8 +98,8 @@ class Executor {
             p.reqs.emplace_back();
             if (c == me_) continue;
             const Region d = dst_region(op.box);  // validates the box before staging it
-            p.staging.back().resize(d.bytes());
-            p.reqs.back() = comm_.irecv(Region::packed_like(d, p.staging.back().data()), c, tag);
+            p.staging.back() = comm_.scratch(d.bytes());
+            p.reqs.back() = comm_.irecv(Region::packed_like(d, p.staging.back().get()), c, tag);
           }
           reduces.push_back(std::move(p));
         } else if (std::find(op.peers.begin(), op.peers.end(), me_) != op.peers.end()) {
@@ -117,11 +117,11 @@ class Executor {
     for (std::size_t g = 0; g < op.peers.size(); ++g) {
       comm_.wait(p.reqs[g]);
       const Region addend = op.peers[g] == me_ ? src_region(op.box)
-                                               : Region::packed_like(d, p.staging[g].data());
+                                               : Region::packed_like(d, p.staging[g].get());
       if (g == 0)
-        copy_region(addend, d);
+        comm_.copy(addend, d);
       else
-        accumulate(addend, d, t);
+        comm_.add(addend, d, t);
     }
   }
 

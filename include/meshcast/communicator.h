@@ -43,6 +43,14 @@ class Communicator {
   // from the root to each receiver.
   virtual Request ibcast(const Region& region, int root, std::span<const int> group, int tag);
 
+  // Work on this device's own memory, which a backend may keep elsewhere (GPU memory for NCCL).
+  // The defaults work on host memory.
+  virtual void copy(const Region& from, const Region& to) { copy_region(from, to); }
+  virtual void zero(const Region& r) { zero_region(r); }
+  virtual void add(const Region& from, const Region& to, DType dtype) { accumulate(from, to, dtype); }
+  // A scratch buffer of `bytes` bytes in the device's memory, freed when the pointer dies.
+  virtual std::shared_ptr<void> scratch(std::size_t bytes);
+
   // Completes a request (throws CommError if a peer failed); the request is reset.
   void wait(Request& r);
   void wait_all(std::span<Request> rs);

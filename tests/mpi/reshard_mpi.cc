@@ -1,10 +1,14 @@
-// Random reshard cases on the MPI or UCX backend, run under mpirun by ctest. Every rank draws
-// the same cases from the same seed, executes its part, and checks every element of its target
-// tile against the value each global index must hold. Exit status 1 on any mismatch.
-//   reshard_mpi mpi|ucx [cases] [seed]
+// Random reshard cases on the MPI, UCX or NCCL backend, run under mpirun by ctest. Every rank
+// draws the same cases from the same seed, executes its part, and checks every element of its
+// target tile against the value each global index must hold. Exit status 1 on any mismatch, 77
+// (ctest's skip) when the backend cannot run here (NCCL without a GPU).
+//   reshard_mpi mpi|ucx|nccl [cases] [seed]
 #include <meshcast/meshcast.h>
 #include <meshcast/mpi.h>
 #include <meshcast/ucx.h>
+#ifdef MESHCAST_HAS_NCCL
+#include <meshcast/nccl.h>
+#endif
 
 #include <memory>
 
@@ -60,7 +64,20 @@ int main(int argc, char** argv) {
   const std::string backend = argc > 1 ? argv[1] : "mpi";
   std::unique_ptr<UcxSession> ucx;
   if (backend == "ucx") ucx = std::make_unique<UcxSession>(mpi, UcxOptions{30});
+#ifdef MESHCAST_HAS_NCCL
+  std::unique_ptr<NcclSession> nccl;
+  if (backend == "nccl") {
+    try {
+      nccl = std::make_unique<NcclSession>(mpi, NcclOptions{30});
+    } catch (const CommError& e) {
+      if (mpi.world().rank() == 0) std::printf("SKIP: %s\n", e.what());
+      return 77;
+    }
+  }
+  Communicator& comm = nccl ? nccl->world() : ucx ? ucx->world() : mpi.world();
+#else
   Communicator& comm = ucx ? ucx->world() : mpi.world();
+#endif
   const int cases = argc > 2 ? std::stoi(argv[2]) : 200;
   std::mt19937_64 rng(argc > 3 ? std::stoull(argv[3]) : 20261121);
   const Strategy strategies[] = {Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather,
@@ -85,7 +102,15 @@ int main(int argc, char** argv) {
       fill_source(src, me, in.data());
     }
     if (dst.mesh().contains(me)) out.resize(static_cast<std::size_t>(dst.local_elements(me)) * elem);
-    reshard(p, comm, in.empty() ? nullptr : in.data(), out.empty() ? nullptr : out.data());
+#ifdef MESHCAST_HAS_NCCL
+    if (nccl) {  // the same buffers, in GPU memory
+      auto gin = nccl->allocate(in.size()), gout = nccl->allocate(out.size());
+      nccl->upload(in.data(), gin.get(), in.size());
+      reshard(p, comm, in.empty() ? nullptr : gin.get(), out.empty() ? nullptr : gout.get());
+      nccl->download(gout.get(), out.data(), out.size());
+    } else
+#endif
+      reshard(p, comm, in.empty() ? nullptr : in.data(), out.empty() ? nullptr : out.data());
     const long long wrong =
         mpi.sum(dst.mesh().contains(me) ? count_mismatches(dst, me, out.data()) : 0);
     elements += mpi.sum(static_cast<long long>(out.size() / elem));
