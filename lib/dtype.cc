@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "meshcast/error.h"
+#include "text.h"
 
 namespace meshcast {
 
@@ -37,8 +38,8 @@ std::string to_string(DType t) {
 DType parse_dtype(std::string_view text, const std::string& field) {
   for (DType t : kAllDTypes)
     if (text == to_string(t)) return t;
-  throw ParseError(field, "unknown dtype '" + std::string(text) +
-                              "' (expected f16, bf16, f32, f64, i8, i32 or i64)");
+  throw ParseError(field, "unknown dtype " + detail::quote(text) +
+                              " (expected f16, bf16, f32, f64, i8, i32 or i64)");
 }
 
 float half_to_float(unsigned short h) {

@@ -11,7 +11,8 @@
 namespace meshcast {
 namespace {
 
-constexpr std::int64_t kMaxDevices = std::int64_t{1} << 30;
+// A mesh of more devices than this is refused (ids are not limited, only the count).
+constexpr std::int64_t kMaxDevices = std::int64_t{1} << 20;
 constexpr std::int64_t kMaxId = std::numeric_limits<int>::max();
 
 // "8-15" or "5" appended to out.

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "meshcast/error.h"
+#include "text.h"
 
 namespace meshcast {
 
@@ -40,8 +41,7 @@ E value_of(const std::pair<E, const char*> (&table)[N], std::string_view text,
     if (text == n) return v;
     choices += (choices.empty() ? "" : ", ") + std::string(n);
   }
-  throw ParseError(field, "unknown value '" + std::string(text.substr(0, 32)) + "' (expected " +
-                              choices + ")");
+  throw ParseError(field, "unknown value " + detail::quote(text) + " (expected " + choices + ")");
 }
 
 json box_json(const Box& b) {

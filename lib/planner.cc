@@ -47,9 +47,9 @@ std::vector<Box> slices(const Box& box, std::size_t n) {
 
 class Builder {
  public:
-  Builder(const Layout& src, const Layout& dst, Strategy strategy, Balance balance)
-      : src_(src), dst_(dst), strategy_(strategy), balance_(balance),
-        elem_(static_cast<std::int64_t>(dtype_size(src.dtype()))) {}
+  Builder(const Layout& dst, Strategy strategy, Balance balance)
+      : dst_(dst), strategy_(strategy), balance_(balance),
+        elem_(static_cast<std::int64_t>(dtype_size(dst.dtype()))) {}
 
   std::vector<Unit> build(const std::vector<Task>& ts) {
     for (std::int64_t i = 0; i < dst_.mesh().size(); ++i)  // addends of a partial target
@@ -69,9 +69,13 @@ class Builder {
     if (t.sources.size() == 1) {
       // Devices holding the data in both layouts copy it locally.
       const auto& holders = t.sources[0];
+      // Membership by binary search in a sorted copy: a linear find per destination costs
+      // holders x destinations per task, quadratic in the mesh for replicated layouts.
+      sorted_.assign(holders.begin(), holders.end());
+      std::sort(sorted_.begin(), sorted_.end());
       std::vector<int> receivers;
       for (int d : t.destinations) {
-        if (std::find(holders.begin(), holders.end(), d) != holders.end())
+        if (std::binary_search(sorted_.begin(), sorted_.end(), d))
           add({OpKind::Copy, 0, t.box, d, {}, false}, {});
         else
           receivers.push_back(d);
@@ -113,6 +117,7 @@ class Builder {
   void serve(const Box& box, const std::vector<int>& holders, const std::vector<int>& receivers,
              int phase, bool from_dst) {
     if (receivers.empty()) return;
+    if (receivers.size() > 1) fans_out_ = true;
     if (strategy_ == Strategy::SendRecv) {
       for (int r : receivers) add({OpKind::Multicast, phase, box, holders.front(), {r}, from_dst}, {holders});
       return;
@@ -133,13 +138,17 @@ class Builder {
     }
   }
 
-  const Layout& src_;
   const Layout& dst_;
   Strategy strategy_;
   Balance balance_;
   std::int64_t elem_;
   std::vector<Unit> units_;
   std::map<int, std::int64_t> reduce_load_;
+  std::vector<int> sorted_;  // expand()'s scratch
+
+ public:
+  // Whether some box went to more than one receiver: only then do the strategies' ops differ.
+  bool fans_out_ = false;
 };
 
 // Ops grouped by phase, each phase in execution order (indices into units).
@@ -157,9 +166,9 @@ struct Cost {
 
 Cost evaluate(const std::vector<Unit>& units, const Order& order, Schedule& s) {
   s.reset();
-  for (const auto& phase : order) {
-    for (auto i : phase) s.place(units[i].op);
-    s.next_phase();
+  for (std::size_t p = 0; p < order.size(); ++p) {
+    if (p) s.next_phase();  // not after the last phase: nothing reads it, the next use resets
+    for (auto i : order[p]) s.place(units[i].op, units[i].bytes);
   }
   return {s.makespan(), s.total_end()};
 }
@@ -192,7 +201,7 @@ void assign_greedy(std::vector<Unit>& units, const Order& order, Schedule& s) {
       else if (u.op.kind == OpKind::Reduce)
         for (std::size_t g = 0; g < u.choices.size(); ++g)
           u.op.peers[g] = s.best_contributor(u.choices[g], u.op.root);
-      s.place(u.op);
+      s.place(u.op, u.bytes);
     }
     s.next_phase();
   }
@@ -255,9 +264,17 @@ bool search(std::vector<Unit>& units, Order& order, Schedule& s, const PlanOptio
 
 PlanStats account(const std::vector<Op>& ops, const Schedule& s, std::int64_t elem) {
   PlanStats st;
+  // Per-device sums in dense arrays (a map update per hop dominated large plans), turned into
+  // the maps at the end: a device gets an entry once any hop names it, as with map::operator[].
+  const std::size_t n = s.devices().size();
+  std::vector<std::int64_t> sent(n, 0), received(n, 0);
+  std::vector<char> sends(n, 0), receives(n, 0);
   auto hop = [&](int from, int to, std::int64_t bytes) {
-    st.sent[from] += bytes;
-    st.received[to] += bytes;
+    const std::size_t f = s.slot(from), t = s.slot(to);
+    sent[f] += bytes;
+    sends[f] = 1;
+    received[t] += bytes;
+    receives[t] = 1;
     st.bytes_moved += bytes;
     (s.host(from) == s.host(to) ? st.bytes_intra_host : st.bytes_network) += bytes;
   };
@@ -283,6 +300,10 @@ PlanStats account(const std::vector<Op>& ops, const Schedule& s, std::int64_t el
         break;
     }
   }
+  for (std::size_t i = 0; i < n; ++i) {  // devices() is sorted: append in key order
+    if (sends[i]) st.sent.emplace_hint(st.sent.end(), s.devices()[i], sent[i]);
+    if (receives[i]) st.received.emplace_hint(st.received.end(), s.devices()[i], received[i]);
+  }
   return st;
 }
 
@@ -294,9 +315,12 @@ std::vector<int> union_devices(const Layout& src, const Layout& dst) {
   return d;
 }
 
+// `fans_out` (optional) tells whether the strategy mattered (see Builder::fans_out_).
 Plan plan_with(const Layout& src, const Layout& dst, const std::vector<Task>& ts,
-               Schedule& s, Strategy strategy, const PlanOptions& opt) {
-  std::vector<Unit> units = Builder(src, dst, strategy, opt.balance).build(ts);
+               Schedule& s, Strategy strategy, const PlanOptions& opt, bool* fans_out = nullptr) {
+  Builder builder(dst, strategy, opt.balance);
+  std::vector<Unit> units = builder.build(ts);
+  if (fans_out) *fans_out = builder.fans_out_;
   Order order = initial_order(units, opt.balance);
   bool truncated = false;
   if (opt.balance != Balance::None) assign_greedy(units, order, s);
@@ -327,7 +351,11 @@ Plan plan(const Layout& src, const Layout& dst, const Topology& topology,
   // Auto: the cheapest by the schedule model; ties go to the earlier (fewer bytes) strategy.
   std::optional<Plan> best;
   for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
-    Plan p = plan_with(src, dst, ts, s, st, options);
+    bool fans_out = true;
+    Plan p = plan_with(src, dst, ts, s, st, options, &fans_out);
+    // Every box has at most one receiver: the three strategies build the same ops, so their
+    // plans are equal and the tie goes to broadcast, the first. Skip the other two.
+    if (!fans_out) return p;
     if (!best || p.stats().predicted_seconds < best->stats().predicted_seconds * (1 - 1e-9))
       best = std::move(p);
   }

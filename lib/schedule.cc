@@ -7,31 +7,39 @@ namespace meshcast::detail {
 Schedule::Schedule(const Topology& topology, std::vector<int> devices, std::size_t elem_size)
     : topology_(&topology), devices_(std::move(devices)), elem_size_(elem_size) {
   int hosts = 0;
-  host_.reserve(devices_.size());
-  for (int d : devices_) {
-    host_.push_back(topology.host_of(d));
-    hosts = std::max(hosts, host_.back() + 1);
+  dev_.resize(devices_.size());
+  for (std::size_t i = 0; i < devices_.size(); ++i) {
+    dev_[i].host = topology.host_of(devices_[i]);
+    hosts = std::max(hosts, dev_[i].host + 1);
   }
   out_.assign(static_cast<std::size_t>(hosts), 0);
   in_ = out_;
+  // The lookup table, where the largest id is not far beyond the device count (ids are >= 0).
+  if (!devices_.empty() && static_cast<std::size_t>(devices_.back()) < 4 * devices_.size() + 4096) {
+    dense_.resize(static_cast<std::size_t>(devices_.back()) + 1);
+    std::size_t i = 0;
+    for (std::size_t id = 0; id < dense_.size(); ++id) {
+      while (i < devices_.size() && static_cast<std::size_t>(devices_[i]) < id) ++i;
+      dense_[id] = static_cast<std::uint32_t>(i);  // what lower_bound gives
+    }
+  }
   reset();
 }
 
 void Schedule::reset() {
-  const std::size_t n = devices_.size();
-  send_.assign(n, 0);
-  recv_.assign(n, 0);
-  finish_.assign(n, 0);
-  prev_.assign(n, 0);
-  sent_bytes_.assign(n, 0);
+  for (Device& d : dev_) d = Device{0, 0, 0, 0, 0, d.host};
   std::fill(out_.begin(), out_.end(), 0);
   std::fill(in_.begin(), in_.end(), 0);
   makespan_ = total_end_ = 0;
 }
 
-void Schedule::next_phase() { prev_ = finish_; }
+void Schedule::next_phase() {
+  for (Device& d : dev_) d.prev = d.finish;
+}
 
 std::size_t Schedule::index(int device) const {
+  if (device >= 0 && static_cast<std::size_t>(device) < dense_.size())
+    return dense_[static_cast<std::size_t>(device)];
   return static_cast<std::size_t>(std::lower_bound(devices_.begin(), devices_.end(), device) -
                                   devices_.begin());
 }
@@ -48,8 +56,8 @@ int Schedule::best_root(const Op& op, std::span<const int> candidates) const {
   std::vector<int> hosts;
   for (int r : op.peers) {
     const std::size_t i = index(r);
-    ready = std::max({ready, prev_[i], recv_[i]});
-    hosts.push_back(host_[i]);
+    ready = std::max({ready, dev_[i].prev, dev_[i].recv});
+    hosts.push_back(dev_[i].host);
   }
   std::sort(hosts.begin(), hosts.end());
   hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
@@ -70,13 +78,13 @@ int Schedule::best_root(const Op& op, std::span<const int> candidates) const {
   std::pair<double, std::int64_t> best_key{0, 0};
   for (std::size_t k = 0; k < candidates.size(); ++k) {
     const std::size_t s = index(candidates[k]);
-    const int hs = host_[s];
+    const int hs = dev_[s].host;
     const bool remote =
         hosts.size() > 1 || (hosts.size() == 1 && hosts.front() != hs);
-    double start = std::max({ready, prev_[s], send_[s]});
+    double start = std::max({ready, dev_[s].prev, dev_[s].send});
     if (remote)
       start = std::max({start, out_[static_cast<std::size_t>(hs)], top_host != hs ? top : second});
-    const std::pair<double, std::int64_t> key{start + duration(bytes, remote), sent_bytes_[s]};
+    const std::pair<double, std::int64_t> key{start + duration(bytes, remote), dev_[s].sent_bytes};
     if (k == 0 || key < best_key) {
       best_key = key;
       best = candidates[k];
@@ -91,9 +99,9 @@ int Schedule::best_contributor(std::span<const int> candidates, int root) const 
   for (std::size_t k = 0; k < candidates.size(); ++k) {
     const std::size_t c = index(candidates[k]);
     if (candidates[k] == root) return root;  // holding an addend at the root costs nothing
-    double ready = std::max(prev_[c], send_[c]);
-    if (host_[c] != host(root)) ready = std::max(ready, out_[static_cast<std::size_t>(host_[c])]);
-    const std::pair<double, std::int64_t> key{ready, sent_bytes_[c]};
+    double ready = std::max(dev_[c].prev, dev_[c].send);
+    if (dev_[c].host != host(root)) ready = std::max(ready, out_[static_cast<std::size_t>(dev_[c].host)]);
+    const std::pair<double, std::int64_t> key{ready, dev_[c].sent_bytes};
     if (k == 0 || key < best_key) {
       best_key = key;
       best = candidates[k];
@@ -102,27 +110,29 @@ int Schedule::best_contributor(std::span<const int> candidates, int root) const 
   return best;
 }
 
-double Schedule::place(const Op& op) {
-  const std::int64_t bytes = op.box.volume() * static_cast<std::int64_t>(elem_size_);
+double Schedule::place(const Op& op, std::int64_t bytes) {
   const std::size_t root = index(op.root);
-  const int hr = host_[root];
-  std::vector<std::size_t> touched_hosts_in, touched_hosts_out;
-  double start = prev_[root], dur = 0;
+  const int hr = dev_[root].host;
+  std::vector<std::size_t>& touched_hosts_in = touched_in_;
+  std::vector<std::size_t>& touched_hosts_out = touched_out_;
+  touched_hosts_in.clear();
+  touched_hosts_out.clear();
+  double start = dev_[root].prev, dur = 0;
   switch (op.kind) {
     case OpKind::Copy:
     case OpKind::Zero:
-      start = std::max(start, recv_[root]);
+      start = std::max(start, dev_[root].recv);
       dur = op.kind == OpKind::Copy ? duration(bytes, false) : 0;
       break;
     case OpKind::Multicast: {
       bool remote = false;
-      start = std::max(start, send_[root]);
+      start = std::max(start, dev_[root].send);
       for (int r : op.peers) {
         const std::size_t i = index(r);
-        start = std::max({start, prev_[i], recv_[i]});
-        if (host_[i] != hr) {
+        start = std::max({start, dev_[i].prev, dev_[i].recv});
+        if (dev_[i].host != hr) {
           remote = true;
-          touched_hosts_in.push_back(static_cast<std::size_t>(host_[i]));
+          touched_hosts_in.push_back(static_cast<std::size_t>(dev_[i].host));
           start = std::max(start, in_[touched_hosts_in.back()]);
         }
       }
@@ -135,14 +145,14 @@ double Schedule::place(const Op& op) {
     }
     case OpKind::Reduce: {
       std::int64_t local = 0, remote = 0;
-      start = std::max(start, recv_[root]);
+      start = std::max(start, dev_[root].recv);
       for (int c : op.peers) {
         if (c == op.root) continue;
         const std::size_t i = index(c);
-        start = std::max({start, prev_[i], send_[i]});
-        if (host_[i] != hr) {
+        start = std::max({start, dev_[i].prev, dev_[i].send});
+        if (dev_[i].host != hr) {
           ++remote;
-          touched_hosts_out.push_back(static_cast<std::size_t>(host_[i]));
+          touched_hosts_out.push_back(static_cast<std::size_t>(dev_[i].host));
           start = std::max(start, out_[touched_hosts_out.back()]);
         } else {
           ++local;
@@ -158,26 +168,26 @@ double Schedule::place(const Op& op) {
     }
   }
   const double end = start + dur;
-  auto finish = [&](std::size_t i) { finish_[i] = std::max(finish_[i], end); };
+  auto finish = [&](std::size_t i) { dev_[i].finish = std::max(dev_[i].finish, end); };
   switch (op.kind) {
     case OpKind::Copy:
     case OpKind::Zero:
-      recv_[root] = end;
+      dev_[root].recv = end;
       break;
     case OpKind::Multicast:
-      send_[root] = end;
-      sent_bytes_[root] += bytes;
+      dev_[root].send = end;
+      dev_[root].sent_bytes += bytes;
       for (int r : op.peers) {
-        recv_[index(r)] = end;
+        dev_[index(r)].recv = end;
         finish(index(r));
       }
       break;
     case OpKind::Reduce:
-      recv_[root] = end;
+      dev_[root].recv = end;
       for (int c : op.peers) {
         if (c == op.root) continue;
-        send_[index(c)] = end;
-        sent_bytes_[index(c)] += bytes;
+        dev_[index(c)].send = end;
+        dev_[index(c)].sent_bytes += bytes;
         finish(index(c));
       }
       break;
@@ -191,12 +201,19 @@ double Schedule::place(const Op& op) {
 }
 
 void chain_order(std::vector<int>& peers, int root, const Schedule& s) {
+  // Sorts by the key (not on the root's host, host, id), packed in 64 bits so that the host
+  // lookups happen once per peer rather than per comparison. Ids and hosts are >= 0 ints.
   const int hr = s.host(root);
-  std::sort(peers.begin(), peers.end(), [&](int a, int b) {
-    const int ha = s.host(a), hb = s.host(b);
-    if ((ha != hr) != (hb != hr)) return ha == hr;
-    return ha != hb ? ha < hb : a < b;
-  });
+  std::vector<std::uint64_t> keys;
+  keys.reserve(peers.size());
+  for (int p : peers) {
+    const int h = s.host(p);
+    keys.push_back((std::uint64_t{h != hr} << 62) | (static_cast<std::uint64_t>(h) << 31) |
+                   static_cast<std::uint64_t>(p));
+  }
+  std::sort(keys.begin(), keys.end());
+  for (std::size_t i = 0; i < peers.size(); ++i)
+    peers[i] = static_cast<int>(keys[i] & ((std::uint64_t{1} << 31) - 1));
 }
 
 }  // namespace meshcast::detail

@@ -22,7 +22,9 @@ class Schedule {
   // Ops of the next phase start after their devices finished the earlier phases.
   void next_phase();
   // Places an op at the earliest time its resources allow; returns its end time.
-  double place(const Op& op);
+  double place(const Op& op) { return place(op, op.box.volume() * static_cast<std::int64_t>(elem_size_)); }
+  // The same, given the op's bytes (its box volume times the element size), known to the caller.
+  double place(const Op& op, std::int64_t bytes);
   // Greedy choices. The candidate root of a Multicast that would end it earliest if placed now;
   // the candidate contributor of a Reduce that is ready earliest. Ties go to the candidate
   // that has sent fewer bytes, then to the first. O(peers + candidates).
@@ -31,7 +33,10 @@ class Schedule {
 
   double makespan() const { return makespan_; }
   double total_end() const { return total_end_; }
-  int host(int device) const { return host_[index(device)]; }
+  int host(int device) const { return dev_[index(device)].host; }
+  // The devices, sorted, and a device's position among them (dense per-device arrays).
+  const std::vector<int>& devices() const { return devices_; }
+  std::size_t slot(int device) const { return index(device); }
   const Topology& topology() const { return *topology_; }
 
  private:
@@ -40,12 +45,20 @@ class Schedule {
 
   const Topology* topology_;
   std::vector<int> devices_;
+  // dense_[id] == index(id) for ids up to a bound (a lookup instead of a binary search; the
+  // planner's search evaluates schedules millions of times). Empty for very sparse ids.
+  std::vector<std::uint32_t> dense_;
   std::size_t elem_size_;
-  std::vector<int> host_;  // per dense device index
-  std::vector<double> send_, recv_, finish_, prev_;
-  std::vector<std::int64_t> sent_bytes_;
+  // Per device (dense index), together so that placing an op touches one cache line per device.
+  struct Device {
+    double send = 0, recv = 0, finish = 0, prev = 0;  // port free times, end of work, phase start
+    std::int64_t sent_bytes = 0;
+    int host = 0;
+  };
+  std::vector<Device> dev_;
   std::vector<double> out_, in_;  // per host
   double makespan_ = 0, total_end_ = 0;
+  std::vector<std::size_t> touched_in_, touched_out_;  // place()'s scratch, kept to avoid allocation
 };
 
 // Receivers of a multicast in chain order: the root's host first, then by host, then by id.

@@ -13,7 +13,7 @@ std::vector<int> parse_axes(std::string_view text, std::size_t& i, const std::st
   std::vector<int> axes;
   while (i < text.size() && text[i] >= '0' && text[i] <= '9') axes.push_back(text[i++] - '0');
   if (axes.empty())
-    throw ParseError(field, "expected mesh axes after '" + std::string(1, text[i - 1]) + "' in " +
+    throw ParseError(field, "expected mesh axes after " + detail::quote(text.substr(i - 1, 1)) + " in " +
                                 detail::quote(text));
   return axes;
 }
@@ -31,7 +31,7 @@ ShardingSpec ShardingSpec::parse(std::string_view text, const std::string& field
     else if (c == 'S')
       dims.push_back(parse_axes(text, i, field));
     else
-      throw ParseError(field, "unexpected '" + std::string(1, c) + "' in spec " +
+      throw ParseError(field, "unexpected " + detail::quote(std::string_view(&c, 1)) + " in spec " +
                                   detail::quote(text) + " (expected R, S<axes> or +P<axes>)");
   }
   if (dims.empty()) throw ParseError(field, "spec " + detail::quote(text) + " has no dimensions");

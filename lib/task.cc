@@ -51,6 +51,7 @@ std::vector<Task> tasks(const Layout& src, const Layout& dst) {
     pieces[d] = sweep(src.shape()[d], src.splits(d), dst.splits(d));
     if (pieces[d].empty()) return {};  // an empty dimension: nothing to move
   }
+  const std::int64_t groups = src.partial_groups();
   std::vector<Task> out;
   std::vector<std::size_t> at(rank, 0);  // odometer over the product of the pieces
   std::vector<Range> box(rank);
@@ -64,9 +65,13 @@ std::vector<Task> tasks(const Layout& src, const Layout& dst) {
     }
     Task t;
     t.box = Box(box);
-    t.sources.resize(static_cast<std::size_t>(src.partial_groups()));
-    for (auto i : src.holders(s_shard))
-      t.sources[static_cast<std::size_t>(src.partial_group(i))].push_back(src.mesh().device(i));
+    t.sources.resize(static_cast<std::size_t>(groups));
+    if (groups == 1) {  // complete source: every holder holds addend 0
+      t.sources[0] = device_ids(src.mesh(), src.holders(s_shard));
+    } else {
+      for (auto i : src.holders(s_shard))
+        t.sources[static_cast<std::size_t>(src.partial_group(i))].push_back(src.mesh().device(i));
+    }
     auto dst_idx = dst.holders(d_shard);
     if (dst.spec().is_partial())  // only the first addend receives the value
       std::erase_if(dst_idx, [&](auto i) { return dst.partial_group(i) != 0; });

@@ -5,7 +5,9 @@
 //   reshard_mpi mpi|ucx|nccl [cases] [seed]
 #include <meshcast/meshcast.h>
 #include <meshcast/mpi.h>
+#ifdef MESHCAST_HAS_UCX
 #include <meshcast/ucx.h>
+#endif
 #ifdef MESHCAST_HAS_NCCL
 #include <meshcast/nccl.h>
 #endif
@@ -62,8 +64,10 @@ ShardingSpec random_spec(std::mt19937_64& rng, std::size_t rank, std::size_t ndi
 int main(int argc, char** argv) {
   MpiSession mpi(&argc, &argv, MpiOptions{30});
   const std::string backend = argc > 1 ? argv[1] : "mpi";
+#ifdef MESHCAST_HAS_UCX
   std::unique_ptr<UcxSession> ucx;
   if (backend == "ucx") ucx = std::make_unique<UcxSession>(mpi, UcxOptions{30});
+#endif
 #ifdef MESHCAST_HAS_NCCL
   std::unique_ptr<NcclSession> nccl;
   if (backend == "nccl") {
@@ -74,10 +78,19 @@ int main(int argc, char** argv) {
       return 77;
     }
   }
-  Communicator& comm = nccl ? nccl->world() : ucx ? ucx->world() : mpi.world();
-#else
-  Communicator& comm = ucx ? ucx->world() : mpi.world();
 #endif
+  Communicator* chosen = &mpi.world();
+#ifdef MESHCAST_HAS_UCX
+  if (ucx) chosen = &ucx->world();
+#endif
+#ifdef MESHCAST_HAS_NCCL
+  if (nccl) chosen = &nccl->world();
+#endif
+  if (chosen->backend() != backend) {
+    if (mpi.world().rank() == 0) std::printf("backend %s is not built here\n", backend.c_str());
+    return 2;
+  }
+  Communicator& comm = *chosen;
   const int cases = argc > 2 ? std::stoi(argv[2]) : 200;
   std::mt19937_64 rng(argc > 3 ? std::stoull(argv[3]) : 20261121);
   const Strategy strategies[] = {Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather,

@@ -1,0 +1,364 @@
+#!/usr/bin/env python3
+"""Turns the core benchmarks' Google Benchmark JSON into docs/benchmarks-core.md and PNG plots.
+
+    python3 bench/plot.py --reshard reshard_local.json --planner planner.json \
+        --doc docs/benchmarks-core.md --img docs/img [--command "how the run was made"]
+
+Inputs are the files written by `bench/reshard_local` and `bench/planner` with
+--benchmark_out=FILE --benchmark_out_format=json (see bench/run-core.sh). Every figure is the
+median over the repetitions of the per-repetition values (iteration rows of the JSON), the same
+medians the benchmarks print in their closing tables. Needs matplotlib (Debian:
+python3-matplotlib); without it the tables are still written and the plots skipped.
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+from collections import OrderedDict
+
+SUFFIX = re.compile(r"/(manual_time|real_time|min_time:[^/]*|min_warmup_time:[^/]*|repeats:[^/]*|"
+                    r"iterations:[^/]*|threads:[^/]*)")
+STRATEGIES = ["broadcast", "sendrecv", "allgather"]
+
+
+def load(path):
+    """Benchmark name -> {'runs': [iteration rows], 'label': str, 'error': str|None}, in file order."""
+    with open(path) as f:
+        doc = json.load(f)
+    out = OrderedDict()
+    for b in doc.get("benchmarks", []):
+        name = SUFFIX.sub("", b.get("run_name", b["name"]))
+        entry = out.setdefault(name, {"runs": [], "label": "", "error": None,
+                                      "family": b.get("family_index", 0)})
+        if b.get("error_occurred"):
+            entry["error"] = b.get("error_message", "error")
+            continue
+        if b.get("run_type", "iteration") != "iteration":
+            continue
+        entry["runs"].append(b)
+        entry["label"] = b.get("label", entry["label"])
+    ordered = OrderedDict(sorted(out.items(), key=lambda kv: kv[1]["family"]))
+    return doc.get("context", {}), ordered
+
+
+def med(runs, key):
+    return statistics.median(r[key] for r in runs)
+
+
+def to_ms(run):
+    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[run.get("time_unit", "ns")]
+    return run["real_time"] * scale, run["cpu_time"] * scale
+
+
+def context_lines(ctx):
+    caches = ", ".join(f"L{c['level']} {c['size'] // 1024} KiB" + (f" x{c['num_sharing']}" if c.get("num_sharing", 1) > 1 else "")
+                       for c in ctx.get("caches", []) if c.get("type") != "Instruction")
+    load = ", ".join(f"{x:.2f}" for x in ctx.get("load_avg", []))
+    return (f"{ctx.get('date', '?')}, {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz "
+            f"({caches}); load average at start: {load or '?'}")
+
+
+# ---- reshard ------------------------------------------------------------------------------------
+
+def reshard_rows(data):
+    rows = []
+    for name, e in data.items():
+        m = re.match(r"reshard/([^/]+)/([^/]+)$", name)
+        if not m:
+            continue
+        case, strategy = m.groups()
+        row = {"case": case, "strategy": strategy, "label": e["label"], "error": e["error"]}
+        if e["runs"]:
+            r = e["runs"]
+            row.update(reps=len(r), bytes=med(r, "tensor_bytes"), time_ms=med(r, "time_ms"),
+                       eff=med(r, "eff_GBps"), landed=med(r, "landed_bytes"), land=med(r, "land_GBps"),
+                       memcpy=med(r, "memcpy_GBps"), ratio=med(r, "ratio"), target=med(r, "target"),
+                       wrong=max(x["wrong"] for x in r), ops=med(r, "ops"))
+        rows.append(row)
+    return rows
+
+
+def group_of(case):
+    meshes = case.split(":")[0]
+    return "1-to-m" if meshes.startswith("1x1>") else f"n-to-m {meshes.replace('>', ' → ')}"
+
+
+def reshard_md(rows, ctx):
+    ok = [r for r in rows if "ratio" in r]
+    out = []
+    out.append("## Local reshard against memcpy (`bench/reshard_local`)\n")
+    out.append(f"Run: {context_lines(ctx)}.\n")
+    out.append(
+        "In-process backend (one thread per device, every copy made by the receiving thread), "
+        "single-host topology, f32. Each case is planned once and executed many times. In every "
+        "benchmark iteration the leader thread first copies the bytes the plan lands in destination "
+        "buffers (`bytes_moved + bytes_local`) with one `memcpy` between two buffers of that size, "
+        "alone (the other threads wait in a barrier), then all devices reshard, timed between two "
+        "barriers. **ratio = memcpy time / reshard time**, both medians of the iterations of one "
+        "repetition, paired in time; the table shows medians over repetitions. A ratio above 1 is "
+        "possible: the reshard uses every core (here 2) and reuses source data from cache, the "
+        "baseline is one thread streaming through memory. Target: ratio ≥ 0.8 where whole rows move, "
+        "≥ 0.5 where a layout splits the innermost dimension. effGB/s = tensor bytes / time; "
+        "#wrong counts the wrong elements of a verification reshard into poisoned buffers, same run.\n")
+    # Summary matrix of ratios.
+    cases = list(OrderedDict.fromkeys(r["case"] for r in ok))
+    by = {(r["case"], r["strategy"]): r for r in ok}
+    out.append("### Ratio to memcpy, per case and strategy\n")
+    out.append("| case | group | " + " | ".join(STRATEGIES) + " | target |")
+    out.append("|---|---|" + "---:|" * (len(STRATEGIES) + 1))
+    for c in cases:
+        cells = []
+        for s in STRATEGIES:
+            r = by.get((c, s))
+            cells.append("—" if r is None else (f"{r['ratio']:.2f}" + ("" if r["ratio"] >= r["target"] else " ✗")))
+        tgt = next(by[(c, s)]["target"] for s in STRATEGIES if (c, s) in by)
+        out.append(f"| `{c}` | {group_of(c)} | " + " | ".join(cells) + f" | {tgt:.1f} |")
+    out.append("")
+    below = [r for r in ok if r["ratio"] < r["target"]]
+    wrong = sum(int(r["wrong"]) for r in ok)
+    errors = [r for r in rows if r["error"]]
+    out.append(f"Rows: {len(rows)}; below target: {len(below)}"
+               + ("" if not below else " (" + ", ".join(f"`{r['case']}` {r['strategy']} {r['ratio']:.2f}" for r in below) + ")")
+               + f"; #wrong over all rows: {wrong}; failed rows: {len(errors)}.\n")
+    out.append("### All rows (nccl-tests style)\n")
+    out.append("| case | strategy | tensor bytes | time (ms) | effGB/s | landed bytes | landGB/s | memcpy GB/s | ratio | target | #wrong | ops | reps |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        if "ratio" not in r:
+            out.append(f"| `{r['case']}` | {r['strategy']} | ERROR: {r['error']} |" + " |" * 10)
+            continue
+        out.append(f"| `{r['case']}` | {r['strategy']} | {r['bytes']:.0f} | {r['time_ms']:.3f} | {r['eff']:.2f} | "
+                   f"{r['landed']:.0f} | {r['land']:.2f} | {r['memcpy']:.2f} | {r['ratio']:.2f} | {r['target']:.1f} | "
+                   f"{r['wrong']:.0f} | {r['ops']:.0f} | {r['reps']} |")
+    out.append("")
+    out.append("Layouts of each case (source → target, global shape):\n")
+    for c in cases:
+        label = next(r["label"] for r in ok if r["case"] == c)
+        out.append(f"- `{c}`: `{label}`")
+    out.append("")
+    return out
+
+
+def reshard_plots(rows, img):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if "ratio" in r]
+    groups = OrderedDict()
+    for r in ok:
+        groups.setdefault("1-to-m" if group_of(r["case"]) == "1-to-m" else "n-to-m", []).append(r)
+    files = []
+    fig, axes = plt.subplots(len(groups), 1, figsize=(11, 4.2 * len(groups)), squeeze=False)
+    for ax, (g, rs) in zip(axes[:, 0], groups.items()):
+        cases = list(OrderedDict.fromkeys(r["case"] for r in rs))
+        by = {(r["case"], r["strategy"]): r for r in rs}
+        width = 0.8 / len(STRATEGIES)
+        for k, s in enumerate(STRATEGIES):
+            xs = [i + (k - (len(STRATEGIES) - 1) / 2) * width for i, c in enumerate(cases) if (c, s) in by]
+            ys = [by[(c, s)]["eff"] for c in cases if (c, s) in by]
+            ax.bar(xs, ys, width, label=s)
+        # The memcpy line in effective-bandwidth units: tensor bytes / (time to memcpy the landed bytes).
+        mem = []
+        for c in cases:
+            r = next(by[(c, s)] for s in STRATEGIES if (c, s) in by)
+            mem.append(statistics.median(by[(c, s)]["memcpy"] * by[(c, s)]["bytes"] / by[(c, s)]["landed"]
+                                         for s in STRATEGIES if (c, s) in by))
+        ax.plot(range(len(cases)), mem, "k_", markersize=28, markeredgewidth=2.5,
+                label="memcpy of the landed bytes (1 thread)")
+        ax.set_xticks(range(len(cases)))
+        ax.set_xticklabels([c.replace(":", "\n") for c in cases], fontsize=8)
+        ax.set_ylabel("effective GB/s (tensor bytes / time)")
+        ax.set_title(f"local reshard, {g}: effective bandwidth per strategy")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(img, "reshard-local-bandwidth.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    files.append(path)
+
+    cases = list(OrderedDict.fromkeys(r["case"] for r in ok))
+    by = {(r["case"], r["strategy"]): r for r in ok}
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    width = 0.8 / len(STRATEGIES)
+    for k, s in enumerate(STRATEGIES):
+        xs = [i + (k - (len(STRATEGIES) - 1) / 2) * width for i, c in enumerate(cases) if (c, s) in by]
+        ys = [by[(c, s)]["ratio"] for c in cases if (c, s) in by]
+        ax.bar(xs, ys, width, label=s)
+    for i, c in enumerate(cases):
+        t = next(by[(c, s)]["target"] for s in STRATEGIES if (c, s) in by)
+        ax.plot([i - 0.45, i + 0.45], [t, t], "r-", linewidth=1.5, label="target" if i == 0 else None)
+    ax.axhline(1.0, color="k", linewidth=0.8, alpha=0.5)
+    ax.set_xticks(range(len(cases)))
+    ax.set_xticklabels([c.replace(":", "\n") for c in cases], fontsize=7)
+    ax.set_ylabel("memcpy time / reshard time")
+    ax.set_title("local reshard: ratio to a single-thread memcpy of the same bytes (same run)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(img, "reshard-local-ratio.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    files.append(path)
+    return files
+
+
+# ---- planner ------------------------------------------------------------------------------------
+
+def planner_rows(data):
+    rows = []
+    for name, e in data.items():
+        m = re.match(r"planner/([^/]+)/([^/]+)/(\d+)$", name)
+        if not m:
+            continue
+        case, variant, n = m.group(1), m.group(2), int(m.group(3))
+        row = {"case": case, "variant": variant, "n": n, "label": e["label"], "error": e["error"]}
+        if e["runs"]:
+            r = e["runs"]
+            times = [to_ms(x) for x in r]
+            row.update(reps=len(r), time_ms=statistics.median(t[0] for t in times),
+                       cpu_ms=statistics.median(t[1] for t in times), tasks=med(r, "tasks"), ops=med(r, "ops"),
+                       parts=med(r, "participants"), truncated=max(x["truncated"] for x in r),
+                       same=min(x["same"] for x in r))
+            row["us_per_op"] = row["time_ms"] * 1e3 / row["ops"]
+            row["ns_per_part"] = row["time_ms"] * 1e6 / row["parts"]
+        rows.append(row)
+    return rows
+
+
+def planner_md(rows, ctx):
+    ok = [r for r in rows if "time_ms" in r]
+    out = []
+    out.append("## Planner time against device count (`bench/planner`)\n")
+    out.append(f"Run: {context_lines(ctx)}.\n")
+    out.append(
+        "`plan()` from scratch per iteration (tasks, ops, sender choice, schedule model, byte "
+        "accounting), one thread, N devices moved to N other devices, 8 devices per host, f32 "
+        "(65536, 65536). `S0S1>S1S0`: square mesh, tile grid transposed, N tasks of one holder and one "
+        "receiver. `S0R>S1R`: (N/2)x2 → 2x(N/2), N/2 tasks of two holders and two receivers (the "
+        "search has senders to choose). `S0R>RS0`: square mesh, N tasks of √N holders and √N receivers "
+        "(N^1.5 participants, up to 16,384). Variants: `broadcast-search` (the default balance), "
+        "`broadcast-greedy`, `auto-search` (the default options: every strategy planned, the cheapest "
+        "kept). The search's effort is bounded (at most 4,000 moves and 4·10⁶ op visits), so beyond a "
+        "few thousand devices its share stays roughly constant and the rest grows linearly. Time = "
+        "median wall time over repetitions; cpu = median CPU time; trunc = the search hit its wall-clock "
+        "cap (the plan is then not deterministic); same = every plan equalled the one made before "
+        "timing.\n")
+    # Target checks.
+    def find(case, variant, n):
+        return next((r for r in ok if r["case"] == case and r["variant"] == variant and r["n"] == n), None)
+    checks = []
+    for variant in ["broadcast-search", "broadcast-greedy", "auto-search"]:
+        for n, limit in [(4096, 50.0), (65536, 1000.0)]:
+            r = find("S0S1>S1S0", variant, n)
+            if r:
+                checks.append(f"| `S0S1>S1S0` {variant} | {n:,} → {n:,} | {r['time_ms']:.1f} ms | < {limit:g} ms | "
+                              f"{'met' if r['time_ms'] < limit else '**missed**'} |")
+    if checks:
+        out.append("### Targets\n")
+        out.append("| case | devices | time | target | |")
+        out.append("|---|---|---:|---:|---|")
+        out.extend(checks)
+        out.append("")
+    out.append("### All rows\n")
+    out.append("| case | variant | N (per mesh) | tasks | ops | participants | time (ms) | cpu (ms) | µs/op | ns/participant | trunc | same | reps |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        if "time_ms" not in r:
+            out.append(f"| `{r['case']}` | {r['variant']} | {r['n']} | ERROR: {r['error']} |" + " |" * 9)
+            continue
+        out.append(f"| `{r['case']}` | {r['variant']} | {r['n']:,} | {r['tasks']:.0f} | {r['ops']:.0f} | {r['parts']:.0f} | "
+                   f"{r['time_ms']:.3f} | {r['cpu_ms']:.3f} | {r['us_per_op']:.2f} | {r['ns_per_part']:.0f} | "
+                   f"{r['truncated']:.0f} | {r['same']:.0f} | {r['reps']} |")
+    out.append("")
+    return out
+
+
+def planner_plots(rows, img):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if "time_ms" in r]
+    series = OrderedDict()
+    for r in ok:
+        series.setdefault((r["case"], r["variant"]), []).append(r)
+    styles = {"broadcast-search": "-o", "broadcast-greedy": "--s", "auto-search": ":^"}
+    colors = {}
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5))
+    for (case, variant), rs in series.items():
+        rs = sorted(rs, key=lambda r: r["n"])
+        color = colors.setdefault(case, f"C{len(colors)}")
+        xs = [r["n"] for r in rs]
+        a1.plot(xs, [r["time_ms"] for r in rs], styles.get(variant, "-x"), color=color, label=f"{case} {variant}")
+        a2.plot(xs, [r["us_per_op"] for r in rs], styles.get(variant, "-x"), color=color, label=f"{case} {variant}")
+    a1.plot([4096], [50], "r*", markersize=12, label="target 4,096: 50 ms")
+    a1.plot([65536], [1000], "rX", markersize=10, label="target 65,536: 1 s")
+    for ax in (a1, a2):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("devices per mesh (N → N)")
+        ax.grid(alpha=0.3, which="both")
+    a1.set_ylabel("plan time (ms)")
+    a1.set_title("planner time")
+    a2.set_ylabel("µs per op")
+    a2.set_title("planner time per op")
+    a1.legend(fontsize=7)
+    fig.tight_layout()
+    path = os.path.join(img, "planner-time.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reshard", help="bench/reshard_local JSON output")
+    ap.add_argument("--planner", help="bench/planner JSON output")
+    ap.add_argument("--doc", default="docs/benchmarks-core.md")
+    ap.add_argument("--img", default="docs/img")
+    ap.add_argument("--command", default="bench/run-core.sh", help="the command that made the inputs")
+    args = ap.parse_args()
+    if not args.reshard and not args.planner:
+        ap.error("give --reshard and/or --planner")
+
+    try:
+        import matplotlib  # noqa: F401
+        have_mpl = True
+    except ImportError:
+        have_mpl = False
+        print("plot.py: matplotlib not found (Debian: python3-matplotlib); writing tables only", file=sys.stderr)
+
+    os.makedirs(args.img, exist_ok=True)
+    doc_dir = os.path.dirname(os.path.abspath(args.doc))
+    md = ["# Core benchmarks: local reshard and planner", "",
+          f"Generated by `bench/plot.py` from the JSON of `{args.command}`. Do not edit by hand: re-run the "
+          "command. Absolute times on this shared 2-core machine are noise; the reshard figures are ratios "
+          "to a baseline measured in the same iterations, and every figure is a median over repetitions.", ""]
+    failed = False
+    for path, rows_of, md_of, plots_of in [(args.reshard, reshard_rows, reshard_md, reshard_plots),
+                                           (args.planner, planner_rows, planner_md, planner_plots)]:
+        if not path:
+            continue
+        ctx, data = load(path)
+        rows = rows_of(data)
+        failed |= any(r["error"] for r in rows) or any(r.get("wrong", 0) for r in rows) \
+            or any(r.get("same", 1) < 1 for r in rows)
+        section = md_of(rows, ctx)
+        if have_mpl and any("error" in r and not r["error"] for r in rows):
+            for f in plots_of(rows, args.img):
+                rel = os.path.relpath(f, doc_dir)
+                section.insert(3, f"![{os.path.basename(f)}]({rel})\n")
+        md.extend(section)
+    with open(args.doc, "w") as f:
+        f.write("\n".join(md).rstrip() + "\n")
+    print(f"plot.py: wrote {args.doc}" + (f" and plots under {args.img}" if have_mpl else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

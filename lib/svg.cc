@@ -1,0 +1,407 @@
+// plan_svg: a plan drawn as a standalone SVG picture. The source mesh on top, the destination
+// mesh below, each as a grid of device boxes labelled with the device id and its tile. Every
+// device has its own colour; a destination box is striped by the devices that send to it
+// (stripe width proportional to bytes), and one line per (sender, receiver) pair runs from the
+// sender's box to the receiver's destination box, its width proportional to the bytes.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "meshcast/plan.h"
+
+namespace meshcast {
+namespace {
+
+constexpr double kMargin = 20;
+constexpr double kGap = 12;  // between boxes
+constexpr double kBoxH = 48;
+constexpr double kBand = 110;       // vertical space between the two grids, for the lines
+constexpr double kCharW = 6.7;      // width of one 11px monospace character
+constexpr std::int64_t kWrap = 16;  // boxes per row at most
+constexpr std::size_t kMaxLines = 4000;
+
+// Length of the valid UTF-8 sequence starting at s[i], or 0.
+std::size_t utf8_length(const std::string& s, std::size_t i) {
+  const auto b = static_cast<unsigned char>(s[i]);
+  const std::size_t n = b < 0x80           ? 1
+                        : (b >> 5) == 0x6  ? 2
+                        : (b >> 4) == 0xe  ? 3
+                        : (b >> 3) == 0x1e ? 4
+                                           : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
+  return n;
+}
+
+// Text safe inside an XML element or attribute: markup escaped, control characters and invalid
+// UTF-8 replaced by '?'.
+std::string esc(const std::string& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    const std::size_t n = utf8_length(s, i);
+    if (n > 1) {
+      out.append(s, i, n);
+      i += n;
+      continue;
+    }
+    ++i;
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += (n == 0 || (static_cast<unsigned char>(c) < 32 && c != '\t')) ? '?' : c;
+    }
+  }
+  return out;
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+std::string human_bytes(std::int64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[48];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+// A distinct colour per device: golden-angle hues, as "#rrggbb".
+std::string colour(std::size_t index, double lightness) {
+  const double h = std::fmod(static_cast<double>(index) * 137.508, 360.0) / 60.0;
+  const double s = 0.62, l = lightness;
+  const double c = (1 - std::fabs(2 * l - 1)) * s;
+  const double x = c * (1 - std::fabs(std::fmod(h, 2.0) - 1));
+  double r = 0, g = 0, b = 0;
+  if (h < 1)
+    r = c, g = x;
+  else if (h < 2)
+    r = x, g = c;
+  else if (h < 3)
+    g = c, b = x;
+  else if (h < 4)
+    g = x, b = c;
+  else if (h < 5)
+    r = x, b = c;
+  else
+    r = c, b = x;
+  const double m = l - c / 2;
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "#%02x%02x%02x", static_cast<int>(std::lround((r + m) * 255)),
+                static_cast<int>(std::lround((g + m) * 255)),
+                static_cast<int>(std::lround((b + m) * 255)));
+  return buf;
+}
+
+struct Rect {
+  double x = 0, y = 0, w = 0, h = 0;
+  double cx() const { return x + w / 2; }
+};
+
+// Boxes per row and rows of a mesh drawn as a grid: 1-D as a row, 2-D as a grid, higher-D as
+// rows of the last axis; rows longer than kWrap wrap.
+struct Grid {
+  std::int64_t cols = 1, rows = 1;
+  std::int64_t per_row = 1;  // drawn rows per mesh row
+  std::int64_t mesh_cols = 1;
+};
+Grid grid_of(const Mesh& m) {
+  Grid g;
+  g.mesh_cols = m.shape().back();
+  g.cols = std::min(g.mesh_cols, kWrap);
+  g.per_row = (g.mesh_cols + kWrap - 1) / kWrap;
+  g.rows = (m.size() / g.mesh_cols) * g.per_row;
+  return g;
+}
+
+std::string tile_label(const Layout& l, std::int64_t index) {
+  std::string s = l.tile_at(index).str();
+  if (l.spec().is_partial()) s += " addend " + std::to_string(l.partial_group(index));
+  return s;
+}
+
+}  // namespace
+
+std::string plan_svg(const Plan& plan) {
+  const Layout& src = plan.src();
+  const Layout& dst = plan.dst();
+  const std::vector<int> devices = plan.devices();
+  std::map<int, std::size_t> colour_index;
+  for (std::size_t i = 0; i < devices.size(); ++i) colour_index[devices[i]] = i;
+  const auto fill = [&](int d) { return colour(colour_index[d], 0.78); };
+  const auto ink = [&](int d) { return colour(colour_index[d], 0.38); };
+
+  // Bytes per (sender, receiver, sender reads its destination buffer).
+  const auto elem = static_cast<std::int64_t>(dtype_size(dst.dtype()));
+  std::map<std::tuple<int, int, bool>, std::int64_t> flows;
+  for (const Op& op : plan.ops()) {
+    const std::int64_t bytes = op.box.volume() * elem;
+    switch (op.kind) {
+      case OpKind::Copy:
+        flows[{op.root, op.root, op.from_dst}] += bytes;
+        break;
+      case OpKind::Multicast:
+        for (int p : op.peers) flows[{op.root, p, op.from_dst}] += bytes;
+        break;
+      case OpKind::Reduce:
+        for (int p : op.peers) flows[{p, op.root, false}] += bytes;
+        break;
+      case OpKind::Zero:
+        break;
+    }
+  }
+  std::map<int, std::map<int, std::int64_t>> received;  // receiver -> sender -> bytes
+  std::int64_t max_flow = 1;
+  for (const auto& [key, bytes] : flows) {
+    received[std::get<1>(key)][std::get<0>(key)] += bytes;
+    max_flow = std::max(max_flow, bytes);
+  }
+
+  // Box size from the longest label.
+  std::size_t longest = 12;
+  for (std::int64_t i = 0; i < src.mesh().size(); ++i)
+    longest = std::max(longest, tile_label(src, i).size());
+  for (std::int64_t i = 0; i < dst.mesh().size(); ++i)
+    longest = std::max(longest, tile_label(dst, i).size());
+  const double box_w = std::max(96.0, static_cast<double>(longest) * kCharW + 16);
+
+  const Grid gs = grid_of(src.mesh()), gd = grid_of(dst.mesh());
+  const auto grid_w = [&](const Grid& g) {
+    return static_cast<double>(g.cols) * (box_w + kGap) - kGap;
+  };
+  const auto grid_h = [&](const Grid& g) {
+    return static_cast<double>(g.rows) * (kBoxH + kGap) - kGap;
+  };
+
+  std::vector<std::string> footer;
+  {
+    const PlanStats& st = plan.stats();
+    footer.push_back("strategy " + to_string(plan.strategy()) + " \u00b7 balance " +
+                     to_string(plan.balance()) + " \u00b7 topology " + plan.topology() +
+                     " \u00b7 " + std::to_string(plan.ops().size()) + " ops in " +
+                     std::to_string(plan.phases()) + " phases");
+    char pred[64];
+    std::snprintf(pred, sizeof pred, "%.3g s", st.predicted_seconds);
+    footer.push_back(
+        "tensor " + shape_str(src.shape()) + " " + to_string(src.dtype()) + " (" +
+        human_bytes(src.bytes()) + ") \u00b7 bytes moved " + human_bytes(st.bytes_moved) +
+        " (intra-host " + human_bytes(st.bytes_intra_host) + ", network " +
+        human_bytes(st.bytes_network) + ") \u00b7 local copies " + human_bytes(st.bytes_local) +
+        " \u00b7 predicted " + pred + (st.search_truncated ? " (search truncated)" : ""));
+    footer.push_back(
+        "Each device has its own colour. A destination tile is striped by the devices that send "
+        "to it (width \u221d bytes).");
+    footer.push_back(
+        "Lines run from sender to receiver, width \u221d bytes; dashed: a copy inside one "
+        "device; curved: sent from a destination buffer.");
+  }
+  const std::size_t hidden = flows.size() > kMaxLines ? flows.size() - kMaxLines : 0;
+  if (hidden > 0) footer.push_back(std::to_string(hidden) + " smaller transfers not drawn.");
+  std::size_t footer_chars = 0;
+  for (const auto& f : footer) footer_chars = std::max(footer_chars, f.size());
+
+  const double content_w =
+      std::max({grid_w(gs), grid_w(gd), static_cast<double>(footer_chars) * 6.2, 480.0});
+  const double width = content_w + 2 * kMargin;
+  const double src_top = kMargin + 56;
+  const double dst_top = src_top + grid_h(gs) + kBand;
+  const double footer_top = dst_top + grid_h(gd) + 36;
+  const double height = footer_top + 20.0 * static_cast<double>(footer.size()) + kMargin;
+
+  std::map<int, Rect> src_box, dst_box;
+  const auto place = [&](const Grid& g, const Mesh& m, double top, std::map<int, Rect>& out) {
+    const double left = kMargin + (content_w - grid_w(g)) / 2;
+    for (std::int64_t i = 0; i < m.size(); ++i) {
+      const std::int64_t row = (i / g.mesh_cols) * g.per_row + (i % g.mesh_cols) / kWrap;
+      const std::int64_t col = (i % g.mesh_cols) % kWrap;
+      out[m.device(i)] = Rect{left + static_cast<double>(col) * (box_w + kGap),
+                              top + static_cast<double>(row) * (kBoxH + kGap), box_w, kBoxH};
+    }
+  };
+  place(gs, src.mesh(), src_top, src_box);
+  place(gd, dst.mesh(), dst_top, dst_box);
+
+  std::ostringstream os;
+  os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+     << "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" << num(width)
+     << "\" height=\"" << num(height) << "\" viewBox=\"0 0 " << num(width) << ' ' << num(height)
+     << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"12\">\n"
+     << "<title>" << esc("meshcast plan " + src.str() + " -> " + dst.str()) << "</title>\n"
+     << "<rect x=\"0\" y=\"0\" width=\"" << num(width) << "\" height=\"" << num(height)
+     << "\" fill=\"white\"/>\n";
+  os << "<text x=\"" << num(kMargin) << "\" y=\"" << num(kMargin + 8)
+     << "\" font-size=\"15\" font-weight=\"bold\">"
+     << esc("meshcast plan: " + shape_str(src.shape()) + " " + to_string(src.dtype()))
+     << "</text>\n";
+
+  // Lines, drawn over the boxes (translucent), largest last. Lines leaving one box, and lines
+  // entering one box, are spread along its edge so that they do not overlap.
+  std::vector<std::pair<std::tuple<int, int, bool>, std::int64_t>> all(flows.begin(), flows.end());
+  std::stable_sort(all.begin(), all.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  all.resize(all.size() - hidden);
+  struct Line {
+    int from, to;
+    bool from_dst;
+    std::int64_t bytes;
+    Rect a, b;
+    double ax = 0, bx = 0;
+  };
+  std::vector<Line> lines;
+  for (const auto& [key, bytes] : all) {
+    const auto [from, to, from_dst] = key;
+    const auto& origins = from_dst ? dst_box : src_box;
+    const auto target = dst_box.find(to);
+    const auto origin = origins.find(from);
+    if (target == dst_box.end() || origin == origins.end() || (from_dst && from == to)) continue;
+    lines.push_back({from, to, from_dst, bytes, origin->second, target->second});
+  }
+  {
+    std::map<std::pair<int, bool>, std::vector<std::size_t>> out;
+    std::map<int, std::vector<std::size_t>> in;
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      out[{lines[i].from, lines[i].from_dst}].push_back(i);
+      in[lines[i].to].push_back(i);
+    }
+    const auto spread = [&](std::vector<std::size_t>& group, bool at_start) {
+      std::stable_sort(group.begin(), group.end(), [&](std::size_t x, std::size_t y) {
+        return at_start ? lines[x].b.cx() < lines[y].b.cx() : lines[x].a.cx() < lines[y].a.cx();
+      });
+      for (std::size_t k = 0; k < group.size(); ++k) {
+        Line& l = lines[group[k]];
+        const Rect& r = at_start ? l.a : l.b;
+        const double x =
+            r.x + r.w * static_cast<double>(k + 1) / static_cast<double>(group.size() + 1);
+        (at_start ? l.ax : l.bx) = x;
+      }
+    };
+    for (auto& [key, group] : out) spread(group, true);
+    for (auto& [key, group] : in) spread(group, false);
+  }
+  // Thinner lines when there are many.
+  const double widest =
+      lines.size() <= 16 ? 5.0
+                         : std::max(1.0, 5.0 * std::sqrt(16.0 / static_cast<double>(lines.size())));
+  std::ostringstream ls;
+  std::map<int, bool> marker;
+  ls << "<g fill=\"none\" stroke-linecap=\"round\" opacity=\"0.75\">\n";
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+    const Line& l = *it;
+    marker[l.from] = true;
+    const double w = 1 + widest * static_cast<double>(l.bytes) / static_cast<double>(max_flow);
+    ls << "<path stroke=\"" << ink(l.from) << "\" stroke-width=\"" << num(w) << "\"";
+    if (l.from == l.to && !l.from_dst) ls << " stroke-dasharray=\"5,4\"";
+    if (l.from_dst) {
+      // Within the destination grid: a curve above the boxes.
+      const double lift = 30 + std::fabs(l.ax - l.bx) / 8;
+      ls << " d=\"M" << num(l.ax) << ',' << num(l.a.y) << " Q" << num((l.ax + l.bx) / 2) << ','
+         << num(std::min(l.a.y, l.b.y) - lift) << ' ' << num(l.bx) << ',' << num(l.b.y) << "\"";
+    } else {
+      ls << " d=\"M" << num(l.ax) << ',' << num(l.a.y + l.a.h) << " L" << num(l.bx) << ','
+         << num(l.b.y) << "\"";
+    }
+    ls << " marker-end=\"url(#arrow" << l.from << ")\"><title>"
+       << esc("device " + std::to_string(l.from) + " -> device " + std::to_string(l.to) + ": " +
+              human_bytes(l.bytes) + (l.from_dst ? " (from its destination buffer)" : ""))
+       << "</title></path>\n";
+  }
+  ls << "</g>\n";
+  os << "<defs>";
+  for (const auto& [d, used] : marker)
+    os << "<marker id=\"arrow" << d << "\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" "
+       << "markerUnits=\"userSpaceOnUse\" markerWidth=\"9\" markerHeight=\"9\" "
+       << "orient=\"auto\"><path d=\"M0,0 L10,5 L0,10 z\" fill=\"" << ink(d) << "\"/></marker>";
+  os << "</defs>\n";
+
+  const auto draw_box = [&](const Rect& r, int device, const std::string& label, bool is_src) {
+    os << "<g>";
+    if (is_src) {
+      os << "<rect x=\"" << num(r.x) << "\" y=\"" << num(r.y) << "\" width=\"" << num(r.w)
+         << "\" height=\"" << num(r.h) << "\" fill=\"" << fill(device) << "\"/>";
+    } else if (const auto rec = received.find(device); rec != received.end()) {
+      std::int64_t total = 0;
+      for (const auto& [s, b] : rec->second) total += b;
+      double x = r.x;
+      for (const auto& [s, b] : rec->second) {
+        const double w =
+            r.w * static_cast<double>(b) / static_cast<double>(std::max<std::int64_t>(total, 1));
+        os << "<rect x=\"" << num(x) << "\" y=\"" << num(r.y) << "\" width=\"" << num(w)
+           << "\" height=\"" << num(r.h) << "\" fill=\"" << fill(s) << "\"/>";
+        x += w;
+      }
+    }
+    os << "<rect x=\"" << num(r.x) << "\" y=\"" << num(r.y) << "\" width=\"" << num(r.w)
+       << "\" height=\"" << num(r.h) << "\" fill=\"none\" stroke=\"#333\"/>"
+       << "<rect x=\"" << num(r.x + 4) << "\" y=\"" << num(r.y + 5) << "\" width=\"10\" "
+       << "height=\"10\" fill=\"" << ink(device) << "\"/>"
+       << "<text x=\"" << num(r.x + 19) << "\" y=\"" << num(r.y + 15) << "\" font-weight=\"bold\">"
+       << esc("device " + std::to_string(device)) << "</text>"
+       << "<text x=\"" << num(r.x + 6) << "\" y=\"" << num(r.y + 36)
+       << "\" font-family=\"DejaVu Sans Mono, Menlo, monospace\" font-size=\"11\">" << esc(label)
+       << "</text>";
+    if (!is_src) {
+      std::string tip = "device " + std::to_string(device) + " receives";
+      if (const auto rec = received.find(device); rec != received.end())
+        for (const auto& [s, b] : rec->second)
+          tip.append(" ")
+              .append(human_bytes(b))
+              .append(" from ")
+              .append(std::to_string(s))
+              .append(";");
+      os << "<title>" << esc(tip) << "</title>";
+    }
+    os << "</g>\n";
+  };
+  for (std::int64_t i = 0; i < src.mesh().size(); ++i)
+    draw_box(src_box[src.mesh().device(i)], src.mesh().device(i), tile_label(src, i), true);
+  for (std::int64_t i = 0; i < dst.mesh().size(); ++i)
+    draw_box(dst_box[dst.mesh().device(i)], dst.mesh().device(i), tile_label(dst, i), false);
+
+  os << ls.str();
+  // Panel labels over the lines, with a white halo.
+  os << "<g stroke=\"white\" stroke-width=\"4\" paint-order=\"stroke\" font-weight=\"bold\">"
+     << "<text x=\"" << num(kMargin) << "\" y=\"" << num(src_top - 10) << "\">"
+     << esc("source " + src.str()) << "</text>"
+     << "<text x=\"" << num(kMargin) << "\" y=\"" << num(dst_top - 10) << "\">"
+     << esc("destination " + dst.str()) << "</text></g>\n";
+  for (std::size_t i = 0; i < footer.size(); ++i)
+    os << "<text x=\"" << num(kMargin) << "\" y=\""
+       << num(footer_top + 20.0 * static_cast<double>(i)) << "\""
+       << (i >= 2 ? " fill=\"#555\"" : "") << ">" << esc(footer[i]) << "</text>\n";
+  os << "</svg>\n";
+  return os.str();
+}
+
+}  // namespace meshcast

@@ -1,0 +1,257 @@
+// Mesh: the text form of DESIGN.md, parse(str()) == m, coord/index inverse, index_of, and bad
+// inputs naming their field in one line.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "meshcast/error.h"
+#include "meshcast/mesh.h"
+#include "support/testing.h"
+
+// The largest single allocation made while `g_track` is set: a short mesh text must not make the
+// parser allocate memory for ids it will refuse anyway.
+namespace {
+std::atomic<bool> g_track{false};
+std::atomic<std::size_t> g_largest{0};
+}  // namespace
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void* operator new(std::size_t n) {
+  if (g_track.load(std::memory_order_relaxed)) {
+    std::size_t cur = g_largest.load(std::memory_order_relaxed);
+    while (n > cur && !g_largest.compare_exchange_weak(cur, n)) {
+    }
+  }
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return ::operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
+
+namespace meshcast {
+namespace {
+
+using testing::Rng;
+
+// lo, lo+1, ..., lo+n-1 (no increment past the last: ids may end at INT_MAX).
+std::vector<int> iota(int lo, int n) {
+  std::vector<int> v;
+  for (std::int64_t k = 0; k < n; ++k) v.push_back(static_cast<int>(lo + k));
+  return v;
+}
+
+TEST(Mesh, ParsesTheDesignExamples) {
+  const Mesh a = Mesh::parse("2x4");
+  EXPECT_EQ(a.shape(), (std::vector<std::int64_t>{2, 4}));
+  EXPECT_EQ(a.devices(), iota(0, 8));
+  EXPECT_EQ(a.str(), "2x4@0-7");
+
+  const Mesh b = Mesh::parse("2x4@8-15");
+  EXPECT_EQ(b.shape(), (std::vector<std::int64_t>{2, 4}));
+  EXPECT_EQ(b.devices(), iota(8, 8));
+  EXPECT_EQ(b.str(), "2x4@8-15");
+
+  const Mesh c = Mesh::parse("2x2@[0,2,4,6]");
+  EXPECT_EQ(c.shape(), (std::vector<std::int64_t>{2, 2}));
+  EXPECT_EQ(c.devices(), (std::vector<int>{0, 2, 4, 6}));
+  EXPECT_EQ(c.str(), "2x2@[0,2,4,6]");
+
+  const Mesh d = Mesh::parse("4@0-3");
+  EXPECT_EQ(d.ndim(), 1u);
+  EXPECT_EQ(d.devices(), iota(0, 4));
+
+  const Mesh e = Mesh::parse("1x1@5");
+  EXPECT_EQ(e.shape(), (std::vector<std::int64_t>{1, 1}));
+  EXPECT_EQ(e.devices(), (std::vector<int>{5}));
+  EXPECT_EQ(e.str(), "1x1@5");
+
+  const Mesh f = Mesh::parse("2x2@[0-1,6-7]");
+  EXPECT_EQ(f.devices(), (std::vector<int>{0, 1, 6, 7}));
+  EXPECT_EQ(Mesh::parse(f.str()), f);
+
+  const Mesh g = Mesh::parse("4@[3,2,1,0]");
+  EXPECT_EQ(g.devices(), (std::vector<int>{3, 2, 1, 0}));
+  EXPECT_EQ(Mesh::parse(g.str()), g);
+
+  EXPECT_EQ(a.size(), 8);
+  EXPECT_EQ(a.extent(1), 4);
+  EXPECT_EQ(b.device(3), 11);
+  std::ostringstream os;
+  os << c;
+  EXPECT_EQ(os.str(), "2x2@[0,2,4,6]");
+}
+
+// Device lists of several kinds: consecutive, random ids, runs, permutations.
+std::vector<int> random_devices(Rng& rng, std::int64_t n) {
+  const auto count = static_cast<std::size_t>(n);
+  switch (rng.below(4)) {
+    case 0: return iota(static_cast<int>(rng.below(100)), static_cast<int>(n));
+    case 1: {  // distinct ids from a wider range, random order
+      std::vector<int> pool = iota(0, static_cast<int>(2 * n + 10));
+      return testing::sample(rng, pool, count);
+    }
+    case 2: {  // runs of consecutive ids, then shuffled runs
+      std::vector<int> v;
+      int next = static_cast<int>(rng.below(5));
+      while (v.size() < count) {
+        const auto run = rng.between(1, 5);
+        for (std::int64_t k = 0; k < run && v.size() < count; ++k) v.push_back(next++);
+        next += static_cast<int>(rng.between(1, 3));
+      }
+      if (rng.chance(1, 2)) std::reverse(v.begin(), v.end());
+      return v;
+    }
+    default: {  // a permutation of 0..n-1, with large ids sometimes
+      auto v = iota(rng.chance(1, 4) ? 2147483647 - static_cast<int>(n) + 1 : 0, static_cast<int>(n));
+      rng.shuffle(v);
+      return v;
+    }
+  }
+}
+
+TEST(Mesh, RandomMeshesRoundTripAndIndexInverse) {
+  Rng rng(0x3e54);
+  for (int i = 0; i < testing::scaled(3000); ++i) {
+    const auto shape = testing::random_mesh_shape(rng, 5, 4, 64);
+    const auto n = testing::ref_volume(shape);
+    const auto devices = random_devices(rng, n);
+    const Mesh m(shape, devices);
+    const std::string text = m.str();
+    SCOPED_TRACE("mesh " + text);
+    ASSERT_EQ(Mesh::parse(text), m);
+    EXPECT_EQ(Mesh::parse(text).str(), text) << "str() is canonical";
+    EXPECT_EQ(m.size(), n);
+    EXPECT_EQ(m.ndim(), shape.size());
+    for (std::int64_t k = 0; k < n; ++k) {
+      const auto c = testing::ref_coord(shape, k);
+      ASSERT_EQ(m.coord(k), c) << "index " << k;
+      ASSERT_EQ(m.index(c), k);
+      ASSERT_EQ(m.device(k), devices[static_cast<std::size_t>(k)]);
+      ASSERT_EQ(m.index_of(devices[static_cast<std::size_t>(k)]), std::optional<std::int64_t>(k));
+      ASSERT_TRUE(m.contains(devices[static_cast<std::size_t>(k)]));
+    }
+    // Ids that are not in the mesh.
+    for (int d : {-1, 0, 1, 7, 63, 200, 2147483647}) {
+      const bool in = std::find(devices.begin(), devices.end(), d) != devices.end();
+      EXPECT_EQ(m.index_of(d).has_value(), in) << d;
+      EXPECT_EQ(m.contains(d), in) << d;
+    }
+  }
+}
+
+enum class Kind { Parse, Validation, Either };
+
+TEST(Mesh, BadInputsNameTheFieldInOneLine) {
+  struct Bad {
+    const char* text;
+    Kind kind;
+  };
+  const Bad cases[] = {
+      {"2x4@0-6", Kind::Validation},           // 7 ids for 8 devices
+      {"2x4@0-8", Kind::Validation},           // 9 ids
+      {"2x2@[0,1,2]", Kind::Validation},       // 3 ids
+      {"2x2@[0,1,2,3,4]", Kind::Validation},   // 5 ids
+      {"1x1@[5,6]", Kind::Validation},         // 2 ids
+      {"2x2@[0,1,1,2]", Kind::Validation},     // duplicate id
+      {"2x2@[0-2,2]", Kind::Validation},       // duplicate through a range
+      {"2x", Kind::Parse},
+      {"x4", Kind::Parse},
+      {"2xx4", Kind::Parse},
+      {"2x4@", Kind::Parse},
+      {"2x2@[0,1", Kind::Parse},
+      {"2x2@0,1]", Kind::Parse},
+      {"2x2@[]", Kind::Parse},
+      {"2x2@[0,1,,2]", Kind::Parse},
+      {"2x2@[0,2,4,6]@1", Kind::Parse},
+      {"0x4", Kind::Either},
+      {"2x0", Kind::Either},
+      {"2x4@7-0", Kind::Parse},
+      {"2x4@0--7", Kind::Parse},
+      {"99999999999999999999x2", Kind::Parse},  // extent beyond int64
+      {"9223372036854775807x2", Kind::Either},
+      {"65536x65536", Kind::Either},            // 2^32 devices
+      {"1048576x1048576x1048576", Kind::Either},
+      {"1@2147483648", Kind::Parse},            // id beyond int
+      {"2@[0,99999999999]", Kind::Parse},
+      {"2@2147483647-2147483648", Kind::Parse},
+      {"2xa", Kind::Parse},
+      {"2x4@a-b", Kind::Parse},
+      {"2x4@0-7z", Kind::Parse},
+      {"-1", Kind::Parse},
+      {"4@-1-2", Kind::Parse},
+      {"2x4@[0,1,2,3,4,5,6,-7]", Kind::Parse},
+      {" 2x4", Kind::Parse},
+      {"2x4 ", Kind::Parse},
+      {"2X4", Kind::Parse},
+      {"", Kind::Parse},
+      {"@", Kind::Parse},
+      {"x", Kind::Parse},
+      {"2x4@0-7\n", Kind::Parse},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string("text '") + c.text + "'");
+    try {
+      const Mesh m = Mesh::parse(c.text, "dst.mesh");
+      ADD_FAILURE() << "parsed as " << m.str();
+    } catch (const Error& e) {
+      const bool parse = dynamic_cast<const ParseError*>(&e) != nullptr;
+      const bool validation = dynamic_cast<const ValidationError*>(&e) != nullptr;
+      const bool kind_ok = c.kind == Kind::Parse        ? parse
+                           : c.kind == Kind::Validation ? validation
+                                                        : parse || validation;
+      EXPECT_TRUE(kind_ok) << e.what();
+      EXPECT_EQ(e.field(), "dst.mesh") << e.what();
+      const std::string what = e.what();
+      EXPECT_EQ(what.rfind("dst.mesh: ", 0), 0u) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+      EXPECT_LT(what.size(), 300u) << what;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not a meshcast::Error: " << e.what();
+    }
+  }
+}
+
+TEST(Mesh, ConstructorValidates) {
+  EXPECT_THROW(Mesh({}, {}, "m"), ValidationError);
+  EXPECT_THROW(Mesh({2}, {0, -1}, "m"), ValidationError);
+  EXPECT_THROW(Mesh({2}, {3, 3}, "m"), ValidationError);
+  EXPECT_THROW(Mesh({2, 2}, {0, 1, 2}, "m"), ValidationError);
+  EXPECT_THROW(Mesh({0}, {}, "m"), ValidationError);
+  try {
+    Mesh({2}, {4, 4}, "src.mesh");
+    ADD_FAILURE();
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.field(), "src.mesh");
+  }
+}
+
+// A device range far larger than the mesh is refused without materialising its ids.
+TEST(Mesh, LongDeviceRangeIsRefusedWithoutAllocatingIt) {
+  for (const char* text : {"4@0-20000000", "2x2@[0-20000000]"}) {
+    g_largest = 0;
+    g_track = true;
+    bool threw = false;
+    try {
+      (void)Mesh::parse(text, "mesh");
+    } catch (const ValidationError& e) {
+      threw = e.field() == "mesh";
+    } catch (const Error&) {
+      threw = true;
+    }
+    g_track = false;
+    EXPECT_TRUE(threw) << text;
+    EXPECT_LT(g_largest.load(), std::size_t{1} << 20)
+        << "Mesh::parse(\"" << text << "\") allocated " << g_largest.load()
+        << " bytes at once for a 4-device mesh";
+  }
+}
+
+}  // namespace
+}  // namespace meshcast

@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# Tests of the `meshcast` command line (DESIGN.md, "Command line").
+# Usage: tests/tools/cli_test.sh path/to/meshcast      (run from anywhere; exit 0 when all pass)
+#
+# Tables: good reshards (--verify --json must report verified true, mismatches 0), bad inputs
+# (exit status 2, exactly one line on stderr naming the field), plan --json / --svg output, the
+# shipped topology files, the demo, and --help.
+set -u
+MC=${1:?usage: cli_test.sh path/to/meshcast}
+MC=$(cd "$(dirname "$MC")" && pwd)/$(basename "$MC")
+[ -x "$MC" ] || { echo "no executable at $MC"; exit 2; }
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."  # the repository root: meshes/ lives there
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+LIMIT=120  # seconds per command: nothing may hang
+
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad_result() { fail=$((fail + 1)); echo "FAIL $*"; }
+
+# Runs the CLI with a time limit; stdout -> $TMP/out, stderr -> $TMP/err, status -> $rc.
+run() {
+  timeout "$LIMIT" "$MC" "$@" >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+}
+
+# The values of keys "$@" in the one JSON object of $TMP/out, space-separated, as JSON ("NOJSON"
+# for each unless stdout is exactly one JSON document on one line; "MISSING" for an absent key).
+json_field() {
+  python3 - "$TMP/out" "$@" <<'EOF'
+import json, sys
+lines = open(sys.argv[1]).read().strip().splitlines()
+try:
+    assert len(lines) == 1
+    obj = json.loads(lines[0])
+    print(" ".join(json.dumps(obj.get(k, "MISSING")).replace(" ", "") for k in sys.argv[2:]))
+except Exception:
+    print(" ".join("NOJSON" for k in sys.argv[2:]))
+EOF
+}
+
+# ---- good reshards: every strategy ----------------------------------------------------------
+good() {  # args...
+  run reshard "$@" --verify --json --iters 2
+  local v m b s
+  read -r v m b s < <(json_field verified mismatches bytes_moved seconds)
+  if [ "$rc" -eq 0 ] && [ "$v" = true ] && [ "$m" = 0 ] && [[ "$b" =~ ^[0-9]+$ ]] &&
+    [[ "$s" =~ ^[0-9.e+-]+$ ]]; then
+    ok
+  else
+    bad_result "reshard $* -> rc=$rc verified=$v mismatches=$m bytes_moved=$b seconds=$s" \
+      "$(head -c 300 "$TMP/err")"
+  fi
+}
+
+GOOD_CASES=(
+  "--shape 8,6 --dtype f32 --src 2x2@0-3:S0S1 --dst 4@4-7:RS0"
+  "--shape 10 --dtype i32 --src 1@0:R --dst 3@1-3:R"
+  "--shape 9,4,2 --dtype f64 --src 3@0-2:S0RR --dst 2x2@0-3:RS0S1"
+  "--shape 12,12 --dtype f32 --src 2x2@0-3:S0R+P1 --dst 2x2@0-3:RS0"
+  "--shape 12,12 --dtype f32 --src 2x2@0-3:S0R --dst 2x2@4-7:RS1+P0"
+  "--shape 5,7 --dtype bf16 --src 2x2@[3,1,2,0]:S1R --dst 4@0-3:S0R"
+  "--shape 3,5 --dtype f16 --src 4@0-3:S0R --dst 2x3@2-7:S1S0"
+  "--shape 7,0,3 --dtype i8 --src 2@0-1:S0RR --dst 2@2-3:RRS0"
+  "--shape 64,48,8 --dtype i64 --src 2x4@0-7:S0S1R --dst 2x4@8-15:RS0R --topology meshes/aws-p3.8xlarge.json"
+  "--shape 32,32 --dtype f32 --src 2x2@0-3:S01R --dst 2x2@0-3:S10R --topology meshes/emulated.json"
+)
+for st in auto broadcast sendrecv allgather; do
+  for bal in none greedy search; do
+    for c in "${GOOD_CASES[@]}"; do
+      # shellcheck disable=SC2086
+      good $c --strategy "$st" --balance "$bal" --backend local
+    done
+  done
+done
+
+# Without --verify: verified false and mismatches null.
+run reshard --shape 8,8 --dtype f32 --src 2x2@0-3:S0R --dst 4@4-7:RS0 --json
+fields=$(json_field verified mismatches iters bytes_network strategy effective_gbps src dst shape dtype)
+if [ "$rc" -eq 0 ] && [[ "$fields" =~ ^false\ null\ 5\ 0\ \"[a-z]+\"\ [0-9.e+-]+\ \"2x2@0-3:S0R\"\ \"4@4-7:RS0\"\ \[8,8\]\ \"f32\"$ ]]; then ok
+else bad_result "reshard --json without --verify: rc=$rc $fields"; fi
+
+# The human report names the things a reader looks for.
+run reshard --shape 8,8 --dtype f32 --src 2x2@0-3:S0R --dst 4@4-7:RS0 --verify
+if [ "$rc" -eq 0 ] && grep -q "strategy" "$TMP/out" && grep -q "bytes moved" "$TMP/out" &&
+  grep -q "median" "$TMP/out" && grep -q "effective" "$TMP/out" &&
+  grep -q "verified *yes" "$TMP/out"; then ok
+else bad_result "reshard human report: rc=$rc $(cat "$TMP/out" "$TMP/err")"; fi
+
+# ---- bad inputs: exit 2, one line on stderr naming the field -------------------------------
+bad() {  # field, then args of `reshard`
+  local want=$1
+  shift
+  run reshard "$@"
+  local lines
+  lines=$(wc -l <"$TMP/err")
+  if [ "$rc" -eq 2 ] && [ "$lines" -eq 1 ] && grep -qi -- "$want" "$TMP/err" && [ ! -s "$TMP/out" ]; then
+    ok
+  else
+    bad_result "bad input ($want) reshard $* -> rc=$rc, $lines stderr lines: $(head -c 300 "$TMP/err")"
+  fi
+}
+S=(--shape 8,8 --dtype f32)
+bad src.mesh "${S[@]}" --src 2x2@0-4:S0R --dst 4@0-3:S0R --verify
+bad dst.mesh "${S[@]}" --src 2x2@0-3:S0R --dst 2x2@0-4:S0R --verify
+bad src.mesh "${S[@]}" --src 2x2@[0,0,1,2]:S0R --dst 4@0-3:S0R --verify
+bad src.spec "${S[@]}" --src 2x2@0-3:S0RR --dst 4@0-3:S0R --verify
+bad spec --shape 8 --dtype f32 --src 2x2@0-3:S0R --dst 4@0-3:S0R --verify
+bad dst.spec "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0S0 --verify
+bad src.spec "${S[@]}" --src 2x2@0-3:S2R --dst 4@0-3:S0R --verify
+bad src.spec "${S[@]}" --src 2x2@0-3:S0R+P0 --dst 4@0-3:S0R --verify
+bad src.spec "${S[@]}" --src 2x2@0-3:Q0R --dst 4@0-3:S0R --verify
+bad src.mesh "${S[@]}" --src 2x:S0R --dst 4@0-3:S0R --verify
+bad src.mesh "${S[@]}" --src 2x4@:S0R --dst 4@0-3:S0R --verify
+bad src.mesh "${S[@]}" --src x4:S0R --dst 4@0-3:S0R --verify
+bad src "${S[@]}" --src 2x2@0-3 --dst 4@0-3:S0R --verify
+bad shape --shape -4,4 --dtype f32 --src 2x2@0-3:S0R --dst 4@0-3:S0R --verify
+bad shape --shape=-4,4 --dtype f32 --src 2x2@0-3:S0R --dst 4@0-3:S0R --verify
+bad shape --shape 9223372036854775807,4 --dtype f32 --src 2x2@0-3:S0R --dst 4@0-3:S0R --verify
+bad shape --shape 99999999999999999999,4 --dtype f32 --src 2x2@0-3:S0R --dst 4@0-3:S0R --verify
+bad shape --shape 4,,4 --dtype f32 --src 2x2@0-3:S0RR --dst 4@0-3:S0RR --verify
+bad shape --shape 4x4 --dtype f32 --src 2x2@0-3:S0R --dst 4@0-3:S0R --verify
+bad dtype --shape 8,8 --dtype f33 --src 2x2@0-3:S0R --dst 4@0-3:S0R --verify
+bad topology "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/missing.json" --verify
+bad topology "${S[@]}" --src 2x2@0-3:S0R --dst 4@40-43:S0R --topology meshes/aws-p3.8xlarge.json
+bad strategy "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --strategy fastest --verify
+bad balance "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --balance best --verify
+bad backend "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --backend gloo --verify
+bad "backend: mpi is not built into this meshcast" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --backend mpi
+bad iters "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --iters 0 --verify
+bad iters "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --iters -3 --verify
+bad iters "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --iters many --verify
+bad dst "${S[@]}" --src 2x2@0-3:S0R --verify
+bad shape --dtype f32 --src 2x2@0-3:S0R --dst 4@0-3:S0R --verify
+bad bogus "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --bogus
+bad backend "${S[@]}" --src 4@0-3:S0R --dst 1x1@2000000:RR
+bad shape --shape 1000000,1000000 --dtype f64 --src 2x2@0-3:S0R --dst 4@0-3:S0R --verify
+
+# A malformed topology file names the JSON path.
+printf '{"name": "x", "links": {"intra": {"bandwidth_gbyte_s": 1, "latency_us": 1}, "network": {"bandwidth_gbit_s": 1, "latency_us": 1}}, "hosts": [{"devices": [0, 1]}, {"devices": [2, 1]}]}' >"$TMP/dup.json"
+bad "topology.hosts\[1\].devices\[1\]" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/dup.json"
+printf '{"name": "x", "links": {"intra": {"bandwidth_gbyte_s": 0, "latency_us": 1}}, "single_host": true}' >"$TMP/zero.json"
+bad "topology.links.intra.bandwidth_gbyte_s" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/zero.json"
+printf '{"name": "x", ' >"$TMP/trunc.json"
+bad "topology" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/trunc.json"
+bad "topology" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP"
+
+# plan refuses the same inputs the same way.
+run plan --shape 8,8 --dtype f32 --src 2x2@0-4:S0R --dst 4@0-3:S0R --json
+if [ "$rc" -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q src.mesh "$TMP/err"; then ok
+else bad_result "plan with a bad mesh: rc=$rc $(cat "$TMP/err")"; fi
+run plan --shape 8,8 --dtype f32 --src 2x2@0-3:S0R --dst 4@0-3:S0R --svg /nonexistent-dir/x.svg
+if [ "$rc" -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q svg "$TMP/err"; then ok
+else bad_result "plan --svg to an unwritable path: rc=$rc $(cat "$TMP/err")"; fi
+run
+if [ "$rc" -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ]; then ok
+else bad_result "no subcommand: rc=$rc $(cat "$TMP/err")"; fi
+run frobnicate
+if [ "$rc" -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ]; then ok
+else bad_result "unknown subcommand: rc=$rc $(cat "$TMP/err")"; fi
+
+# ---- plan --json and --svg -----------------------------------------------------------------
+run plan --shape 64,64 --dtype f32 --src 2x2@0-3:S0S1 --dst 4@4-7:RS0 --json --svg "$TMP/plan.svg"
+if [ "$rc" -eq 0 ] && python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$TMP/out" &&
+  python3 -c 'import xml.etree.ElementTree as E,sys; r=E.parse(sys.argv[1]).getroot(); assert r.tag.endswith("svg")' "$TMP/plan.svg"; then ok
+else bad_result "plan --json --svg: rc=$rc $(head -c 300 "$TMP/err")"; fi
+
+for st in broadcast sendrecv allgather; do
+  for c in "${GOOD_CASES[@]}"; do
+    # shellcheck disable=SC2086
+    run plan $c --strategy $st --svg "$TMP/p.svg"
+    if [ "$rc" -eq 0 ] && python3 -c 'import xml.etree.ElementTree as E,sys; E.parse(sys.argv[1])' "$TMP/p.svg" &&
+      grep -q "strategy" "$TMP/out"; then ok
+    else bad_result "plan $c --strategy $st --svg: rc=$rc $(head -c 300 "$TMP/err")"; fi
+  done
+done
+
+# Text that needs escaping in the SVG (the topology name) stays well-formed XML.
+printf '{"name": "a<b>&\\"c\\"", "links": {"intra": {"bandwidth_gbyte_s": 1, "latency_us": 1}}, "single_host": true}' >"$TMP/esc.json"
+run plan --shape 8,8 --dtype f32 --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/esc.json" --svg "$TMP/esc.svg"
+if [ "$rc" -eq 0 ] && python3 -c 'import xml.etree.ElementTree as E,sys; E.parse(sys.argv[1])' "$TMP/esc.svg"; then ok
+else bad_result "svg escaping: rc=$rc $(head -c 300 "$TMP/err")"; fi
+
+# ---- shipped topology files ----------------------------------------------------------------
+for f in meshes/*.json; do
+  run plan --shape 64,64 --dtype f32 --src 2x2@0-3:S0R --dst 2x2@4-7:RS0 --topology "$f" --json
+  name=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])' "$f")
+  if [ "$rc" -eq 0 ] && [ "$(json_field topology)" = "\"$name\"" ]; then ok
+  else bad_result "plan --topology $f: rc=$rc topology=$(json_field topology) $(head -c 300 "$TMP/err")"; fi
+done
+
+# ---- demo ----------------------------------------------------------------------------------
+run demo
+if [ "$rc" -eq 0 ] && grep -q "all cases verified" "$TMP/out" && grep -q "bytes crossing hosts" "$TMP/out"; then ok
+else bad_result "demo: rc=$rc $(head -c 300 "$TMP/err")"; fi
+# The demo's built-in cluster is meshes/aws-p3.8xlarge.json: the same plans and byte counts.
+grep -v -e "^run:" -e "^topology" "$TMP/out" >"$TMP/demo.builtin"
+run demo --topology meshes/aws-p3.8xlarge.json
+grep -v -e "^run:" -e "^topology" "$TMP/out" >"$TMP/demo.file"
+if [ "$rc" -eq 0 ] && diff -q "$TMP/demo.builtin" "$TMP/demo.file" >/dev/null; then ok
+else bad_result "demo built-in topology differs from meshes/aws-p3.8xlarge.json: $(diff "$TMP/demo.builtin" "$TMP/demo.file" | head -5)"; fi
+run demo --iters 0
+if [ "$rc" -eq 2 ] && grep -q iters "$TMP/err"; then ok; else bad_result "demo --iters 0: rc=$rc"; fi
+
+# ---- help ----------------------------------------------------------------------------------
+for cmd in "" plan reshard demo; do
+  # shellcheck disable=SC2086
+  run $cmd --help
+  if [ "$rc" -eq 0 ] && [ -s "$TMP/out" ]; then ok; else bad_result "$cmd --help: rc=$rc"; fi
+done
+run reshard --help
+if grep -q -- "--verify" "$TMP/out" && grep -q -- "--backend" "$TMP/out" && grep -q "mismatches" "$TMP/out"; then ok
+else bad_result "reshard --help lacks --verify/--backend/mismatches"; fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,70 @@
+// The `meshcast` command-line program: the pieces shared by its subcommands. Private to tools/.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshcast/local.h"
+#include "meshcast/plan.h"
+#include "meshcast/topology.h"
+
+namespace CLI {
+class App;
+}
+
+namespace meshcast::cli {
+
+// Options of `plan` and `reshard`, as typed: parsed and validated by make_plan(), so that every
+// message names its field the same way.
+struct PlanArgs {
+  std::string shape, dtype, src, dst, topology, svg;
+  std::string strategy = "auto";
+  std::string balance = "search";
+  bool json = false;
+};
+
+// Options only `reshard` has.
+struct RunArgs {
+  std::string backend = "local";
+  std::string iters = "5";
+  bool verify = false;
+};
+
+struct DemoArgs {
+  std::string topology;
+  std::string iters = "3";
+};
+
+// Subcommands: each returns the process exit status; a meshcast::Error escapes to main().
+void add_plan_options(CLI::App& cmd, PlanArgs& args);
+int run_plan(const PlanArgs& args);
+int run_reshard(const PlanArgs& args, const RunArgs& run);
+int run_demo(const DemoArgs& args);
+
+// Shared helpers (cli_common.cc).
+// Parses and validates every option of `args`, then plans. Throws meshcast::Error naming the
+// field ("shape", "dtype", "src", "dst", "topology", "strategy", "balance").
+Plan make_plan(const PlanArgs& args);
+// A positive iteration count; throws ValidationError("iters").
+int parse_iters(const std::string& text);
+// Refuses (ValidationError "backend") a backend other than local: unknown or not built in.
+void check_backend(const std::string& backend);
+// Refuses a plan the in-process backend cannot run on this machine: too many device threads, or
+// buffers that do not fit in memory.
+void check_local_capacity(const Plan& plan);
+// Writes a text file; throws IoError(field) when it cannot.
+void write_file(const std::string& path, const std::string& text, const std::string& field);
+
+// The paper's cluster (meshes/aws-p3.8xlarge.json), built in so that `demo` runs anywhere.
+Topology builtin_aws_p3();
+
+double median(std::vector<double> v);
+// "16.00 MiB", "512 B".
+std::string human_bytes(std::int64_t bytes);
+// "12.34 GB/s" (decimal: 1 GB = 1e9 bytes).
+std::string human_rate(double bytes_per_second);
+// "12.3 ms", "1.23 s".
+std::string human_seconds(double seconds);
+
+}  // namespace meshcast::cli
