@@ -48,8 +48,15 @@ int run_demo(const DemoArgs& args);
 Plan make_plan(const PlanArgs& args);
 // A positive iteration count; throws ValidationError("iters").
 int parse_iters(const std::string& text);
-// Refuses (ValidationError "backend") a backend other than local: unknown or not built in.
+// Refuses (ValidationError "backend") a backend that is unknown or not built in.
 void check_backend(const std::string& backend);
+// Runs a plan on a process backend (mpi, ucx, nccl) under mpirun, one rank per device id
+// (cli_process.cc). Collective; `root` is true on the rank that reports.
+struct ProcessRun {
+  LocalRun run;
+  bool root = false;
+};
+ProcessRun run_process(const Plan& plan, const std::string& backend, int iters, bool verify);
 // Refuses a plan the in-process backend cannot run on this machine: too many device threads, or
 // buffers that do not fit in memory.
 void check_local_capacity(const Plan& plan);

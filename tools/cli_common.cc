@@ -57,6 +57,15 @@ int parse_iters(const std::string& text) {
 
 void check_backend(const std::string& backend) {
   if (backend == "local") return;
+#ifdef MESHCAST_HAS_MPI
+  if (backend == "mpi") return;
+#endif
+#ifdef MESHCAST_HAS_UCX
+  if (backend == "ucx") return;
+#endif
+#ifdef MESHCAST_HAS_NCCL
+  if (backend == "nccl") return;
+#endif
   if (backend == "mpi" || backend == "ucx" || backend == "nccl")
     throw ValidationError("backend", backend + " is not built into this meshcast");
   throw ValidationError(

@@ -1,7 +1,7 @@
 // `meshcast`: plan, run and inspect cross-mesh reshards from the command line.
 //
 //   meshcast plan    --shape 1024,1024,512 --dtype f32 --src 2x4@0-7:S0R --dst 2x4@8-15:RS1
-//   meshcast reshard (the same options) [--backend local] [--iters N] [--verify] [--json]
+//   meshcast reshard (the same options) [--backend local|mpi|ucx|nccl] [--iters N] [--verify] [--json]
 //   meshcast demo
 //
 // Exit status: 0 success; 1 a reshard delivered wrong elements; 2 bad input (one line on
@@ -36,8 +36,8 @@ stderr, "meshcast: <field>: <cause>"); 3 internal error.
 
 void add_run_options(CLI::App& cmd, RunArgs& run) {
   cmd.add_option("--backend", run.backend,
-                 "communicator: local (threads in this process; the only one built in), mpi, "
-                 "ucx, nccl")
+                 "communicator: local (threads in this process), or, under mpirun with one rank "
+                 "per device id, mpi, ucx, nccl (when built in)")
       ->type_name("NAME")
       ->capture_default_str();
   cmd.add_option("--iters", run.iters, "timed iterations after one warm-up run (>= 1)")
@@ -133,9 +133,17 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
   check_backend(run.backend);
   const int iters = parse_iters(run.iters);
   const Plan p = make_plan(args);
-  check_local_capacity(p);
-  if (!args.svg.empty()) write_file(args.svg, plan_svg(p), "svg");
-  const LocalRun r = run_local(p, iters, run.verify);
+  LocalRun r;
+  if (run.backend == "local") {
+    check_local_capacity(p);
+    if (!args.svg.empty()) write_file(args.svg, plan_svg(p), "svg");
+    r = run_local(p, iters, run.verify);
+  } else {
+    ProcessRun pr = run_process(p, run.backend, iters, run.verify);
+    if (!pr.root) return !run.verify || pr.run.mismatches == 0 ? 0 : 1;  // rank 0 reports
+    if (!args.svg.empty()) write_file(args.svg, plan_svg(p), "svg");
+    r = std::move(pr.run);
+  }
   const double seconds = median(r.seconds);
   const bool ok = !run.verify || r.mismatches == 0;
   if (args.json) {

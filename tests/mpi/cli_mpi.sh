@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# `meshcast reshard --backend mpi|ucx` under mpirun: verified results, one JSON object from rank
+# 0 only, and bad input across ranks refused with exit status 2 rather than a hang.
+# Usage: cli_mpi.sh MESHCAST MPIEXEC
+set -u
+mc=$1
+run=("$2" --allow-run-as-root --oversubscribe --mca btl self,vader)
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+for backend in mpi ucx; do
+  for args in "--shape 64,48 --dtype f32 --src 2x2@0-3:S0S1 --dst 4@4-7:RS0" \
+              "--shape 9,5,3 --dtype bf16 --src 2x2@[3,1,2,0]:S0RR+P1 --dst 2x4@0-7:RS1S0" \
+              "--shape 33 --dtype i64 --src 1@5:R --dst 2x3@0-5:S0"; do
+    for strategy in broadcast sendrecv allgather; do
+      # shellcheck disable=SC2086
+      out=$(timeout 120 "${run[@]}" -np 8 "$mc" reshard $args --strategy $strategy \
+            --backend $backend --iters 2 --verify --json 2>/dev/null)
+      rc=$?
+      lines=$(printf '%s\n' "$out" | grep -c '^{')
+      verified=$(printf '%s\n' "$out" | python3 -c 'import json,sys
+print(json.loads(sys.stdin.readline()).get("verified"))' 2>/dev/null)
+      if [[ $rc -eq 0 && $lines -eq 1 && $verified == True ]]; then ok; else
+        bad "$backend $strategy $args: rc=$rc json-lines=$lines verified=$verified"; fi
+    done
+  done
+done
+
+# Too few ranks for the meshes' device ids.
+err=$(timeout 120 "${run[@]}" -np 2 "$mc" reshard --shape 8 --dtype f32 --src 4@0-3:S0 \
+      --dst 4@4-7:S0 --backend mpi --verify 2>&1 >/dev/null)
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q "backend: the meshes use device ids up to 7" <<<"$err"; then ok; else
+  bad "too few ranks: rc=$rc: $err"; fi
+
+# Ranks given different layouts: detected before any transfer.
+err=$(timeout 120 "${run[@]}" -np 2 "$mc" reshard --shape 8 --dtype f32 --src 2@0-1:S0 \
+      --dst 2@0-1:R --backend mpi --verify : -np 2 "$mc" reshard --shape 8 --dtype f32 \
+      --src 2@0-1:R --dst 2@0-1:S0 --backend mpi --verify 2>&1 >/dev/null)
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q "plan: rank 2 planned a different move" <<<"$err"; then ok; else
+  bad "disagreeing ranks: rc=$rc: $err"; fi
+
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]

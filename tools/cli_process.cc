@@ -1,0 +1,92 @@
+// `meshcast reshard --backend mpi|ucx|nccl`: one process per device under mpirun. Every rank
+// parses the same options and plans; the ranks first check that their plans agree (a rank
+// given other options would otherwise hang or corrupt), then run, time and verify together.
+// Only rank 0 prints. Built only when the MPI backend is.
+#include <chrono>
+#include <functional>
+#include <memory>
+
+#include "cli.h"
+#include "meshcast/error.h"
+#include "meshcast/mpi.h"
+#include "meshcast/reshard.h"
+#include "meshcast/verify.h"
+#ifdef MESHCAST_HAS_UCX
+#include "meshcast/ucx.h"
+#endif
+#ifdef MESHCAST_HAS_NCCL
+#include "meshcast/nccl.h"
+#endif
+
+namespace meshcast::cli {
+
+ProcessRun run_process(const Plan& p, const std::string& backend, int iters, bool verify) {
+  MpiSession mpi(nullptr, nullptr);
+  Communicator* comm = &mpi.world();
+#ifdef MESHCAST_HAS_UCX
+  std::unique_ptr<UcxSession> ucx;
+  if (backend == "ucx") comm = &(ucx = std::make_unique<UcxSession>(mpi))->world();
+#endif
+#ifdef MESHCAST_HAS_NCCL
+  std::unique_ptr<NcclSession> nccl;
+  if (backend == "nccl") comm = &(nccl = std::make_unique<NcclSession>(mpi))->world();
+#endif
+  const int needed = p.devices().back() + 1;
+  if (comm->size() < needed)
+    throw ValidationError("backend", "the meshes use device ids up to " + std::to_string(needed - 1) +
+                                         ", so mpirun must start at least " + std::to_string(needed) +
+                                         " ranks (it started " + std::to_string(comm->size()) + ")");
+  // Every rank must run the same plan.
+  const std::size_t h = std::hash<std::string>{}(p.to_json());
+  std::vector<unsigned char> mine(reinterpret_cast<const unsigned char*>(&h),
+                                  reinterpret_cast<const unsigned char*>(&h) + sizeof h);
+  const auto all = mpi.allgather(mine);
+  for (std::size_t r = 0; r < all.size(); ++r)
+    if (all[r] != all[0])
+      throw ValidationError("plan", "rank " + std::to_string(r) +
+                                        " planned a different move than rank 0 (the ranks were "
+                                        "given different options)");
+
+  const int me = comm->rank();
+  const Layout& src = p.src();
+  const Layout& dst = p.dst();
+  const std::size_t elem = dtype_size(src.dtype());
+  std::vector<std::byte> in, out;
+  if (src.mesh().contains(me)) {
+    in.resize(static_cast<std::size_t>(src.local_elements(me)) * elem);
+    fill_source(src, me, in.data());
+  }
+  if (dst.mesh().contains(me)) out.resize(static_cast<std::size_t>(dst.local_elements(me)) * elem);
+  void* src_buf = in.empty() ? nullptr : in.data();
+  void* dst_buf = out.empty() ? nullptr : out.data();
+#ifdef MESHCAST_HAS_NCCL
+  std::shared_ptr<void> gin, gout;  // GPU copies of the buffers
+  if (nccl) {
+    gin = nccl->allocate(in.size());
+    gout = nccl->allocate(out.size());
+    nccl->upload(in.data(), gin.get(), in.size());
+    src_buf = in.empty() ? nullptr : gin.get();
+    dst_buf = out.empty() ? nullptr : gout.get();
+  }
+#endif
+  ProcessRun result;
+  result.root = me == 0;
+  for (int it = -1; it < iters; ++it) {  // iteration -1 warms up
+    comm->barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    reshard(p, *comm, src_buf, dst_buf);
+    comm->barrier();
+    if (it >= 0)
+      result.run.seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+#ifdef MESHCAST_HAS_NCCL
+  if (nccl) nccl->download(gout.get(), out.data(), out.size());
+#endif
+  if (verify)
+    result.run.mismatches =
+        mpi.sum(dst.mesh().contains(me) ? count_mismatches(dst, me, out.data()) : 0);
+  return result;
+}
+
+}  // namespace meshcast::cli
