@@ -97,7 +97,7 @@ Request start(const Region& r, int peer, Post&& post) {
 
 class MpiComm final : public Communicator {
  public:
-  MpiComm(MPI_Comm comm, double timeout) : comm_(comm), timeout_(timeout) {
+  MpiComm(MPI_Comm comm, const MpiOptions& o) : comm_(comm), timeout_(o.timeout_seconds), opt_(o) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -115,6 +115,8 @@ class MpiComm final : public Communicator {
   Request irecv(const Region& to, int src, int tag) override { return p2p(to, src, tag, false); }
 
   Request ibcast(const Region& region, int root, std::span<const int> group, int tag) override {
+    if (opt_.broadcast == MpiOptions::Broadcast::Chain)
+      return ibcast_chain(region, root, group, tag, opt_.chunk_bytes);
     std::vector<int> members(group.begin(), group.end());
     std::sort(members.begin(), members.end());
     MPI_Comm sub = group_comm(members);
@@ -139,10 +141,8 @@ class MpiComm final : public Communicator {
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_);
     int polls = 0;
     while (true) {
-      int done = 0;
-      check(MPI_Testall(static_cast<int>(r.reqs.size()), r.reqs.data(), &done, MPI_STATUSES_IGNORE),
-            "MPI_Testall");
-      if (done) return;
+      if (test_one(r)) return;
+      if (advance_chains()) polls = 0;
       if (Clock::now() > deadline) {
         std::string who;
         for (int p : r.peers) who += (who.empty() ? "" : ",") + std::to_string(p);
@@ -152,6 +152,14 @@ class MpiComm final : public Communicator {
       // Spin briefly for latency, then yield the core (2-core machines run several ranks).
       if (++polls > 64) std::this_thread::sleep_for(std::chrono::microseconds(polls > 4096 ? 200 : 5));
     }
+  }
+
+  bool test_one(Request::Impl& impl) override {
+    auto& r = static_cast<MpiRequest&>(impl);
+    int done = 0;
+    check(MPI_Testall(static_cast<int>(r.reqs.size()), r.reqs.data(), &done, MPI_STATUSES_IGNORE),
+          "MPI_Testall");
+    return done != 0;
   }
 
  private:
@@ -187,6 +195,7 @@ class MpiComm final : public Communicator {
   MPI_Comm comm_;
   int rank_ = 0, size_ = 0;
   double timeout_;
+  MpiOptions opt_;
   std::map<std::vector<int>, MPI_Comm> groups_;
 };
 
@@ -205,7 +214,7 @@ MpiSession::MpiSession(int* argc, char*** argv, MpiOptions options) : impl_(std:
     check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
     impl_->owns = true;
   }
-  impl_->world = std::make_unique<MpiComm>(MPI_COMM_WORLD, options.timeout_seconds);
+  impl_->world = std::make_unique<MpiComm>(MPI_COMM_WORLD, options);
 }
 
 MpiSession::~MpiSession() {

@@ -113,6 +113,14 @@ class NcclComm final : public Communicator {
     poll([&] { return cudaEventQuery(r.done); }, r.peer);
   }
 
+  bool test_one(Request::Impl& impl) override {
+    flush();
+    const cudaError_t e = cudaEventQuery(static_cast<NcclRequest&>(impl).done);
+    if (e == cudaErrorNotReady) return false;
+    cuda_check(e, "cudaEventQuery");
+    return true;
+  }
+
  private:
   Posted stage(const Region& r, int peer, Posted::Kind kind) {
     if (peer < 0 || peer >= size_)

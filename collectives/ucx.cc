@@ -37,7 +37,7 @@ struct UcxRequest : Request::Impl {
 
 class UcxComm final : public Communicator {
  public:
-  UcxComm(MpiSession& mpi, double timeout) : timeout_(timeout) {
+  UcxComm(MpiSession& mpi, const UcxOptions& o) : timeout_(o.timeout_seconds), chunk_(o.chunk_bytes) {
     rank_ = mpi.world().rank();
     size_ = mpi.world().size();
     ucp_params_t params{};
@@ -114,6 +114,10 @@ class UcxComm final : public Communicator {
     return Request(req);
   }
 
+  Request ibcast(const Region& region, int root, std::span<const int> group, int tag) override {
+    return ibcast_chain(region, root, group, tag, chunk_);
+  }
+
   void barrier() override {
     // A dissemination barrier over tagged zero-byte messages on a reserved tag.
     constexpr int kBarrierTag = -1;
@@ -131,21 +135,27 @@ class UcxComm final : public Communicator {
     auto& r = static_cast<UcxRequest&>(impl);
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_);
     int idle = 0;
-    while (r.handle) {
-      if (ucp_worker_progress(worker_)) idle = 0;
-      const ucs_status_t st = ucp_request_check_status(r.handle);
-      if (st != UCS_INPROGRESS) {
-        r.status = st;
-        ucp_request_free(r.handle);
-        r.handle = nullptr;
-        break;
-      }
+    while (!test_one(r)) {
+      if (advance_chains()) idle = 0;
       if (failed_[static_cast<std::size_t>(r.peer)] || Clock::now() > deadline)
         throw CommError("device " + std::to_string(r.peer),
                         failed_[static_cast<std::size_t>(r.peer)]
                             ? "failed (UCX reported the peer unreachable)"
                             : "no progress for " + std::to_string(timeout_) + " s");
       if (++idle > 64) std::this_thread::sleep_for(std::chrono::microseconds(idle > 4096 ? 200 : 5));
+    }
+  }
+
+  // Progresses the worker; a finished request is checked and its staging unpacked.
+  bool test_one(Request::Impl& impl) override {
+    auto& r = static_cast<UcxRequest&>(impl);
+    if (r.handle) {
+      ucp_worker_progress(worker_);
+      const ucs_status_t st = ucp_request_check_status(r.handle);
+      if (st == UCS_INPROGRESS) return false;
+      r.status = st;
+      ucp_request_free(r.handle);
+      r.handle = nullptr;
     }
     if (r.status != UCS_OK)
       throw CommError("device " + std::to_string(r.peer),
@@ -154,6 +164,7 @@ class UcxComm final : public Communicator {
       unpack(r.staging.data(), r.unpack_to);
       r.unpack = false;
     }
+    return true;
   }
 
  private:
@@ -186,6 +197,7 @@ class UcxComm final : public Communicator {
   }
 
   double timeout_;
+  std::size_t chunk_;
   int rank_ = 0, size_ = 0;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -201,7 +213,7 @@ struct UcxSession::Impl {
 
 UcxSession::UcxSession(MpiSession& bootstrap, UcxOptions options)
     : impl_(std::make_unique<Impl>()) {
-  impl_->world = std::make_unique<UcxComm>(bootstrap, options.timeout_seconds);
+  impl_->world = std::make_unique<UcxComm>(bootstrap, options);
   bootstrap.world().barrier();  // every endpoint exists before anyone sends
 }
 

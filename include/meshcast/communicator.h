@@ -54,11 +54,29 @@ class Communicator {
   // Completes a request (throws CommError if a peer failed); the request is reset.
   void wait(Request& r);
   void wait_all(std::span<Request> rs);
+  // True once a request completed (it stays valid; wait() on it returns at once).
+  bool test(Request& r);
   virtual void barrier() = 0;
 
  protected:
-  // Backend-specific completion of one of its own requests.
+  // Backend-specific completion and non-blocking check of one of its own requests. A backend
+  // that polls must call advance_chains() in its polling loop, so that chains forward chunks
+  // while their devices wait on anything else.
   virtual void wait_one(Request::Impl& r) = 0;
+  virtual bool test_one(Request::Impl& r) = 0;
+
+  // A pipelined chain broadcast over isend/irecv: the box travels root -> group[1] -> group[2]
+  // ... in chunks of `chunk` bytes, each member forwarding a chunk as soon as it arrived, so the
+  // time is about bytes/bandwidth + (members - 2) * chunk/bandwidth. `group` is in chain order
+  // and must contain the root first. Strided boxes are staged (box bytes of scratch).
+  Request ibcast_chain(const Region& region, int root, std::span<const int> group, int tag,
+                       std::size_t chunk);
+  // Forwards the chunks that arrived, on every chain of this device; true if it did anything.
+  bool advance_chains();
+
+ private:
+  struct Chain;
+  std::vector<std::weak_ptr<Chain>> chains_;
 };
 
 }  // namespace meshcast

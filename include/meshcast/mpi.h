@@ -2,6 +2,7 @@
 // MPI is found (target meshcast::mpi); this header needs no MPI headers.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <vector>
 
@@ -12,6 +13,11 @@ namespace meshcast {
 struct MpiOptions {
   // A wait that sees no completion for this long fails with CommError naming the peers.
   double timeout_seconds = 60;
+  // How a multicast travels: `chain`, a pipelined chain of point-to-point chunks (see
+  // Communicator::ibcast_chain), or `native`, MPI_Ibcast on a sub-communicator cached per
+  // device set. The default is the faster of the two in bench/mpi_broadcast.cc here.
+  enum class Broadcast { Chain, Native } broadcast = Broadcast::Chain;
+  std::size_t chunk_bytes = std::size_t{1} << 20;
 };
 
 // Initialises MPI (if nobody did) and finalises it on destruction (if it initialised it).

@@ -3,6 +3,7 @@
 // UCX only. Built when UCX and MPI are found (target meshcast::ucx).
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
 #include "meshcast/communicator.h"
@@ -13,6 +14,8 @@ namespace meshcast {
 struct UcxOptions {
   // A wait that sees no completion for this long fails with CommError naming the peers.
   double timeout_seconds = 60;
+  // Multicasts travel as pipelined chains of chunks of this size (Communicator::ibcast_chain).
+  std::size_t chunk_bytes = std::size_t{1} << 20;
 };
 
 class UcxSession {

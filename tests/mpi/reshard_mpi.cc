@@ -2,7 +2,7 @@
 // draws the same cases from the same seed, executes its part, and checks every element of its
 // target tile against the value each global index must hold. Exit status 1 on any mismatch, 77
 // (ctest's skip) when the backend cannot run here (NCCL without a GPU).
-//   reshard_mpi mpi|ucx|nccl [cases] [seed]
+//   reshard_mpi mpi|ucx|nccl [cases] [seed] [chain|native [CHUNK_BYTES]]
 #include <meshcast/meshcast.h>
 #include <meshcast/mpi.h>
 #ifdef MESHCAST_HAS_UCX
@@ -62,11 +62,17 @@ ShardingSpec random_spec(std::mt19937_64& rng, std::size_t rank, std::size_t ndi
 }  // namespace
 
 int main(int argc, char** argv) {
-  MpiSession mpi(&argc, &argv, MpiOptions{30});
+  // Broadcasts: pipelined chains of CHUNK_BYTES chunks (small ones exercise the pipeline on
+  // tiny tensors), or MPI_Ibcast.
+  MpiOptions mopt{30};
+  UcxOptions uopt{30};
+  if (argc > 4 && std::string(argv[4]) == "native") mopt.broadcast = MpiOptions::Broadcast::Native;
+  if (argc > 5) mopt.chunk_bytes = uopt.chunk_bytes = std::stoull(argv[5]);
+  MpiSession mpi(&argc, &argv, mopt);
   const std::string backend = argc > 1 ? argv[1] : "mpi";
 #ifdef MESHCAST_HAS_UCX
   std::unique_ptr<UcxSession> ucx;
-  if (backend == "ucx") ucx = std::make_unique<UcxSession>(mpi, UcxOptions{30});
+  if (backend == "ucx") ucx = std::make_unique<UcxSession>(mpi, uopt);
 #endif
 #ifdef MESHCAST_HAS_NCCL
   std::unique_ptr<NcclSession> nccl;
