@@ -5,6 +5,7 @@
 
 #define OMPI_SKIP_MPICXX 1  // the C API only
 #include <mpi.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -101,6 +102,14 @@ class MpiComm final : public Communicator {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    // Control messages use the highest tags, above every plan tag (< 32768).
+    int* ub = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &found);
+    const int top = found && ub ? *ub : 32767 + 3;
+    tag_fail_ = top;
+    tag_ping_ = top - 1;
+    tag_pong_ = top - 2;
   }
   ~MpiComm() override {
     for (auto& [k, c] : groups_) MPI_Comm_free(&c);
@@ -108,6 +117,8 @@ class MpiComm final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
+  // After a failure MPI_Finalize may wait forever on a dead rank: the session skips it.
+  bool failed() const { return failed_; }
 
   Request isend(const Region& from, int dst, int tag) override {
     return p2p(from, dst, tag, true);
@@ -143,14 +154,13 @@ class MpiComm final : public Communicator {
     while (true) {
       if (test_one(r)) return;
       if (advance_chains()) polls = 0;
-      if (Clock::now() > deadline) {
-        std::string who;
-        for (int p : r.peers) who += (who.empty() ? "" : ",") + std::to_string(p);
-        throw CommError("device " + who, "no progress for " + std::to_string(timeout_) +
-                                             " s (peer failed or plans disagree)");
-      }
+      if ((polls & 15) == 0) watch();
+      if (Clock::now() > deadline) diagnose(r.peers);
       // Spin briefly for latency, then yield the core (2-core machines run several ranks).
-      if (++polls > 64) std::this_thread::sleep_for(std::chrono::microseconds(polls > 4096 ? 200 : 5));
+      // sched_yield, not a sleep: a sleep lasts >= ~55 us (timer slack) and, since vader moves a
+      // large message only inside MPI calls of both sides, capped point-to-point at ~1 GB/s
+      // (0.2x MPI_Send/MPI_Recv, bench/mpi_reshard group a); yield returns at once on an idle core.
+      if (++polls > 64) sched_yield();
     }
   }
 
@@ -162,7 +172,97 @@ class MpiComm final : public Communicator {
     return done != 0;
   }
 
+  void abandon(const std::string& field, const std::string& cause) override {
+    failed_ = true;
+    notice_ = field + "\n" + cause;
+    std::vector<MPI_Request> sent;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      sent.emplace_back();
+      MPI_Isend(notice_.data(), static_cast<int>(notice_.size()), MPI_CHAR, p, tag_fail_, comm_,
+                &sent.back());
+    }
+    // Small messages leave at once; do not wait long for ranks that are gone.
+    const auto until = Clock::now() + std::chrono::seconds(1);
+    int done = 0;
+    while (!done && Clock::now() < until) {
+      MPI_Testall(static_cast<int>(sent.size()), sent.data(), &done, MPI_STATUSES_IGNORE);
+      if (!done) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    for (auto& q : sent)
+      if (q != MPI_REQUEST_NULL) MPI_Request_free(&q);
+  }
+
  private:
+  // Serves control traffic while waiting: answers liveness pings, and throws the error another
+  // device abandoned with.
+  void watch() {
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, tag_fail_, comm_, &flag, &st);
+    if (flag) {
+      int n = 0;
+      MPI_Get_count(&st, MPI_CHAR, &n);
+      std::string msg(static_cast<std::size_t>(n), '\0');
+      MPI_Recv(msg.data(), n, MPI_CHAR, st.MPI_SOURCE, tag_fail_, comm_, MPI_STATUS_IGNORE);
+      const auto nl = msg.find('\n');
+      failed_ = true;
+      throw CommError(msg.substr(0, nl), nl == std::string::npos ? "failed" : msg.substr(nl + 1));
+    }
+    while (true) {
+      MPI_Iprobe(MPI_ANY_SOURCE, tag_ping_, comm_, &flag, &st);
+      if (!flag) break;
+      MPI_Recv(nullptr, 0, MPI_BYTE, st.MPI_SOURCE, tag_ping_, comm_, MPI_STATUS_IGNORE);
+      control_.emplace_back();
+      MPI_Isend(nullptr, 0, MPI_BYTE, st.MPI_SOURCE, tag_pong_, comm_, &control_.back());
+    }
+    std::erase_if(control_, [](MPI_Request& q) {
+      int f = 0;
+      MPI_Test(&q, &f, MPI_STATUS_IGNORE);
+      return f != 0;
+    });
+  }
+
+  // No progress until the deadline: ask every other rank whether it is alive. Those that do
+  // not answer within a grace period have failed; if all answer, the devices disagree.
+  [[noreturn]] void diagnose(const std::vector<int>& peers) {
+    std::vector<MPI_Request> pings;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      pings.emplace_back();
+      MPI_Isend(nullptr, 0, MPI_BYTE, p, tag_ping_, comm_, &pings.back());
+    }
+    std::vector<char> answered(static_cast<std::size_t>(size_), 0);
+    answered[static_cast<std::size_t>(rank_)] = 1;
+    int missing = size_ - 1;
+    const auto until = Clock::now() + std::chrono::duration<double>(std::min(5.0, timeout_));
+    while (missing > 0 && Clock::now() < until) {
+      watch();
+      int flag = 0;
+      MPI_Status st;
+      MPI_Iprobe(MPI_ANY_SOURCE, tag_pong_, comm_, &flag, &st);
+      if (!flag) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        continue;
+      }
+      MPI_Recv(nullptr, 0, MPI_BYTE, st.MPI_SOURCE, tag_pong_, comm_, MPI_STATUS_IGNORE);
+      if (!answered[static_cast<std::size_t>(st.MPI_SOURCE)]) --missing;
+      answered[static_cast<std::size_t>(st.MPI_SOURCE)] = 1;
+    }
+    for (auto& q : pings)
+      if (q != MPI_REQUEST_NULL) MPI_Request_free(&q);
+    failed_ = true;
+    std::string failed, waited;
+    for (int p = 0; p < size_; ++p)
+      if (!answered[static_cast<std::size_t>(p)]) failed += (failed.empty() ? "" : ",") + std::to_string(p);
+    for (int p : peers) waited += (waited.empty() ? "" : ",") + std::to_string(p);
+    if (!failed.empty())
+      throw CommError("device " + failed, "failed: no progress for " + std::to_string(timeout_) +
+                                              " s and no answer to a liveness check");
+    throw CommError("device " + waited, "no progress for " + std::to_string(timeout_) +
+                                            " s although every device is alive (plans disagree?)");
+  }
+
   Request p2p(const Region& r, int peer, int tag, bool send) {
     if (peer < 0 || peer >= size_)
       throw ValidationError("peer", "device " + std::to_string(peer) + " is outside the MPI world of " +
@@ -196,6 +296,10 @@ class MpiComm final : public Communicator {
   int rank_ = 0, size_ = 0;
   double timeout_;
   MpiOptions opt_;
+  int tag_fail_ = 0, tag_ping_ = 0, tag_pong_ = 0;
+  std::vector<MPI_Request> control_;  // pongs in flight
+  std::string notice_;                // the abandon message being sent
+  bool failed_ = false;
   std::map<std::vector<int>, MPI_Comm> groups_;
 };
 
@@ -218,8 +322,10 @@ MpiSession::MpiSession(int* argc, char*** argv, MpiOptions options) : impl_(std:
 }
 
 MpiSession::~MpiSession() {
+  const bool failed = impl_->world->failed();
   impl_->world.reset();
-  if (impl_->owns) MPI_Finalize();
+  // With a failed peer, finalizing could hang: leave it to process exit (mpirun reports it).
+  if (impl_->owns && !failed) MPI_Finalize();
 }
 
 Communicator& MpiSession::world() { return *impl_->world; }

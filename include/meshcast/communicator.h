@@ -57,6 +57,13 @@ class Communicator {
   // True once a request completed (it stays valid; wait() on it returns at once).
   bool test(Request& r);
   virtual void barrier() = 0;
+  // Tells the other devices that this one gives up on the current operation because of
+  // `field: cause` (reshard() calls it when it throws), so that they end with that error at
+  // once instead of waiting for their timeout. Best effort; the default does nothing.
+  virtual void abandon(const std::string& field, const std::string& cause) {
+    (void)field;
+    (void)cause;
+  }
 
  protected:
   // Backend-specific completion and non-blocking check of one of its own requests. A backend

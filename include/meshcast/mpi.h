@@ -11,7 +11,9 @@
 namespace meshcast {
 
 struct MpiOptions {
-  // A wait that sees no completion for this long fails with CommError naming the peers.
+  // A wait that sees no completion for this long checks which ranks are alive (a grace of up
+  // to 5 s) and fails with a CommError naming the dead ones (or, if all are alive, its peers).
+  // A rank whose reshard throws tells the others at once (Communicator::abandon).
   double timeout_seconds = 60;
   // How a multicast travels: `chain`, a pipelined chain of point-to-point chunks (see
   // Communicator::ibcast_chain), or `native`, MPI_Ibcast on a sub-communicator cached per
@@ -20,7 +22,8 @@ struct MpiOptions {
   std::size_t chunk_bytes = std::size_t{1} << 20;
 };
 
-// Initialises MPI (if nobody did) and finalises it on destruction (if it initialised it).
+// Initialises MPI (if nobody did) and finalises it on destruction (if it initialised it and no
+// peer failed: finalizing with a dead rank can hang, so then the process just ends).
 // world() is this process's endpoint on MPI_COMM_WORLD.
 class MpiSession {
  public:

@@ -1,0 +1,52 @@
+// A device that fails mid-reshard: every other rank must end with a CommError naming it, in
+// bounded time, and not hang. Device 1 is the root of a chain broadcast to all other ranks; it
+// either throws (passes a null source buffer) or exits without a word.
+//   failure_mpi throw|exit TIMEOUT_SECONDS
+// Prints one line per surviving rank: "rank R: CommError after S s: WHAT".
+#include <meshcast/meshcast.h>
+#include <meshcast/mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <unistd.h>
+
+using namespace meshcast;
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "throw";
+  MpiOptions opt;
+  opt.timeout_seconds = argc > 2 ? std::stod(argv[2]) : 5;
+  opt.chunk_bytes = 1 << 16;
+  MpiSession mpi(&argc, &argv, opt);
+  Communicator& comm = mpi.world();
+  const int me = comm.rank(), n = comm.size();
+  const Shape shape{1 << 20};  // 4 MiB of f32
+  const Layout src = Layout::parse(shape, DType::f32, "1@1:R");
+  const Layout dst = Layout::parse(shape, DType::f32, std::to_string(n - 1) + "@[0," +
+                                                          (n > 2 ? "2-" + std::to_string(n - 1) : "") + "]:R");
+  PlanOptions po;
+  po.strategy = Strategy::Broadcast;
+  const Plan p = plan(src, dst, Topology::single_host(), po);
+  std::vector<float> in(me == 1 ? static_cast<std::size_t>(shape[0]) : 0);
+  std::vector<float> out(me == 1 ? 0 : static_cast<std::size_t>(shape[0]));
+  if (me == 1) {
+    if (mode == "exit") _exit(3);  // gone without a word
+    try {
+      reshard(p, comm, nullptr, nullptr);  // no source buffer: the executor throws
+    } catch (const Error& e) {
+      std::printf("rank 1: threw %s\n", e.what());
+    }
+    return 3;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    reshard(p, comm, nullptr, out.data());
+    std::printf("rank %d: no error\n", me);
+  } catch (const CommError& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("rank %d: CommError after %.2f s: %s\n", me, s, e.what());
+  }
+  std::fflush(stdout);
+  return 0;
+}
