@@ -11,9 +11,12 @@
 #include <chrono>
 #include <climits>
 #include <map>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "meshcast/error.h"
+#include "watchdog.h"
 
 namespace meshcast {
 namespace {
@@ -96,9 +99,22 @@ Request start(const Region& r, int peer, Post&& post) {
   return Request(std::move(req));
 }
 
+int rank_of(MPI_Comm c) {
+  int r = 0;
+  MPI_Comm_rank(c, &r);
+  return r;
+}
+int size_of(MPI_Comm c) {
+  int n = 0;
+  MPI_Comm_size(c, &n);
+  return n;
+}
+
 class MpiComm final : public Communicator {
  public:
-  MpiComm(MPI_Comm comm, const MpiOptions& o) : comm_(comm), timeout_(o.timeout_seconds), opt_(o) {
+  MpiComm(MPI_Comm comm, const MpiOptions& o)
+      : comm_(comm), timeout_(o.timeout_seconds), opt_(o), watchdog_(control_, rank_of(comm), size_of(comm), o.timeout_seconds) {
+    control_.comm = comm_;
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -106,10 +122,7 @@ class MpiComm final : public Communicator {
     int* ub = nullptr;
     int found = 0;
     MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &found);
-    const int top = found && ub ? *ub : 32767 + 3;
-    tag_fail_ = top;
-    tag_ping_ = top - 1;
-    tag_pong_ = top - 2;
+    control_.top_tag = found && ub ? *ub : 32767 + 3;
   }
   ~MpiComm() override {
     for (auto& [k, c] : groups_) MPI_Comm_free(&c);
@@ -118,7 +131,7 @@ class MpiComm final : public Communicator {
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
   // After a failure MPI_Finalize may wait forever on a dead rank: the session skips it.
-  bool failed() const { return failed_; }
+  bool failed() const { return watchdog_.failed(); }
 
   Request isend(const Region& from, int dst, int tag) override {
     return p2p(from, dst, tag, true);
@@ -154,8 +167,8 @@ class MpiComm final : public Communicator {
     while (true) {
       if (test_one(r)) return;
       if (advance_chains()) polls = 0;
-      if ((polls & 15) == 0) watch();
-      if (Clock::now() > deadline) diagnose(r.peers);
+      if ((polls & 15) == 0) watchdog_.watch();
+      if (Clock::now() > deadline) watchdog_.diagnose(r.peers);
       // Spin briefly for latency, then yield the core (2-core machines run several ranks).
       // sched_yield, not a sleep: a sleep lasts >= ~55 us (timer slack) and, since vader moves a
       // large message only inside MPI calls of both sides, capped point-to-point at ~1 GB/s
@@ -173,95 +186,59 @@ class MpiComm final : public Communicator {
   }
 
   void abandon(const std::string& field, const std::string& cause) override {
-    failed_ = true;
-    notice_ = field + "\n" + cause;
-    std::vector<MPI_Request> sent;
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      sent.emplace_back();
-      MPI_Isend(notice_.data(), static_cast<int>(notice_.size()), MPI_CHAR, p, tag_fail_, comm_,
-                &sent.back());
-    }
+    watchdog_.abandon(field, cause);
     // Small messages leave at once; do not wait long for ranks that are gone.
     const auto until = Clock::now() + std::chrono::seconds(1);
-    int done = 0;
-    while (!done && Clock::now() < until) {
-      MPI_Testall(static_cast<int>(sent.size()), sent.data(), &done, MPI_STATUSES_IGNORE);
-      if (!done) std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    for (auto& q : sent)
-      if (q != MPI_REQUEST_NULL) MPI_Request_free(&q);
+    while (!control_.drain() && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
 
  private:
-  // Serves control traffic while waiting: answers liveness pings, and throws the error another
-  // device abandoned with.
-  void watch() {
-    int flag = 0;
-    MPI_Status st;
-    MPI_Iprobe(MPI_ANY_SOURCE, tag_fail_, comm_, &flag, &st);
-    if (flag) {
-      int n = 0;
-      MPI_Get_count(&st, MPI_CHAR, &n);
-      std::string msg(static_cast<std::size_t>(n), '\0');
-      MPI_Recv(msg.data(), n, MPI_CHAR, st.MPI_SOURCE, tag_fail_, comm_, MPI_STATUS_IGNORE);
-      const auto nl = msg.find('\n');
-      failed_ = true;
-      throw CommError(msg.substr(0, nl), nl == std::string::npos ? "failed" : msg.substr(nl + 1));
-    }
-    while (true) {
-      MPI_Iprobe(MPI_ANY_SOURCE, tag_ping_, comm_, &flag, &st);
-      if (!flag) break;
-      MPI_Recv(nullptr, 0, MPI_BYTE, st.MPI_SOURCE, tag_ping_, comm_, MPI_STATUS_IGNORE);
-      control_.emplace_back();
-      MPI_Isend(nullptr, 0, MPI_BYTE, st.MPI_SOURCE, tag_pong_, comm_, &control_.back());
-    }
-    std::erase_if(control_, [](MPI_Request& q) {
-      int f = 0;
-      MPI_Test(&q, &f, MPI_STATUS_IGNORE);
-      return f != 0;
-    });
-  }
+  // Control messages on the three highest tags.
+  struct Control final : detail::ControlChannel {
+    MPI_Comm comm = MPI_COMM_NULL;
+    int top_tag = 0;
+    struct Out {
+      MPI_Request req;
+      std::string payload;
+    };
+    std::vector<std::unique_ptr<Out>> out;
 
-  // No progress until the deadline: ask every other rank whether it is alive. Those that do
-  // not answer within a grace period have failed; if all answer, the devices disagree.
-  [[noreturn]] void diagnose(const std::vector<int>& peers) {
-    std::vector<MPI_Request> pings;
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      pings.emplace_back();
-      MPI_Isend(nullptr, 0, MPI_BYTE, p, tag_ping_, comm_, &pings.back());
+    int tag(Kind k) const { return top_tag - static_cast<int>(k); }
+    void post(int peer, Kind kind, const std::string& payload) override {
+      auto o = std::make_unique<Out>(Out{MPI_REQUEST_NULL, payload});
+      MPI_Isend(o->payload.data(), static_cast<int>(o->payload.size()), MPI_CHAR, peer, tag(kind),
+                comm, &o->req);
+      out.push_back(std::move(o));
+      drain();
     }
-    std::vector<char> answered(static_cast<std::size_t>(size_), 0);
-    answered[static_cast<std::size_t>(rank_)] = 1;
-    int missing = size_ - 1;
-    const auto until = Clock::now() + std::chrono::duration<double>(std::min(5.0, timeout_));
-    while (missing > 0 && Clock::now() < until) {
-      watch();
-      int flag = 0;
-      MPI_Status st;
-      MPI_Iprobe(MPI_ANY_SOURCE, tag_pong_, comm_, &flag, &st);
-      if (!flag) {
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-        continue;
+    std::optional<Message> poll() override {
+      for (Kind k : {Kind::Fail, Kind::Ping, Kind::Pong}) {
+        int flag = 0;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, tag(k), comm, &flag, &st);
+        if (!flag) continue;
+        int n = 0;
+        MPI_Get_count(&st, MPI_CHAR, &n);
+        std::string payload(static_cast<std::size_t>(n), '\0');
+        MPI_Recv(payload.data(), n, MPI_CHAR, st.MPI_SOURCE, tag(k), comm, MPI_STATUS_IGNORE);
+        return Message{st.MPI_SOURCE, k, std::move(payload)};
       }
-      MPI_Recv(nullptr, 0, MPI_BYTE, st.MPI_SOURCE, tag_pong_, comm_, MPI_STATUS_IGNORE);
-      if (!answered[static_cast<std::size_t>(st.MPI_SOURCE)]) --missing;
-      answered[static_cast<std::size_t>(st.MPI_SOURCE)] = 1;
+      return std::nullopt;
     }
-    for (auto& q : pings)
-      if (q != MPI_REQUEST_NULL) MPI_Request_free(&q);
-    failed_ = true;
-    std::string failed, waited;
-    for (int p = 0; p < size_; ++p)
-      if (!answered[static_cast<std::size_t>(p)]) failed += (failed.empty() ? "" : ",") + std::to_string(p);
-    for (int p : peers) waited += (waited.empty() ? "" : ",") + std::to_string(p);
-    if (!failed.empty())
-      throw CommError("device " + failed, "failed: no progress for " + std::to_string(timeout_) +
-                                              " s and no answer to a liveness check");
-    throw CommError("device " + waited, "no progress for " + std::to_string(timeout_) +
-                                            " s although every device is alive (plans disagree?)");
-  }
+    // Forgets sends that left; true when none is in flight.
+    bool drain() {
+      std::erase_if(out, [](const std::unique_ptr<Out>& o) {
+        int f = 0;
+        MPI_Test(&o->req, &f, MPI_STATUS_IGNORE);
+        return f != 0;
+      });
+      return out.empty();
+    }
+    ~Control() override {
+      for (auto& o : out) MPI_Request_free(&o->req);  // a dead peer never takes them
+    }
+  };
 
   Request p2p(const Region& r, int peer, int tag, bool send) {
     if (peer < 0 || peer >= size_)
@@ -296,10 +273,8 @@ class MpiComm final : public Communicator {
   int rank_ = 0, size_ = 0;
   double timeout_;
   MpiOptions opt_;
-  int tag_fail_ = 0, tag_ping_ = 0, tag_pong_ = 0;
-  std::vector<MPI_Request> control_;  // pongs in flight
-  std::string notice_;                // the abandon message being sent
-  bool failed_ = false;
+  Control control_;
+  detail::Watchdog watchdog_;
   std::map<std::vector<int>, MPI_Comm> groups_;
 };
 
@@ -307,6 +282,7 @@ class MpiComm final : public Communicator {
 
 struct MpiSession::Impl {
   bool owns = false;
+  bool skip_finalize = false;
   std::unique_ptr<MpiComm> world;
 };
 
@@ -322,13 +298,15 @@ MpiSession::MpiSession(int* argc, char*** argv, MpiOptions options) : impl_(std:
 }
 
 MpiSession::~MpiSession() {
-  const bool failed = impl_->world->failed();
+  const bool failed = impl_->world->failed() || impl_->skip_finalize;
   impl_->world.reset();
   // With a failed peer, finalizing could hang: leave it to process exit (mpirun reports it).
   if (impl_->owns && !failed) MPI_Finalize();
 }
 
 Communicator& MpiSession::world() { return *impl_->world; }
+
+void MpiSession::skip_finalize() { impl_->skip_finalize = true; }
 
 long long MpiSession::sum(long long value) {
   long long total = 0;

@@ -8,9 +8,12 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "meshcast/error.h"
+#include "watchdog.h"
 
 namespace meshcast {
 namespace {
@@ -37,9 +40,10 @@ struct UcxRequest : Request::Impl {
 
 class UcxComm final : public Communicator {
  public:
-  UcxComm(MpiSession& mpi, const UcxOptions& o) : timeout_(o.timeout_seconds), chunk_(o.chunk_bytes) {
-    rank_ = mpi.world().rank();
-    size_ = mpi.world().size();
+  UcxComm(MpiSession& mpi, const UcxOptions& o)
+      : timeout_(o.timeout_seconds), chunk_(o.chunk_bytes), rank_(mpi.world().rank()),
+        size_(mpi.world().size()), watchdog_(control_, rank_, size_, o.timeout_seconds) {
+    control_.comm = this;
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_TAG;
@@ -73,6 +77,9 @@ class UcxComm final : public Communicator {
   }
 
   ~UcxComm() override {
+    // After a failure, transfers to the dead peer never finish; the process is ending, and
+    // tearing UCX down under them only prints complaints.
+    if (watchdog_.failed()) return;
     for (auto* ep : eps_) {
       if (!ep) continue;
       ucp_request_param_t prm{};
@@ -91,6 +98,14 @@ class UcxComm final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "ucx"; }
+  bool failed() const { return watchdog_.failed(); }
+
+  void abandon(const std::string& field, const std::string& cause) override {
+    watchdog_.abandon(field, cause);
+    const auto until = Clock::now() + std::chrono::seconds(1);
+    while (!control_.drain() && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
 
   Request isend(const Region& from, int dst, int tag) override {
     auto req = prepare(from, dst);
@@ -137,11 +152,20 @@ class UcxComm final : public Communicator {
     int idle = 0;
     while (!test_one(r)) {
       if (advance_chains()) idle = 0;
-      if (failed_[static_cast<std::size_t>(r.peer)] || Clock::now() > deadline)
-        throw CommError("device " + std::to_string(r.peer),
-                        failed_[static_cast<std::size_t>(r.peer)]
-                            ? "failed (UCX reported the peer unreachable)"
-                            : "no progress for " + std::to_string(timeout_) + " s");
+      if ((idle & 15) == 0) watchdog_.watch();
+      if (failed_[static_cast<std::size_t>(r.peer)]) {
+        // The peer may have left after another device's failure: a notice naming the device
+        // that failed first, if one comes within a moment, is the better answer.
+        const auto grace = Clock::now() + std::chrono::milliseconds(500);
+        while (Clock::now() < grace) {
+          watchdog_.watch();
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+        const std::string who = "device " + std::to_string(r.peer);
+        watchdog_.abandon(who, "failed (UCX found it unreachable)");
+        throw CommError(who, "failed (UCX found it unreachable)");
+      }
+      if (Clock::now() > deadline) watchdog_.diagnose({r.peer});
       if (++idle > 64) std::this_thread::sleep_for(std::chrono::microseconds(idle > 4096 ? 200 : 5));
     }
   }
@@ -169,6 +193,58 @@ class UcxComm final : public Communicator {
 
  private:
   static void on_error(void* arg, ucp_ep_h, ucs_status_t) { *static_cast<char*>(arg) = 1; }
+
+  // Control messages on the reserved tags 0xfffffff0 + kind (plan tags are < 32768, the
+  // barrier's is 0xffffffff).
+  struct Control final : detail::ControlChannel {
+    UcxComm* comm = nullptr;
+    struct Out {
+      void* req;
+      std::string payload;
+    };
+    std::vector<std::unique_ptr<Out>> out;
+
+    static int tag(Kind k) { return static_cast<int>(0xfffffff0u + static_cast<unsigned>(k)); }
+    void post(int peer, Kind kind, const std::string& payload) override {
+      auto o = std::make_unique<Out>(Out{nullptr, payload});
+      ucp_request_param_t prm{};
+      void* r = ucp_tag_send_nbx(comm->eps_[static_cast<std::size_t>(peer)], o->payload.data(),
+                                 o->payload.size(), make_tag(comm->rank_, tag(kind)), &prm);
+      if (UCS_PTR_IS_PTR(r)) {  // null: sent; an error: the peer is gone, nothing to keep
+        o->req = r;
+        out.push_back(std::move(o));
+      }
+      drain();
+    }
+    std::optional<Message> poll() override {
+      ucp_worker_progress(comm->worker_);
+      for (Kind k : {Kind::Fail, Kind::Ping, Kind::Pong}) {
+        ucp_tag_recv_info_t info{};
+        ucp_tag_message_h msg = ucp_tag_probe_nb(comm->worker_, static_cast<std::uint32_t>(tag(k)),
+                                                 0xffffffffu, 1, &info);
+        if (!msg) continue;
+        std::string payload(info.length, '\0');
+        ucp_request_param_t prm{};
+        void* r = ucp_tag_msg_recv_nbx(comm->worker_, payload.data(), payload.size(), msg, &prm);
+        if (UCS_PTR_IS_PTR(r)) {
+          while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(comm->worker_);
+          ucp_request_free(r);
+        }
+        return Message{static_cast<int>(info.sender_tag >> 32), k, std::move(payload)};
+      }
+      return std::nullopt;
+    }
+    // Forgets sends that left; true when none is in flight.
+    bool drain() {
+      ucp_worker_progress(comm->worker_);
+      std::erase_if(out, [](const std::unique_ptr<Out>& o) {
+        if (ucp_request_check_status(o->req) == UCS_INPROGRESS) return false;
+        ucp_request_free(o->req);
+        return true;
+      });
+      return out.empty();
+    }
+  };
 
   std::shared_ptr<UcxRequest> prepare(const Region& r, int peer) {
     if (peer < 0 || peer >= size_)
@@ -202,22 +278,28 @@ class UcxComm final : public Communicator {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   std::vector<ucp_ep_h> eps_;
-  std::vector<char> failed_;
+  std::vector<char> failed_;  // per peer: UCX reported its endpoint broken
+  Control control_;
+  detail::Watchdog watchdog_;
 };
 
 }  // namespace
 
 struct UcxSession::Impl {
   std::unique_ptr<UcxComm> world;
+  MpiSession* bootstrap;
 };
 
 UcxSession::UcxSession(MpiSession& bootstrap, UcxOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->world = std::make_unique<UcxComm>(bootstrap, options);
+  impl_->bootstrap = &bootstrap;
   bootstrap.world().barrier();  // every endpoint exists before anyone sends
 }
 
-UcxSession::~UcxSession() = default;
+UcxSession::~UcxSession() {
+  if (impl_->world->failed()) impl_->bootstrap->skip_finalize();
+}
 
 Communicator& UcxSession::world() { return *impl_->world; }
 

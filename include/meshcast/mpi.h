@@ -37,6 +37,8 @@ class MpiSession {
   long long sum(long long value);
   // Every rank's bytes, in rank order (bootstrapping other transports); collective.
   std::vector<std::vector<unsigned char>> allgather(const std::vector<unsigned char>& mine);
+  // Another transport of this process saw a peer fail: do not finalize MPI (it could hang).
+  void skip_finalize();
   // Ends every process of the job with this exit code (after an unrecoverable error).
   [[noreturn]] void abort(int code);
 

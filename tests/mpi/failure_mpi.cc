@@ -1,10 +1,15 @@
 // A device that fails mid-reshard: every other rank must end with a CommError naming it, in
 // bounded time, and not hang. Device 1 is the root of a chain broadcast to all other ranks; it
 // either throws (passes a null source buffer) or exits without a word.
-//   failure_mpi throw|exit TIMEOUT_SECONDS
+//   failure_mpi mpi|ucx throw|exit TIMEOUT_SECONDS
 // Prints one line per surviving rank: "rank R: CommError after S s: WHAT".
 #include <meshcast/meshcast.h>
 #include <meshcast/mpi.h>
+#ifdef MESHCAST_HAS_UCX
+#include <meshcast/ucx.h>
+#endif
+
+#include <memory>
 
 #include <chrono>
 #include <cstdio>
@@ -14,12 +19,20 @@
 using namespace meshcast;
 
 int main(int argc, char** argv) {
-  const std::string mode = argc > 1 ? argv[1] : "throw";
+  const std::string backend = argc > 1 ? argv[1] : "mpi";
+  const std::string mode = argc > 2 ? argv[2] : "throw";
   MpiOptions opt;
-  opt.timeout_seconds = argc > 2 ? std::stod(argv[2]) : 5;
+  opt.timeout_seconds = argc > 3 ? std::stod(argv[3]) : 5;
   opt.chunk_bytes = 1 << 16;
   MpiSession mpi(&argc, &argv, opt);
-  Communicator& comm = mpi.world();
+  Communicator* chosen = &mpi.world();
+#ifdef MESHCAST_HAS_UCX
+  std::unique_ptr<UcxSession> ucx;
+  if (backend == "ucx")
+    chosen = &(ucx = std::make_unique<UcxSession>(mpi, UcxOptions{opt.timeout_seconds, opt.chunk_bytes}))->world();
+#endif
+  if (chosen->backend() != backend) return 2;
+  Communicator& comm = *chosen;
   const int me = comm.rank(), n = comm.size();
   const Shape shape{1 << 20};  // 4 MiB of f32
   const Layout src = Layout::parse(shape, DType::f32, "1@1:R");
