@@ -34,13 +34,17 @@ std::string shape_str(const Shape& shape) {
 Layout::Layout(Shape shape, DType dtype, Mesh mesh, ShardingSpec spec, const std::string& field)
     : shape_(std::move(shape)), dtype_(dtype), mesh_(std::move(mesh)), spec_(std::move(spec)) {
   if (shape_.empty()) throw ValidationError(field + ".shape", "a tensor needs at least one dimension");
-  std::int64_t bytes = static_cast<std::int64_t>(dtype_size(dtype_));
-  for (auto n : shape_) {
+  for (auto n : shape_)
     if (n < 0) throw ValidationError(field + ".shape", "negative extent");
-    if (n > 0 && bytes > std::numeric_limits<std::int64_t>::max() / n)
-      throw ValidationError(field + ".shape", "tensor of shape " + shape_str(shape_) +
-                                                  " overflows 64-bit byte counts");
-    bytes *= n;
+  // An empty tensor (some extent 0) has 0 bytes whatever its other extents.
+  if (std::find(shape_.begin(), shape_.end(), 0) == shape_.end()) {
+    std::int64_t bytes = static_cast<std::int64_t>(dtype_size(dtype_));
+    for (auto n : shape_) {
+      if (bytes > std::numeric_limits<std::int64_t>::max() / n)
+        throw ValidationError(field + ".shape", "tensor of shape " + shape_str(shape_) +
+                                                    " overflows 64-bit byte counts");
+      bytes *= n;
+    }
   }
   if (spec_.rank() != shape_.size())
     throw ValidationError(field + ".spec", "spec " + spec_.str() + " has " +
@@ -73,6 +77,8 @@ Layout Layout::parse(const Shape& shape, DType dtype, std::string_view text,
 }
 
 std::int64_t Layout::elements() const {
+  for (auto e : shape_)
+    if (e == 0) return 0;  // before multiplying: the other extents may overflow together
   std::int64_t n = 1;
   for (auto e : shape_) n *= e;
   return n;

@@ -129,7 +129,7 @@ std::string Mesh::str() const {
   os << '@';
   bool consecutive = true;
   for (std::size_t i = 1; i < devices_.size(); ++i)
-    consecutive = consecutive && devices_[i] == devices_[i - 1] + 1;
+    consecutive = consecutive && devices_[i] - 1 == devices_[i - 1];
   if (devices_.size() == 1) {
     os << devices_[0];
   } else if (consecutive) {
@@ -139,7 +139,7 @@ std::string Mesh::str() const {
     os << '[';
     for (std::size_t i = 0; i < devices_.size();) {
       std::size_t j = i;
-      while (j + 1 < devices_.size() && devices_[j + 1] == devices_[j] + 1) ++j;
+      while (j + 1 < devices_.size() && devices_[j + 1] - 1 == devices_[j]) ++j;
       os << (i ? "," : "");
       if (j >= i + 2) {
         os << devices_[i] << '-' << devices_[j];

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <iomanip>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -44,15 +45,44 @@ E value_of(const std::pair<E, const char*> (&table)[N], std::string_view text,
   throw ParseError(field, "unknown value " + detail::quote(text) + " (expected " + choices + ")");
 }
 
+// Integers must be JSON integers in range: 1.5 or 1e30 are refused, not truncated.
+template <class T>
+T integer(const json& j, const std::string& field) {
+  if (!j.is_number_integer()) throw ParseError(field, "expected an integer");
+  if (j.is_number_unsigned() ? j.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<T>::max())
+                             : j.get<std::int64_t>() < std::numeric_limits<T>::min() ||
+                                   j.get<std::int64_t>() > std::numeric_limits<T>::max())
+    throw ParseError(field, "integer out of range");
+  return static_cast<T>(j.get<std::int64_t>());
+}
+
+template <class T>
+std::vector<T> integers(const json& j, const std::string& field) {
+  if (!j.is_array()) throw ParseError(field, "expected an array of integers");
+  std::vector<T> v;
+  for (const auto& x : j) v.push_back(integer<T>(x, field));
+  return v;
+}
+
+// {"3": 1024, ...}: per-device byte counts.
+std::map<int, std::int64_t> per_device(const json& j, const std::string& field) {
+  std::map<int, std::int64_t> m;
+  for (const auto& [k, v] : j.items())
+    m[static_cast<int>(detail::parse_uint(k, std::numeric_limits<int>::max(), field, "device id"))] =
+        integer<std::int64_t>(v, field);
+  return m;
+}
+
 json box_json(const Box& b) {
   json a = json::array();
   for (const Range& r : b.ranges()) a.push_back({r.lo, r.hi});
   return a;
 }
 
-Box box_from(const json& j) {
+Box box_from(const json& j, const std::string& field) {
   std::vector<Range> r;
-  for (const auto& x : j.at("box")) r.push_back({x.at(0).get<std::int64_t>(), x.at(1).get<std::int64_t>()});
+  for (const auto& x : j.at("box"))
+    r.push_back({integer<std::int64_t>(x.at(0), field), integer<std::int64_t>(x.at(1), field)});
   return Box(std::move(r));
 }
 
@@ -61,7 +91,7 @@ json layout_json(const Layout& l) {
 }
 
 Layout layout_from(const json& j, const std::string& field) {
-  return Layout::parse(j.at("shape").get<Shape>(), parse_dtype(j.at("dtype").get<std::string>(), field + ".dtype"),
+  return Layout::parse(integers<std::int64_t>(j.at("shape"), field + ".shape"), parse_dtype(j.at("dtype").get<std::string>(), field + ".dtype"),
                        j.at("layout").get<std::string>(), field);
 }
 
@@ -134,17 +164,17 @@ Plan Plan::from_json(std::string_view text) {
     std::vector<Op> ops;
     for (const auto& o : j.at("ops"))
       ops.push_back({value_of(kOpKinds, o.at("kind").get<std::string>(), "plan.ops.kind"),
-                     o.at("phase").get<int>(), box_from(o), o.at("root").get<int>(),
-                     o.at("peers").get<std::vector<int>>(), o.at("from_dst").get<bool>()});
+                     integer<int>(o.at("phase"), "plan.ops.phase"), box_from(o, "plan.ops.box"),
+                     integer<int>(o.at("root"), "plan.ops.root"),
+                     integers<int>(o.at("peers"), "plan.ops.peers"), o.at("from_dst").get<bool>()});
     const json& s = j.at("stats");
     PlanStats st;
-    st.bytes_moved = s.at("bytes_moved").get<std::int64_t>();
-    st.bytes_local = s.at("bytes_local").get<std::int64_t>();
-    st.bytes_intra_host = s.at("bytes_intra_host").get<std::int64_t>();
-    st.bytes_network = s.at("bytes_network").get<std::int64_t>();
-    for (const auto& [k, v] : s.at("sent").items()) st.sent[std::stoi(k)] = v.get<std::int64_t>();
-    for (const auto& [k, v] : s.at("received").items())
-      st.received[std::stoi(k)] = v.get<std::int64_t>();
+    st.bytes_moved = integer<std::int64_t>(s.at("bytes_moved"), "plan.stats.bytes_moved");
+    st.bytes_local = integer<std::int64_t>(s.at("bytes_local"), "plan.stats.bytes_local");
+    st.bytes_intra_host = integer<std::int64_t>(s.at("bytes_intra_host"), "plan.stats.bytes_intra_host");
+    st.bytes_network = integer<std::int64_t>(s.at("bytes_network"), "plan.stats.bytes_network");
+    st.sent = per_device(s.at("sent"), "plan.stats.sent");
+    st.received = per_device(s.at("received"), "plan.stats.received");
     st.predicted_seconds = s.at("predicted_seconds").get<double>();
     st.search_truncated = s.at("search_truncated").get<bool>();
     Plan p(layout_from(j.at("src"), "plan.src"), layout_from(j.at("dst"), "plan.dst"),
@@ -155,10 +185,6 @@ Plan Plan::from_json(std::string_view text) {
     return p;
   } catch (const json::exception& e) {
     throw ParseError("plan", std::string("invalid plan JSON: ") + e.what());
-  } catch (const std::invalid_argument&) {
-    throw ParseError("plan.stats", "device ids must be integers");
-  } catch (const std::out_of_range&) {
-    throw ParseError("plan.stats", "device id out of range");
   }
 }
 

@@ -1,5 +1,7 @@
 // LocalWorld: the in-process backend. Point-to-point matching, strided regions, broadcasts over
 // groups, barriers, and failure propagation (no hangs).
+#include "meshcast/local.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,14 +12,19 @@
 #include <thread>
 
 #include "meshcast/error.h"
-#include "meshcast/local.h"
 
 namespace meshcast {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Region ints(std::vector<int>& v) { return Region{v.data(), sizeof(int), {static_cast<std::int64_t>(v.size())}, {0}, {static_cast<std::int64_t>(v.size())}}; }
+Region ints(std::vector<int>& v) {
+  return Region{v.data(),
+                sizeof(int),
+                {static_cast<std::int64_t>(v.size())},
+                {0},
+                {static_cast<std::int64_t>(v.size())}};
+}
 
 TEST(LocalWorld, Basics) {
   LocalWorld w(3);
@@ -77,9 +84,11 @@ TEST(LocalWorld, SamePeerAndTagMatchInPostingOrder) {
         if (!sends_first) c.barrier();
         for (int k = 0; k < 6; ++k) data.push_back(std::vector<int>(4, 10 * k + 1));
         data.push_back(std::vector<int>(4, 777));  // another tag
-        for (int k = 0; k < 3; ++k) reqs.push_back(c.isend(ints(data[static_cast<std::size_t>(k)]), 1, 9));
+        for (int k = 0; k < 3; ++k)
+          reqs.push_back(c.isend(ints(data[static_cast<std::size_t>(k)]), 1, 9));
         reqs.push_back(c.isend(ints(data[6]), 1, 8));
-        for (int k = 3; k < 6; ++k) reqs.push_back(c.isend(ints(data[static_cast<std::size_t>(k)]), 1, 9));
+        for (int k = 3; k < 6; ++k)
+          reqs.push_back(c.isend(ints(data[static_cast<std::size_t>(k)]), 1, 9));
         if (sends_first) c.barrier();
       } else if (c.rank() == 2) {
         if (!sends_first) c.barrier();
@@ -111,12 +120,16 @@ TEST(LocalWorld, StridedRegionsOfDifferentShapes) {
   };
   const Case cases[] = {
       {{nullptr, 4, {4, 5, 6}, {1, 1, 2}, {2, 3, 2}}, {nullptr, 4, {3, 8}, {1, 2}, {2, 6}}},
-      {{nullptr, 4, {4, 5, 6}, {1, 1, 2}, {2, 3, 2}}, {nullptr, 4, {5, 4, 3}, {2, 0, 1}, {2, 3, 2}}},
+      {{nullptr, 4, {4, 5, 6}, {1, 1, 2}, {2, 3, 2}},
+       {nullptr, 4, {5, 4, 3}, {2, 0, 1}, {2, 3, 2}}},
       {{nullptr, 4, {4, 5, 6}, {0, 0, 0}, {4, 5, 6}}, {nullptr, 4, {130}, {5}, {120}}},
       {{nullptr, 4, {9}, {3}, {6}}, {nullptr, 4, {4, 4}, {1, 1}, {2, 3}}},
   };
   for (const Case& cs : cases) {
-    auto elems = [](const Region& r) { return std::accumulate(r.extent.begin(), r.extent.end(), std::int64_t{1}, std::multiplies<>()); };
+    auto elems = [](const Region& r) {
+      return std::accumulate(r.extent.begin(), r.extent.end(), std::int64_t{1},
+                             std::multiplies<>());
+    };
     std::vector<int> src(static_cast<std::size_t>(elems(cs.from)));
     std::iota(src.begin(), src.end(), 0);
     std::vector<int> dst(static_cast<std::size_t>(elems(cs.to)), -1);
@@ -148,7 +161,8 @@ TEST(LocalWorld, StridedRegionsOfDifferentShapes) {
     const auto fo = offsets(from), to_off = offsets(to);
     ASSERT_EQ(fo.size(), to_off.size());
     std::vector<int> want(dst.size(), -1);
-    for (std::size_t k = 0; k < fo.size(); ++k) want[static_cast<std::size_t>(to_off[k])] = src[static_cast<std::size_t>(fo[k])];
+    for (std::size_t k = 0; k < fo.size(); ++k)
+      want[static_cast<std::size_t>(to_off[k])] = src[static_cast<std::size_t>(fo[k])];
     EXPECT_EQ(dst, want);
   }
 }
@@ -157,9 +171,9 @@ TEST(LocalWorld, UnequalMessageSizesFailCleanly) {
   LocalWorld w(2);
   std::vector<int> a(3, 1), b(4, 0);
   EXPECT_THROW(w.run([&](Communicator& c) {
-                 Request r = c.rank() == 0 ? c.isend(ints(a), 1, 0) : c.irecv(ints(b), 0, 0);
-                 c.wait(r);
-               }),
+    Request r = c.rank() == 0 ? c.isend(ints(a), 1, 0) : c.irecv(ints(b), 0, 0);
+    c.wait(r);
+  }),
                CommError);
   EXPECT_EQ(b, std::vector<int>(4, 0)) << "nothing written";
 }
@@ -167,7 +181,9 @@ TEST(LocalWorld, UnequalMessageSizesFailCleanly) {
 TEST(LocalWorld, BroadcastOverGroups) {
   LocalWorld w(8);
   std::vector<std::vector<int>> buf(8, std::vector<int>(16, -1));
-  for (int d = 0; d < 8; ++d) std::iota(buf[static_cast<std::size_t>(d)].begin(), buf[static_cast<std::size_t>(d)].end(), 100 * d);
+  for (int d = 0; d < 8; ++d)
+    std::iota(buf[static_cast<std::size_t>(d)].begin(), buf[static_cast<std::size_t>(d)].end(),
+              100 * d);
   const std::vector<int> g1 = {1, 3, 5, 6}, g2 = {0, 2, 4, 7};
   w.run([&](Communicator& c) {
     const int me = c.rank();
@@ -191,7 +207,8 @@ TEST(LocalWorld, BroadcastOverGroups) {
     for (int k = 0; k < 16; ++k) {
       // columns 2-3 of each 4x4 buffer come from device 5 (which holds group-1 data from root 3)
       const int want = (k % 4 >= 2) ? 300 + k : 100 * root + k;
-      EXPECT_EQ(buf[static_cast<std::size_t>(d)][static_cast<std::size_t>(k)], want) << "device " << d << " element " << k;
+      EXPECT_EQ(buf[static_cast<std::size_t>(d)][static_cast<std::size_t>(k)], want)
+          << "device " << d << " element " << k;
     }
   }
 }
@@ -274,9 +291,9 @@ TEST(LocalWorld, FailingDeviceFailsTheOthersWaitsAndRunRethrows) {
 TEST(LocalWorld, NonStandardExceptionsPropagateToo) {
   LocalWorld w(2);
   EXPECT_THROW(w.run([&](Communicator& c) {
-                 if (c.rank() == 1) throw 42;
-                 c.barrier();
-               }),
+    if (c.rank() == 1) throw 42;
+    c.barrier();
+  }),
                int);
 }
 

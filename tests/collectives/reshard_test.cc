@@ -18,13 +18,20 @@ using Bytes = std::vector<std::byte>;
 // addend order stays exact.
 std::int64_t modulus(DType t) {
   switch (t) {
-    case DType::i8: return 101;     // |v| <= 50, |partial sums| <= 50 + 2*7
-    case DType::bf16: return 201;   // exact integers up to 256
-    case DType::f16: return 1001;   // up to 2048
-    case DType::f32: return 1000003;
-    case DType::i32: return 1000003;
-    case DType::f64: return std::int64_t{1} << 40;
-    case DType::i64: return std::int64_t{1} << 50;
+    case DType::i8:
+      return 101;  // |v| <= 50, |partial sums| <= 50 + 2*7
+    case DType::bf16:
+      return 201;  // exact integers up to 256
+    case DType::f16:
+      return 1001;  // up to 2048
+    case DType::f32:
+      return 1000003;
+    case DType::i32:
+      return 1000003;
+    case DType::f64:
+      return std::int64_t{1} << 40;
+    case DType::i64:
+      return std::int64_t{1} << 50;
   }
   return 1;
 }
@@ -61,13 +68,17 @@ void store(DType t, std::byte* p, std::int64_t v) {
       std::memcpy(p, &f, 8);
       return;
     }
-    case DType::i8: *p = static_cast<std::byte>(static_cast<std::int8_t>(v)); return;
+    case DType::i8:
+      *p = static_cast<std::byte>(static_cast<std::int8_t>(v));
+      return;
     case DType::i32: {
       const auto x = static_cast<std::int32_t>(v);
       std::memcpy(p, &x, 4);
       return;
     }
-    case DType::i64: std::memcpy(p, &v, 8); return;
+    case DType::i64:
+      std::memcpy(p, &v, 8);
+      return;
   }
 }
 
@@ -75,8 +86,12 @@ void store(DType t, std::byte* p, std::int64_t v) {
 double load(DType t, const std::byte* p) {
   unsigned short h;
   switch (t) {
-    case DType::f16: std::memcpy(&h, p, 2); return half_to_float(h);
-    case DType::bf16: std::memcpy(&h, p, 2); return bf16_to_float(h);
+    case DType::f16:
+      std::memcpy(&h, p, 2);
+      return half_to_float(h);
+    case DType::bf16:
+      std::memcpy(&h, p, 2);
+      return bf16_to_float(h);
     case DType::f32: {
       float f;
       std::memcpy(&f, p, 4);
@@ -87,7 +102,8 @@ double load(DType t, const std::byte* p) {
       std::memcpy(&f, p, 8);
       return f;
     }
-    case DType::i8: return static_cast<std::int8_t>(*p);
+    case DType::i8:
+      return static_cast<std::int8_t>(*p);
     case DType::i32: {
       std::int32_t x;
       std::memcpy(&x, p, 4);
@@ -128,8 +144,8 @@ Buffers make_buffers(const Layout& src, const Layout& dst) {
   }
   for (std::int64_t i = 0; i < dst.mesh().size(); ++i) {
     const Box tile = testing::ref_tile(dst, i);
-    b.dst[static_cast<std::size_t>(dst.mesh().device(i))].assign(static_cast<std::size_t>(tile.volume()) * elem,
-                                                                 std::byte{0x5a});
+    b.dst[static_cast<std::size_t>(dst.mesh().device(i))].assign(
+        static_cast<std::size_t>(tile.volume()) * elem, std::byte{0x5a});
   }
   return b;
 }
@@ -222,13 +238,13 @@ TEST(Reshard, HandPickedCases) {
     const char* dst;
   };
   const Case cases[] = {
-      {{1024}, "1@0:R", "2x4@4-11:R"},                 // one to many
-      {{7, 5}, "2x2@0-3:S0S1", "3@[9,4,0]:RS0"},        // uneven, overlapping
-      {{3}, "8@0-7:S0", "2x4@4-11:S10"},               // mostly empty shards
+      {{1024}, "1@0:R", "2x4@4-11:R"},                         // one to many
+      {{7, 5}, "2x2@0-3:S0S1", "3@[9,4,0]:RS0"},               // uneven, overlapping
+      {{3}, "8@0-7:S0", "2x4@4-11:S10"},                       // mostly empty shards
       {{6, 6}, "2x3@0-5:S0R+P1", "2x3@[5,4,3,2,1,0]:RS1+P0"},  // partial to partial, permuted
-      {{6, 6}, "2x2@0-3:RR+P01", "4@8-11:S0R"},        // four addends, disjoint
-      {{0, 4}, "2@0-1:S0R", "2@2-3:RS0"},              // empty tensor
-      {{5, 5}, "2x2@0-3:S0S1", "2x2@0-3:S0S1"},        // identity
+      {{6, 6}, "2x2@0-3:RR+P01", "4@8-11:S0R"},                // four addends, disjoint
+      {{0, 4}, "2@0-1:S0R", "2@2-3:RS0"},                      // empty tensor
+      {{5, 5}, "2x2@0-3:S0S1", "2x2@0-3:S0S1"},                // identity
   };
   for (DType t : kAllDTypes)
     for (const Case& c : cases)
@@ -240,8 +256,8 @@ TEST(Reshard, HandPickedCases) {
         Buffers b = make_buffers(src, dst);
         execute(p, b);
         std::string first;
-        EXPECT_EQ(check(dst, b, first), 0)
-            << to_string(t) << " " << c.src << " -> " << c.dst << " " << to_string(st) << ": " << first;
+        EXPECT_EQ(check(dst, b, first), 0) << to_string(t) << " " << c.src << " -> " << c.dst << " "
+                                           << to_string(st) << ": " << first;
       }
 }
 
@@ -281,11 +297,36 @@ TEST(Reshard, NullBufferWhereATileIsNeededIsRefused) {
   }
   // All devices, one of them passing nullptr: the others fail too, run() rethrows the cause.
   EXPECT_THROW(world.run([&](Communicator& comm) {
-                 const int me = comm.rank();
-                 float* mine = buf[static_cast<std::size_t>(me)].data();
-                 reshard(p, comm, me < 2 ? mine : nullptr, me == 2 || me < 2 ? nullptr : mine);
-               }),
+    const int me = comm.rank();
+    float* mine = buf[static_cast<std::size_t>(me)].data();
+    reshard(p, comm, me < 2 ? mine : nullptr, me == 2 || me < 2 ? nullptr : mine);
+  }),
                ValidationError);
+}
+
+// A corrupt plan (a device asked for a box it does not hold) is refused, never written out of
+// bounds.
+TEST(Reshard, PlanNamingADeviceForDataItLacksIsRefused) {
+  const auto l = Layout::parse({8, 8}, DType::f32, "2@0-1:S0R");
+  const Plan good = plan(l, l);
+  std::vector<Op> ops = good.ops();
+  ASSERT_EQ(ops.size(), 2u) << good.str();
+  ASSERT_EQ(ops[0].kind, OpKind::Copy);
+  ops[0].root = ops[1].root;
+  const Plan bad(good.src(), good.dst(), good.strategy(), good.balance(), good.topology(), ops,
+                 good.stats());
+  std::vector<std::vector<float>> src(2, std::vector<float>(32, 1.0f)),
+      dst(2, std::vector<float>(32, 0.0f));
+  LocalWorld world(2);
+  try {
+    world.run([&](Communicator& comm) {
+      const auto me = static_cast<std::size_t>(comm.rank());
+      reshard(bad, comm, src[me].data(), dst[me].data());
+    });
+    ADD_FAILURE() << "accepted";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.field(), "plan") << e.what();
+  }
 }
 
 TEST(Reshard, DeviceOutsideBothMeshesReturnsAtOnce) {

@@ -1,9 +1,10 @@
 // Laws of shard_range (the uneven split of DESIGN.md) and of Range/Box intersection.
+#include "meshcast/box.h"
+
 #include <gtest/gtest.h>
 
 #include <limits>
 
-#include "meshcast/box.h"
 #include "support/testing.h"
 
 namespace meshcast {
@@ -60,8 +61,12 @@ TEST(ShardRange, EmptyShardsWhenMoreShardsThanElements) {
 TEST(ShardRange, LargeExtentsDoNotOverflow) {
   constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
   Rng rng(0xb0c5);
-  const std::int64_t ns[] = {kMax, kMax - 1, std::int64_t{1} << 62, (std::int64_t{1} << 62) + 12345,
-                             (std::int64_t{1} << 40) + 7, 1000000007};
+  const std::int64_t ns[] = {kMax,
+                             kMax - 1,
+                             std::int64_t{1} << 62,
+                             (std::int64_t{1} << 62) + 12345,
+                             (std::int64_t{1} << 40) + 7,
+                             1000000007};
   const std::int64_t ps[] = {1, 2, 3, 7, 64, 1000, 65521, std::int64_t{1} << 20, (1 << 30) - 1};
   for (auto n : ns)
     for (auto p : ps) {
@@ -71,7 +76,8 @@ TEST(ShardRange, LargeExtentsDoNotOverflow) {
         if (k < 0 || k >= p) continue;
         const Range r = shard_range(n, p, k);
         EXPECT_EQ(r.lo, static_cast<std::int64_t>(i128{k} * n / p)) << n << '/' << p << " k=" << k;
-        EXPECT_EQ(r.hi, static_cast<std::int64_t>(i128{k + 1} * n / p)) << n << '/' << p << " k=" << k;
+        EXPECT_EQ(r.hi, static_cast<std::int64_t>(i128{k + 1} * n / p))
+            << n << '/' << p << " k=" << k;
       }
       EXPECT_EQ(shard_range(n, p, p - 1).hi, n) << n << '/' << p;
     }
@@ -82,7 +88,8 @@ TEST(ShardRange, LargeExtentsDoNotOverflow) {
 TEST(ShardRange, RandomCover) {
   Rng rng(0x5a4d);
   for (int i = 0; i < testing::scaled(2000); ++i) {
-    const std::int64_t n = rng.chance(1, 2) ? rng.below(1000) : static_cast<std::int64_t>(rng.next() >> 2);
+    const std::int64_t n =
+        rng.chance(1, 2) ? rng.below(1000) : static_cast<std::int64_t>(rng.next() >> 2);
     expect_shard_law(n, rng.between(1, 64));
   }
 }

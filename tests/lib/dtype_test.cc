@@ -1,5 +1,7 @@
 // dtype names and sizes; the half-precision conversions against the tests' own decoding and a
 // brute-force round-to-nearest-even.
+#include "meshcast/dtype.h"
+
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -7,7 +9,6 @@
 #include <cstring>
 #include <limits>
 
-#include "meshcast/dtype.h"
 #include "meshcast/error.h"
 #include "support/testing.h"
 
@@ -117,13 +118,13 @@ TEST(Half, RoundsToNearestEven) {
       {65520.0f, 0x7c00},  // halfway to 2^16: rounds to even, i.e. overflows to inf
       {1e9f, 0x7c00},
       {-1e9f, 0xfc00},
-      {std::ldexp(1.0f, -24), 0x0001},         // smallest subnormal
-      {std::ldexp(1.0f, -25), 0x0000},         // halfway 0 and 2^-24: even (0)
-      {std::ldexp(1.5f, -24), 0x0002},         // halfway 1 and 2 ulps: even (2)
-      {std::ldexp(3.0f, -25), 0x0002},         // 1.5 ulp
+      {std::ldexp(1.0f, -24), 0x0001},  // smallest subnormal
+      {std::ldexp(1.0f, -25), 0x0000},  // halfway 0 and 2^-24: even (0)
+      {std::ldexp(1.5f, -24), 0x0002},  // halfway 1 and 2 ulps: even (2)
+      {std::ldexp(3.0f, -25), 0x0002},  // 1.5 ulp
       {std::ldexp(1.0f, -26), 0x0000},
-      {std::ldexp(1023.5f, -24), 0x0400},      // halfway largest subnormal / smallest normal
-      {std::ldexp(1.0f, -14), 0x0400},         // smallest normal
+      {std::ldexp(1023.5f, -24), 0x0400},  // halfway largest subnormal / smallest normal
+      {std::ldexp(1.0f, -14), 0x0400},     // smallest normal
       {-0.0f, 0x8000},
       {std::numeric_limits<float>::infinity(), 0x7c00},
       {2049.0f, 0x6800},  // halfway 2048 and 2050: even (2048)
@@ -169,11 +170,12 @@ TEST(Half, RandomFloatsRoundToNearestEven) {
   Rng rng(0x4a1f);
   for (int i = 0; i < testing::scaled(200000); ++i) {
     // Floats near the half range: random exponent in [-30, 17], random mantissa and sign.
-    const auto bits = static_cast<std::uint32_t>(((rng.between(97, 144)) << 23) |
-                                                 (rng.next() & 0x7fffff) |
-                                                 (rng.chance(1, 2) ? 0x80000000u : 0));
+    const auto bits =
+        static_cast<std::uint32_t>(((rng.between(97, 144)) << 23) | (rng.next() & 0x7fffff) |
+                                   (rng.chance(1, 2) ? 0x80000000u : 0));
     const float f = std::bit_cast<float>(bits);
-    ASSERT_EQ(float_to_half(f), ref_round(f, ref_half, 0x7c00)) << f << " bits " << std::hex << bits;
+    ASSERT_EQ(float_to_half(f), ref_round(f, ref_half, 0x7c00))
+        << f << " bits " << std::hex << bits;
   }
 }
 
@@ -217,7 +219,8 @@ TEST(BFloat16, RandomFloatsRoundToNearestEven) {
     const auto bits = static_cast<std::uint32_t>(rng.next() & 0xffffffffu);
     const float f = std::bit_cast<float>(bits);
     if (std::isnan(f) || std::isinf(f)) continue;
-    ASSERT_EQ(float_to_bf16(f), ref_round(f, ref_bf16, 0x7f80)) << f << " bits " << std::hex << bits;
+    ASSERT_EQ(float_to_bf16(f), ref_round(f, ref_bf16, 0x7f80))
+        << f << " bits " << std::hex << bits;
   }
 }
 

@@ -1,5 +1,7 @@
 // Layout: each device's tile against the tests' own tile formula, replica groups, validation,
 // and the shape parser.
+#include "meshcast/layout.h"
+
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -7,7 +9,6 @@
 #include <set>
 
 #include "meshcast/error.h"
-#include "meshcast/layout.h"
 #include "support/testing.h"
 
 namespace meshcast {
@@ -29,7 +30,8 @@ Layout random_layout(Rng& rng, int max_rank, std::int64_t max_volume) {
   const auto ms = testing::random_mesh_shape(rng, 3, 4, 12);
   std::vector<int> pool(20);
   std::iota(pool.begin(), pool.end(), 0);
-  const Mesh mesh(ms, testing::sample(rng, pool, static_cast<std::size_t>(testing::ref_volume(ms))));
+  const Mesh mesh(ms,
+                  testing::sample(rng, pool, static_cast<std::size_t>(testing::ref_volume(ms))));
   const auto spec = testing::random_spec(rng, shape.size(), mesh.ndim(), rng.chance(1, 3));
   return Layout(shape, kAllDTypes[rng.below(7)], mesh, spec);
 }
@@ -169,7 +171,9 @@ TEST(Layout, ValidationNamesTheField) {
       {{4, -1}, DType::f32, spec(Dims{{0}, {}}), "negative extent"},
       {{kMax, 4}, DType::f32, spec(Dims{{0}, {}}), "elements overflow"},
       {{kMax / 2, 1}, DType::f32, spec(Dims{{0}, {}}), "bytes overflow"},
-      {{std::int64_t{1} << 32, std::int64_t{1} << 32}, DType::i8, spec(Dims{{0}, {}}),
+      {{std::int64_t{1} << 32, std::int64_t{1} << 32},
+       DType::i8,
+       spec(Dims{{0}, {}}),
        "2^64 elements"},
       {{}, DType::f32, spec(Dims{}), "rank 0"},
   };
@@ -188,6 +192,23 @@ TEST(Layout, ValidationNamesTheField) {
   // Not an overflow: exactly the int64 range of bytes, and a zero extent next to a huge one.
   EXPECT_NO_THROW(Layout({kMax}, DType::i8, m24, spec(Dims{{}})));
   EXPECT_NO_THROW(Layout({0, kMax}, DType::f64, m24, spec(Dims{{0}, {1}})));
+}
+
+// An empty tensor is well defined whatever its other extents, in any order of dimensions.
+TEST(Layout, EmptyTensorsWithHugeExtentsAreAccepted) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  const Mesh m = Mesh::parse("2x2");
+  for (const Shape& shape : {Shape{0, kMax, 4}, Shape{kMax, 0, 4}, Shape{kMax, 4, 0}}) {
+    SCOPED_TRACE("shape " + shape_str(shape));
+    try {
+      const Layout l(shape, DType::f32, m, spec(Dims{{0}, {1}, {}}));
+      EXPECT_EQ(l.elements(), 0);
+      EXPECT_EQ(l.bytes(), 0);
+      for (std::int64_t k = 0; k < 4; ++k) EXPECT_TRUE(l.tile_at(k).empty());
+    } catch (const Error& e) {
+      ADD_FAILURE() << "refused: " << e.what();
+    }
+  }
 }
 
 TEST(Layout, ParseNamesTheField) {
@@ -217,7 +238,8 @@ TEST(Shape, ParseAndPrint) {
   EXPECT_EQ(parse_shape("1024,1024,512"), (Shape{1024, 1024, 512}));
   EXPECT_EQ(parse_shape("7"), (Shape{7}));
   EXPECT_EQ(parse_shape("0,3"), (Shape{0, 3}));
-  EXPECT_EQ(parse_shape("9223372036854775807,4"), (Shape{std::numeric_limits<std::int64_t>::max(), 4}));
+  EXPECT_EQ(parse_shape("9223372036854775807,4"),
+            (Shape{std::numeric_limits<std::int64_t>::max(), 4}));
   EXPECT_EQ(shape_str({1024, 1024, 512}), "1024,1024,512");
   EXPECT_EQ(parse_shape(shape_str({3, 0, 9})), (Shape{3, 0, 9}));
   // The maximal extent parses; with f32 its bytes overflow: the Layout refuses it.

@@ -1,39 +1,18 @@
 // Mesh: the text form of DESIGN.md, parse(str()) == m, coord/index inverse, index_of, and bad
 // inputs naming their field in one line.
-#include <gtest/gtest.h>
+#include "meshcast/mesh.h"
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <functional>
+#include <limits>
 
 #include "meshcast/error.h"
-#include "meshcast/mesh.h"
 #include "support/testing.h"
-
-// The largest single allocation made while `g_track` is set: a short mesh text must not make the
-// parser allocate memory for ids it will refuse anyway.
-namespace {
-std::atomic<bool> g_track{false};
-std::atomic<std::size_t> g_largest{0};
-}  // namespace
-
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void* operator new(std::size_t n) {
-  if (g_track.load(std::memory_order_relaxed)) {
-    std::size_t cur = g_largest.load(std::memory_order_relaxed);
-    while (n > cur && !g_largest.compare_exchange_weak(cur, n)) {
-    }
-  }
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) { return ::operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-#pragma GCC diagnostic pop
 
 namespace meshcast {
 namespace {
@@ -92,7 +71,8 @@ TEST(Mesh, ParsesTheDesignExamples) {
 std::vector<int> random_devices(Rng& rng, std::int64_t n) {
   const auto count = static_cast<std::size_t>(n);
   switch (rng.below(4)) {
-    case 0: return iota(static_cast<int>(rng.below(100)), static_cast<int>(n));
+    case 0:
+      return iota(static_cast<int>(rng.below(100)), static_cast<int>(n));
     case 1: {  // distinct ids from a wider range, random order
       std::vector<int> pool = iota(0, static_cast<int>(2 * n + 10));
       return testing::sample(rng, pool, count);
@@ -109,7 +89,8 @@ std::vector<int> random_devices(Rng& rng, std::int64_t n) {
       return v;
     }
     default: {  // a permutation of 0..n-1, with large ids sometimes
-      auto v = iota(rng.chance(1, 4) ? 2147483647 - static_cast<int>(n) + 1 : 0, static_cast<int>(n));
+      auto v =
+          iota(rng.chance(1, 4) ? 2147483647 - static_cast<int>(n) + 1 : 0, static_cast<int>(n));
       rng.shuffle(v);
       return v;
     }
@@ -146,6 +127,17 @@ TEST(Mesh, RandomMeshesRoundTripAndIndexInverse) {
   }
 }
 
+// Ids up to INT_MAX print and parse back (no overflow looking for runs of consecutive ids).
+TEST(Mesh, LargestIdsRoundTrip) {
+  constexpr int kMax = std::numeric_limits<int>::max();
+  for (const auto& devices : {std::vector<int>{kMax, 0}, std::vector<int>{kMax - 1, kMax},
+                              std::vector<int>{kMax, kMax - 1, 5}, std::vector<int>{3, kMax, 4}}) {
+    const Mesh m({static_cast<std::int64_t>(devices.size())}, devices);
+    EXPECT_EQ(Mesh::parse(m.str()), m) << m.str();
+  }
+  EXPECT_EQ(Mesh::parse("2@2147483646-2147483647").devices(), (std::vector<int>{kMax - 1, kMax}));
+}
+
 enum class Kind { Parse, Validation, Either };
 
 TEST(Mesh, BadInputsNameTheFieldInOneLine) {
@@ -154,13 +146,13 @@ TEST(Mesh, BadInputsNameTheFieldInOneLine) {
     Kind kind;
   };
   const Bad cases[] = {
-      {"2x4@0-6", Kind::Validation},           // 7 ids for 8 devices
-      {"2x4@0-8", Kind::Validation},           // 9 ids
-      {"2x2@[0,1,2]", Kind::Validation},       // 3 ids
-      {"2x2@[0,1,2,3,4]", Kind::Validation},   // 5 ids
-      {"1x1@[5,6]", Kind::Validation},         // 2 ids
-      {"2x2@[0,1,1,2]", Kind::Validation},     // duplicate id
-      {"2x2@[0-2,2]", Kind::Validation},       // duplicate through a range
+      {"2x4@0-6", Kind::Validation},          // 7 ids for 8 devices
+      {"2x4@0-8", Kind::Validation},          // 9 ids
+      {"2x2@[0,1,2]", Kind::Validation},      // 3 ids
+      {"2x2@[0,1,2,3,4]", Kind::Validation},  // 5 ids
+      {"1x1@[5,6]", Kind::Validation},        // 2 ids
+      {"2x2@[0,1,1,2]", Kind::Validation},    // duplicate id
+      {"2x2@[0-2,2]", Kind::Validation},      // duplicate through a range
       {"2x", Kind::Parse},
       {"x4", Kind::Parse},
       {"2xx4", Kind::Parse},
@@ -176,9 +168,9 @@ TEST(Mesh, BadInputsNameTheFieldInOneLine) {
       {"2x4@0--7", Kind::Parse},
       {"99999999999999999999x2", Kind::Parse},  // extent beyond int64
       {"9223372036854775807x2", Kind::Either},
-      {"65536x65536", Kind::Either},            // 2^32 devices
+      {"65536x65536", Kind::Either},  // 2^32 devices
       {"1048576x1048576x1048576", Kind::Either},
-      {"1@2147483648", Kind::Parse},            // id beyond int
+      {"1@2147483648", Kind::Parse},  // id beyond int
       {"2@[0,99999999999]", Kind::Parse},
       {"2@2147483647-2147483648", Kind::Parse},
       {"2xa", Kind::Parse},
@@ -232,24 +224,38 @@ TEST(Mesh, ConstructorValidates) {
   }
 }
 
-// A device range far larger than the mesh is refused without materialising its ids.
-TEST(Mesh, LongDeviceRangeIsRefusedWithoutAllocatingIt) {
-  for (const char* text : {"4@0-20000000", "2x2@[0-20000000]"}) {
-    g_largest = 0;
-    g_track = true;
-    bool threw = false;
+// How far f() raises peak memory above what this process holds: run in a child process, whose
+// peak resident size the kernel reports when it ends.
+std::int64_t peak_growth(const std::function<void()>& f) {
+  long pages = 0, resident = 0;
+  if (FILE* statm = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(statm, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(statm);
+  }
+  const std::int64_t before = std::int64_t{resident} * sysconf(_SC_PAGESIZE);
+  const pid_t pid = fork();
+  if (pid == 0) {
     try {
-      (void)Mesh::parse(text, "mesh");
-    } catch (const ValidationError& e) {
-      threw = e.field() == "mesh";
-    } catch (const Error&) {
-      threw = true;
+      f();
+    } catch (...) {
     }
-    g_track = false;
-    EXPECT_TRUE(threw) << text;
-    EXPECT_LT(g_largest.load(), std::size_t{1} << 20)
-        << "Mesh::parse(\"" << text << "\") allocated " << g_largest.load()
-        << " bytes at once for a 4-device mesh";
+    _exit(0);
+  }
+  int status = 0;
+  rusage ru{};
+  if (pid < 0 || wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status)) return -1;
+  return std::int64_t{ru.ru_maxrss} * 1024 - before;
+}
+
+// A device range far larger than the mesh is refused without materialising its ids (30M ids
+// would take 120 MB for a 4-device mesh).
+TEST(Mesh, LongDeviceRangeIsRefusedWithoutMaterialisingIt) {
+  for (const char* text : {"4@0-30000000", "2x2@[0-30000000]"}) {
+    const std::int64_t growth = peak_growth([&] { (void)Mesh::parse(text, "mesh"); });
+    EXPECT_NE(growth, -1) << "the child process failed";
+    EXPECT_LT(growth, std::int64_t{32} << 20)
+        << "Mesh::parse(\"" << text << "\") raised peak memory by " << (growth >> 20) << " MiB";
+    EXPECT_THROW(Mesh::parse(text, "mesh"), Error) << text;
   }
 }
 

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 
 #include "meshcast/error.h"
@@ -52,8 +51,9 @@ std::string simulate(const Plan& p) {
   const std::int64_t groups = testing::ref_groups(src);
   const std::int64_t full = (std::int64_t{1} << groups) - 1;
   const bool dst_partial = !dst.spec().partial().empty();
-  std::vector<std::vector<std::int64_t>> value(static_cast<std::size_t>(dst.mesh().size()),
-                                               std::vector<std::int64_t>(static_cast<std::size_t>(n), kUnwritten));
+  std::vector<std::vector<std::int64_t>> value(
+      static_cast<std::size_t>(dst.mesh().size()),
+      std::vector<std::int64_t>(static_cast<std::size_t>(n), kUnwritten));
   std::vector<std::vector<int>> writes(static_cast<std::size_t>(dst.mesh().size()),
                                        std::vector<int>(static_cast<std::size_t>(n), 0));
   struct Write {
@@ -112,7 +112,8 @@ std::string simulate(const Plan& p) {
           if (ri < 0) return where + ": root's target tile does not contain the box";
           bool filled = true;
           testing::ref_for_each(shape, op.box, [&](const auto&, std::int64_t e) {
-            v[static_cast<std::size_t>(e)] = value[static_cast<std::size_t>(ri)][static_cast<std::size_t>(e)];
+            v[static_cast<std::size_t>(e)] =
+                value[static_cast<std::size_t>(ri)][static_cast<std::size_t>(e)];
             filled = filled && v[static_cast<std::size_t>(e)] != kUnwritten;
           });
           if (!filled) return where + ": root sends target data not filled in an earlier phase";
@@ -141,8 +142,8 @@ std::string simulate(const Plan& p) {
         for (std::size_t g = 0; g < op.peers.size(); ++g) {
           const auto si = s.holding(op.peers[g], op.box);
           if (si < 0 || testing::ref_addend(src, si) != static_cast<std::int64_t>(g))
-            return where + ": contributor " + std::to_string(op.peers[g]) + " does not hold addend " +
-                   std::to_string(g);
+            return where + ": contributor " + std::to_string(op.peers[g]) +
+                   " does not hold addend " + std::to_string(g);
         }
         write_all(di, [&](std::int64_t) { return full; });
         break;
@@ -153,17 +154,19 @@ std::string simulate(const Plan& p) {
   for (std::int64_t i = 0; i < dst.mesh().size(); ++i) {
     const bool zero = dst_partial && testing::ref_addend(dst, i) != 0;
     std::string bad;
-    testing::ref_for_each(shape, d.tile[static_cast<std::size_t>(i)], [&](const auto&, std::int64_t e) {
-      if (!bad.empty()) return;
-      const int w = writes[static_cast<std::size_t>(i)][static_cast<std::size_t>(e)];
-      const std::int64_t v = value[static_cast<std::size_t>(i)][static_cast<std::size_t>(e)];
-      if (w != 1)
-        bad = "element " + std::to_string(e) + " of device " + std::to_string(dst.mesh().device(i)) +
-              " written " + std::to_string(w) + " times";
-      else if (v != (zero ? kZero : full))
-        bad = "element " + std::to_string(e) + " of device " + std::to_string(dst.mesh().device(i)) +
-              " holds " + (v == kZero ? std::string("zero") : "addends mask " + std::to_string(v));
-    });
+    testing::ref_for_each(
+        shape, d.tile[static_cast<std::size_t>(i)], [&](const auto&, std::int64_t e) {
+          if (!bad.empty()) return;
+          const int w = writes[static_cast<std::size_t>(i)][static_cast<std::size_t>(e)];
+          const std::int64_t v = value[static_cast<std::size_t>(i)][static_cast<std::size_t>(e)];
+          if (w != 1)
+            bad = "element " + std::to_string(e) + " of device " +
+                  std::to_string(dst.mesh().device(i)) + " written " + std::to_string(w) + " times";
+          else if (v != (zero ? kZero : full))
+            bad = "element " + std::to_string(e) + " of device " +
+                  std::to_string(dst.mesh().device(i)) + " holds " +
+                  (v == kZero ? std::string("zero") : "addends mask " + std::to_string(v));
+        });
     if (!bad.empty()) return bad;
   }
   return "";
@@ -178,10 +181,12 @@ std::int64_t min_bytes(const Layout& src, const Layout& dst) {
     if (dst_partial && testing::ref_addend(dst, i) != 0) continue;
     const int dev = dst.mesh().device(i);
     const auto it = s.index.find(dev);
-    testing::ref_for_each(dst.shape(), d.tile[static_cast<std::size_t>(i)], [&](const auto& x, std::int64_t) {
-      if (it == s.index.end() || !testing::ref_has(s.tile[static_cast<std::size_t>(it->second)], x))
-        bytes += static_cast<std::int64_t>(dtype_size(dst.dtype()));
-    });
+    testing::ref_for_each(dst.shape(), d.tile[static_cast<std::size_t>(i)],
+                          [&](const auto& x, std::int64_t) {
+                            if (it == s.index.end() ||
+                                !testing::ref_has(s.tile[static_cast<std::size_t>(it->second)], x))
+                              bytes += static_cast<std::int64_t>(dtype_size(dst.dtype()));
+                          });
   }
   return bytes;
 }
@@ -203,10 +208,13 @@ std::string check_stats(const Plan& p) {
   for (const auto& [dev, b] : st.sent) sent_sum += b;
   for (const auto& [dev, b] : st.received) received_sum += b;
   std::ostringstream os;
-  if (st.bytes_moved != moved) os << "bytes_moved " << st.bytes_moved << " != ops' " << moved << "; ";
-  if (st.bytes_local != local) os << "bytes_local " << st.bytes_local << " != ops' " << local << "; ";
+  if (st.bytes_moved != moved)
+    os << "bytes_moved " << st.bytes_moved << " != ops' " << moved << "; ";
+  if (st.bytes_local != local)
+    os << "bytes_local " << st.bytes_local << " != ops' " << local << "; ";
   if (st.bytes_intra_host + st.bytes_network != st.bytes_moved) os << "intra + network != moved; ";
-  if (sent_sum != st.bytes_moved || received_sum != st.bytes_moved) os << "per-device sums != moved; ";
+  if (sent_sum != st.bytes_moved || received_sum != st.bytes_moved)
+    os << "per-device sums != moved; ";
   if (!(st.predicted_seconds >= 0)) os << "negative prediction; ";
   return os.str();
 }
@@ -241,7 +249,8 @@ TEST(Planner, EveryPlanDeliversEveryElementExactlyOnce) {
     std::map<Strategy, Plan> plans;
     for (Strategy st : {Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather}) {
       opt.strategy = st;
-      const std::string ctx = "case " + std::to_string(i) + ": " + describe(c, st, opt.balance, topo);
+      const std::string ctx =
+          "case " + std::to_string(i) + ": " + describe(c, st, opt.balance, topo);
       Plan p = plan(c.src, c.dst, topo, opt);
       ASSERT_EQ(p.strategy(), st) << ctx;
       ASSERT_EQ(p.balance(), opt.balance) << ctx;
@@ -254,6 +263,9 @@ TEST(Planner, EveryPlanDeliversEveryElementExactlyOnce) {
       if (complete) {
         ASSERT_EQ(p.stats().bytes_moved, minimum) << ctx << "\n" << p.str(64);
       }
+      if (i % 5 == 0) {
+        ASSERT_TRUE(Plan::from_json(p.to_json()) == p) << ctx << "\n" << p.to_json();
+      }
       plans.emplace(st, std::move(p));
     }
     // Auto: the least predicted time of the three, and exactly that strategy's plan.
@@ -261,11 +273,14 @@ TEST(Planner, EveryPlanDeliversEveryElementExactlyOnce) {
     const Plan a = plan(c.src, c.dst, topo, opt);
     double best = 1e300;
     for (const auto& [st, p] : plans) best = std::min(best, p.stats().predicted_seconds);
-    const std::string ctx = "case " + std::to_string(i) + ": " + describe(c, Strategy::Auto, opt.balance, topo);
+    const std::string ctx =
+        "case " + std::to_string(i) + ": " + describe(c, Strategy::Auto, opt.balance, topo);
     ASSERT_NE(a.strategy(), Strategy::Auto) << ctx;
     ASSERT_LE(a.stats().predicted_seconds, best * (1 + 1e-9)) << ctx;
-    ASSERT_TRUE(a == plans.at(a.strategy())) << ctx << "\nauto:\n" << a.str() << "\n" << to_string(a.strategy())
-                                             << ":\n" << plans.at(a.strategy()).str();
+    ASSERT_TRUE(a == plans.at(a.strategy())) << ctx << "\nauto:\n"
+                                             << a.str() << "\n"
+                                             << to_string(a.strategy()) << ":\n"
+                                             << plans.at(a.strategy()).str();
     // Search is never worse than greedy.
     if (opt.balance == Balance::Search) {
       PlanOptions g = opt;
@@ -278,6 +293,23 @@ TEST(Planner, EveryPlanDeliversEveryElementExactlyOnce) {
             << ctx << " strategy " << to_string(st);
       }
     }
+  }
+}
+
+// A search cut short by its clock still returns a correct plan (greedy's, or better).
+TEST(Planner, TruncatedSearchStillDelivers) {
+  Rng rng(0x7c07);
+  testing::Limits lim;
+  lim.max_volume = 64;
+  const Topology topo = four_hosts();
+  for (int i = 0; i < testing::scaled(300); ++i) {
+    const auto c = testing::random_case(rng, lim);
+    PlanOptions opt;
+    opt.strategy = static_cast<Strategy>(rng.below(4));
+    opt.balance = Balance::Search;
+    opt.search_seconds = 0;
+    const Plan p = plan(c.src, c.dst, topo, opt);
+    ASSERT_EQ(simulate(p), "") << describe(c, opt.strategy, opt.balance, topo) << "\n" << p.str(64);
   }
 }
 
@@ -316,7 +348,8 @@ TEST(Planner, DeterministicAndJsonRoundTrip) {
 TEST(Planner, NamesAndParsers) {
   for (Strategy s : {Strategy::Auto, Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather})
     EXPECT_EQ(parse_strategy(to_string(s)), s);
-  for (Balance b : {Balance::None, Balance::Greedy, Balance::Search}) EXPECT_EQ(parse_balance(to_string(b)), b);
+  for (Balance b : {Balance::None, Balance::Greedy, Balance::Search})
+    EXPECT_EQ(parse_balance(to_string(b)), b);
   EXPECT_EQ(to_string(Strategy::SendRecv), "sendrecv");
   EXPECT_EQ(to_string(Balance::Search), "search");
   EXPECT_EQ(to_string(OpKind::Multicast), "multicast");
@@ -390,10 +423,24 @@ TEST(Planner, TopologyExpectedTables) {
       {{64}, "4@[0,4,8,12]:R", "4x4@0-15:S0", Strategy::Broadcast, Balance::Greedy, 12 * 16, 0, 4},
       {{64}, "4@[0,4,8,12]:R", "4x4@0-15:S0", Strategy::Broadcast, Balance::Search, 12 * 16, 0, 4},
       {{64}, "4@[0,4,8,12]:R", "4x4@0-15:S0", Strategy::SendRecv, Balance::Greedy, 12 * 16, 0, 4},
-      {{64}, "4@[0,4,8,12]:R", "4x4@0-15:S0", Strategy::Broadcast, Balance::None, 12 * 16, 3 * 16, 4},
+      {{64},
+       "4@[0,4,8,12]:R",
+       "4x4@0-15:S0",
+       Strategy::Broadcast,
+       Balance::None,
+       12 * 16,
+       3 * 16,
+       4},
       // Same replicas, the target fully replicated: one task, so ONE chain from one replica,
       // entering each of the other three hosts once.
-      {{64}, "4@[0,4,8,12]:R", "4x4@0-15:R", Strategy::Broadcast, Balance::Greedy, 12 * 64, 3 * 64, 4},
+      {{64},
+       "4@[0,4,8,12]:R",
+       "4x4@0-15:R",
+       Strategy::Broadcast,
+       Balance::Greedy,
+       12 * 64,
+       3 * 64,
+       4},
       // Host 0 -> host 1 row split: every byte crosses exactly once, whatever the strategy.
       {{4, 64}, "4@0-3:S0R", "4@4-7:S0R", Strategy::Broadcast, Balance::Greedy, 1, 1, T},
       {{4, 64}, "4@0-3:S0R", "4@4-7:S0R", Strategy::AllGather, Balance::Greedy, 1, 1, T},
@@ -446,7 +493,8 @@ TEST(Planner, PartialSourcesReduceThenServe) {
   const Topology t = four_hosts();
   const auto src = Layout::parse({8, 8}, DType::f32, "2x2@0-3:S0R+P1");
   const auto dst = Layout::parse({8, 8}, DType::f32, "4@4-7:RR");
-  for (Strategy st : {Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather, Strategy::Auto}) {
+  for (Strategy st :
+       {Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather, Strategy::Auto}) {
     PlanOptions opt;
     opt.strategy = st;
     const Plan p = plan(src, dst, t, opt);
@@ -467,7 +515,8 @@ TEST(Planner, PartialSourcesReduceThenServe) {
 // The simulator itself: broken plans are caught (the oracle can fail).
 TEST(Planner, SimulatorCatchesBrokenPlans) {
   auto with_ops = [](const Plan& p, std::vector<Op> ops) {
-    return Plan(p.src(), p.dst(), p.strategy(), p.balance(), p.topology(), std::move(ops), p.stats());
+    return Plan(p.src(), p.dst(), p.strategy(), p.balance(), p.topology(), std::move(ops),
+                p.stats());
   };
   PlanOptions opt;
   opt.strategy = Strategy::AllGather;
@@ -514,88 +563,6 @@ TEST(Planner, SimulatorCatchesBrokenPlans) {
       op.from_dst = false;
     }
   EXPECT_NE(simulate(with_ops(red, ops)), "") << "an addend multicast";
-}
-
-// ---- Plan JSON: malformed documents ------------------------------------------------------------
-
-TEST(PlanJson, MalformedInputThrowsParseError) {
-  const Plan good = plan(Layout::parse({4, 6}, DType::f32, "2x2@0-3:S0R"),
-                         Layout::parse({4, 6}, DType::f32, "3@4-6:RS0"));
-  const nlohmann::json j = nlohmann::json::parse(good.to_json());
-  ASSERT_FALSE(j["ops"].empty());
-  std::vector<std::string> bad = {"", "{", "[]", "null", "42", "\"plan\"", "{}", "{\"ops\": 5}",
-                                  std::string(good.to_json()).substr(0, good.to_json().size() / 2),
-                                  good.to_json() + "x", "\x01\x02\xff"};
-  auto mutate = [&](auto&& f) {
-    nlohmann::json m = j;
-    f(m);
-    bad.push_back(m.dump());
-  };
-  mutate([](auto& m) { m.erase("ops"); });
-  mutate([](auto& m) { m.erase("stats"); });
-  mutate([](auto& m) { m.erase("src"); });
-  mutate([](auto& m) { m["ops"] = "none"; });
-  mutate([](auto& m) { m["ops"][0]["kind"] = "teleport"; });
-  mutate([](auto& m) { m["ops"][0]["kind"] = 3; });
-  mutate([](auto& m) { m["ops"][0]["box"] = nlohmann::json::array({nlohmann::json::array({0})}); });
-  mutate([](auto& m) { m["ops"][0]["box"] = "[0:4]"; });
-  mutate([](auto& m) { m["ops"][0]["peers"] = "1,2"; });
-  mutate([](auto& m) { m["ops"][0]["from_dst"] = "yes"; });
-  mutate([](auto& m) { m["ops"][0].erase("root"); });
-  mutate([](auto& m) { m["ops"][0]["root"] = "zero"; });
-  mutate([](auto& m) { m["strategy"] = "fastest"; });
-  mutate([](auto& m) { m["balance"] = 1; });
-  mutate([](auto& m) { m["topology"] = nullptr; });
-  mutate([](auto& m) { m["stats"]["sent"] = nlohmann::json{{"x", 4}}; });
-  mutate([](auto& m) { m["stats"]["sent"] = nlohmann::json{{"99999999999999", 4}}; });
-  mutate([](auto& m) { m["stats"]["bytes_moved"] = "many"; });
-  mutate([](auto& m) { m["src"]["dtype"] = "f33"; });
-  mutate([](auto& m) { m["src"]["layout"] = "2x2@0-3"; });
-  mutate([](auto& m) { m["src"]["layout"] = "2x@0-3:S0R"; });
-  mutate([](auto& m) { m["src"]["shape"] = "4,6"; });
-  for (const std::string& text : bad) {
-    SCOPED_TRACE(text.substr(0, 200));
-    try {
-      const Plan p = Plan::from_json(text);
-      ADD_FAILURE() << "accepted";
-    } catch (const ParseError& e) {
-      EXPECT_EQ(e.field().rfind("plan", 0), 0u) << e.what();
-      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "not a ParseError: " << typeid(e).name() << ": " << e.what();
-    }
-  }
-}
-
-TEST(PlanJson, OpsOutsideTheTensorOrMeshesThrowValidationError) {
-  const Plan good = plan(Layout::parse({4, 6}, DType::f32, "2x2@0-3:S0R"),
-                         Layout::parse({4, 6}, DType::f32, "3@4-6:RS0"));
-  const nlohmann::json j = nlohmann::json::parse(good.to_json());
-  std::vector<std::string> bad;
-  auto mutate = [&](auto&& f) {
-    nlohmann::json m = j;
-    f(m);
-    bad.push_back(m.dump());
-  };
-  using nlohmann::json;
-  mutate([](auto& m) { m["ops"][0]["box"] = json::array({json::array({0, 5}), json::array({0, 6})}); });
-  mutate([](auto& m) { m["ops"][0]["box"] = json::array({json::array({-1, 2}), json::array({0, 6})}); });
-  mutate([](auto& m) { m["ops"][0]["box"] = json::array({json::array({0, 4}), json::array({0, 600})}); });
-  mutate([](auto& m) { m["ops"][0]["box"] = json::array({json::array({0, 4})}); });
-  mutate([](auto& m) { m["ops"][0]["root"] = 99; });
-  mutate([](auto& m) { m["ops"][0]["peers"] = json::array({77}); });
-  mutate([](auto& m) { m["ops"][0]["phase"] = -1; });
-  for (const std::string& text : bad) {
-    SCOPED_TRACE(text.substr(0, 300));
-    try {
-      const Plan p = Plan::from_json(text);
-      ADD_FAILURE() << "accepted";
-    } catch (const ValidationError& e) {
-      EXPECT_EQ(e.field().rfind("plan", 0), 0u) << e.what();
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "not a ValidationError: " << e.what();
-    }
-  }
 }
 
 }  // namespace

@@ -1,12 +1,13 @@
 // Regions: copy_region / pack / unpack / accumulate / zero_region against naive element loops on
 // random boxes of random buffers; is_contiguous against the offsets of every element.
+#include "meshcast/region.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "meshcast/dtype.h"
 #include "meshcast/error.h"
-#include "meshcast/region.h"
 #include "support/testing.h"
 
 namespace meshcast {
@@ -52,7 +53,8 @@ std::int64_t buffer_elems(const Region& r) { return testing::ref_volume(r.extent
 std::vector<std::int64_t> offsets(const Region& r) {
   std::vector<std::int64_t> out;
   std::vector<Range> box;
-  for (std::size_t d = 0; d < r.count.size(); ++d) box.push_back({r.offset[d], r.offset[d] + r.count[d]});
+  for (std::size_t d = 0; d < r.count.size(); ++d)
+    box.push_back({r.offset[d], r.offset[d] + r.count[d]});
   testing::ref_for_each(r.extent, Box(box), [&](const auto&, std::int64_t g) {
     out.push_back(g * static_cast<std::int64_t>(r.elem_size));
   });
@@ -129,7 +131,8 @@ TEST(Region, PackUnpackMatchElementLoopAndInvert) {
     Bytes packed(r.bytes() + 16, std::byte{0x77});
     pack(r, packed.data());
     Bytes want(r.bytes() + 16, std::byte{0x77});
-    for (std::size_t k = 0; k < off.size(); ++k) std::memcpy(want.data() + k * elem, buf.data() + off[k], elem);
+    for (std::size_t k = 0; k < off.size(); ++k)
+      std::memcpy(want.data() + k * elem, buf.data() + off[k], elem);
     ASSERT_EQ(packed, want) << describe(r);
     // unpack into a scrambled copy restores the buffer: unpack(pack(r)) is the identity on r.
     const Bytes original = buf;
@@ -140,7 +143,8 @@ TEST(Region, PackUnpackMatchElementLoopAndInvert) {
     // unpack of fresh data writes exactly the box's elements.
     const Bytes fresh = random_bytes(rng, r.bytes());
     Bytes expect = buf;
-    for (std::size_t k = 0; k < off.size(); ++k) std::memcpy(expect.data() + off[k], fresh.data() + k * elem, elem);
+    for (std::size_t k = 0; k < off.size(); ++k)
+      std::memcpy(expect.data() + off[k], fresh.data() + k * elem, elem);
     unpack(fresh.data(), r);
     ASSERT_EQ(buf, expect) << describe(r);
   }
@@ -227,11 +231,21 @@ void add_one(DType t, const std::byte* from, std::byte* to) {
       c = float_to_bf16(bf16_to_float(a) + bf16_to_float(b));
       std::memcpy(to, &c, 2);
       break;
-    case DType::f32: add(float{}); break;
-    case DType::f64: add(double{}); break;
-    case DType::i8: add(std::int8_t{}); break;
-    case DType::i32: add(std::int32_t{}); break;
-    case DType::i64: add(std::int64_t{}); break;
+    case DType::f32:
+      add(float{});
+      break;
+    case DType::f64:
+      add(double{});
+      break;
+    case DType::i8:
+      add(std::int8_t{});
+      break;
+    case DType::i32:
+      add(std::int32_t{});
+      break;
+    case DType::i64:
+      add(std::int64_t{});
+      break;
   }
 }
 
@@ -251,7 +265,8 @@ TEST(Region, AccumulateMatchesElementLoopForEveryDtype) {
     to.base = b.data();
     Bytes want = b;
     const auto fo = offsets(from), to_off = offsets(to);
-    for (std::size_t k = 0; k < fo.size(); ++k) add_one(t, a.data() + fo[k], want.data() + to_off[k]);
+    for (std::size_t k = 0; k < fo.size(); ++k)
+      add_one(t, a.data() + fo[k], want.data() + to_off[k]);
     accumulate(from, to, t);
     ASSERT_EQ(b, want) << to_string(t) << " from " << describe(from) << " to " << describe(to);
   }
@@ -261,7 +276,9 @@ TEST(Region, AccumulateHalfTypesExactOnSmallIntegers) {
   // Hand cases: 1 + 2 = 3 exactly; halves round once per add.
   for (DType t : {DType::f16, DType::bf16}) {
     auto enc = [&](float f) { return t == DType::f16 ? float_to_half(f) : float_to_bf16(f); };
-    auto dec = [&](unsigned short h) { return t == DType::f16 ? half_to_float(h) : bf16_to_float(h); };
+    auto dec = [&](unsigned short h) {
+      return t == DType::f16 ? half_to_float(h) : bf16_to_float(h);
+    };
     unsigned short x[3] = {enc(1), enc(-7), enc(100)}, y[3] = {enc(2), enc(7), enc(28)};
     accumulate(Region{x, 2, {3}, {0}, {3}}, Region{y, 2, {3}, {0}, {3}}, t);
     EXPECT_EQ(dec(y[0]), 3.0f) << to_string(t);
@@ -287,9 +304,9 @@ TEST(Region, IsContiguousCases) {
   const Case cases[] = {
       {{8}, {2}, {3}, true},
       {{4, 4}, {0, 0}, {4, 4}, true},
-      {{4, 4}, {1, 0}, {2, 4}, true},      // whole rows
-      {{4, 4}, {1, 1}, {1, 2}, true},      // part of one row
-      {{4, 4}, {1, 1}, {2, 2}, false},     // parts of two rows
+      {{4, 4}, {1, 0}, {2, 4}, true},   // whole rows
+      {{4, 4}, {1, 1}, {1, 2}, true},   // part of one row
+      {{4, 4}, {1, 1}, {2, 2}, false},  // parts of two rows
       {{4, 4}, {0, 0}, {2, 3}, false},
       {{2, 3, 4}, {1, 0, 0}, {1, 3, 4}, true},
       {{2, 3, 4}, {0, 1, 0}, {1, 2, 4}, true},

@@ -1,8 +1,9 @@
 // ShardingSpec: Alpa's notation round-trips, and malformed specs name their field.
+#include "meshcast/spec.h"
+
 #include <gtest/gtest.h>
 
 #include "meshcast/error.h"
-#include "meshcast/spec.h"
 #include "support/testing.h"
 
 namespace meshcast {
@@ -56,9 +57,9 @@ TEST(Spec, RandomSpecsRoundTrip) {
 }
 
 TEST(Spec, BadSpecsNameTheFieldInOneLine) {
-  for (const char* bad : {"Q0R", "S", "S0S0", "S0R+P0", "S0R+", "S0R+Q1", "+P1", "", "S0R+P",
-                          "S0R+P1+P2", "S0R+P1R", "s0R", "S0 R", "RR+P11", "S00", "S0R+P1S2",
-                          "S-1", "R+", "+", "S0R\n"}) {
+  for (const char* bad :
+       {"Q0R",     "S",   "S0S0", "S0R+P0", "S0R+", "S0R+Q1",   "+P1", "",   "S0R+P", "S0R+P1+P2",
+        "S0R+P1R", "s0R", "S0 R", "RR+P11", "S00",  "S0R+P1S2", "S-1", "R+", "+",     "S0R\n"}) {
     SCOPED_TRACE(std::string("spec '") + bad + "'");
     try {
       const ShardingSpec s = ShardingSpec::parse(bad, "src.spec");

@@ -1,9 +1,10 @@
 // tasks(src, dst): every element lies in exactly one task, whose sources and destinations are
 // exactly the devices the tests' own tile formula says hold and need it.
+#include "meshcast/task.h"
+
 #include <gtest/gtest.h>
 
 #include "meshcast/error.h"
-#include "meshcast/task.h"
 #include "support/testing.h"
 
 namespace meshcast {
@@ -30,7 +31,8 @@ bool check_tasks(const testing::Case& c) {
     EXPECT_EQ(ts[t].box.rank(), shape.size()) << c.str() << " task " << t;
     EXPECT_FALSE(ts[t].box.empty()) << c.str() << " task " << t << " " << ts[t].box.str();
     if (!Box::whole(shape).contains(ts[t].box)) {
-      ADD_FAILURE() << c.str() << " task " << t << " box " << ts[t].box.str() << " outside the tensor";
+      ADD_FAILURE() << c.str() << " task " << t << " box " << ts[t].box.str()
+                    << " outside the tensor";
       return false;
     }
     testing::ref_for_each(shape, ts[t].box, [&](const auto&, std::int64_t g) {
@@ -41,30 +43,32 @@ bool check_tasks(const testing::Case& c) {
   std::vector<std::vector<int>> want_src(static_cast<std::size_t>(groups));
   std::vector<int> want_dst;
   bool ok = true;
-  testing::ref_for_each(shape, Box::whole(shape), [&](const std::vector<std::int64_t>& x, std::int64_t g) {
-    if (!ok) return;
-    const auto at = static_cast<std::size_t>(g);
-    if (count[at] != 1) {
-      ADD_FAILURE() << c.str() << ": element " << g << " lies in " << count[at] << " tasks";
-      ok = false;
-      return;
-    }
-    const Task& t = ts[owner[at]];
-    for (auto& v : want_src) v.clear();
-    want_dst.clear();
-    for (std::int64_t i = 0; i < src.mesh().size(); ++i)
-      if (testing::ref_has(s_tile[static_cast<std::size_t>(i)], x))
-        want_src[static_cast<std::size_t>(testing::ref_addend(src, i))].push_back(src.mesh().device(i));
-    for (std::int64_t i = 0; i < dst.mesh().size(); ++i)
-      if (testing::ref_has(d_tile[static_cast<std::size_t>(i)], x) &&
-          (!dst_partial || testing::ref_addend(dst, i) == 0))
-        want_dst.push_back(dst.mesh().device(i));
-    if (t.sources != want_src || t.destinations != want_dst) {
-      ADD_FAILURE() << c.str() << ": element " << g << " in task " << owner[at] << " box "
-                    << t.box.str() << ": sources/destinations differ from the reference";
-      ok = false;
-    }
-  });
+  testing::ref_for_each(
+      shape, Box::whole(shape), [&](const std::vector<std::int64_t>& x, std::int64_t g) {
+        if (!ok) return;
+        const auto at = static_cast<std::size_t>(g);
+        if (count[at] != 1) {
+          ADD_FAILURE() << c.str() << ": element " << g << " lies in " << count[at] << " tasks";
+          ok = false;
+          return;
+        }
+        const Task& t = ts[owner[at]];
+        for (auto& v : want_src) v.clear();
+        want_dst.clear();
+        for (std::int64_t i = 0; i < src.mesh().size(); ++i)
+          if (testing::ref_has(s_tile[static_cast<std::size_t>(i)], x))
+            want_src[static_cast<std::size_t>(testing::ref_addend(src, i))].push_back(
+                src.mesh().device(i));
+        for (std::int64_t i = 0; i < dst.mesh().size(); ++i)
+          if (testing::ref_has(d_tile[static_cast<std::size_t>(i)], x) &&
+              (!dst_partial || testing::ref_addend(dst, i) == 0))
+            want_dst.push_back(dst.mesh().device(i));
+        if (t.sources != want_src || t.destinations != want_dst) {
+          ADD_FAILURE() << c.str() << ": element " << g << " in task " << owner[at] << " box "
+                        << t.box.str() << ": sources/destinations differ from the reference";
+          ok = false;
+        }
+      });
   return ok;
 }
 
@@ -100,17 +104,18 @@ TEST(Tasks, SpecialCases) {
     const char* dst;
   };
   for (const Case& c : {
-           Case{{0, 5}, "2x2:S0S1", "4@4-7:S0R"},        // empty tensor: no tasks
-           Case{{3}, "8:S0", "2x4@8-15:S10"},            // more shards than elements
-           Case{{1, 1}, "2x2:S0S1", "4@4-7:RS0"},         // one element, mostly empty shards
+           Case{{0, 5}, "2x2:S0S1", "4@4-7:S0R"},  // empty tensor: no tasks
+           Case{{3}, "8:S0", "2x4@8-15:S10"},      // more shards than elements
+           Case{{1, 1}, "2x2:S0S1", "4@4-7:RS0"},  // one element, mostly empty shards
            Case{{5, 7}, "2x3:S0R+P1", "2x3@[5,4,3,2,1,0]:S1S0"},  // partial, permuted
-           Case{{5, 7}, "2x2:RR+P01", "2x2:S0R+P1"},      // partial to partial
-           Case{{6}, "3x2:S0+P1", "3x2:S0+P1"},           // identical partial layouts
-           Case{{4, 4}, "1:RR", "2x2@1-4:S0S1"},          // one source device
-           Case{{4, 4}, "1x1:RR+P0", "2x2@1-4:S0S1"},     // partial over an extent-1 axis
+           Case{{5, 7}, "2x2:RR+P01", "2x2:S0R+P1"},              // partial to partial
+           Case{{6}, "3x2:S0+P1", "3x2:S0+P1"},                   // identical partial layouts
+           Case{{4, 4}, "1:RR", "2x2@1-4:S0S1"},                  // one source device
+           Case{{4, 4}, "1x1:RR+P0", "2x2@1-4:S0S1"},             // partial over an extent-1 axis
        }) {
     const testing::Case tc{Layout::parse(c.shape, DType::f32, c.src),
-                           Layout::parse(c.shape, DType::f32, c.dst), testing::Devices::Overlapping};
+                           Layout::parse(c.shape, DType::f32, c.dst),
+                           testing::Devices::Overlapping};
     EXPECT_TRUE(check_tasks(tc)) << tc.str();
   }
   EXPECT_TRUE(tasks(Layout::parse({0, 5}, DType::f32, "2x2:S0S1"),

@@ -1,10 +1,11 @@
 // fill_source / count_mismatches: exactly predictable data, addends that sum exactly.
+#include "meshcast/verify.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "meshcast/error.h"
-#include "meshcast/verify.h"
 #include "support/testing.h"
 
 namespace meshcast {
@@ -16,8 +17,12 @@ using Bytes = std::vector<std::byte>;
 double decode(DType t, const std::byte* p) {
   unsigned short h;
   switch (t) {
-    case DType::f16: std::memcpy(&h, p, 2); return half_to_float(h);
-    case DType::bf16: std::memcpy(&h, p, 2); return bf16_to_float(h);
+    case DType::f16:
+      std::memcpy(&h, p, 2);
+      return half_to_float(h);
+    case DType::bf16:
+      std::memcpy(&h, p, 2);
+      return bf16_to_float(h);
     case DType::f32: {
       float f;
       std::memcpy(&f, p, 4);
@@ -28,7 +33,8 @@ double decode(DType t, const std::byte* p) {
       std::memcpy(&f, p, 8);
       return f;
     }
-    case DType::i8: return static_cast<double>(static_cast<std::int8_t>(*p));
+    case DType::i8:
+      return static_cast<double>(static_cast<std::int8_t>(*p));
     case DType::i32: {
       std::int32_t v;
       std::memcpy(&v, p, 4);
@@ -91,7 +97,8 @@ TEST(Verify, FilledLayoutCheckedAgainstItselfHasNoMismatches) {
       EXPECT_EQ(count_mismatches(l, dev, b.data()), 0) << "device " << dev;
       if (b.empty()) continue;
       // One flipped element: exactly one mismatch.
-      const std::size_t e = static_cast<std::size_t>(rng.below(static_cast<std::int64_t>(b.size() / elem)));
+      const std::size_t e =
+          static_cast<std::size_t>(rng.below(static_cast<std::int64_t>(b.size() / elem)));
       b[e * elem + elem - 1] ^= std::byte{0x40};
       b[e * elem] ^= std::byte{0x01};
       EXPECT_EQ(count_mismatches(l, dev, b.data()), 1) << "device " << dev << " element " << e;
@@ -126,33 +133,39 @@ TEST(Verify, PartialAddendsSumToTheTestValue) {
     std::vector<Bytes> buf;
     for (std::int64_t k = 0; k < mesh.size(); ++k) buf.push_back(filled(l, k));
     const std::size_t elem = dtype_size(t);
-    testing::ref_for_each(shape, Box::whole(shape), [&](const std::vector<std::int64_t>& x, std::int64_t g) {
-      // addend value of each group, from the first holder in mesh order
-      std::vector<double> addend(static_cast<std::size_t>(groups));
-      std::vector<bool> seen(static_cast<std::size_t>(groups), false);
-      for (std::int64_t k = 0; k < mesh.size(); ++k) {
-        const Box tile = testing::ref_tile(l, k);
-        if (!testing::ref_has(tile, x)) continue;
-        const auto a = static_cast<std::size_t>(testing::ref_addend(l, k));
-        // local row-major offset of x in the tile
-        std::int64_t off = 0;
-        for (std::size_t d = 0; d < x.size(); ++d) off = off * tile[d].size() + (x[d] - tile[d].lo);
-        const double v = decode(t, buf[static_cast<std::size_t>(k)].data() + off * static_cast<std::int64_t>(elem));
-        if (seen[a]) {
-          EXPECT_EQ(addend[a], v) << "replicas of addend " << a << " differ at element " << g;
-        }
-        addend[a] = v;
-        seen[a] = true;
-      }
-      double sum = 0;
-      for (std::size_t a = 0; a < addend.size(); ++a) {
-        ASSERT_TRUE(seen[a]) << "no holder of addend " << a;
-        sum += addend[a];
-        // Every partial sum stays exactly representable (so any order is exact).
-        EXPECT_LE(std::abs(sum), t == DType::i8 ? 127.0 : t == DType::bf16 ? 256.0 : t == DType::f16 ? 2048.0 : 1e15);
-      }
-      EXPECT_EQ(sum, static_cast<double>(test_value(g, t))) << "element " << g;
-    });
+    testing::ref_for_each(
+        shape, Box::whole(shape), [&](const std::vector<std::int64_t>& x, std::int64_t g) {
+          // addend value of each group, from the first holder in mesh order
+          std::vector<double> addend(static_cast<std::size_t>(groups));
+          std::vector<bool> seen(static_cast<std::size_t>(groups), false);
+          for (std::int64_t k = 0; k < mesh.size(); ++k) {
+            const Box tile = testing::ref_tile(l, k);
+            if (!testing::ref_has(tile, x)) continue;
+            const auto a = static_cast<std::size_t>(testing::ref_addend(l, k));
+            // local row-major offset of x in the tile
+            std::int64_t off = 0;
+            for (std::size_t d = 0; d < x.size(); ++d)
+              off = off * tile[d].size() + (x[d] - tile[d].lo);
+            const double v = decode(
+                t, buf[static_cast<std::size_t>(k)].data() + off * static_cast<std::int64_t>(elem));
+            if (seen[a]) {
+              EXPECT_EQ(addend[a], v) << "replicas of addend " << a << " differ at element " << g;
+            }
+            addend[a] = v;
+            seen[a] = true;
+          }
+          double sum = 0;
+          for (std::size_t a = 0; a < addend.size(); ++a) {
+            ASSERT_TRUE(seen[a]) << "no holder of addend " << a;
+            sum += addend[a];
+            // Every partial sum stays exactly representable (so any order is exact).
+            EXPECT_LE(std::abs(sum), t == DType::i8     ? 127.0
+                                     : t == DType::bf16 ? 256.0
+                                     : t == DType::f16  ? 2048.0
+                                                        : 1e15);
+          }
+          EXPECT_EQ(sum, static_cast<double>(test_value(g, t))) << "element " << g;
+        });
   }
 }
 

@@ -77,7 +77,8 @@ inline std::int64_t ref_volume(const std::vector<std::int64_t>& shape) {
 
 // DESIGN.md: shard k of n split p ways is [floor(k*n/p), floor((k+1)*n/p)).
 inline Range ref_shard(std::int64_t n, std::int64_t p, std::int64_t k) {
-  return {static_cast<std::int64_t>(i128{k} * n / p), static_cast<std::int64_t>(i128{k + 1} * n / p)};
+  return {static_cast<std::int64_t>(i128{k} * n / p),
+          static_cast<std::int64_t>(i128{k + 1} * n / p)};
 }
 
 // Shard index and split count of tensor dim d for mesh coordinate c: the dim's axes form a
@@ -228,10 +229,14 @@ enum class Devices { Same, Permuted, Overlapping, Disjoint };
 
 inline const char* to_string(Devices d) {
   switch (d) {
-    case Devices::Same: return "same";
-    case Devices::Permuted: return "permuted";
-    case Devices::Overlapping: return "overlapping";
-    case Devices::Disjoint: return "disjoint";
+    case Devices::Same:
+      return "same";
+    case Devices::Permuted:
+      return "permuted";
+    case Devices::Overlapping:
+      return "overlapping";
+    case Devices::Disjoint:
+      return "disjoint";
   }
   return "?";
 }
@@ -240,26 +245,27 @@ inline const char* to_string(Devices d) {
 inline std::pair<Mesh, Mesh> random_meshes(Rng& rng, const Limits& lim, Devices rel) {
   std::vector<int> pool(static_cast<std::size_t>(lim.pool));
   std::iota(pool.begin(), pool.end(), 0);
-  const auto s_shape = random_mesh_shape(rng, lim.max_mesh_ndim, lim.max_mesh_extent,
-                                         lim.max_mesh_size);
+  const auto s_shape =
+      random_mesh_shape(rng, lim.max_mesh_ndim, lim.max_mesh_extent, lim.max_mesh_size);
   const auto n = static_cast<std::size_t>(ref_volume(s_shape));
   auto s_dev = sample(rng, pool, n);
   if (rng.chance(1, 3)) std::sort(s_dev.begin(), s_dev.end());
   Mesh src(s_shape, s_dev);
   switch (rel) {
-    case Devices::Same: return {src, src};
+    case Devices::Same:
+      return {src, src};
     case Devices::Permuted: {
       auto d = s_dev;
       rng.shuffle(d);
-      return {src, Mesh(random_mesh_shape_of(rng, static_cast<std::int64_t>(n), lim.max_mesh_ndim),
-                        d)};
+      return {src,
+              Mesh(random_mesh_shape_of(rng, static_cast<std::int64_t>(n), lim.max_mesh_ndim), d)};
     }
     case Devices::Overlapping: {
-      const auto d_shape = random_mesh_shape(rng, lim.max_mesh_ndim, lim.max_mesh_extent,
-                                             lim.max_mesh_size);
+      const auto d_shape =
+          random_mesh_shape(rng, lim.max_mesh_ndim, lim.max_mesh_extent, lim.max_mesh_size);
       const auto m = static_cast<std::size_t>(ref_volume(d_shape));
-      const auto shared = static_cast<std::size_t>(
-          rng.between(1, static_cast<std::int64_t>(std::min(n, m))));
+      const auto shared =
+          static_cast<std::size_t>(rng.between(1, static_cast<std::int64_t>(std::min(n, m))));
       std::vector<int> rest;
       for (int d : pool)
         if (std::find(s_dev.begin(), s_dev.end(), d) == s_dev.end()) rest.push_back(d);
@@ -277,9 +283,10 @@ inline std::pair<Mesh, Mesh> random_meshes(Rng& rng, const Limits& lim, Devices 
       std::vector<int> rest;
       for (int d : pool)
         if (std::find(s_dev.begin(), s_dev.end(), d) == s_dev.end()) rest.push_back(d);
-      const auto d_shape = random_mesh_shape(rng, lim.max_mesh_ndim, lim.max_mesh_extent,
-                                             static_cast<int>(std::min<std::size_t>(
-                                                 rest.size(), static_cast<std::size_t>(lim.max_mesh_size))));
+      const auto d_shape =
+          random_mesh_shape(rng, lim.max_mesh_ndim, lim.max_mesh_extent,
+                            static_cast<int>(std::min<std::size_t>(
+                                rest.size(), static_cast<std::size_t>(lim.max_mesh_size))));
       auto d = sample(rng, rest, static_cast<std::size_t>(ref_volume(d_shape)));
       if (rng.chance(1, 2)) std::sort(d.begin(), d.end());
       return {src, Mesh(d_shape, d)};
