@@ -44,12 +44,7 @@ Request Communicator::ibcast_chain(const Region& region, int root, std::span<con
   c->chunks = std::max<std::size_t>(1, (c->bytes + c->chunk - 1) / c->chunk);
   c->tag = tag;
   if (region.is_contiguous()) {
-    std::int64_t off = 0, stride = 1;  // element offset of the box origin
-    for (std::size_t d = region.extent.size(); d-- > 0;) {
-      off += region.offset[d] * stride;
-      stride *= region.extent[d];
-    }
-    c->buf = static_cast<std::byte*>(region.base) + off * static_cast<std::int64_t>(region.elem_size);
+    c->buf = static_cast<std::byte*>(region.origin());
   } else {
     c->staging = scratch(c->bytes);
     c->buf = static_cast<std::byte*>(c->staging.get());

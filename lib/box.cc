@@ -40,6 +40,8 @@ std::vector<std::int64_t> Box::origin() const {
 }
 
 std::int64_t Box::volume() const {
+  for (const Range& x : r_)
+    if (x.empty()) return 0;  // first: the other extents may overflow together
   std::int64_t v = 1;
   for (const Range& x : r_) v *= x.size();
   return v;

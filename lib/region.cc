@@ -105,6 +105,15 @@ bool Region::is_contiguous() const {
   return true;
 }
 
+void* Region::origin() const {
+  std::int64_t off = 0, stride = 1;  // in elements, row-major
+  for (std::size_t d = extent.size(); d-- > 0;) {
+    off += offset[d] * stride;
+    stride *= extent[d];
+  }
+  return static_cast<std::byte*>(base) + off * static_cast<std::int64_t>(elem_size);
+}
+
 void copy_region(const Region& from, const Region& to) {
   check_same(from, to);
   const auto* src = static_cast<const std::byte*>(from.base);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <string_view>
@@ -35,10 +36,12 @@ Balance parse_balance(std::string_view text, const std::string& field = "balance
 struct PlanOptions {
   Strategy strategy = Strategy::Auto;
   Balance balance = Balance::Search;
-  // Search effort: candidate moves evaluated (deterministic), and a wall-clock cap that ends
-  // the search early on huge plans (the result then records search_truncated).
+  // Search effort: candidate moves evaluated (deterministic; a work budget also bounds them on
+  // huge plans), and an optional wall-clock cap. The cap is off by default: a plan cut short by
+  // the clock depends on the machine's load, so processes that plan independently could
+  // disagree. A cut-short plan records search_truncated.
   std::int64_t search_moves = 4000;
-  double search_seconds = 0.2;
+  double search_seconds = std::numeric_limits<double>::infinity();
 };
 
 enum class OpKind {

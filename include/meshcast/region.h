@@ -29,6 +29,8 @@ struct Region {
   std::size_t bytes() const { return static_cast<std::size_t>(elements()) * elem_size; }
   // True when the box is one contiguous run of the buffer.
   bool is_contiguous() const;
+  // Address of the box's first element (for a contiguous region: the start of its run).
+  void* origin() const;
 };
 
 // Copies between two regions of equal counts (shapes may differ in rank only by collapsing).
