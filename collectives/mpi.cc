@@ -53,12 +53,7 @@ Wire wire_of(const Region& r) {
   auto* base = static_cast<std::byte*>(r.base);
   const std::size_t bytes = r.bytes();
   if (r.is_contiguous()) {
-    std::int64_t off = 0, stride = 1;  // element offset of the box origin
-    for (std::size_t d = r.extent.size(); d-- > 0;) {
-      off += r.offset[d] * stride;
-      stride *= r.extent[d];
-    }
-    void* p = base + off * static_cast<std::int64_t>(r.elem_size);
+    void* p = r.origin();
     if (bytes <= INT_MAX) return {p, static_cast<int>(bytes), MPI_BYTE, false};
     // Beyond int counts: 1 MiB blocks plus the remainder, as one struct type.
     constexpr int kBlock = 1 << 20;
@@ -306,7 +301,10 @@ MpiSession::~MpiSession() {
 
 Communicator& MpiSession::world() { return *impl_->world; }
 
-void MpiSession::skip_finalize() { impl_->skip_finalize = true; }
+int MpiSession::rank() const { return impl_->world->rank(); }
+int MpiSession::size() const { return impl_->world->size(); }
+
+void MpiSession::on_failure() { impl_->skip_finalize = true; }
 
 long long MpiSession::sum(long long value) {
   long long total = 0;

@@ -130,12 +130,7 @@ class NcclComm final : public Communicator {
     Posted p{kind, nullptr, r.bytes(), peer, r, false, nullptr, std::make_shared<NcclRequest>()};
     p.req->peer = peer;
     if (r.is_contiguous()) {
-      std::int64_t off = 0, stride = 1;
-      for (std::size_t d = r.extent.size(); d-- > 0;) {
-        off += r.offset[d] * stride;
-        stride *= r.extent[d];
-      }
-      p.ptr = static_cast<std::byte*>(r.base) + off * static_cast<std::int64_t>(r.elem_size);
+      p.ptr = r.origin();
     } else {
       p.staging = scratch(r.bytes());
       p.ptr = p.staging.get();
@@ -222,8 +217,8 @@ struct NcclSession::Impl {
   std::unique_ptr<NcclComm> world;
 };
 
-NcclSession::NcclSession(MpiSession& bootstrap, NcclOptions options) : impl_(std::make_unique<Impl>()) {
-  const int rank = bootstrap.world().rank(), size = bootstrap.world().size();
+NcclSession::NcclSession(Bootstrap& bootstrap, NcclOptions options) : impl_(std::make_unique<Impl>()) {
+  const int rank = bootstrap.rank(), size = bootstrap.size();
   int gpus = 0;
   const cudaError_t e = cudaGetDeviceCount(&gpus);
   // Every rank must agree before the collective init below: count ranks without a GPU.

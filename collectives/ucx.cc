@@ -40,9 +40,9 @@ struct UcxRequest : Request::Impl {
 
 class UcxComm final : public Communicator {
  public:
-  UcxComm(MpiSession& mpi, const UcxOptions& o)
-      : timeout_(o.timeout_seconds), chunk_(o.chunk_bytes), rank_(mpi.world().rank()),
-        size_(mpi.world().size()), watchdog_(control_, rank_, size_, o.timeout_seconds) {
+  UcxComm(Bootstrap& bootstrap, const UcxOptions& o)
+      : timeout_(o.timeout_seconds), chunk_(o.chunk_bytes), rank_(bootstrap.rank()),
+        size_(bootstrap.size()), watchdog_(control_, rank_, size_, o.timeout_seconds) {
     control_.comm = this;
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
@@ -60,7 +60,7 @@ class UcxComm final : public Communicator {
     std::size_t len = 0;
     check(ucp_worker_get_address(worker_, &addr, &len), "ucp_worker_get_address");
     const auto* bytes = reinterpret_cast<const unsigned char*>(addr);
-    const auto all = mpi.allgather(std::vector<unsigned char>(bytes, bytes + len));
+    const auto all = bootstrap.allgather(std::vector<unsigned char>(bytes, bytes + len));
     ucp_worker_release_address(worker_, addr);
     eps_.resize(static_cast<std::size_t>(size_), nullptr);
     failed_.assign(static_cast<std::size_t>(size_), 0);
@@ -109,7 +109,7 @@ class UcxComm final : public Communicator {
 
   Request isend(const Region& from, int dst, int tag) override {
     auto req = prepare(from, dst);
-    const void* buf = req->staging.empty() ? contiguous_ptr(from) : req->staging.data();
+    const void* buf = req->staging.empty() ? from.origin() : req->staging.data();
     if (!req->staging.empty()) pack(from, req->staging.data());
     ucp_request_param_t prm{};
     track(*req, ucp_tag_send_nbx(eps_[static_cast<std::size_t>(dst)], buf, from.bytes(),
@@ -119,7 +119,7 @@ class UcxComm final : public Communicator {
 
   Request irecv(const Region& to, int src, int tag) override {
     auto req = prepare(to, src);
-    void* buf = req->staging.empty() ? contiguous_ptr(to) : req->staging.data();
+    void* buf = req->staging.empty() ? to.origin() : req->staging.data();
     if (!req->staging.empty()) {
       req->unpack_to = to;
       req->unpack = true;
@@ -256,15 +256,6 @@ class UcxComm final : public Communicator {
     return req;
   }
 
-  static void* contiguous_ptr(const Region& r) {
-    std::int64_t off = 0, stride = 1;
-    for (std::size_t d = r.extent.size(); d-- > 0;) {
-      off += r.offset[d] * stride;
-      stride *= r.extent[d];
-    }
-    return static_cast<std::byte*>(r.base) + off * static_cast<std::int64_t>(r.elem_size);
-  }
-
   void track(UcxRequest& req, ucs_status_ptr_t p) {
     if (UCS_PTR_IS_ERR(p))
       throw CommError("device " + std::to_string(req.peer),
@@ -287,18 +278,18 @@ class UcxComm final : public Communicator {
 
 struct UcxSession::Impl {
   std::unique_ptr<UcxComm> world;
-  MpiSession* bootstrap;
+  Bootstrap* bootstrap;
 };
 
-UcxSession::UcxSession(MpiSession& bootstrap, UcxOptions options)
+UcxSession::UcxSession(Bootstrap& bootstrap, UcxOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->world = std::make_unique<UcxComm>(bootstrap, options);
   impl_->bootstrap = &bootstrap;
-  bootstrap.world().barrier();  // every endpoint exists before anyone sends
+  bootstrap.barrier();  // every endpoint exists before anyone sends
 }
 
 UcxSession::~UcxSession() {
-  if (impl_->world->failed()) impl_->bootstrap->skip_finalize();
+  if (impl_->world->failed()) impl_->bootstrap->on_failure();
 }
 
 Communicator& UcxSession::world() { return *impl_->world; }

@@ -50,8 +50,9 @@ Plan make_plan(const PlanArgs& args);
 int parse_iters(const std::string& text);
 // Refuses (ValidationError "backend") a backend that is unknown or not built in.
 void check_backend(const std::string& backend);
-// Runs a plan on a process backend (mpi, ucx, nccl) under mpirun, one rank per device id
-// (cli_process.cc). Collective; `root` is true on the rank that reports.
+// Runs a plan on a process backend (mpi, ucx, nccl), one rank per device id, under mpirun or
+// (ucx, nccl) through the TCP rendezvous of MESHCAST_RENDEZVOUS (cli_process.cc). Collective;
+// `root` is true on the rank that reports.
 struct ProcessRun {
   LocalRun run;
   bool root = false;

@@ -1,12 +1,15 @@
-// `meshcast reshard --backend mpi|ucx|nccl`: one process per device under mpirun. Every rank
-// parses the same options and plans; the ranks first check that their plans agree (a rank
-// given other options would otherwise hang or corrupt), then run, time and verify together.
-// Only rank 0 prints. Built only when the MPI backend is.
+// `meshcast reshard --backend mpi|ucx|nccl`: one process per device, under mpirun or, for ucx
+// and nccl, started by hand with a TCP rendezvous (MESHCAST_RENDEZVOUS=HOST:PORT, MESHCAST_RANK,
+// MESHCAST_SIZE: TcpBootstrap::from_env; MPI is then never initialised). Every rank parses the
+// same options and plans; the ranks first check that their plans agree (a rank given other
+// options would otherwise hang or corrupt), then run, time and verify together. Only rank 0
+// prints. Built only when the MPI backend is.
 #include <chrono>
 #include <functional>
 #include <memory>
 
 #include "cli.h"
+#include "meshcast/bootstrap.h"
 #include "meshcast/error.h"
 #include "meshcast/mpi.h"
 #include "meshcast/reshard.h"
@@ -21,26 +24,39 @@
 namespace meshcast::cli {
 
 ProcessRun run_process(const Plan& p, const std::string& backend, int iters, bool verify) {
-  MpiSession mpi(nullptr, nullptr);
-  Communicator* comm = &mpi.world();
+  // The bootstrap: a TCP rendezvous when MESHCAST_RENDEZVOUS is set (ucx, nccl), else MPI.
+  std::unique_ptr<TcpBootstrap> tcp;
+  if (backend != "mpi") tcp = TcpBootstrap::from_env();
+  std::unique_ptr<MpiSession> mpi;
+  if (!tcp) mpi = std::make_unique<MpiSession>(nullptr, nullptr);
+  Bootstrap& boot = tcp ? static_cast<Bootstrap&>(*tcp) : *mpi;
+  Communicator* comm = mpi ? &mpi->world() : nullptr;
 #ifdef MESHCAST_HAS_UCX
   std::unique_ptr<UcxSession> ucx;
-  if (backend == "ucx") comm = &(ucx = std::make_unique<UcxSession>(mpi))->world();
+  if (backend == "ucx") comm = &(ucx = std::make_unique<UcxSession>(boot))->world();
 #endif
 #ifdef MESHCAST_HAS_NCCL
   std::unique_ptr<NcclSession> nccl;
-  if (backend == "nccl") comm = &(nccl = std::make_unique<NcclSession>(mpi))->world();
+  if (backend == "nccl") comm = &(nccl = std::make_unique<NcclSession>(boot))->world();
 #endif
+  if (!comm || comm->backend() != backend)
+    throw ValidationError("backend", backend + " is not built into this meshcast");
   const int needed = p.devices().back() + 1;
+  if (comm->size() < needed && tcp)
+    throw ValidationError("MESHCAST_SIZE",
+                          "the meshes use device ids up to " + std::to_string(needed - 1) +
+                              ", so it must be at least " + std::to_string(needed) + " (it is " +
+                              std::to_string(comm->size()) + ")");
   if (comm->size() < needed)
-    throw ValidationError("backend", "the meshes use device ids up to " + std::to_string(needed - 1) +
-                                         ", so mpirun must start at least " + std::to_string(needed) +
-                                         " ranks (it started " + std::to_string(comm->size()) + ")");
+    throw ValidationError("backend",
+                          "the meshes use device ids up to " + std::to_string(needed - 1) +
+                              ", so mpirun must start at least " + std::to_string(needed) +
+                              " ranks (it started " + std::to_string(comm->size()) + ")");
   // Every rank must run the same plan.
   const std::size_t h = std::hash<std::string>{}(p.to_json());
   std::vector<unsigned char> mine(reinterpret_cast<const unsigned char*>(&h),
                                   reinterpret_cast<const unsigned char*>(&h) + sizeof h);
-  const auto all = mpi.allgather(mine);
+  const auto all = boot.allgather(mine);
   for (std::size_t r = 0; r < all.size(); ++r)
     if (all[r] != all[0])
       throw ValidationError("plan", "rank " + std::to_string(r) +
@@ -85,7 +101,7 @@ ProcessRun run_process(const Plan& p, const std::string& backend, int iters, boo
 #endif
   if (verify)
     result.run.mismatches =
-        mpi.sum(dst.mesh().contains(me) ? count_mismatches(dst, me, out.data()) : 0);
+        boot.sum(dst.mesh().contains(me) ? count_mismatches(dst, me, out.data()) : 0);
   return result;
 }
 

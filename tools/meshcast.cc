@@ -36,8 +36,12 @@ stderr, "meshcast: <field>: <cause>"); 3 internal error.
 
 void add_run_options(CLI::App& cmd, RunArgs& run) {
   cmd.add_option("--backend", run.backend,
-                 "communicator: local (threads in this process), or, under mpirun with one rank "
-                 "per device id, mpi, ucx, nccl (when built in)")
+                 "communicator: local (threads in this process), or, with one process per device "
+                 "id, mpi, ucx, nccl (when built in), under mpirun. ucx and nccl also start "
+                 "without mpirun: launch the processes yourself, each with "
+                 "MESHCAST_RENDEZVOUS=HOST:PORT (the same for all; rank 0 listens there), "
+                 "MESHCAST_RANK (0..size-1) and MESHCAST_SIZE, optionally "
+                 "MESHCAST_RENDEZVOUS_TIMEOUT (seconds to wait for the others, default 60)")
       ->type_name("NAME")
       ->capture_default_str();
   cmd.add_option("--iters", run.iters, "timed iterations after one warm-up run (>= 1)")

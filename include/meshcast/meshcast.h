@@ -1,6 +1,7 @@
 // Umbrella header: everything a user of meshcast needs.
 #pragma once
 
+#include "meshcast/bootstrap.h"
 #include "meshcast/box.h"
 #include "meshcast/communicator.h"
 #include "meshcast/dtype.h"

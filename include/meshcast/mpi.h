@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "meshcast/bootstrap.h"
 #include "meshcast/communicator.h"
 
 namespace meshcast {
@@ -24,21 +25,25 @@ struct MpiOptions {
 
 // Initialises MPI (if nobody did) and finalises it on destruction (if it initialised it and no
 // peer failed: finalizing with a dead rank can hang, so then the process just ends).
-// world() is this process's endpoint on MPI_COMM_WORLD.
-class MpiSession {
+// world() is this process's endpoint on MPI_COMM_WORLD. As a Bootstrap (rank, size, allgather,
+// sum over MPI_COMM_WORLD) it starts the other transports under mpirun.
+class MpiSession : public Bootstrap {
  public:
   MpiSession(int* argc, char*** argv, MpiOptions options = {});
-  ~MpiSession();
+  ~MpiSession() override;
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
 
   Communicator& world();
+  int rank() const override;
+  int size() const override;
   // Sums a count over every rank (for verification totals); collective.
-  long long sum(long long value);
+  long long sum(long long value) override;
   // Every rank's bytes, in rank order (bootstrapping other transports); collective.
-  std::vector<std::vector<unsigned char>> allgather(const std::vector<unsigned char>& mine);
+  std::vector<std::vector<unsigned char>> allgather(
+      const std::vector<unsigned char>& mine) override;
   // Another transport of this process saw a peer fail: do not finalize MPI (it could hang).
-  void skip_finalize();
+  void on_failure() override;
   // Ends every process of the job with this exit code (after an unrecoverable error).
   [[noreturn]] void abort(int code);
 

@@ -1,14 +1,15 @@
 // The NCCL backend: one process per GPU, device id d = rank d, local buffers in GPU memory.
 // Point-to-point transfers of a phase are issued as one NCCL group; strided boxes are packed and
 // unpacked by CUDA kernels on the communicator's stream. The NCCL unique id is exchanged through
-// MPI. Built when CUDA and NCCL are found (target meshcast::nccl).
+// a Bootstrap (MpiSession under mpirun, or TcpBootstrap). Built when CUDA and NCCL are found
+// (target meshcast::nccl).
 #pragma once
 
 #include <cstddef>
 #include <memory>
 
+#include "meshcast/bootstrap.h"
 #include "meshcast/communicator.h"
-#include "meshcast/mpi.h"
 
 namespace meshcast {
 
@@ -19,9 +20,10 @@ struct NcclOptions {
 
 class NcclSession {
  public:
-  // Collective over the MPI world of `bootstrap`. Uses GPU (rank mod GPU count). Throws
-  // CommError("nccl", ...) when no GPU can be used, e.g. "no CUDA device: ...".
-  explicit NcclSession(MpiSession& bootstrap, NcclOptions options = {});
+  // Collective over the ranks of `bootstrap` (an MpiSession, a TcpBootstrap). Uses GPU (rank
+  // mod GPU count). Throws CommError("nccl", ...) when no GPU can be used, e.g. "no CUDA
+  // device: ...".
+  explicit NcclSession(Bootstrap& bootstrap, NcclOptions options = {});
   ~NcclSession();
   NcclSession(const NcclSession&) = delete;
   NcclSession& operator=(const NcclSession&) = delete;

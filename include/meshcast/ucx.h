@@ -1,13 +1,15 @@
 // The UCX backend (UCP tag API): one process per device, device id d = rank d. Worker addresses
-// are exchanged through MPI at start-up, so jobs are launched with mpirun; data then moves over
-// UCX only. Built when UCX and MPI are found (target meshcast::ucx).
+// are exchanged at start-up through a Bootstrap: MpiSession when launched by mpirun, or
+// TcpBootstrap (a TCP rendezvous, e.g. TcpBootstrap::from_env()) without a launcher, in which
+// case MPI is not used at all. Data then moves over UCX only. Built when UCX and MPI are found
+// (target meshcast::ucx).
 #pragma once
 
 #include <cstddef>
 #include <memory>
 
+#include "meshcast/bootstrap.h"
 #include "meshcast/communicator.h"
-#include "meshcast/mpi.h"
 
 namespace meshcast {
 
@@ -20,8 +22,9 @@ struct UcxOptions {
 
 class UcxSession {
  public:
-  // Collective over the MPI world of `bootstrap`.
-  explicit UcxSession(MpiSession& bootstrap, UcxOptions options = {});
+  // Collective over the ranks of `bootstrap` (an MpiSession, a TcpBootstrap), which must outlive
+  // the session: a session that saw a peer fail calls bootstrap.on_failure() on destruction.
+  explicit UcxSession(Bootstrap& bootstrap, UcxOptions options = {});
   ~UcxSession();
   UcxSession(const UcxSession&) = delete;
   UcxSession& operator=(const UcxSession&) = delete;

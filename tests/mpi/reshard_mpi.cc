@@ -2,7 +2,11 @@
 // draws the same cases from the same seed, executes its part, and checks every element of its
 // target tile against the value each global index must hold. Exit status 1 on any mismatch, 77
 // (ctest's skip) when the backend cannot run here (NCCL without a GPU).
-//   reshard_mpi mpi|ucx|nccl [cases] [seed] [chain|native [CHUNK_BYTES]]
+//   reshard_mpi mpi|ucx|nccl|ucx-tcp [cases] [seed] [chain|native [CHUNK_BYTES]]
+// ucx-tcp: UCX started through TcpBootstrap::from_env() (MESHCAST_RENDEZVOUS, MESHCAST_RANK,
+// MESHCAST_SIZE; tests/mpi/ucx_tcp.sh launches the processes), without mpirun; it also checks
+// that MPI was never initialised. Bad bootstrap input or a bootstrap failure: exit status 2 with
+// "reshard_mpi: <field>: <cause>".
 #include <meshcast/meshcast.h>
 #include <meshcast/mpi.h>
 #ifdef MESHCAST_HAS_UCX
@@ -12,10 +16,12 @@
 #include <meshcast/nccl.h>
 #endif
 
-#include <memory>
+#define OMPI_SKIP_MPICXX 1
+#include <mpi.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -59,44 +65,12 @@ ShardingSpec random_spec(std::mt19937_64& rng, std::size_t rank, std::size_t ndi
   return ShardingSpec(dims, sums);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Broadcasts: pipelined chains of CHUNK_BYTES chunks (small ones exercise the pipeline on
-  // tiny tensors), or MPI_Ibcast.
-  MpiOptions mopt{30};
-  UcxOptions uopt{30};
-  if (argc > 4 && std::string(argv[4]) == "native") mopt.broadcast = MpiOptions::Broadcast::Native;
-  if (argc > 5) mopt.chunk_bytes = uopt.chunk_bytes = std::stoull(argv[5]);
-  MpiSession mpi(&argc, &argv, mopt);
-  const std::string backend = argc > 1 ? argv[1] : "mpi";
-#ifdef MESHCAST_HAS_UCX
-  std::unique_ptr<UcxSession> ucx;
-  if (backend == "ucx") ucx = std::make_unique<UcxSession>(mpi, uopt);
-#endif
+// Runs the random cases on `comm`; totals go through `boot`. Returns the exit status.
+int run_cases(Communicator& comm, Bootstrap& boot, [[maybe_unused]] void* gpu, int argc,
+              char** argv) {
 #ifdef MESHCAST_HAS_NCCL
-  std::unique_ptr<NcclSession> nccl;
-  if (backend == "nccl") {
-    try {
-      nccl = std::make_unique<NcclSession>(mpi, NcclOptions{30});
-    } catch (const CommError& e) {
-      if (mpi.world().rank() == 0) std::printf("SKIP: %s\n", e.what());
-      return 77;
-    }
-  }
+  auto* nccl = static_cast<NcclSession*>(gpu);
 #endif
-  Communicator* chosen = &mpi.world();
-#ifdef MESHCAST_HAS_UCX
-  if (ucx) chosen = &ucx->world();
-#endif
-#ifdef MESHCAST_HAS_NCCL
-  if (nccl) chosen = &nccl->world();
-#endif
-  if (chosen->backend() != backend) {
-    if (mpi.world().rank() == 0) std::printf("backend %s is not built here\n", backend.c_str());
-    return 2;
-  }
-  Communicator& comm = *chosen;
   const int cases = argc > 2 ? std::stoi(argv[2]) : 200;
   std::mt19937_64 rng(argc > 3 ? std::stoull(argv[3]) : 20261121);
   const Strategy strategies[] = {Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather,
@@ -120,7 +94,8 @@ int main(int argc, char** argv) {
       in.resize(static_cast<std::size_t>(src.local_elements(me)) * elem);
       fill_source(src, me, in.data());
     }
-    if (dst.mesh().contains(me)) out.resize(static_cast<std::size_t>(dst.local_elements(me)) * elem);
+    if (dst.mesh().contains(me))
+      out.resize(static_cast<std::size_t>(dst.local_elements(me)) * elem);
 #ifdef MESHCAST_HAS_NCCL
     if (nccl) {  // the same buffers, in GPU memory
       auto gin = nccl->allocate(in.size()), gout = nccl->allocate(out.size());
@@ -131,8 +106,8 @@ int main(int argc, char** argv) {
 #endif
       reshard(p, comm, in.empty() ? nullptr : in.data(), out.empty() ? nullptr : out.data());
     const long long wrong =
-        mpi.sum(dst.mesh().contains(me) ? count_mismatches(dst, me, out.data()) : 0);
-    elements += mpi.sum(static_cast<long long>(out.size() / elem));
+        boot.sum(dst.mesh().contains(me) ? count_mismatches(dst, me, out.data()) : 0);
+    elements += boot.sum(static_cast<long long>(out.size() / elem));
     if (wrong) {
       ++failed_cases;
       if (me == 0)
@@ -145,4 +120,77 @@ int main(int argc, char** argv) {
     std::printf("%s: %d ranks, %d cases, %lld target elements checked, %lld failed cases\n",
                 comm.backend().c_str(), comm.size(), cases, elements, failed_cases);
   return failed_cases ? 1 : 0;
+}
+
+// ucx-tcp: no mpirun, no MPI.
+int run_ucx_tcp([[maybe_unused]] std::size_t chunk_bytes, int argc, char** argv) {
+#ifdef MESHCAST_HAS_UCX
+  int status = 0;
+  try {
+    auto boot = TcpBootstrap::from_env();
+    if (!boot) {
+      std::fprintf(stderr, "reshard_mpi: MESHCAST_RENDEZVOUS: not set (ucx-tcp needs it)\n");
+      return 2;
+    }
+    UcxSession ucx(*boot, UcxOptions{30, chunk_bytes});
+    status = run_cases(ucx.world(), *boot, nullptr, argc, argv);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "reshard_mpi: %s\n", e.what());
+    return 2;
+  }
+  int inited = 1;
+  MPI_Initialized(&inited);  // allowed before MPI_Init
+  if (inited) {
+    std::fprintf(stderr, "reshard_mpi: ucx-tcp initialised MPI\n");
+    return 1;
+  }
+  return status;
+#else
+  (void)argc;
+  (void)argv;
+  std::printf("backend ucx is not built here\n");
+  return 2;
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Broadcasts: pipelined chains of CHUNK_BYTES chunks (small ones exercise the pipeline on
+  // tiny tensors), or MPI_Ibcast.
+  MpiOptions mopt{30};
+  if (argc > 4 && std::string(argv[4]) == "native") mopt.broadcast = MpiOptions::Broadcast::Native;
+  if (argc > 5) mopt.chunk_bytes = std::stoull(argv[5]);
+  const std::string backend = argc > 1 ? argv[1] : "mpi";
+  if (backend == "ucx-tcp") return run_ucx_tcp(mopt.chunk_bytes, argc, argv);
+  MpiSession mpi(&argc, &argv, mopt);
+#ifdef MESHCAST_HAS_UCX
+  std::unique_ptr<UcxSession> ucx;
+  if (backend == "ucx") ucx = std::make_unique<UcxSession>(mpi, UcxOptions{30, mopt.chunk_bytes});
+#endif
+  void* gpu = nullptr;
+#ifdef MESHCAST_HAS_NCCL
+  std::unique_ptr<NcclSession> nccl;
+  if (backend == "nccl") {
+    try {
+      nccl = std::make_unique<NcclSession>(mpi, NcclOptions{30});
+    } catch (const CommError& e) {
+      if (mpi.world().rank() == 0) std::printf("SKIP: %s\n", e.what());
+      return 77;
+    }
+    gpu = nccl.get();
+  }
+#endif
+  Communicator* chosen = &mpi.world();
+#ifdef MESHCAST_HAS_UCX
+  if (ucx) chosen = &ucx->world();
+#endif
+#ifdef MESHCAST_HAS_NCCL
+  if (nccl) chosen = &nccl->world();
+#endif
+  if (chosen->backend() != backend) {
+    if (mpi.world().rank() == 0) std::printf("backend %s is not built here\n", backend.c_str());
+    return 2;
+  }
+  return run_cases(*chosen, mpi, gpu, argc, argv);
 }
