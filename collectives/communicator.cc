@@ -27,7 +27,9 @@ struct Communicator::Chain : Request::Impl {
   bool unpacked = true;
 
   std::size_t size_of(std::size_t k) const { return std::min(chunk, bytes - k * chunk); }
-  Region piece(std::size_t k) const { return Region::contiguous(buf + k * chunk, bytes ? size_of(k) : 0); }
+  Region piece(std::size_t k) const {
+    return Region::contiguous(buf + k * chunk, bytes ? size_of(k) : 0);
+  }
 };
 
 Request Communicator::ibcast_chain(const Region& region, int root, std::span<const int> group,
@@ -57,10 +59,12 @@ Request Communicator::ibcast_chain(const Region& region, int root, std::span<con
   }
   if (rank() == root) {
     if (c->next >= 0)
-      for (std::size_t k = 0; k < c->chunks; ++k) c->sends.push_back(isend(c->piece(k), c->next, tag));
+      for (std::size_t k = 0; k < c->chunks; ++k)
+        c->sends.push_back(isend(c->piece(k), c->next, tag));
     c->forwarded = c->chunks;
   } else {
-    for (std::size_t k = 0; k < c->chunks; ++k) c->recvs.push_back(irecv(c->piece(k), c->prev, tag));
+    for (std::size_t k = 0; k < c->chunks; ++k)
+      c->recvs.push_back(irecv(c->piece(k), c->prev, tag));
     c->arrived.assign(c->chunks, 0);
     if (c->next < 0) c->forwarded = c->chunks;
   }

@@ -28,7 +28,8 @@ void check(int rc, const char* what) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  throw CommError("mpi", std::string(what) + ": " + std::string(msg, static_cast<std::size_t>(len)));
+  throw CommError("mpi",
+                  std::string(what) + ": " + std::string(msg, static_cast<std::size_t>(len)));
 }
 
 struct MpiRequest : Request::Impl {
@@ -108,7 +109,10 @@ int size_of(MPI_Comm c) {
 class MpiComm final : public Communicator {
  public:
   MpiComm(MPI_Comm comm, const MpiOptions& o)
-      : comm_(comm), timeout_(o.timeout_seconds), opt_(o), watchdog_(control_, rank_of(comm), size_of(comm), o.timeout_seconds) {
+      : comm_(comm),
+        timeout_(o.timeout_seconds),
+        opt_(o),
+        watchdog_(control_, rank_of(comm), size_of(comm), o.timeout_seconds) {
     control_.comm = comm_;
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
@@ -128,9 +132,7 @@ class MpiComm final : public Communicator {
   // After a failure MPI_Finalize may wait forever on a dead rank: the session skips it.
   bool failed() const { return watchdog_.failed(); }
 
-  Request isend(const Region& from, int dst, int tag) override {
-    return p2p(from, dst, tag, true);
-  }
+  Request isend(const Region& from, int dst, int tag) override { return p2p(from, dst, tag, true); }
   Request irecv(const Region& to, int src, int tag) override { return p2p(to, src, tag, false); }
 
   Request ibcast(const Region& region, int root, std::span<const int> group, int tag) override {
@@ -139,8 +141,8 @@ class MpiComm final : public Communicator {
     std::vector<int> members(group.begin(), group.end());
     std::sort(members.begin(), members.end());
     MPI_Comm sub = group_comm(members);
-    const int sub_root = static_cast<int>(std::lower_bound(members.begin(), members.end(), root) -
-                                          members.begin());
+    const int sub_root =
+        static_cast<int>(std::lower_bound(members.begin(), members.end(), root) - members.begin());
     (void)tag;  // collectives on one communicator match in call order, which is plan order
     return start(region, root, [&](const Wire& w, MPI_Request* q) {
       check(MPI_Ibcast(w.ptr, w.count, w.type, sub_root, sub, q), "MPI_Ibcast");
@@ -237,8 +239,9 @@ class MpiComm final : public Communicator {
 
   Request p2p(const Region& r, int peer, int tag, bool send) {
     if (peer < 0 || peer >= size_)
-      throw ValidationError("peer", "device " + std::to_string(peer) + " is outside the MPI world of " +
-                                        std::to_string(size_) + " ranks");
+      throw ValidationError("peer", "device " + std::to_string(peer) +
+                                        " is outside the MPI world of " + std::to_string(size_) +
+                                        " ranks");
     return start(r, peer, [&](const Wire& w, MPI_Request* q) {
       if (send)
         check(MPI_Isend(w.ptr, w.count, w.type, peer, tag, comm_, q), "MPI_Isend");
@@ -281,7 +284,8 @@ struct MpiSession::Impl {
   std::unique_ptr<MpiComm> world;
 };
 
-MpiSession::MpiSession(int* argc, char*** argv, MpiOptions options) : impl_(std::make_unique<Impl>()) {
+MpiSession::MpiSession(int* argc, char*** argv, MpiOptions options)
+    : impl_(std::make_unique<Impl>()) {
   int inited = 0;
   MPI_Initialized(&inited);
   if (!inited) {
@@ -312,7 +316,8 @@ long long MpiSession::sum(long long value) {
   return total;
 }
 
-std::vector<std::vector<unsigned char>> MpiSession::allgather(const std::vector<unsigned char>& mine) {
+std::vector<std::vector<unsigned char>> MpiSession::allgather(
+    const std::vector<unsigned char>& mine) {
   int n = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   const int len = static_cast<int>(mine.size());

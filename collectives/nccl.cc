@@ -65,7 +65,8 @@ class NcclComm final : public Communicator {
   Request isend(const Region& from, int dst, int tag) override {
     (void)tag;  // NCCL matches point-to-point calls of a pair in issue order: plan order
     Posted p = stage(from, dst, Posted::Send);
-    if (p.staging) cuda_check(detail::gpu_copy(from, Region::packed_like(from, p.ptr), stream_), "pack");
+    if (p.staging)
+      cuda_check(detail::gpu_copy(from, Region::packed_like(from, p.ptr), stream_), "pack");
     return queue(std::move(p));
   }
   Request irecv(const Region& to, int src, int tag) override {
@@ -84,7 +85,8 @@ class NcclComm final : public Communicator {
 
   void barrier() override {
     auto one = scratch(sizeof(float));
-    nccl_check(ncclAllReduce(one.get(), one.get(), 1, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
+    nccl_check(ncclAllReduce(one.get(), one.get(), 1, ncclFloat, ncclSum, comm_, stream_),
+               "ncclAllReduce");
     sync();
   }
 
@@ -152,8 +154,12 @@ class NcclComm final : public Communicator {
     for (auto& p : posted_) {
       ncclResult_t rc = ncclSuccess;
       switch (p.kind) {
-        case Posted::Send: rc = ncclSend(p.ptr, p.bytes, ncclUint8, p.peer, comm_, stream_); break;
-        case Posted::Recv: rc = ncclRecv(p.ptr, p.bytes, ncclUint8, p.peer, comm_, stream_); break;
+        case Posted::Send:
+          rc = ncclSend(p.ptr, p.bytes, ncclUint8, p.peer, comm_, stream_);
+          break;
+        case Posted::Recv:
+          rc = ncclRecv(p.ptr, p.bytes, ncclUint8, p.peer, comm_, stream_);
+          break;
         case Posted::Bcast:
           rc = ncclBroadcast(p.ptr, p.ptr, p.bytes, ncclUint8, p.peer, comm_, stream_);
           break;
@@ -196,10 +202,12 @@ class NcclComm final : public Communicator {
       if (async != ncclSuccess || Clock::now() > deadline) {
         ncclCommAbort(comm_);
         throw CommError("device " + std::to_string(peer),
-                        async != ncclSuccess ? std::string("NCCL error: ") + ncclGetErrorString(async)
-                                             : "no progress for " + std::to_string(timeout_) + " s");
+                        async != ncclSuccess
+                            ? std::string("NCCL error: ") + ncclGetErrorString(async)
+                            : "no progress for " + std::to_string(timeout_) + " s");
       }
-      if (++polls > 64) std::this_thread::sleep_for(std::chrono::microseconds(polls > 4096 ? 200 : 5));
+      if (++polls > 64)
+        std::this_thread::sleep_for(std::chrono::microseconds(polls > 4096 ? 200 : 5));
     }
   }
 
@@ -217,16 +225,18 @@ struct NcclSession::Impl {
   std::unique_ptr<NcclComm> world;
 };
 
-NcclSession::NcclSession(Bootstrap& bootstrap, NcclOptions options) : impl_(std::make_unique<Impl>()) {
+NcclSession::NcclSession(Bootstrap& bootstrap, NcclOptions options)
+    : impl_(std::make_unique<Impl>()) {
   const int rank = bootstrap.rank(), size = bootstrap.size();
   int gpus = 0;
   const cudaError_t e = cudaGetDeviceCount(&gpus);
   // Every rank must agree before the collective init below: count ranks without a GPU.
   const long long without = bootstrap.sum(e != cudaSuccess || gpus == 0 ? 1 : 0);
   if (without)
-    throw CommError("nccl", e != cudaSuccess ? std::string("no CUDA device: ") + cudaGetErrorString(e)
-                                             : std::string("no CUDA device on ") +
-                                                   std::to_string(without) + " rank(s)");
+    throw CommError("nccl",
+                    e != cudaSuccess
+                        ? std::string("no CUDA device: ") + cudaGetErrorString(e)
+                        : std::string("no CUDA device on ") + std::to_string(without) + " rank(s)");
   cuda_check(cudaSetDevice(rank % gpus), "cudaSetDevice");
   ncclUniqueId id{};
   if (rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -241,7 +251,9 @@ NcclSession::~NcclSession() = default;
 
 Communicator& NcclSession::world() { return *impl_->world; }
 
-std::shared_ptr<void> NcclSession::allocate(std::size_t bytes) { return impl_->world->scratch(bytes); }
+std::shared_ptr<void> NcclSession::allocate(std::size_t bytes) {
+  return impl_->world->scratch(bytes);
+}
 
 void NcclSession::upload(const void* host, void* device, std::size_t bytes) {
   cuda_check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");

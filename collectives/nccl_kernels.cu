@@ -45,7 +45,8 @@ __device__ void locate(const Boxes& x, long long i, long long& a, long long& b) 
 
 template <class T>
 __global__ void copy_kernel(const T* from, T* to, Boxes x, long long n) {
-  for (long long i = blockIdx.x * 1LL * blockDim.x + threadIdx.x; i < n; i += 1LL * gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * 1LL * blockDim.x + threadIdx.x; i < n;
+       i += 1LL * gridDim.x * blockDim.x) {
     long long a, b;
     locate(x, i, a, b);
     to[b] = from[a];
@@ -54,7 +55,8 @@ __global__ void copy_kernel(const T* from, T* to, Boxes x, long long n) {
 
 template <class T>
 __global__ void add_kernel(const T* from, T* to, Boxes x, long long n) {
-  for (long long i = blockIdx.x * 1LL * blockDim.x + threadIdx.x; i < n; i += 1LL * gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * 1LL * blockDim.x + threadIdx.x; i < n;
+       i += 1LL * gridDim.x * blockDim.x) {
     long long a, b;
     locate(x, i, a, b);
     to[b] = static_cast<T>(to[b] + from[a]);
@@ -63,26 +65,32 @@ __global__ void add_kernel(const T* from, T* to, Boxes x, long long n) {
 
 template <class T>
 __global__ void zero_kernel(T* to, Boxes x, long long n) {
-  for (long long i = blockIdx.x * 1LL * blockDim.x + threadIdx.x; i < n; i += 1LL * gridDim.x * blockDim.x) {
+  for (long long i = blockIdx.x * 1LL * blockDim.x + threadIdx.x; i < n;
+       i += 1LL * gridDim.x * blockDim.x) {
     long long a, b;
     locate(x, i, a, b);
     to[b] = T(0);
   }
 }
 
-unsigned blocks(long long n) { return static_cast<unsigned>(n / 256 + 1 < 4096 ? n / 256 + 1 : 4096); }
+unsigned blocks(long long n) {
+  return static_cast<unsigned>(n / 256 + 1 < 4096 ? n / 256 + 1 : 4096);
+}
 
 template <class T>
 cudaError_t launch_copy(const Region& f, const Region& t, cudaStream_t s) {
   const long long n = f.elements();
   if (n == 0) return cudaSuccess;
-  copy_kernel<T><<<blocks(n), 256, 0, s>>>(static_cast<const T*>(f.base), static_cast<T*>(t.base), boxes_of(f, t), n);
+  copy_kernel<T><<<blocks(n), 256, 0, s>>>(static_cast<const T*>(f.base), static_cast<T*>(t.base),
+                                           boxes_of(f, t), n);
   return cudaGetLastError();
 }
 
 template <class T>
-cudaError_t launch_add(const Region& f, const Region& t, const Boxes& x, long long n, cudaStream_t s) {
-  add_kernel<T><<<blocks(n), 256, 0, s>>>(static_cast<const T*>(f.base), static_cast<T*>(t.base), x, n);
+cudaError_t launch_add(const Region& f, const Region& t, const Boxes& x, long long n,
+                       cudaStream_t s) {
+  add_kernel<T>
+      <<<blocks(n), 256, 0, s>>>(static_cast<const T*>(f.base), static_cast<T*>(t.base), x, n);
   return cudaGetLastError();
 }
 
@@ -91,10 +99,14 @@ cudaError_t launch_add(const Region& f, const Region& t, const Boxes& x, long lo
 cudaError_t gpu_copy(const Region& from, const Region& to, cudaStream_t stream) {
   if (from.count.size() > kMaxRank) return cudaErrorInvalidValue;
   switch (from.elem_size) {
-    case 1: return launch_copy<std::uint8_t>(from, to, stream);
-    case 2: return launch_copy<std::uint16_t>(from, to, stream);
-    case 4: return launch_copy<std::uint32_t>(from, to, stream);
-    case 8: return launch_copy<std::uint64_t>(from, to, stream);
+    case 1:
+      return launch_copy<std::uint8_t>(from, to, stream);
+    case 2:
+      return launch_copy<std::uint16_t>(from, to, stream);
+    case 4:
+      return launch_copy<std::uint32_t>(from, to, stream);
+    case 8:
+      return launch_copy<std::uint64_t>(from, to, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -105,11 +117,20 @@ cudaError_t gpu_zero(const Region& r, cudaStream_t stream) {
   if (r.count.size() > kMaxRank) return cudaErrorInvalidValue;
   const Boxes x = boxes_of(r, r);
   switch (r.elem_size) {
-    case 1: zero_kernel<<<blocks(n), 256, 0, stream>>>(static_cast<std::uint8_t*>(r.base), x, n); break;
-    case 2: zero_kernel<<<blocks(n), 256, 0, stream>>>(static_cast<std::uint16_t*>(r.base), x, n); break;
-    case 4: zero_kernel<<<blocks(n), 256, 0, stream>>>(static_cast<std::uint32_t*>(r.base), x, n); break;
-    case 8: zero_kernel<<<blocks(n), 256, 0, stream>>>(static_cast<std::uint64_t*>(r.base), x, n); break;
-    default: return cudaErrorInvalidValue;
+    case 1:
+      zero_kernel<<<blocks(n), 256, 0, stream>>>(static_cast<std::uint8_t*>(r.base), x, n);
+      break;
+    case 2:
+      zero_kernel<<<blocks(n), 256, 0, stream>>>(static_cast<std::uint16_t*>(r.base), x, n);
+      break;
+    case 4:
+      zero_kernel<<<blocks(n), 256, 0, stream>>>(static_cast<std::uint32_t*>(r.base), x, n);
+      break;
+    case 8:
+      zero_kernel<<<blocks(n), 256, 0, stream>>>(static_cast<std::uint64_t*>(r.base), x, n);
+      break;
+    default:
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -120,13 +141,20 @@ cudaError_t gpu_add(const Region& from, const Region& to, DType dtype, cudaStrea
   if (from.count.size() > kMaxRank) return cudaErrorInvalidValue;
   const Boxes x = boxes_of(from, to);
   switch (dtype) {
-    case DType::f16: return launch_add<__half>(from, to, x, n, stream);
-    case DType::bf16: return launch_add<__nv_bfloat16>(from, to, x, n, stream);
-    case DType::f32: return launch_add<float>(from, to, x, n, stream);
-    case DType::f64: return launch_add<double>(from, to, x, n, stream);
-    case DType::i8: return launch_add<std::int8_t>(from, to, x, n, stream);
-    case DType::i32: return launch_add<std::int32_t>(from, to, x, n, stream);
-    case DType::i64: return launch_add<long long>(from, to, x, n, stream);
+    case DType::f16:
+      return launch_add<__half>(from, to, x, n, stream);
+    case DType::bf16:
+      return launch_add<__nv_bfloat16>(from, to, x, n, stream);
+    case DType::f32:
+      return launch_add<float>(from, to, x, n, stream);
+    case DType::f64:
+      return launch_add<double>(from, to, x, n, stream);
+    case DType::i8:
+      return launch_add<std::int8_t>(from, to, x, n, stream);
+    case DType::i32:
+      return launch_add<std::int32_t>(from, to, x, n, stream);
+    case DType::i64:
+      return launch_add<long long>(from, to, x, n, stream);
   }
   return cudaErrorInvalidValue;
 }

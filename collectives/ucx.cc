@@ -41,8 +41,11 @@ struct UcxRequest : Request::Impl {
 class UcxComm final : public Communicator {
  public:
   UcxComm(Bootstrap& bootstrap, const UcxOptions& o)
-      : timeout_(o.timeout_seconds), chunk_(o.chunk_bytes), rank_(bootstrap.rank()),
-        size_(bootstrap.size()), watchdog_(control_, rank_, size_, o.timeout_seconds) {
+      : timeout_(o.timeout_seconds),
+        chunk_(o.chunk_bytes),
+        rank_(bootstrap.rank()),
+        size_(bootstrap.size()),
+        watchdog_(control_, rank_, size_, o.timeout_seconds) {
     control_.comm = this;
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
@@ -113,7 +116,7 @@ class UcxComm final : public Communicator {
     if (!req->staging.empty()) pack(from, req->staging.data());
     ucp_request_param_t prm{};
     track(*req, ucp_tag_send_nbx(eps_[static_cast<std::size_t>(dst)], buf, from.bytes(),
-                                  make_tag(rank_, tag), &prm));
+                                 make_tag(rank_, tag), &prm));
     return Request(req);
   }
 
@@ -125,7 +128,8 @@ class UcxComm final : public Communicator {
       req->unpack = true;
     }
     ucp_request_param_t prm{};
-    track(*req, ucp_tag_recv_nbx(worker_, buf, to.bytes(), make_tag(src, tag), ~ucp_tag_t{0}, &prm));
+    track(*req,
+          ucp_tag_recv_nbx(worker_, buf, to.bytes(), make_tag(src, tag), ~ucp_tag_t{0}, &prm));
     return Request(req);
   }
 
@@ -166,7 +170,8 @@ class UcxComm final : public Communicator {
         throw CommError(who, "failed (UCX found it unreachable)");
       }
       if (Clock::now() > deadline) watchdog_.diagnose({r.peer});
-      if (++idle > 64) std::this_thread::sleep_for(std::chrono::microseconds(idle > 4096 ? 200 : 5));
+      if (++idle > 64)
+        std::this_thread::sleep_for(std::chrono::microseconds(idle > 4096 ? 200 : 5));
     }
   }
 
@@ -281,8 +286,7 @@ struct UcxSession::Impl {
   Bootstrap* bootstrap;
 };
 
-UcxSession::UcxSession(Bootstrap& bootstrap, UcxOptions options)
-    : impl_(std::make_unique<Impl>()) {
+UcxSession::UcxSession(Bootstrap& bootstrap, UcxOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->world = std::make_unique<UcxComm>(bootstrap, options);
   impl_->bootstrap = &bootstrap;
   bootstrap.barrier();  // every endpoint exists before anyone sends

@@ -19,7 +19,9 @@ void Watchdog::watch() {
         throw CommError(m->payload.substr(0, nl),
                         nl == std::string::npos ? "failed" : m->payload.substr(nl + 1));
       }
-      case ControlChannel::Kind::Ping: ch_.post(m->src, ControlChannel::Kind::Pong, ""); break;
+      case ControlChannel::Kind::Ping:
+        ch_.post(m->src, ControlChannel::Kind::Pong, "");
+        break;
       case ControlChannel::Kind::Pong:
         if (static_cast<std::size_t>(m->src) < answered_.size())
           answered_[static_cast<std::size_t>(m->src)] = 1;
@@ -42,7 +44,8 @@ void Watchdog::diagnose(const std::vector<int>& peers) {
   failed_ = true;
   std::string dead, waited;
   for (int p = 0; p < size_; ++p)
-    if (!answered_[static_cast<std::size_t>(p)]) dead += (dead.empty() ? "" : ",") + std::to_string(p);
+    if (!answered_[static_cast<std::size_t>(p)])
+      dead += (dead.empty() ? "" : ",") + std::to_string(p);
   for (int p : peers) waited += (waited.empty() ? "" : ",") + std::to_string(p);
   const std::string after = "no progress for " + std::to_string(timeout_) + " s";
   if (!dead.empty())

@@ -11,26 +11,37 @@ namespace meshcast {
 
 std::size_t dtype_size(DType t) {
   switch (t) {
-    case DType::i8: return 1;
+    case DType::i8:
+      return 1;
     case DType::f16:
-    case DType::bf16: return 2;
+    case DType::bf16:
+      return 2;
     case DType::f32:
-    case DType::i32: return 4;
+    case DType::i32:
+      return 4;
     case DType::f64:
-    case DType::i64: return 8;
+    case DType::i64:
+      return 8;
   }
   return 0;
 }
 
 std::string to_string(DType t) {
   switch (t) {
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-    case DType::i8: return "i8";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::i8:
+      return "i8";
+    case DType::i32:
+      return "i32";
+    case DType::i64:
+      return "i64";
   }
   return "?";
 }

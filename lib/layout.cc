@@ -17,8 +17,8 @@ Shape parse_shape(std::string_view text, const std::string& field) {
     const auto tok = text.substr(s, comma - s);
     if (!tok.empty() && tok.front() == '-')
       throw ParseError(field, "negative extent " + detail::quote(tok));
-    shape.push_back(detail::parse_uint(tok, std::numeric_limits<std::int64_t>::max(), field,
-                                       "extent"));
+    shape.push_back(
+        detail::parse_uint(tok, std::numeric_limits<std::int64_t>::max(), field, "extent"));
     if (comma == std::string_view::npos) break;
     s = comma + 1;
   }
@@ -33,7 +33,8 @@ std::string shape_str(const Shape& shape) {
 
 Layout::Layout(Shape shape, DType dtype, Mesh mesh, ShardingSpec spec, const std::string& field)
     : shape_(std::move(shape)), dtype_(dtype), mesh_(std::move(mesh)), spec_(std::move(spec)) {
-  if (shape_.empty()) throw ValidationError(field + ".shape", "a tensor needs at least one dimension");
+  if (shape_.empty())
+    throw ValidationError(field + ".shape", "a tensor needs at least one dimension");
   for (auto n : shape_)
     if (n < 0) throw ValidationError(field + ".shape", "negative extent");
   // An empty tensor (some extent 0) has 0 bytes whatever its other extents.
@@ -47,17 +48,15 @@ Layout::Layout(Shape shape, DType dtype, Mesh mesh, ShardingSpec spec, const std
     }
   }
   if (spec_.rank() != shape_.size())
-    throw ValidationError(field + ".spec", "spec " + spec_.str() + " has " +
-                                               std::to_string(spec_.rank()) +
-                                               " dimensions but the tensor has " +
-                                               std::to_string(shape_.size()));
+    throw ValidationError(field + ".spec",
+                          "spec " + spec_.str() + " has " + std::to_string(spec_.rank()) +
+                              " dimensions but the tensor has " + std::to_string(shape_.size()));
   std::vector<bool> used(mesh_.ndim(), false);
   auto use = [&](int a) {
     if (a < 0 || static_cast<std::size_t>(a) >= mesh_.ndim())
-      throw ValidationError(field + ".spec", "mesh axis " + std::to_string(a) +
-                                                 " is out of range for the " +
-                                                 std::to_string(mesh_.ndim()) + "-D mesh " +
-                                                 mesh_.str());
+      throw ValidationError(field + ".spec",
+                            "mesh axis " + std::to_string(a) + " is out of range for the " +
+                                std::to_string(mesh_.ndim()) + "-D mesh " + mesh_.str());
     if (used[static_cast<std::size_t>(a)])
       throw ValidationError(field + ".spec", "mesh axis " + std::to_string(a) + " used twice");
     used[static_cast<std::size_t>(a)] = true;
@@ -93,7 +92,8 @@ std::int64_t Layout::splits(std::size_t dim) const {
 std::int64_t Layout::shard_index(std::size_t dim, std::int64_t index) const {
   const auto c = mesh_.coord(index);
   std::int64_t k = 0;
-  for (int a : spec_.axes(dim)) k = k * mesh_.extent(static_cast<std::size_t>(a)) + c[static_cast<std::size_t>(a)];
+  for (int a : spec_.axes(dim))
+    k = k * mesh_.extent(static_cast<std::size_t>(a)) + c[static_cast<std::size_t>(a)];
   return k;
 }
 
@@ -114,14 +114,17 @@ Box Layout::tile_at(std::int64_t index) const {
 
 Box Layout::tile_of(int device) const {
   const auto i = mesh_.index_of(device);
-  if (!i) throw ValidationError("device", "device " + std::to_string(device) + " is not in mesh " + mesh_.str());
+  if (!i)
+    throw ValidationError("device",
+                          "device " + std::to_string(device) + " is not in mesh " + mesh_.str());
   return tile_at(*i);
 }
 
 std::int64_t Layout::partial_group(std::int64_t index) const {
   const auto c = mesh_.coord(index);
   std::int64_t g = 0;
-  for (int a : spec_.partial()) g = g * mesh_.extent(static_cast<std::size_t>(a)) + c[static_cast<std::size_t>(a)];
+  for (int a : spec_.partial())
+    g = g * mesh_.extent(static_cast<std::size_t>(a)) + c[static_cast<std::size_t>(a)];
   return g;
 }
 

@@ -51,8 +51,7 @@ Mesh::Mesh(std::vector<std::int64_t> shape, std::vector<int> devices, const std:
                                      std::to_string(devices_.size()) + " device ids given");
   std::vector<std::int64_t> order(devices_.size());
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(),
-            [&](auto a, auto b) { return devices_[a] < devices_[b]; });
+  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return devices_[a] < devices_[b]; });
   sorted_.reserve(order.size());
   pos_ = std::move(order);
   for (auto i : pos_) {
@@ -70,8 +69,8 @@ Mesh Mesh::parse(std::string_view text, const std::string& field) {
   std::size_t start = 0;
   while (true) {
     const auto x = dims.find('x', start);
-    shape.push_back(detail::parse_uint(dims.substr(start, x - start), kMaxDevices, field,
-                                       "mesh extent"));
+    shape.push_back(
+        detail::parse_uint(dims.substr(start, x - start), kMaxDevices, field, "mesh extent"));
     if (x == std::string_view::npos) break;
     start = x + 1;
   }

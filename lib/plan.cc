@@ -49,9 +49,10 @@ E value_of(const std::pair<E, const char*> (&table)[N], std::string_view text,
 template <class T>
 T integer(const json& j, const std::string& field) {
   if (!j.is_number_integer()) throw ParseError(field, "expected an integer");
-  if (j.is_number_unsigned() ? j.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<T>::max())
-                             : j.get<std::int64_t>() < std::numeric_limits<T>::min() ||
-                                   j.get<std::int64_t>() > std::numeric_limits<T>::max())
+  if (j.is_number_unsigned()
+          ? j.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<T>::max())
+          : j.get<std::int64_t>() < std::numeric_limits<T>::min() ||
+                j.get<std::int64_t>() > std::numeric_limits<T>::max())
     throw ParseError(field, "integer out of range");
   return static_cast<T>(j.get<std::int64_t>());
 }
@@ -68,8 +69,8 @@ std::vector<T> integers(const json& j, const std::string& field) {
 std::map<int, std::int64_t> per_device(const json& j, const std::string& field) {
   std::map<int, std::int64_t> m;
   for (const auto& [k, v] : j.items())
-    m[static_cast<int>(detail::parse_uint(k, std::numeric_limits<int>::max(), field, "device id"))] =
-        integer<std::int64_t>(v, field);
+    m[static_cast<int>(detail::parse_uint(k, std::numeric_limits<int>::max(), field,
+                                          "device id"))] = integer<std::int64_t>(v, field);
   return m;
 }
 
@@ -91,7 +92,8 @@ json layout_json(const Layout& l) {
 }
 
 Layout layout_from(const json& j, const std::string& field) {
-  return Layout::parse(integers<std::int64_t>(j.at("shape"), field + ".shape"), parse_dtype(j.at("dtype").get<std::string>(), field + ".dtype"),
+  return Layout::parse(integers<std::int64_t>(j.at("shape"), field + ".shape"),
+                       parse_dtype(j.at("dtype").get<std::string>(), field + ".dtype"),
                        j.at("layout").get<std::string>(), field);
 }
 
@@ -109,8 +111,13 @@ std::string to_string(OpKind k) { return name_of(kOpKinds, k); }
 
 Plan::Plan(Layout src, Layout dst, Strategy strategy, Balance balance, std::string topology,
            std::vector<Op> ops, PlanStats stats)
-    : src_(std::move(src)), dst_(std::move(dst)), strategy_(strategy), balance_(balance),
-      topology_(std::move(topology)), ops_(std::move(ops)), stats_(std::move(stats)) {}
+    : src_(std::move(src)),
+      dst_(std::move(dst)),
+      strategy_(strategy),
+      balance_(balance),
+      topology_(std::move(topology)),
+      ops_(std::move(ops)),
+      stats_(std::move(stats)) {}
 
 int Plan::phases() const {
   int p = 0;
@@ -171,7 +178,8 @@ Plan Plan::from_json(std::string_view text) {
     PlanStats st;
     st.bytes_moved = integer<std::int64_t>(s.at("bytes_moved"), "plan.stats.bytes_moved");
     st.bytes_local = integer<std::int64_t>(s.at("bytes_local"), "plan.stats.bytes_local");
-    st.bytes_intra_host = integer<std::int64_t>(s.at("bytes_intra_host"), "plan.stats.bytes_intra_host");
+    st.bytes_intra_host =
+        integer<std::int64_t>(s.at("bytes_intra_host"), "plan.stats.bytes_intra_host");
     st.bytes_network = integer<std::int64_t>(s.at("bytes_network"), "plan.stats.bytes_network");
     st.sent = per_device(s.at("sent"), "plan.stats.sent");
     st.received = per_device(s.at("received"), "plan.stats.received");
@@ -194,7 +202,8 @@ void Plan::validate() const {
   for (std::size_t i = 0; i < ops_.size(); ++i) {
     const Op& op = ops_[i];
     const std::string field = "plan.ops[" + std::to_string(i) + "]";
-    if (op.box.rank() != src_.rank()) throw ValidationError(field + ".box", "rank differs from the tensor's");
+    if (op.box.rank() != src_.rank())
+      throw ValidationError(field + ".box", "rank differs from the tensor's");
     if (!Box::whole(src_.shape()).contains(op.box))
       throw ValidationError(field + ".box", op.box.str() + " lies outside the tensor");
     if (op.phase < 0) throw ValidationError(field + ".phase", "negative phase");
@@ -209,8 +218,7 @@ std::string Plan::str(std::size_t max_ops) const {
   os << "plan " << shape_str(src_.shape()) << ' ' << to_string(src_.dtype()) << "  " << src_.str()
      << " -> " << dst_.str() << '\n'
      << "  strategy " << to_string(strategy_) << ", balance " << to_string(balance_)
-     << ", topology " << topology_ << ", " << ops_.size() << " ops in " << phases()
-     << " phase(s)\n"
+     << ", topology " << topology_ << ", " << ops_.size() << " ops in " << phases() << " phase(s)\n"
      << "  bytes moved " << stats_.bytes_moved << " (intra-host " << stats_.bytes_intra_host
      << ", network " << stats_.bytes_network << "), local copies " << stats_.bytes_local << '\n'
      << "  predicted " << std::setprecision(4) << stats_.predicted_seconds * 1e3 << " ms"
@@ -221,7 +229,9 @@ std::string Plan::str(std::size_t max_ops) const {
        << op.box.str() << ' ';
     switch (op.kind) {
       case OpKind::Copy:
-      case OpKind::Zero: os << "on " << op.root; break;
+      case OpKind::Zero:
+        os << "on " << op.root;
+        break;
       case OpKind::Multicast:
         os << op.root << (op.from_dst ? "(dst)" : "") << " -> ";
         for (std::size_t k = 0; k < op.peers.size(); ++k) os << (k ? "," : "") << op.peers[k];

@@ -38,7 +38,8 @@ std::vector<Box> slices(const Box& box, std::size_t n) {
   const Range r = box[dim];
   for (std::size_t j = 0; j < n; ++j) {
     auto ranges = box.ranges();
-    const Range s = shard_range(r.size(), static_cast<std::int64_t>(n), static_cast<std::int64_t>(j));
+    const Range s =
+        shard_range(r.size(), static_cast<std::int64_t>(n), static_cast<std::int64_t>(j));
     ranges[dim] = {r.lo + s.lo, r.lo + s.hi};
     out.emplace_back(std::move(ranges));
   }
@@ -48,7 +49,9 @@ std::vector<Box> slices(const Box& box, std::size_t n) {
 class Builder {
  public:
   Builder(const Layout& dst, Strategy strategy, Balance balance)
-      : dst_(dst), strategy_(strategy), balance_(balance),
+      : dst_(dst),
+        strategy_(strategy),
+        balance_(balance),
         elem_(static_cast<std::int64_t>(dtype_size(dst.dtype()))) {}
 
   std::vector<Unit> build(const std::vector<Task>& ts) {
@@ -119,7 +122,8 @@ class Builder {
     if (receivers.empty()) return;
     if (receivers.size() > 1) fans_out_ = true;
     if (strategy_ == Strategy::SendRecv) {
-      for (int r : receivers) add({OpKind::Multicast, phase, box, holders.front(), {r}, from_dst}, {holders});
+      for (int r : receivers)
+        add({OpKind::Multicast, phase, box, holders.front(), {r}, from_dst}, {holders});
       return;
     }
     if (strategy_ == Strategy::Broadcast || receivers.size() == 1) {
@@ -130,7 +134,8 @@ class Builder {
     const auto parts = slices(box, receivers.size());
     for (std::size_t j = 0; j < parts.size(); ++j) {
       if (parts[j].empty()) continue;
-      add({OpKind::Multicast, phase, parts[j], holders.front(), {receivers[j]}, from_dst}, {holders});
+      add({OpKind::Multicast, phase, parts[j], holders.front(), {receivers[j]}, from_dst},
+          {holders});
       std::vector<int> others;
       for (int r : receivers)
         if (r != receivers[j]) others.push_back(r);
@@ -211,7 +216,7 @@ void assign_greedy(std::vector<Unit>& units, const Order& order, Schedule& s) {
 // ops of a phase; keep a move only if the schedule improves. Deterministic (fixed seed) unless
 // the wall-clock cap ends it.
 bool search(std::vector<Unit>& units, Order& order, Schedule& s, const PlanOptions& opt) {
-  constexpr double kWork = 4e6;  // op-participant visits over all evaluations
+  constexpr double kWork = 4e6;     // op-participant visits over all evaluations
   if (order.empty()) return false;  // nothing to move
   std::size_t per_eval = 1;
   std::vector<std::size_t> movable;
@@ -223,14 +228,15 @@ bool search(std::vector<Unit>& units, Order& order, Schedule& s, const PlanOptio
         break;
       }
   }
-  const auto moves = std::min<std::int64_t>(opt.search_moves,
-                                            static_cast<std::int64_t>(kWork / static_cast<double>(per_eval)));
+  const auto moves = std::min<std::int64_t>(
+      opt.search_moves, static_cast<std::int64_t>(kWork / static_cast<double>(per_eval)));
   std::mt19937_64 rng(0x6d65736863617374ull);
   const auto t0 = std::chrono::steady_clock::now();
   Cost best = evaluate(units, order, s);
   for (std::int64_t m = 0; m < moves; ++m) {
-    if ((m & 15) == 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >
-                             opt.search_seconds)
+    if ((m & 15) == 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >
+            opt.search_seconds)
       return true;
     if ((rng() & 1) && !movable.empty()) {
       Unit& u = units[movable[rng() % movable.size()]];
@@ -281,8 +287,11 @@ PlanStats account(const std::vector<Op>& ops, const Schedule& s, std::int64_t el
   for (const Op& op : ops) {
     const std::int64_t bytes = op.box.volume() * elem;
     switch (op.kind) {
-      case OpKind::Copy: st.bytes_local += bytes; break;
-      case OpKind::Zero: break;
+      case OpKind::Copy:
+        st.bytes_local += bytes;
+        break;
+      case OpKind::Zero:
+        break;
       case OpKind::Multicast: {  // a chain: root -> peers[0] -> peers[1] -> ...
         int prev = op.root;
         for (int r : op.peers) {
@@ -316,8 +325,8 @@ std::vector<int> union_devices(const Layout& src, const Layout& dst) {
 }
 
 // `fans_out` (optional) tells whether the strategy mattered (see Builder::fans_out_).
-Plan plan_with(const Layout& src, const Layout& dst, const std::vector<Task>& ts,
-               Schedule& s, Strategy strategy, const PlanOptions& opt, bool* fans_out = nullptr) {
+Plan plan_with(const Layout& src, const Layout& dst, const std::vector<Task>& ts, Schedule& s,
+               Strategy strategy, const PlanOptions& opt, bool* fans_out = nullptr) {
   Builder builder(dst, strategy, opt.balance);
   std::vector<Unit> units = builder.build(ts);
   if (fans_out) *fans_out = builder.fans_out_;

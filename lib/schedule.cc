@@ -79,8 +79,7 @@ int Schedule::best_root(const Op& op, std::span<const int> candidates) const {
   for (std::size_t k = 0; k < candidates.size(); ++k) {
     const std::size_t s = index(candidates[k]);
     const int hs = dev_[s].host;
-    const bool remote =
-        hosts.size() > 1 || (hosts.size() == 1 && hosts.front() != hs);
+    const bool remote = hosts.size() > 1 || (hosts.size() == 1 && hosts.front() != hs);
     double start = std::max({ready, dev_[s].prev, dev_[s].send});
     if (remote)
       start = std::max({start, out_[static_cast<std::size_t>(hs)], top_host != hs ? top : second});
@@ -100,7 +99,8 @@ int Schedule::best_contributor(std::span<const int> candidates, int root) const 
     const std::size_t c = index(candidates[k]);
     if (candidates[k] == root) return root;  // holding an addend at the root costs nothing
     double ready = std::max(dev_[c].prev, dev_[c].send);
-    if (dev_[c].host != host(root)) ready = std::max(ready, out_[static_cast<std::size_t>(dev_[c].host)]);
+    if (dev_[c].host != host(root))
+      ready = std::max(ready, out_[static_cast<std::size_t>(dev_[c].host)]);
     const std::pair<double, std::int64_t> key{ready, dev_[c].sent_bytes};
     if (k == 0 || key < best_key) {
       best_key = key;

@@ -22,7 +22,9 @@ class Schedule {
   // Ops of the next phase start after their devices finished the earlier phases.
   void next_phase();
   // Places an op at the earliest time its resources allow; returns its end time.
-  double place(const Op& op) { return place(op, op.box.volume() * static_cast<std::int64_t>(elem_size_)); }
+  double place(const Op& op) {
+    return place(op, op.box.volume() * static_cast<std::int64_t>(elem_size_));
+  }
   // The same, given the op's bytes (its box volume times the element size), known to the caller.
   double place(const Op& op, std::int64_t bytes);
   // Greedy choices. The candidate root of a Multicast that would end it earliest if placed now;
@@ -58,7 +60,8 @@ class Schedule {
   std::vector<Device> dev_;
   std::vector<double> out_, in_;  // per host
   double makespan_ = 0, total_end_ = 0;
-  std::vector<std::size_t> touched_in_, touched_out_;  // place()'s scratch, kept to avoid allocation
+  std::vector<std::size_t> touched_in_,
+      touched_out_;  // place()'s scratch, kept to avoid allocation
 };
 
 // Receivers of a multicast in chain order: the root's host first, then by host, then by id.

@@ -13,8 +13,8 @@ std::vector<int> parse_axes(std::string_view text, std::size_t& i, const std::st
   std::vector<int> axes;
   while (i < text.size() && text[i] >= '0' && text[i] <= '9') axes.push_back(text[i++] - '0');
   if (axes.empty())
-    throw ParseError(field, "expected mesh axes after " + detail::quote(text.substr(i - 1, 1)) + " in " +
-                                detail::quote(text));
+    throw ParseError(field, "expected mesh axes after " + detail::quote(text.substr(i - 1, 1)) +
+                                " in " + detail::quote(text));
   return axes;
 }
 
@@ -47,8 +47,8 @@ ShardingSpec ShardingSpec::parse(std::string_view text, const std::string& field
   bool used[10] = {};
   auto use = [&](int a) {
     if (used[a])
-      throw ParseError(field, "mesh axis " + std::to_string(a) + " used twice in " +
-                                  detail::quote(text));
+      throw ParseError(field,
+                       "mesh axis " + std::to_string(a) + " used twice in " + detail::quote(text));
     used[a] = true;
   };
   for (const auto& d : dims)

@@ -23,10 +23,12 @@ inline std::int64_t parse_uint(std::string_view s, std::int64_t max, const std::
   if (s.empty()) throw ParseError(field, "missing " + what);
   std::int64_t v = 0;
   for (char c : s) {
-    if (c < '0' || c > '9') throw ParseError(field, "bad " + what + " " + quote(s) + " (expected digits)");
+    if (c < '0' || c > '9')
+      throw ParseError(field, "bad " + what + " " + quote(s) + " (expected digits)");
     const int d = c - '0';
     if (v > (max - d) / 10)
-      throw ParseError(field, what + " " + quote(s) + " is too large (max " + std::to_string(max) + ")");
+      throw ParseError(field,
+                       what + " " + quote(s) + " is too large (max " + std::to_string(max) + ")");
     v = v * 10 + d;
   }
   return v;

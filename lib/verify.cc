@@ -11,13 +11,19 @@ namespace {
 // addends: bf16 (256), i8 (127), f16 (2048), f32 (2^24).
 std::int64_t period(DType t) {
   switch (t) {
-    case DType::i8: return 61;
-    case DType::bf16: return 191;
-    case DType::f16: return 1021;
-    case DType::f32: return 16000057;
-    case DType::i32: return 2147483629;
+    case DType::i8:
+      return 61;
+    case DType::bf16:
+      return 191;
+    case DType::f16:
+      return 1021;
+    case DType::f32:
+      return 16000057;
+    case DType::i32:
+      return 2147483629;
     case DType::f64:
-    case DType::i64: return 0;
+    case DType::i64:
+      return 0;
   }
   return 0;
 }
@@ -34,24 +40,43 @@ void store(void* p, DType t, std::int64_t v) {
       std::memcpy(p, &h, 2);
       break;
     }
-    case DType::f32: *static_cast<float*>(p) = static_cast<float>(v); break;
-    case DType::f64: *static_cast<double*>(p) = static_cast<double>(v); break;
-    case DType::i8: *static_cast<std::int8_t*>(p) = static_cast<std::int8_t>(v); break;
-    case DType::i32: *static_cast<std::int32_t*>(p) = static_cast<std::int32_t>(v); break;
-    case DType::i64: *static_cast<std::int64_t*>(p) = v; break;
+    case DType::f32:
+      *static_cast<float*>(p) = static_cast<float>(v);
+      break;
+    case DType::f64:
+      *static_cast<double*>(p) = static_cast<double>(v);
+      break;
+    case DType::i8:
+      *static_cast<std::int8_t*>(p) = static_cast<std::int8_t>(v);
+      break;
+    case DType::i32:
+      *static_cast<std::int32_t*>(p) = static_cast<std::int32_t>(v);
+      break;
+    case DType::i64:
+      *static_cast<std::int64_t*>(p) = v;
+      break;
   }
 }
 
 bool equals(const void* p, DType t, std::int64_t v) {
   unsigned short h;
   switch (t) {
-    case DType::f16: std::memcpy(&h, p, 2); return half_to_float(h) == static_cast<float>(v);
-    case DType::bf16: std::memcpy(&h, p, 2); return bf16_to_float(h) == static_cast<float>(v);
-    case DType::f32: return *static_cast<const float*>(p) == static_cast<float>(v);
-    case DType::f64: return *static_cast<const double*>(p) == static_cast<double>(v);
-    case DType::i8: return *static_cast<const std::int8_t*>(p) == v;
-    case DType::i32: return *static_cast<const std::int32_t*>(p) == v;
-    case DType::i64: return *static_cast<const std::int64_t*>(p) == v;
+    case DType::f16:
+      std::memcpy(&h, p, 2);
+      return half_to_float(h) == static_cast<float>(v);
+    case DType::bf16:
+      std::memcpy(&h, p, 2);
+      return bf16_to_float(h) == static_cast<float>(v);
+    case DType::f32:
+      return *static_cast<const float*>(p) == static_cast<float>(v);
+    case DType::f64:
+      return *static_cast<const double*>(p) == static_cast<double>(v);
+    case DType::i8:
+      return *static_cast<const std::int8_t*>(p) == v;
+    case DType::i32:
+      return *static_cast<const std::int32_t*>(p) == v;
+    case DType::i64:
+      return *static_cast<const std::int64_t*>(p) == v;
   }
   return false;
 }
@@ -98,7 +123,8 @@ std::int64_t test_value(std::int64_t i, DType dtype) {
 
 void fill_source(const Layout& src, int device, void* local) {
   const auto index = src.mesh().index_of(device);
-  if (!index) throw ValidationError("device", std::to_string(device) + " is not in the source mesh");
+  if (!index)
+    throw ValidationError("device", std::to_string(device) + " is not in the source mesh");
   const std::int64_t g = src.partial_group(*index), groups = src.partial_groups();
   const DType t = src.dtype();
   for_each_element(src, device, local, [&](std::int64_t i, std::byte* p) {
@@ -108,7 +134,8 @@ void fill_source(const Layout& src, int device, void* local) {
 
 std::int64_t count_mismatches(const Layout& dst, int device, const void* local) {
   const auto index = dst.mesh().index_of(device);
-  if (!index) throw ValidationError("device", std::to_string(device) + " is not in the target mesh");
+  if (!index)
+    throw ValidationError("device", std::to_string(device) + " is not in the target mesh");
   const bool zero = dst.partial_group(*index) != 0;
   const DType t = dst.dtype();
   std::int64_t wrong = 0;

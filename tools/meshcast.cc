@@ -1,8 +1,8 @@
 // `meshcast`: plan, run and inspect cross-mesh reshards from the command line.
 //
 //   meshcast plan    --shape 1024,1024,512 --dtype f32 --src 2x4@0-7:S0R --dst 2x4@8-15:RS1
-//   meshcast reshard (the same options) [--backend local|mpi|ucx|nccl] [--iters N] [--verify] [--json]
-//   meshcast demo
+//   meshcast reshard (the same options) [--backend local|mpi|ucx|nccl] [--iters N] [--verify]
+//   [--json] meshcast demo
 //
 // Exit status: 0 success; 1 a reshard delivered wrong elements; 2 bad input (one line on
 // stderr, "meshcast: <field>: <cause>"); 3 an internal error.

@@ -47,7 +47,9 @@ class Communicator {
   // The defaults work on host memory.
   virtual void copy(const Region& from, const Region& to) { copy_region(from, to); }
   virtual void zero(const Region& r) { zero_region(r); }
-  virtual void add(const Region& from, const Region& to, DType dtype) { accumulate(from, to, dtype); }
+  virtual void add(const Region& from, const Region& to, DType dtype) {
+    accumulate(from, to, dtype);
+  }
   // A scratch buffer of `bytes` bytes in the device's memory, freed when the pointer dies.
   virtual std::shared_ptr<void> scratch(std::size_t bytes);
 

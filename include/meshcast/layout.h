@@ -24,7 +24,8 @@ class Layout {
  public:
   // Validates: rank >= 1, extents >= 0, total bytes fit in int64, spec rank == shape rank,
   // spec axes < mesh.ndim(), each axis used once. Throws ValidationError naming `field`.
-  Layout(Shape shape, DType dtype, Mesh mesh, ShardingSpec spec, const std::string& field = "layout");
+  Layout(Shape shape, DType dtype, Mesh mesh, ShardingSpec spec,
+         const std::string& field = "layout");
   // "MESH:SPEC", e.g. "2x4@8-15:S0R".
   static Layout parse(const Shape& shape, DType dtype, std::string_view text,
                       const std::string& field = "layout");

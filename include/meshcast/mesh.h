@@ -14,7 +14,8 @@ class Mesh {
  public:
   // Validates: every extent >= 1, devices.size() == product of extents, ids >= 0 and distinct.
   // Throws ValidationError naming `field` otherwise.
-  Mesh(std::vector<std::int64_t> shape, std::vector<int> devices, const std::string& field = "mesh");
+  Mesh(std::vector<std::int64_t> shape, std::vector<int> devices,
+       const std::string& field = "mesh");
 
   // Text form: "2x4" (devices 0-7), "2x4@8-15", "2x2@[0,2,4,6]", "2x2@[0-1,6-7]", "4@0-3",
   // "1x1@5". Throws ParseError / ValidationError naming `field`.

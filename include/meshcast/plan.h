@@ -54,11 +54,11 @@ std::string to_string(OpKind k);
 
 struct Op {
   OpKind kind = OpKind::Copy;
-  int phase = 0;          // ops of phase p run after the device finished its ops of phase p-1
-  Box box;                // region of the global tensor
-  int root = -1;          // Copy/Zero: the device; Multicast: sender; Reduce: the summing device
-  std::vector<int> peers; // Multicast: receivers; Reduce: one contributor per addend (may be root)
-  bool from_dst = false;  // the root reads its destination buffer (filled in an earlier phase)
+  int phase = 0;           // ops of phase p run after the device finished its ops of phase p-1
+  Box box;                 // region of the global tensor
+  int root = -1;           // Copy/Zero: the device; Multicast: sender; Reduce: the summing device
+  std::vector<int> peers;  // Multicast: receivers; Reduce: one contributor per addend (may be root)
+  bool from_dst = false;   // the root reads its destination buffer (filled in an earlier phase)
   friend bool operator==(const Op&, const Op&) = default;
 };
 
@@ -69,8 +69,8 @@ struct PlanStats {
   std::int64_t bytes_network = 0;     // of bytes_moved: crossing a host's network link
   std::map<int, std::int64_t> sent;   // per device id
   std::map<int, std::int64_t> received;
-  double predicted_seconds = 0;       // the planner's schedule estimate on the topology
-  bool search_truncated = false;      // the search hit its wall-clock cap
+  double predicted_seconds = 0;   // the planner's schedule estimate on the topology
+  bool search_truncated = false;  // the search hit its wall-clock cap
   friend bool operator==(const PlanStats&, const PlanStats&) = default;
 };
 

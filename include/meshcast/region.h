@@ -12,11 +12,11 @@
 namespace meshcast {
 
 struct Region {
-  void* base = nullptr;               // the local buffer
-  std::size_t elem_size = 1;          // bytes per element
-  std::vector<std::int64_t> extent;   // shape of the local buffer (the device's tile)
-  std::vector<std::int64_t> offset;   // box origin inside the local buffer
-  std::vector<std::int64_t> count;    // box extents
+  void* base = nullptr;              // the local buffer
+  std::size_t elem_size = 1;         // bytes per element
+  std::vector<std::int64_t> extent;  // shape of the local buffer (the device's tile)
+  std::vector<std::int64_t> offset;  // box origin inside the local buffer
+  std::vector<std::int64_t> count;   // box extents
 
   // The region of global box `box` inside the buffer of a device whose tile is `tile`.
   static Region of(void* base, std::size_t elem_size, const Box& tile, const Box& box);

@@ -22,8 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   try {
     const meshcast::Shape shape{8, 8};
-    const meshcast::Layout layout = meshcast::Layout::parse(
-        shape, meshcast::DType::f32, "2x2:" + std::string(text));
+    const meshcast::Layout layout =
+        meshcast::Layout::parse(shape, meshcast::DType::f32, "2x2:" + std::string(text));
     const meshcast::Box whole = meshcast::Box::whole(shape);
     for (std::int64_t i = 0; i < layout.mesh().size(); ++i) {
       if (!whole.contains(layout.tile_at(i))) std::abort();

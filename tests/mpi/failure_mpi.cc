@@ -9,12 +9,12 @@
 #include <meshcast/ucx.h>
 #endif
 
-#include <memory>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
-#include <unistd.h>
 
 using namespace meshcast;
 
@@ -29,15 +29,18 @@ int main(int argc, char** argv) {
 #ifdef MESHCAST_HAS_UCX
   std::unique_ptr<UcxSession> ucx;
   if (backend == "ucx")
-    chosen = &(ucx = std::make_unique<UcxSession>(mpi, UcxOptions{opt.timeout_seconds, opt.chunk_bytes}))->world();
+    chosen =
+        &(ucx = std::make_unique<UcxSession>(mpi, UcxOptions{opt.timeout_seconds, opt.chunk_bytes}))
+             ->world();
 #endif
   if (chosen->backend() != backend) return 2;
   Communicator& comm = *chosen;
   const int me = comm.rank(), n = comm.size();
   const Shape shape{1 << 20};  // 4 MiB of f32
   const Layout src = Layout::parse(shape, DType::f32, "1@1:R");
-  const Layout dst = Layout::parse(shape, DType::f32, std::to_string(n - 1) + "@[0," +
-                                                          (n > 2 ? "2-" + std::to_string(n - 1) : "") + "]:R");
+  const Layout dst = Layout::parse(
+      shape, DType::f32,
+      std::to_string(n - 1) + "@[0," + (n > 2 ? "2-" + std::to_string(n - 1) : "") + "]:R");
   PlanOptions po;
   po.strategy = Strategy::Broadcast;
   const Plan p = plan(src, dst, Topology::single_host(), po);
