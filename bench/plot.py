@@ -54,7 +54,8 @@ def to_ms(run):
 
 
 def context_lines(ctx):
-    caches = ", ".join(f"L{c['level']} {c['size'] // 1024} KiB" + (f" x{c['num_sharing']}" if c.get("num_sharing", 1) > 1 else "")
+    caches = ", ".join(f"L{c['level']} {c['size'] // 1024} KiB"
+                       + (f" shared by {c['num_sharing']}" if c.get("num_sharing", 1) > 1 else "")
                        for c in ctx.get("caches", []) if c.get("type") != "Instruction")
     load = ", ".join(f"{x:.2f}" for x in ctx.get("load_avg", []))
     return (f"{ctx.get('date', '?')}, {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz "
@@ -73,10 +74,12 @@ def reshard_rows(data):
         row = {"case": case, "strategy": strategy, "label": e["label"], "error": e["error"]}
         if e["runs"]:
             r = e["runs"]
-            row.update(reps=len(r), bytes=med(r, "tensor_bytes"), time_ms=med(r, "time_ms"),
-                       eff=med(r, "eff_GBps"), landed=med(r, "landed_bytes"), land=med(r, "land_GBps"),
-                       memcpy=med(r, "memcpy_GBps"), ratio=med(r, "ratio"), target=med(r, "target"),
-                       wrong=max(x["wrong"] for x in r), ops=med(r, "ops"))
+            t, m = med(r, "time_ms"), med(r, "memcpy_ms")
+            row.update(reps=len(r), bytes=med(r, "tensor_bytes"), time_ms=t, landed=med(r, "landed_bytes"),
+                       target=med(r, "target"), wrong=max(x["wrong"] for x in r), ops=med(r, "ops"),
+                       load=med(r, "load1"), ratio=m / t, best=med(r, "memcpy_best_ms") / med(r, "best_ms"))
+            row.update(eff=row["bytes"] / t / 1e6, land=row["landed"] / t / 1e6, memcpy=row["landed"] / m / 1e6)
+            row["ok"] = min(row["ratio"], row["best"]) >= row["target"]
         rows.append(row)
     return rows
 
@@ -96,43 +99,49 @@ def reshard_md(rows, ctx):
         "single-host topology, f32. Each case is planned once and executed many times. In every "
         "benchmark iteration the leader thread first copies the bytes the plan lands in destination "
         "buffers (`bytes_moved + bytes_local`) with one `memcpy` between two buffers of that size, "
-        "alone (the other threads wait in a barrier), then all devices reshard, timed between two "
-        "barriers. **ratio = memcpy time / reshard time**, both medians of the iterations of one "
-        "repetition, paired in time; the table shows medians over repetitions. A ratio above 1 is "
-        "possible: the reshard uses every core (here 2) and reuses source data from cache, the "
-        "baseline is one thread streaming through memory. Target: ratio ≥ 0.8 where whole rows move, "
-        "≥ 0.5 where a layout splits the innermost dimension. effGB/s = tensor bytes / time; "
-        "#wrong counts the wrong elements of a verification reshard into poisoned buffers, same run.\n")
+        "alone (the other threads wait in a barrier), then all devices reshard; the reshard's time "
+        "runs from the first device leaving the start barrier to the last one finishing (every thread "
+        "stamps both, so a thread that wakes late cannot hide work already done). **ratio = memcpy time / reshard time** (medians over repetitions of the median "
+        "iterations, so ratio = landGB/s ÷ memcpyGB/s); **best** = the same for the fastest "
+        "iterations. Ratios above 1 are expected: the reshard runs one thread per device on every "
+        "core (here 2) and, when a box fans out, reads each source byte once per receiver while it is "
+        "still in cache, whereas the baseline is one thread streaming `landed` distinct bytes through "
+        "memory. On a busy machine (see the load column: runnable threads averaged over a minute, on "
+        "2 cores) the median ratio flatters the reshard, whose many threads win a larger share of the "
+        "CPU than the one memcpy thread; the fastest-iteration ratio is the fairer one then. A row "
+        "meets its target when both ratios do: ≥ 0.8 where whole rows move, ≥ 0.5 where a layout "
+        "splits the innermost dimension. effGB/s = tensor bytes / time; #wrong counts the wrong "
+        "elements of a verification reshard into poisoned buffers, same run.\n")
     # Summary matrix of ratios.
     cases = list(OrderedDict.fromkeys(r["case"] for r in ok))
     by = {(r["case"], r["strategy"]): r for r in ok}
-    out.append("### Ratio to memcpy, per case and strategy\n")
+    out.append("### Ratio to memcpy, per case and strategy: median (fastest iterations)\n")
     out.append("| case | group | " + " | ".join(STRATEGIES) + " | target |")
     out.append("|---|---|" + "---:|" * (len(STRATEGIES) + 1))
     for c in cases:
         cells = []
         for s in STRATEGIES:
             r = by.get((c, s))
-            cells.append("—" if r is None else (f"{r['ratio']:.2f}" + ("" if r["ratio"] >= r["target"] else " ✗")))
+            cells.append("—" if r is None else f"{r['ratio']:.2f} ({r['best']:.2f})" + ("" if r["ok"] else " ✗"))
         tgt = next(by[(c, s)]["target"] for s in STRATEGIES if (c, s) in by)
         out.append(f"| `{c}` | {group_of(c)} | " + " | ".join(cells) + f" | {tgt:.1f} |")
     out.append("")
-    below = [r for r in ok if r["ratio"] < r["target"]]
+    below = [r for r in ok if not r["ok"]]
     wrong = sum(int(r["wrong"]) for r in ok)
     errors = [r for r in rows if r["error"]]
     out.append(f"Rows: {len(rows)}; below target: {len(below)}"
                + ("" if not below else " (" + ", ".join(f"`{r['case']}` {r['strategy']} {r['ratio']:.2f}" for r in below) + ")")
                + f"; #wrong over all rows: {wrong}; failed rows: {len(errors)}.\n")
     out.append("### All rows (nccl-tests style)\n")
-    out.append("| case | strategy | tensor bytes | time (ms) | effGB/s | landed bytes | landGB/s | memcpy GB/s | ratio | target | #wrong | ops | reps |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("| case | strategy | tensor bytes | time (ms) | effGB/s | landed bytes | landGB/s | memcpy GB/s | ratio | best | target | load | #wrong | ops | reps |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         if "ratio" not in r:
-            out.append(f"| `{r['case']}` | {r['strategy']} | ERROR: {r['error']} |" + " |" * 10)
+            out.append(f"| `{r['case']}` | {r['strategy']} | ERROR: {r['error']} |" + " |" * 12)
             continue
         out.append(f"| `{r['case']}` | {r['strategy']} | {r['bytes']:.0f} | {r['time_ms']:.3f} | {r['eff']:.2f} | "
-                   f"{r['landed']:.0f} | {r['land']:.2f} | {r['memcpy']:.2f} | {r['ratio']:.2f} | {r['target']:.1f} | "
-                   f"{r['wrong']:.0f} | {r['ops']:.0f} | {r['reps']} |")
+                   f"{r['landed']:.0f} | {r['land']:.2f} | {r['memcpy']:.2f} | {r['ratio']:.2f} | {r['best']:.2f} | "
+                   f"{r['target']:.1f} | {r['load']:.1f} | {r['wrong']:.0f} | {r['ops']:.0f} | {r['reps']} |")
     out.append("")
     out.append("Layouts of each case (source → target, global shape):\n")
     for c in cases:
@@ -167,8 +176,9 @@ def reshard_plots(rows, img):
             r = next(by[(c, s)] for s in STRATEGIES if (c, s) in by)
             mem.append(statistics.median(by[(c, s)]["memcpy"] * by[(c, s)]["bytes"] / by[(c, s)]["landed"]
                                          for s in STRATEGIES if (c, s) in by))
-        ax.plot(range(len(cases)), mem, "k_", markersize=28, markeredgewidth=2.5,
-                label="memcpy of the landed bytes (1 thread)")
+        ax.hlines(mem, [i - 0.45 for i in range(len(cases))], [i + 0.45 for i in range(len(cases))],
+                  colors="k", linestyles="--", linewidth=2, zorder=3,
+                  label="memcpy of the landed bytes, 1 thread (tensor bytes / memcpy time)")
         ax.set_xticks(range(len(cases)))
         ax.set_xticklabels([c.replace(":", "\n") for c in cases], fontsize=8)
         ax.set_ylabel("effective GB/s (tensor bytes / time)")
@@ -189,6 +199,8 @@ def reshard_plots(rows, img):
         xs = [i + (k - (len(STRATEGIES) - 1) / 2) * width for i, c in enumerate(cases) if (c, s) in by]
         ys = [by[(c, s)]["ratio"] for c in cases if (c, s) in by]
         ax.bar(xs, ys, width, label=s)
+        ax.plot(xs, [by[(c, s)]["best"] for c in cases if (c, s) in by], "k.", markersize=6,
+                label="fastest iterations" if k == 0 else None)
     for i, c in enumerate(cases):
         t = next(by[(c, s)]["target"] for s in STRATEGIES if (c, s) in by)
         ax.plot([i - 0.45, i + 0.45], [t, t], "r-", linewidth=1.5, label="target" if i == 0 else None)
@@ -223,9 +235,9 @@ def planner_rows(data):
             row.update(reps=len(r), time_ms=statistics.median(t[0] for t in times),
                        cpu_ms=statistics.median(t[1] for t in times), tasks=med(r, "tasks"), ops=med(r, "ops"),
                        parts=med(r, "participants"), truncated=max(x["truncated"] for x in r),
-                       same=min(x["same"] for x in r))
-            row["us_per_op"] = row["time_ms"] * 1e3 / row["ops"]
-            row["ns_per_part"] = row["time_ms"] * 1e6 / row["parts"]
+                       same=min(x["same"] for x in r), load=med(r, "load1") if "load1" in r[0] else float("nan"))
+            row["us_per_op"] = row["cpu_ms"] * 1e3 / row["ops"]
+            row["ns_per_part"] = row["cpu_ms"] * 1e6 / row["parts"]
         rows.append(row)
     return rows
 
@@ -241,11 +253,12 @@ def planner_md(rows, ctx):
         "(65536, 65536). `S0S1>S1S0`: square mesh, tile grid transposed, N tasks of one holder and one "
         "receiver. `S0R>S1R`: (N/2)x2 → 2x(N/2), N/2 tasks of two holders and two receivers (the "
         "search has senders to choose). `S0R>RS0`: square mesh, N tasks of √N holders and √N receivers "
-        "(N^1.5 participants, up to 16,384). Variants: `broadcast-search` (the default balance), "
+        "(N^1.5 participants, up to 16,384; 4,096 for `auto-search`, whose allgather candidate has N² "
+        "participants). Variants: `broadcast-search` (the default balance), "
         "`broadcast-greedy`, `auto-search` (the default options: every strategy planned, the cheapest "
         "kept). The search's effort is bounded (at most 4,000 moves and 4·10⁶ op visits), so beyond a "
-        "few thousand devices its share stays roughly constant and the rest grows linearly. Time = "
-        "median wall time over repetitions; cpu = median CPU time; trunc = the search hit its wall-clock "
+        "few thousand devices its share stays roughly constant and the rest grows linearly. µs/op and "
+        "ns/participant divide the CPU time, as do the plots (wall time includes waiting for a core). Time = median wall time over repetitions; cpu = median CPU time; trunc = the search hit its wall-clock "
         "cap (the plan is then not deterministic); same = every plan equalled the one made before "
         "timing.\n")
     # Target checks.
@@ -256,24 +269,26 @@ def planner_md(rows, ctx):
         for n, limit in [(4096, 50.0), (65536, 1000.0)]:
             r = find("S0S1>S1S0", variant, n)
             if r:
-                checks.append(f"| `S0S1>S1S0` {variant} | {n:,} → {n:,} | {r['time_ms']:.1f} ms | < {limit:g} ms | "
-                              f"{'met' if r['time_ms'] < limit else '**missed**'} |")
+                checks.append(f"| `S0S1>S1S0` {variant} | {n:,} → {n:,} | {r['cpu_ms']:.1f} ms | {r['time_ms']:.1f} ms | "
+                              f"{r['load']:.1f} | < {limit:g} ms | {'met' if r['cpu_ms'] < limit else '**missed**'} |")
     if checks:
         out.append("### Targets\n")
-        out.append("| case | devices | time | target | |")
-        out.append("|---|---|---:|---:|---|")
+        out.append("The targets are for one core: they are judged on CPU time. Wall time is longer "
+                   "when other work shares the 2 cores (load = runnable threads averaged over a minute).\n")
+        out.append("| case | devices | CPU time | wall time | load | target | |")
+        out.append("|---|---|---:|---:|---:|---:|---|")
         out.extend(checks)
         out.append("")
     out.append("### All rows\n")
-    out.append("| case | variant | N (per mesh) | tasks | ops | participants | time (ms) | cpu (ms) | µs/op | ns/participant | trunc | same | reps |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("| case | variant | N (per mesh) | tasks | ops | participants | time (ms) | cpu (ms) | µs/op | ns/participant | trunc | same | load | reps |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         if "time_ms" not in r:
-            out.append(f"| `{r['case']}` | {r['variant']} | {r['n']} | ERROR: {r['error']} |" + " |" * 9)
+            out.append(f"| `{r['case']}` | {r['variant']} | {r['n']} | ERROR: {r['error']} |" + " |" * 10)
             continue
         out.append(f"| `{r['case']}` | {r['variant']} | {r['n']:,} | {r['tasks']:.0f} | {r['ops']:.0f} | {r['parts']:.0f} | "
                    f"{r['time_ms']:.3f} | {r['cpu_ms']:.3f} | {r['us_per_op']:.2f} | {r['ns_per_part']:.0f} | "
-                   f"{r['truncated']:.0f} | {r['same']:.0f} | {r['reps']} |")
+                   f"{r['truncated']:.0f} | {r['same']:.0f} | {r['load']:.1f} | {r['reps']} |")
     out.append("")
     return out
 
@@ -294,18 +309,21 @@ def planner_plots(rows, img):
         rs = sorted(rs, key=lambda r: r["n"])
         color = colors.setdefault(case, f"C{len(colors)}")
         xs = [r["n"] for r in rs]
-        a1.plot(xs, [r["time_ms"] for r in rs], styles.get(variant, "-x"), color=color, label=f"{case} {variant}")
+        a1.plot(xs, [r["cpu_ms"] for r in rs], styles.get(variant, "-x"), color=color, label=f"{case} {variant}")
         a2.plot(xs, [r["us_per_op"] for r in rs], styles.get(variant, "-x"), color=color, label=f"{case} {variant}")
     a1.plot([4096], [50], "r*", markersize=12, label="target 4,096: 50 ms")
     a1.plot([65536], [1000], "rX", markersize=10, label="target 65,536: 1 s")
+    ns = sorted({r["n"] for r in ok})
     for ax in (a1, a2):
         ax.set_xscale("log", base=2)
+        ax.set_xticks(ns)
+        ax.set_xticklabels([f"{n:,}" for n in ns], fontsize=8)
         ax.set_yscale("log")
         ax.set_xlabel("devices per mesh (N → N)")
         ax.grid(alpha=0.3, which="both")
-    a1.set_ylabel("plan time (ms)")
-    a1.set_title("planner time")
-    a2.set_ylabel("µs per op")
+    a1.set_ylabel("plan CPU time (ms)")
+    a1.set_title("planner time (one core)")
+    a2.set_ylabel("CPU µs per op")
     a2.set_title("planner time per op")
     a1.legend(fontsize=7)
     fig.tight_layout()
@@ -350,9 +368,9 @@ def main():
             or any(r.get("same", 1) < 1 for r in rows)
         section = md_of(rows, ctx)
         if have_mpl and any("error" in r and not r["error"] for r in rows):
-            for f in plots_of(rows, args.img):
-                rel = os.path.relpath(f, doc_dir)
-                section.insert(3, f"![{os.path.basename(f)}]({rel})\n")
+            images = [f"![{os.path.basename(f)}]({os.path.relpath(f, doc_dir)})\n"
+                      for f in plots_of(rows, args.img)]
+            section[3:3] = images
         md.extend(section)
     with open(args.doc, "w") as f:
         f.write("\n".join(md).rstrip() + "\n")

@@ -141,9 +141,8 @@ class LocalComm final : public Communicator {
       if (r.done) return;
       s_.check();
       std::unique_lock<std::mutex> l(ib.m);
-      const bool woke = ib.cv.wait_until(l, deadline, [&] {
-        return r.done || !ib.ready.empty() || s_.failed_rank >= 0;
-      });
+      const bool woke = ib.cv.wait_until(
+          l, deadline, [&] { return r.done || !ib.ready.empty() || s_.failed_rank >= 0; });
       if (!woke)
         throw CommError("device " + std::to_string(r.owner),
                         "no progress for " + std::to_string(s_.timeout.count()) +
@@ -180,7 +179,8 @@ class LocalComm final : public Communicator {
         throw CommError("device " + std::to_string(r->owner),
                         "sent " + std::to_string(r->send->region.bytes()) + " bytes where " +
                             std::to_string(r->region.bytes()) + " were expected");
-      if (r->send->region.count == r->region.count && r->send->region.elem_size == r->region.elem_size) {
+      if (r->send->region.count == r->region.count &&
+          r->send->region.elem_size == r->region.elem_size) {
         copy_region(r->send->region, r->region);
       } else {  // shapes differ (one side packed): go through the row-major element order
         std::vector<std::byte> tmp(r->region.bytes());
@@ -211,7 +211,8 @@ LocalWorld::~LocalWorld() = default;
 
 int LocalWorld::size() const { return static_cast<int>(state_->inboxes.size()); }
 
-void LocalWorld::run(const std::function<void(Communicator&)>& fn, const std::vector<int>& devices) {
+void LocalWorld::run(const std::function<void(Communicator&)>& fn,
+                     const std::vector<int>& devices) {
   std::vector<int> ranks = devices;
   if (ranks.empty())
     for (int r = 0; r < size(); ++r) ranks.push_back(r);
@@ -258,6 +259,7 @@ LocalRun run_local(const Plan& plan, int iters, bool verify) {
   LocalRun out;
   out.seconds.resize(static_cast<std::size_t>(iters));
   std::atomic<std::int64_t> mismatches{0};
+  std::vector<Clock::time_point> starts(devices.size()), ends(devices.size());
   world.run(
       [&](Communicator& comm) {
         const int me = comm.rank();
@@ -266,15 +268,23 @@ LocalRun run_local(const Plan& plan, int iters, bool verify) {
           s.resize(static_cast<std::size_t>(src.local_elements(me)) * elem);
           fill_source(src, me, s.data());
         }
-        if (dst.mesh().contains(me)) d.resize(static_cast<std::size_t>(dst.local_elements(me)) * elem);
+        if (dst.mesh().contains(me))
+          d.resize(static_cast<std::size_t>(dst.local_elements(me)) * elem);
+        // An iteration lasts from the first device's start to the last device's end: one
+        // thread's view between barriers is wrong when it wakes late on a busy machine.
+        const std::size_t slot = static_cast<std::size_t>(
+            std::lower_bound(devices.begin(), devices.end(), me) - devices.begin());
         for (int it = -1; it < iters; ++it) {  // iteration -1 warms up
           comm.barrier();
-          const auto t0 = Clock::now();
+          starts[slot] = Clock::now();
           reshard(plan, comm, s.empty() ? nullptr : s.data(), d.empty() ? nullptr : d.data());
+          ends[slot] = Clock::now();
           comm.barrier();
-          if (it >= 0 && me == devices.front())
+          if (it >= 0 && slot == 0)
             out.seconds[static_cast<std::size_t>(it)] =
-                std::chrono::duration<double>(Clock::now() - t0).count();
+                std::chrono::duration<double>(*std::max_element(ends.begin(), ends.end()) -
+                                              *std::min_element(starts.begin(), starts.end()))
+                    .count();
         }
         if (verify && dst.mesh().contains(me)) mismatches += count_mismatches(dst, me, d.data());
       },
