@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "meshcast/plan.h"
+#include "meshcast/units.h"
 
 namespace meshcast {
 namespace {
@@ -82,23 +83,6 @@ std::string num(double v) {
   return buf;
 }
 
-std::string human_bytes(std::int64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 5) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[48];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
-  else
-    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
-  return buf;
-}
-
-// A distinct colour per device: golden-angle hues, as "#rrggbb".
 std::string colour(std::size_t index, double lightness) {
   const double h = std::fmod(static_cast<double>(index) * 137.508, 360.0) / 60.0;
   const double s = 0.62, l = lightness;

@@ -8,6 +8,7 @@
 #include "meshcast/local.h"
 #include "meshcast/plan.h"
 #include "meshcast/topology.h"
+#include "meshcast/units.h"
 
 namespace CLI {
 class App;
@@ -68,11 +69,4 @@ void write_file(const std::string& path, const std::string& text, const std::str
 Topology builtin_aws_p3();
 
 double median(std::vector<double> v);
-// "16.00 MiB", "512 B".
-std::string human_bytes(std::int64_t bytes);
-// "12.34 GB/s" (decimal: 1 GB = 1e9 bytes).
-std::string human_rate(double bytes_per_second);
-// "12.3 ms", "1.23 s".
-std::string human_seconds(double seconds);
-
 }  // namespace meshcast::cli

@@ -15,4 +15,5 @@
 #include "meshcast/spec.h"
 #include "meshcast/task.h"
 #include "meshcast/topology.h"
+#include "meshcast/units.h"
 #include "meshcast/verify.h"
