@@ -82,42 +82,6 @@ void store(DType t, std::byte* p, std::int64_t v) {
   }
 }
 
-// The element as a double (NaN-free; exact for the values used here), for comparison.
-double load(DType t, const std::byte* p) {
-  unsigned short h;
-  switch (t) {
-    case DType::f16:
-      std::memcpy(&h, p, 2);
-      return half_to_float(h);
-    case DType::bf16:
-      std::memcpy(&h, p, 2);
-      return bf16_to_float(h);
-    case DType::f32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case DType::f64: {
-      double f;
-      std::memcpy(&f, p, 8);
-      return f;
-    }
-    case DType::i8:
-      return static_cast<std::int8_t>(*p);
-    case DType::i32: {
-      std::int32_t x;
-      std::memcpy(&x, p, 4);
-      return x;
-    }
-    case DType::i64: {
-      std::int64_t x;
-      std::memcpy(&x, p, 8);
-      return static_cast<double>(x);
-    }
-  }
-  return 0;
-}
-
 constexpr int kWorld = 12;  // device ids 0..11
 
 struct Buffers {
@@ -177,7 +141,7 @@ std::int64_t check(const Layout& dst, const Buffers& b, std::string& first) {
     std::size_t at = 0;
     testing::ref_for_each(dst.shape(), testing::ref_tile(dst, i), [&](const auto&, std::int64_t e) {
       const double want = zero ? 0.0 : static_cast<double>(value(e, t));
-      const double got = load(t, buf.data() + at);
+      const double got = testing::load_element(t, buf.data() + at);
       if (got != want) {
         if (wrong++ == 0)
           first = "device " + std::to_string(dev) + " element " + std::to_string(e) + ": got " +

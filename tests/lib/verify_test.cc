@@ -14,41 +14,6 @@ namespace {
 using testing::Rng;
 using Bytes = std::vector<std::byte>;
 
-double decode(DType t, const std::byte* p) {
-  unsigned short h;
-  switch (t) {
-    case DType::f16:
-      std::memcpy(&h, p, 2);
-      return half_to_float(h);
-    case DType::bf16:
-      std::memcpy(&h, p, 2);
-      return bf16_to_float(h);
-    case DType::f32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case DType::f64: {
-      double f;
-      std::memcpy(&f, p, 8);
-      return f;
-    }
-    case DType::i8:
-      return static_cast<double>(static_cast<std::int8_t>(*p));
-    case DType::i32: {
-      std::int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::i64: {
-      std::int64_t v;
-      std::memcpy(&v, p, 8);
-      return static_cast<double>(v);
-    }
-  }
-  return 0;
-}
-
 Bytes filled(const Layout& l, std::int64_t index) {
   const Box tile = testing::ref_tile(l, index);
   Bytes b(static_cast<std::size_t>(tile.volume()) * dtype_size(l.dtype()));
@@ -89,7 +54,8 @@ TEST(Verify, FilledLayoutCheckedAgainstItselfHasNoMismatches) {
       // Each element holds test_value of its global row-major index.
       std::size_t at = 0;
       testing::ref_for_each(l.shape(), testing::ref_tile(l, k), [&](const auto&, std::int64_t g) {
-        EXPECT_EQ(decode(l.dtype(), b.data() + at), static_cast<double>(test_value(g, l.dtype())))
+        EXPECT_EQ(testing::load_element(l.dtype(), b.data() + at),
+                  static_cast<double>(test_value(g, l.dtype())))
             << "device " << dev << " element " << g;
         at += elem;
       });
@@ -146,7 +112,7 @@ TEST(Verify, PartialAddendsSumToTheTestValue) {
             std::int64_t off = 0;
             for (std::size_t d = 0; d < x.size(); ++d)
               off = off * tile[d].size() + (x[d] - tile[d].lo);
-            const double v = decode(
+            const double v = testing::load_element(
                 t, buf[static_cast<std::size_t>(k)].data() + off * static_cast<std::int64_t>(elem));
             if (seen[a]) {
               EXPECT_EQ(addend[a], v) << "replicas of addend " << a << " differ at element " << g;

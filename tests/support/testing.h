@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -320,6 +321,42 @@ inline Case random_case(Rng& rng, const Limits& lim, DType dtype) {
 
 inline Case random_case(Rng& rng, const Limits& lim) {
   return random_case(rng, lim, kAllDTypes[rng.below(7)]);
+}
+
+// The element as a double (NaN-free; exact for the values used here), for comparison.
+inline double load_element(DType t, const std::byte* p) {
+  unsigned short h;
+  switch (t) {
+    case DType::f16:
+      std::memcpy(&h, p, 2);
+      return half_to_float(h);
+    case DType::bf16:
+      std::memcpy(&h, p, 2);
+      return bf16_to_float(h);
+    case DType::f32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case DType::f64: {
+      double f;
+      std::memcpy(&f, p, 8);
+      return f;
+    }
+    case DType::i8:
+      return static_cast<std::int8_t>(*p);
+    case DType::i32: {
+      std::int32_t x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case DType::i64: {
+      std::int64_t x;
+      std::memcpy(&x, p, 8);
+      return static_cast<double>(x);
+    }
+  }
+  return 0;
 }
 
 }  // namespace meshcast::testing
