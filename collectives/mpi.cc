@@ -167,9 +167,10 @@ class MpiComm final : public Communicator {
       if ((polls & 15) == 0) watchdog_.watch();
       if (Clock::now() > deadline) watchdog_.diagnose(r.peers);
       // Spin briefly for latency, then yield the core (2-core machines run several ranks).
-      // sched_yield, not a sleep: a sleep lasts >= ~55 us (timer slack) and, since vader moves a
-      // large message only inside MPI calls of both sides, capped point-to-point at ~1 GB/s
-      // (0.2x MPI_Send/MPI_Recv, bench/mpi_reshard group a); yield returns at once on an idle core.
+      // sched_yield, not a sleep: sleep_for(5 us) takes ~80 us here and, since vader moves a
+      // large message only inside MPI calls of both sides, sleeping capped point-to-point at
+      // ~1 GB/s (0.2x MPI_Send/MPI_Recv, bench/mpi_reshard group a); yield returns at once on
+      // an idle core.
       if (++polls > 64) sched_yield();
     }
   }
