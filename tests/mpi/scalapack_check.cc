@@ -52,7 +52,7 @@ namespace {
 struct Grid {
   int context = -1;  // -1 on a process outside the layout's mesh
   int desc[9] = {};
-  bool ok = true;    // BLACS placed this process where the mapping says
+  bool ok = true;  // BLACS placed this process where the mapping says
 };
 
 Grid make_grid(const Layout& l, int me) {
@@ -77,7 +77,8 @@ Grid make_grid(const Layout& l, int me) {
   int pr = 0, pc = 0, row = -1, col = -1;
   Cblacs_gridinfo(g.context, &pr, &pc, &row, &col);
   const std::int64_t index = *l.mesh().index_of(me);
-  g.ok = pr == nprow && pc == npcol && row == l.shard_index(1, index) && col == l.shard_index(0, index);
+  g.ok = pr == nprow && pc == npcol && row == l.shard_index(1, index) &&
+         col == l.shard_index(0, index);
   const int zero = 0, lld = std::max(1, numroc_(&n, &mb, &row, &zero, &nprow));
   int info = 0;
   descinit_(g.desc, &n, &m, &mb, &nb, &zero, &zero, &g.context, &lld, &info);
@@ -110,21 +111,22 @@ int main(int argc, char** argv) {
   // Sizes divisible by every split, so both libraries cut the same blocks; rows != columns, so
   // a transposition mistake cannot go unnoticed.
   const Case cases[] = {
-      {"24,40", "2x2@0-3:S0S1", "1x4@0-3:S0S1"},          // 2x2 -> 1x4
-      {"64,96", "4x1@0-3:S0S1", "2x2@0-3:S0S1"},          // 4x1 -> 2x2
-      {"40,24", "2x2@0-3:S0S1", "2x2@0-3:S1S0"},          // 2x2 -> the transposed grid
-      {"48,32", "2x2@0-3:S0S1", "2x2@[3,1,2,0]:S0S1"},    // same grid, devices permuted
-      {"36,44", "1x4@0-3:S0S1", "4x1@0-3:S0S1"},          // column blocks -> row blocks
-      {"20,28", "1x2@0-1:S0S1", "2x1@2-3:S0S1"},          // disjoint meshes
-      {"32,16", "2x2@0-3:S01R", "2x2@[0,2,1,3]:RS10"},    // two axes on one dim
-      {"256,384", "2x2@0-3:S0S1", "1x4@0-3:S0S1"},        // larger, several MPI messages
+      {"24,40", "2x2@0-3:S0S1", "1x4@0-3:S0S1"},        // 2x2 -> 1x4
+      {"64,96", "4x1@0-3:S0S1", "2x2@0-3:S0S1"},        // 4x1 -> 2x2
+      {"40,24", "2x2@0-3:S0S1", "2x2@0-3:S1S0"},        // 2x2 -> the transposed grid
+      {"48,32", "2x2@0-3:S0S1", "2x2@[3,1,2,0]:S0S1"},  // same grid, devices permuted
+      {"36,44", "1x4@0-3:S0S1", "4x1@0-3:S0S1"},        // column blocks -> row blocks
+      {"20,28", "1x2@0-1:S0S1", "2x1@2-3:S0S1"},        // disjoint meshes
+      {"32,16", "2x2@0-3:S01R", "2x2@[0,2,1,3]:RS10"},  // two axes on one dim
+      {"256,384", "2x2@0-3:S0S1", "1x4@0-3:S0S1"},      // larger, several MPI messages
   };
   const Strategy strategies[] = {Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather};
   int failed = 0, checked = 0;
   for (const Case& c : cases) {
     for (DType t : {DType::f64, DType::f32}) {
       const Shape shape = parse_shape(c.shape);
-      const Layout src = Layout::parse(shape, t, c.src, "src"), dst = Layout::parse(shape, t, c.dst, "dst");
+      const Layout src = Layout::parse(shape, t, c.src, "src"),
+                   dst = Layout::parse(shape, t, c.dst, "dst");
       const std::size_t elem = dtype_size(t);
       std::vector<std::byte> in, ours, theirs;
       if (src.mesh().contains(me)) {
@@ -154,8 +156,7 @@ int main(int argc, char** argv) {
         const Plan p = plan(src, dst, Topology::single_host(), opt);
         ours.assign(out_bytes, std::byte{0x5A});
         reshard(p, comm, in.empty() ? nullptr : in.data(), ours.empty() ? nullptr : ours.data());
-        const long long wrong =
-            mpi.sum(out_bytes ? count_mismatches(dst, me, ours.data()) : 0);
+        const long long wrong = mpi.sum(out_bytes ? count_mismatches(dst, me, ours.data()) : 0);
         const long long differ =
             mpi.sum(out_bytes && std::memcmp(ours.data(), theirs.data(), out_bytes) != 0 ? 1 : 0);
         const long long theirs_wrong =
@@ -164,11 +165,12 @@ int main(int argc, char** argv) {
         const bool ok = mapped && wrong == 0 && differ == 0 && theirs_wrong == 0;
         if (!ok) ++failed;
         if (me == 0)
-          std::printf("%s shape %-8s %s %s -> %s %-9s: meshcast wrong %lld, scalapack wrong %lld, "
-                      "ranks differing %lld%s\n",
-                      ok ? "ok  " : "FAIL", c.shape, to_string(t).c_str(), c.src, c.dst,
-                      to_string(s).c_str(), wrong, theirs_wrong, differ,
-                      mapped ? "" : ", BLACS grid not as mapped");
+          std::printf(
+              "%s shape %-8s %s %s -> %s %-9s: meshcast wrong %lld, scalapack wrong %lld, "
+              "ranks differing %lld%s\n",
+              ok ? "ok  " : "FAIL", c.shape, to_string(t).c_str(), c.src, c.dst,
+              to_string(s).c_str(), wrong, theirs_wrong, differ,
+              mapped ? "" : ", BLACS grid not as mapped");
       }
     }
   }

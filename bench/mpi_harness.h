@@ -1,0 +1,213 @@
+// The measuring harness of bench/mpi_reshard.cc: configuration, one row per (case, subject,
+// baseline), and Bench::measure, which verifies every method once on poisoned buffers and then
+// times them alternately (rotating order), each iteration's time being the slowest rank's.
+#pragma once
+
+#include <meshcast/meshcast.h>
+#include <meshcast/mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mpi_baselines.h"
+
+namespace mcbench {
+
+using namespace meshcast;
+
+inline constexpr std::int64_t kMiB = 1 << 20;
+
+struct Config {
+  std::string groups = "a,b,c,d";
+  bool fit = false, smoke = false, native = false;
+  int iters = 5, warmup = 1;
+  std::int64_t max_bytes = std::int64_t{1} << 40;
+  std::size_t chunk = MpiOptions{}.chunk_bytes;
+  std::string backend = "mpi", json, filter;
+  bool has(char g) const { return groups.find(g) != std::string::npos; }
+  bool wants(const std::string& name) const { return name.find(filter) != std::string::npos; }
+};
+
+struct Row {
+  std::string group, name, subject, baseline;
+  int ranks = 0;
+  std::int64_t bytes = 0;
+  double time = 0, base_time = 0;
+  long long wrong = 0;
+  int iters = 0;
+};
+
+// One way of doing the move: run() is timed; the verification run poisons `out` first and
+// counts the wrong elements of `check` (the layout `out` holds on this rank) afterwards.
+struct Method {
+  std::string name;
+  std::function<void()> run;
+  void* out = nullptr;
+  std::size_t out_bytes = 0;
+  const Layout* check = nullptr;
+};
+
+// A barrier that sleeps between polls: ranks outside a case wait here without taking a core.
+inline void quiet_barrier(MPI_Comm comm) {
+  MPI_Request r;
+  mpi_check(MPI_Ibarrier(comm, &r), "MPI_Ibarrier");
+  int done = 0;
+  while (true) {
+    MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+class Bench {
+ public:
+  Bench(MpiSession& mpi, Communicator& comm, Config cfg)
+      : mpi_(mpi), comm_(comm), cfg_(std::move(cfg)) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &me_);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+  }
+  int me() const { return me_; }
+  int world() const { return world_; }
+  const Config& cfg() const { return cfg_; }
+  Communicator& comm() { return comm_; }
+  MpiSession& mpi() { return mpi_; }
+  const std::vector<Row>& rows() const { return rows_; }
+  bool failed() const { return failed_; }
+
+  // Whether a case needing `ranks` ranks runs in this world.
+  bool runs(int ranks) const { return cfg_.fit ? ranks <= world_ : ranks == world_; }
+
+  // Runs body(part) on ranks [0, ranks) with `part` their communicator, while the other ranks
+  // sleep; collective over the world. A failure on a participant is reported and counted.
+  void on_ranks(int ranks, const std::string& what, const std::function<void(MPI_Comm)>& body) {
+    MPI_Comm part = MPI_COMM_NULL;
+    mpi_check(MPI_Comm_split(MPI_COMM_WORLD, me_ < ranks ? 0 : MPI_UNDEFINED, me_, &part),
+              "MPI_Comm_split");
+    if (part != MPI_COMM_NULL) {
+      try {
+        body(part);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s: %s\n", me_, what.c_str(), e.what());
+        std::fflush(stderr);
+        mpi_.abort(1);  // a half-finished collective cannot be recovered
+      }
+      MPI_Comm_free(&part);
+    }
+    quiet_barrier(MPI_COMM_WORLD);
+  }
+
+  // Verifies every method once, then times them: `warmup` untimed and `iters` timed
+  // iterations, the methods in rotating order within each. Returns the median times (s) and
+  // the wrong-element counts, per method, on every rank of `part`.
+  std::pair<std::vector<double>, std::vector<long long>> measure(MPI_Comm part,
+                                                                 std::vector<Method>& ms) {
+    const std::size_t n = ms.size();
+    std::vector<long long> wrong(n, 0);
+    for (std::size_t j = 0; j < n; ++j) {
+      Method& m = ms[j];
+      if (m.out_bytes) std::memset(m.out, 0xA5, m.out_bytes);
+      MPI_Barrier(part);
+      m.run();
+      long long w = m.out_bytes && m.check ? count_mismatches(*m.check, me_, m.out) : 0;
+      mpi_check(MPI_Allreduce(MPI_IN_PLACE, &w, 1, MPI_LONG_LONG, MPI_SUM, part), "MPI_Allreduce");
+      wrong[j] = w;
+    }
+    const int total = cfg_.warmup + cfg_.iters;
+    std::vector<double> t(static_cast<std::size_t>(total) * n, 0);
+    for (int it = 0; it < total; ++it)
+      for (std::size_t k = 0; k < n; ++k) {
+        const std::size_t j = (k + static_cast<std::size_t>(it)) % n;
+        MPI_Barrier(part);
+        const double t0 = MPI_Wtime();
+        ms[j].run();
+        t[static_cast<std::size_t>(it) * n + j] = MPI_Wtime() - t0;
+      }
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX,
+                            part),
+              "MPI_Allreduce");
+    std::vector<double> med(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      std::vector<double> v;
+      for (int it = cfg_.warmup; it < total; ++it)
+        v.push_back(t[static_cast<std::size_t>(it) * n + j]);
+      med[j] = median(v);
+    }
+    return {med, wrong};
+  }
+
+  // Adds (and on rank 0 prints) one row per baseline: ms[subject] against ms[baseline], or
+  // against every other method when baseline < 0.
+  void report(const std::string& group, const std::string& name, int ranks, std::int64_t bytes,
+              const std::vector<Method>& ms, const std::vector<double>& t,
+              const std::vector<long long>& wrong, std::size_t subject = 0, int baseline = -1) {
+    for (std::size_t j = 0; j < ms.size(); ++j) {
+      if (j == subject || (baseline >= 0 && j != static_cast<std::size_t>(baseline))) continue;
+      Row r{group,      name, ms[subject].name,          ms[j].name, ranks, bytes,
+            t[subject], t[j], wrong[subject] + wrong[j], cfg_.iters};
+      if (r.wrong) failed_ = true;
+      rows_.push_back(r);
+      if (me_ == 0) print(r);
+    }
+  }
+
+  static void header() {
+    std::printf("%-3s %-44s %-18s %5s %12s %10s %8s %-18s %10s %8s %7s %7s\n", "#", "case",
+                "subject", "ranks", "bytes", "time(ms)", "GB/s", "baseline", "base(ms)", "baseGB/s",
+                "ratio", "#wrong");
+    std::fflush(stdout);
+  }
+  static void print(const Row& r) {
+    const double b = static_cast<double>(r.bytes);
+    std::printf("%-3s %-44s %-18s %5d %12lld %10.3f %8.2f %-18s %10.3f %8.2f %7.2f %7lld\n",
+                r.group.c_str(), r.name.c_str(), r.subject.c_str(), r.ranks,
+                static_cast<long long>(r.bytes), r.time * 1e3, b / r.time / 1e9, r.baseline.c_str(),
+                r.base_time * 1e3, b / r.base_time / 1e9, r.base_time / r.time, r.wrong);
+    std::fflush(stdout);
+  }
+
+ private:
+  MpiSession& mpi_;
+  Communicator& comm_;
+  Config cfg_;
+  int me_ = 0, world_ = 1;
+  std::vector<Row> rows_;
+  bool failed_ = false;
+};
+
+// The subject: meshcast's reshard of `src` -> `dst` on `comm`.
+inline Method meshcast_method(std::string name, Communicator& comm, const Plan& p, const void* in,
+                              void* out, std::size_t out_bytes) {
+  const Layout* check = &p.dst();
+  return {std::move(name), [&comm, &p, in, out] { reshard(p, comm, in, out); }, out, out_bytes,
+          check};
+}
+
+// Local buffers of one rank for a move; the source filled with test data.
+struct Buffers {
+  std::vector<std::byte> in, out;
+  Buffers(const Layout& src, const Layout& dst, int me) {
+    const std::size_t elem = dtype_size(src.dtype());
+    if (src.mesh().contains(me)) {
+      in.resize(static_cast<std::size_t>(src.local_elements(me)) * elem);
+      fill_source(src, me, in.data());
+    }
+    if (dst.mesh().contains(me))
+      out.resize(static_cast<std::size_t>(dst.local_elements(me)) * elem);
+  }
+  const void* src() const { return in.empty() ? nullptr : in.data(); }
+  void* dst() { return out.empty() ? nullptr : out.data(); }
+};
+
+}  // namespace mcbench
