@@ -34,7 +34,8 @@ void for_each_run(const Region& a, const Region& b, F&& f) {
   }
   std::vector<std::int64_t> idx(d, 0);  // odometer over dims 0..d-1
   while (true) {
-    f(oa * static_cast<std::int64_t>(a.elem_size), ob * static_cast<std::int64_t>(b.elem_size), run);
+    f(oa * static_cast<std::int64_t>(a.elem_size), ob * static_cast<std::int64_t>(b.elem_size),
+      run);
     std::size_t i = d;
     while (i-- > 0) {
       oa += sa[i];
@@ -141,15 +142,30 @@ void accumulate(const Region& from, const Region& to, DType dtype) {
   auto* dst = static_cast<std::byte*>(to.base);
   void (*add)(const std::byte*, std::byte*, std::int64_t) = nullptr;
   switch (dtype) {
-    case DType::f16: add = add_half_run<half_to_float, float_to_half>; break;
-    case DType::bf16: add = add_half_run<bf16_to_float, float_to_bf16>; break;
-    case DType::f32: add = add_run<float>; break;
-    case DType::f64: add = add_run<double>; break;
-    case DType::i8: add = add_run<std::int8_t>; break;
-    case DType::i32: add = add_run<std::int32_t>; break;
-    case DType::i64: add = add_run<std::int64_t>; break;
+    case DType::f16:
+      add = add_half_run<half_to_float, float_to_half>;
+      break;
+    case DType::bf16:
+      add = add_half_run<bf16_to_float, float_to_bf16>;
+      break;
+    case DType::f32:
+      add = add_run<float>;
+      break;
+    case DType::f64:
+      add = add_run<double>;
+      break;
+    case DType::i8:
+      add = add_run<std::int8_t>;
+      break;
+    case DType::i32:
+      add = add_run<std::int32_t>;
+      break;
+    case DType::i64:
+      add = add_run<std::int64_t>;
+      break;
   }
-  for_each_run(from, to, [&](std::int64_t a, std::int64_t b, std::int64_t n) { add(src + a, dst + b, n); });
+  for_each_run(from, to,
+               [&](std::int64_t a, std::int64_t b, std::int64_t n) { add(src + a, dst + b, n); });
 }
 
 void zero_region(const Region& r) {

@@ -22,7 +22,11 @@ struct PendingReduce {
 class Executor {
  public:
   Executor(const Plan& plan, Communicator& comm, const void* src, void* dst)
-      : plan_(plan), comm_(comm), me_(comm.rank()), src_(const_cast<void*>(src)), dst_(dst),
+      : plan_(plan),
+        comm_(comm),
+        me_(comm.rank()),
+        src_(const_cast<void*>(src)),
+        dst_(dst),
         elem_(dtype_size(plan.src().dtype())) {
     if (plan.src().mesh().contains(me_)) {
       src_tile_ = plan.src().tile_of(me_);
@@ -64,11 +68,12 @@ class Executor {
   // outside a buffer.
   void require(bool ok, const char* side) const {
     if (!ok)
-      throw ValidationError("plan", "device " + std::to_string(me_) + " is asked for a box outside its " +
-                                        side + " tile");
+      throw ValidationError("plan", "device " + std::to_string(me_) +
+                                        " is asked for a box outside its " + side + " tile");
   }
 
-  void post(const Op& op, int tag, std::vector<Request>& reqs, std::vector<PendingReduce>& reduces) {
+  void post(const Op& op, int tag, std::vector<Request>& reqs,
+            std::vector<PendingReduce>& reduces) {
     switch (op.kind) {
       case OpKind::Copy:
         if (op.root == me_) comm_.copy(src_region(op.box), dst_region(op.box));
@@ -82,7 +87,8 @@ class Executor {
         const Region r = op.root == me_ ? (op.from_dst ? dst_region(op.box) : src_region(op.box))
                                         : dst_region(op.box);
         if (op.peers.size() == 1) {
-          reqs.push_back(op.root == me_ ? comm_.isend(r, op.peers[0], tag) : comm_.irecv(r, op.root, tag));
+          reqs.push_back(op.root == me_ ? comm_.isend(r, op.peers[0], tag)
+                                        : comm_.irecv(r, op.root, tag));
           return;
         }
         std::vector<int> group{op.root};
@@ -116,8 +122,8 @@ class Executor {
     const DType t = plan_.src().dtype();
     for (std::size_t g = 0; g < op.peers.size(); ++g) {
       comm_.wait(p.reqs[g]);
-      const Region addend = op.peers[g] == me_ ? src_region(op.box)
-                                               : Region::packed_like(d, p.staging[g].get());
+      const Region addend =
+          op.peers[g] == me_ ? src_region(op.box) : Region::packed_like(d, p.staging[g].get());
       if (g == 0)
         comm_.copy(addend, d);
       else
