@@ -1,6 +1,7 @@
 #include "schedule.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace meshcast::detail {
 
@@ -52,11 +53,13 @@ double Schedule::duration(std::int64_t bytes, bool remote) const {
 int Schedule::best_root(const Op& op, std::span<const int> candidates) const {
   // What does not depend on the root: the receivers' readiness, and the two busiest distinct
   // receiver hosts' inbound links (the root's own host is excluded, so keep a runner-up).
+  // Forwarders are taken as for a root on no receiver's host (the last hop can differ by one).
   double ready = 0;
   std::vector<int> hosts;
+  const int last = chain_last(op.peers, -1);
   for (int r : op.peers) {
     const std::size_t i = index(r);
-    ready = std::max({ready, dev_[i].prev, dev_[i].recv});
+    ready = std::max({ready, dev_[i].prev, dev_[i].recv, r != last ? dev_[i].send : 0.0});
     hosts.push_back(dev_[i].host);
   }
   std::sort(hosts.begin(), hosts.end());
@@ -110,6 +113,20 @@ int Schedule::best_contributor(std::span<const int> candidates, int root) const 
   return best;
 }
 
+int Schedule::chain_last(const std::vector<int>& peers, int root_host) const {
+  int last = -1;
+  std::tuple<bool, int, int> best{false, -1, -1};
+  for (int p : peers) {
+    const int h = dev_[index(p)].host;
+    const std::tuple<bool, int, int> key{h != root_host, h, p};  // chain_order's key
+    if (last < 0 || key > best) {
+      best = key;
+      last = p;
+    }
+  }
+  return last;
+}
+
 double Schedule::place(const Op& op, std::int64_t bytes) {
   const std::size_t root = index(op.root);
   const int hr = dev_[root].host;
@@ -118,6 +135,7 @@ double Schedule::place(const Op& op, std::int64_t bytes) {
   touched_hosts_in.clear();
   touched_hosts_out.clear();
   double start = dev_[root].prev, dur = 0;
+  int last = -1;  // a multicast's last chain member: the one that forwards nothing
   switch (op.kind) {
     case OpKind::Copy:
     case OpKind::Zero:
@@ -127,9 +145,11 @@ double Schedule::place(const Op& op, std::int64_t bytes) {
     case OpKind::Multicast: {
       bool remote = false;
       start = std::max(start, dev_[root].send);
+      last = chain_last(op.peers, hr);
       for (int r : op.peers) {
         const std::size_t i = index(r);
         start = std::max({start, dev_[i].prev, dev_[i].recv});
+        if (r != last) start = std::max(start, dev_[i].send);  // it forwards the chunks
         if (dev_[i].host != hr) {
           remote = true;
           touched_hosts_in.push_back(static_cast<std::size_t>(dev_[i].host));
@@ -178,7 +198,12 @@ double Schedule::place(const Op& op, std::int64_t bytes) {
       dev_[root].send = end;
       dev_[root].sent_bytes += bytes;
       for (int r : op.peers) {
-        dev_[index(r)].recv = end;
+        Device& d = dev_[index(r)];
+        d.recv = end;
+        if (r != last) {  // chain members forward what they receive, all but the last
+          d.send = end;
+          d.sent_bytes += bytes;
+        }
         finish(index(r));
       }
       break;

@@ -42,6 +42,8 @@ class Schedule {
   const Topology& topology() const { return *topology_; }
 
  private:
+  // The receiver a multicast's chain ends at (chain_order's last): it forwards nothing.
+  int chain_last(const std::vector<int>& peers, int root_host) const;
   std::size_t index(int device) const;
   double duration(std::int64_t bytes, bool remote) const;
 
