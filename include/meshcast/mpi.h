@@ -20,7 +20,10 @@ struct MpiOptions {
   // Communicator::ibcast_chain), or `native`, MPI_Ibcast on a sub-communicator cached per
   // device set. The default is the faster of the two in bench/mpi_broadcast.cc here.
   enum class Broadcast { Chain, Native } broadcast = Broadcast::Chain;
-  std::size_t chunk_bytes = std::size_t{1} << 20;
+  // 256 KiB: on hosts with one 1 Gbit/s link each (bench/cluster_suite), a chain to 4x2
+  // devices reached 0.81 of the link-bound optimum at 16 MiB with it, 0.53 with 1 MiB; in
+  // shared memory the two are within 4% (bench/mpi_reshard group b).
+  std::size_t chunk_bytes = std::size_t{256} << 10;
 };
 
 // Initialises MPI (if nobody did) and finalises it on destruction (if it initialised it and no
