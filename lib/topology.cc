@@ -380,6 +380,11 @@ std::string Topology::to_json() const {
   return os.str();
 }
 
+std::string Topology::host_name(int host) const {
+  if (host < 0 || host >= hosts()) throw ValidationError("host", "no host " + std::to_string(host));
+  return all_on_one_ ? std::string() : host_names_[static_cast<std::size_t>(host)];
+}
+
 int Topology::hosts() const { return all_on_one_ ? 1 : static_cast<int>(host_names_.size()); }
 
 bool Topology::covers(int device) const {

@@ -35,6 +35,8 @@ class Topology {
   int nics_per_host() const { return nics_per_host_; }
   // Number of hosts; 1 for single_host().
   int hosts() const;
+  // A host's name as the file gives it ("host" + index for uniform(), "" for single_host()).
+  std::string host_name(int host) const;
   // Host of a device; throws ValidationError("topology") when the file does not place it.
   int host_of(int device) const;
   bool covers(int device) const;

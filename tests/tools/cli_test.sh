@@ -187,7 +187,7 @@ else bad_result "svg escaping: rc=$rc $(head -c 300 "$TMP/err")"; fi
 
 # ---- shipped topology files ----------------------------------------------------------------
 for f in meshes/*.json; do
-  run plan --shape 64,64 --dtype f32 --src 2x2@0-3:S0R --dst 2x2@4-7:RS0 --topology "$f" --json
+  run plan --shape 64,64 --dtype f32 --src 2x2@0-3:S0R --dst 2x2@[3,2,1,0]:RS0 --topology "$f" --json
   name=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])' "$f")
   if [ "$rc" -eq 0 ] && [ "$(json_field topology)" = "\"$name\"" ]; then ok
   else bad_result "plan --topology $f: rc=$rc topology=$(json_field topology) $(head -c 300 "$TMP/err")"; fi
