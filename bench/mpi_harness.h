@@ -5,12 +5,16 @@
 
 #include <meshcast/meshcast.h>
 #include <meshcast/mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,10 +62,14 @@ inline void quiet_barrier(MPI_Comm comm) {
   MPI_Request r;
   mpi_check(MPI_Ibarrier(comm, &r), "MPI_Ibarrier");
   int done = 0;
+  // Back off to 20 ms: a dozen idle ranks waking every 0.5 ms took enough of 2 cores to slow
+  // the measured ranks by 20-30% (bench/cluster_suite, 20 ranks).
+  std::chrono::microseconds nap(200);
   while (true) {
     MPI_Test(&r, &done, MPI_STATUS_IGNORE);
     if (done) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(500));
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(20000));
   }
 }
 
@@ -89,12 +97,19 @@ class Bench {
   // Whether a case needing `ranks` ranks runs in this world.
   bool runs(int ranks) const { return cfg_.fit ? ranks <= world_ : ranks == world_; }
 
-  // Runs body(part) on ranks [0, ranks) with `part` their communicator, while the other ranks
+  // Runs body(part) on world ranks [0, ranks) with `part` their communicator, while the other ranks
   // sleep; collective over the world. A failure on a participant is reported and counted.
   void on_ranks(int ranks, const std::string& what, const std::function<void(MPI_Comm)>& body) {
+    std::vector<int> members(static_cast<std::size_t>(ranks));
+    for (int i = 0; i < ranks; ++i) members[static_cast<std::size_t>(i)] = i;
+    on_ranks(members, what, body);
+  }
+  // The same on the given world ranks (`part` orders them by world rank).
+  void on_ranks(const std::vector<int>& members, const std::string& what,
+                const std::function<void(MPI_Comm)>& body) {
+    const bool in = std::find(members.begin(), members.end(), me_) != members.end();
     MPI_Comm part = MPI_COMM_NULL;
-    mpi_check(MPI_Comm_split(MPI_COMM_WORLD, me_ < ranks ? 0 : MPI_UNDEFINED, me_, &part),
-              "MPI_Comm_split");
+    mpi_check(MPI_Comm_split(MPI_COMM_WORLD, in ? 0 : MPI_UNDEFINED, me_, &part), "MPI_Comm_split");
     if (part != MPI_COMM_NULL) {
       try {
         body(part);
@@ -185,6 +200,45 @@ class Bench {
   std::vector<Row> rows_;
   bool failed_ = false;
 };
+
+// "64M", "256K" or a plain byte count.
+inline std::string size_name(std::int64_t bytes) {
+  if (bytes >= kMiB && bytes % kMiB == 0) return std::to_string(bytes / kMiB) + "M";
+  if (bytes >= 1024 && bytes % 1024 == 0) return std::to_string(bytes / 1024) + "K";
+  return std::to_string(bytes);
+}
+
+// The machine a run measured: host, cores, CPU model, MPI library, ranks, `extra`, load.
+inline std::string machine(int world, const std::string& extra) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::string model = "unknown CPU";
+  std::ifstream cpu("/proc/cpuinfo");
+  for (std::string line; std::getline(cpu, line);)
+    if (line.rfind("model name", 0) == 0) {
+      model = line.substr(line.find(':') + 2);
+      break;
+    }
+  char lib[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  MPI_Get_library_version(lib, &len);
+  std::string mpi(lib, static_cast<std::size_t>(len));
+  mpi = mpi.substr(0, mpi.find_first_of(",\n"));
+  std::string load;
+  std::getline(std::ifstream("/proc/loadavg"), load);
+  load = load.substr(0, load.find(' ', load.find(' ', load.find(' ') + 1) + 1));
+  std::ostringstream os;
+  os << "host " << host << ", " << sysconf(_SC_NPROCESSORS_ONLN) << " cores (" << model << "), "
+     << mpi << ", " << world << " ranks, " << extra << ", load average " << load;
+  return os.str();
+}
+
+inline std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return stamp;
+}
 
 // The subject: meshcast's reshard of `src` -> `dst` on `comm`.
 inline Method meshcast_method(std::string name, Communicator& comm, const Plan& p, const void* in,

@@ -9,11 +9,12 @@ Every figure is a ratio to a baseline measured in the same iterations of the sam
 medians over iterations of the slowest rank. Exits 1 if any row has a wrong element.
 """
 import argparse
-import json
 import math
 import os
 import re
 import sys
+
+from report_common import load, pyplot
 
 TARGETS = {  # group -> (baseline, minimum ratio baseline_time / meshcast_time, wording)
     "a": ("send/recv", 0.8, "meshcast ≥ 0.8× MPI_Send/MPI_Recv"),
@@ -21,19 +22,6 @@ TARGETS = {  # group -> (baseline, minimum ratio baseline_time / meshcast_time, 
     "c": ("alltoallv", 1.0, "meshcast ≥ 1.0× a hand-written MPI_Alltoallv"),
     "d": ("scalapack gemr2d", 3.0, "meshcast ≥ 3× ScaLAPACK Cpdgemr2d"),
 }
-
-
-def load(paths):
-    runs, rows = [], []
-    for p in paths:
-        with open(p) as f:
-            j = json.load(f)
-        runs.append((os.path.basename(p), j))
-        for r in j["rows"]:
-            r = dict(r)
-            r["run"] = os.path.basename(p)
-            rows.append(r)
-    return runs, rows
 
 
 def ms(s):
@@ -59,12 +47,8 @@ def size_of(case):
 
 def plots(rows, img, out):
     """Two PNGs: group a bandwidth against size, group b time ratio against receivers."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("mpi_report: matplotlib not available, no plots", file=sys.stderr)
+    plt = pyplot("mpi_report")
+    if plt is None:
         return []
     os.makedirs(img, exist_ok=True)
     made = []

@@ -82,12 +82,6 @@ std::unique_ptr<Backend> make_backend(MpiSession& base, const std::string& kind,
   return b;
 }
 
-std::string size_name(std::int64_t bytes) {
-  if (bytes >= kMiB && bytes % kMiB == 0) return std::to_string(bytes / kMiB) + "M";
-  if (bytes >= 1024 && bytes % 1024 == 0) return std::to_string(bytes / 1024) + "K";
-  return std::to_string(bytes);
-}
-
 // Plain MPI_Send/MPI_Recv of `bytes` from rank 0 to rank 1 of `part`.
 std::function<void()> p2p(MPI_Comm part, int me, const void* in, void* out, std::int64_t bytes) {
   return [=] {
@@ -291,30 +285,6 @@ void group_d(Bench& b) {
 }
 #endif
 
-std::string machine(int world, const std::string& backend) {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  std::string model = "unknown CPU";
-  std::ifstream cpu("/proc/cpuinfo");
-  for (std::string line; std::getline(cpu, line);)
-    if (line.rfind("model name", 0) == 0) {
-      model = line.substr(line.find(':') + 2);
-      break;
-    }
-  char lib[MPI_MAX_LIBRARY_VERSION_STRING] = {};
-  int len = 0;
-  MPI_Get_library_version(lib, &len);
-  std::string mpi(lib, static_cast<std::size_t>(len));
-  mpi = mpi.substr(0, mpi.find_first_of(",\n"));
-  std::string load;
-  std::getline(std::ifstream("/proc/loadavg"), load);
-  load = load.substr(0, load.find(' ', load.find(' ', load.find(' ') + 1) + 1));
-  std::ostringstream os;
-  os << "host " << host << ", " << sysconf(_SC_NPROCESSORS_ONLN) << " cores (" << model << "), "
-     << mpi << ", " << world << " ranks, meshcast backend " << backend << ", load average " << load;
-  return os.str();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -373,7 +343,7 @@ int main(int argc, char** argv) {
   try {
     auto main_backend = make_backend(mpi, cfg.backend, cfg.native, cfg.chunk, &argc, &argv);
     Bench bench(mpi, *main_backend->comm, cfg);
-    const std::string desc = machine(world, cfg.backend);
+    const std::string desc = machine(world, "meshcast backend " + cfg.backend);
     if (me == 0) {
       std::printf("# mpi_reshard: %s\n# iterations %d (+%d warm-up), %s, broadcast of a/c/d: %s\n",
                   desc.c_str(), cfg.iters, cfg.warmup, cfg.smoke ? "SMOKE sizes" : "full sizes",
@@ -408,10 +378,7 @@ int main(int argc, char** argv) {
         j["backend"] = cfg.backend;
         j["broadcast"] = cfg.native ? "native" : "chain";
         j["chunk_bytes"] = cfg.chunk;
-        const std::time_t now = std::time(nullptr);
-        char stamp[32];
-        std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-        j["date"] = stamp;
+        j["date"] = utc_now();
         j["rows"] = nlohmann::json::array();
         for (const Row& r : bench.rows())
           j["rows"].push_back({{"group", r.group},

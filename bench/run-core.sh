@@ -37,13 +37,7 @@ run() {  # run NAME MIN_TIME FILTER
 run reshard_local "${MIN_TIME_RESHARD:-0.3}" "${FILTER_RESHARD:-}"
 run planner "${MIN_TIME_PLANNER:-0.2}" "${FILTER_PLANNER:-}"
 
-python=${PYTHON:-}
-if [[ -z $python ]]; then
-  for p in python3 /usr/bin/python3; do  # a pyenv python3 may lack Debian's matplotlib
-    if command -v "$p" >/dev/null && "$p" -c 'import matplotlib' 2>/dev/null; then python=$p; break; fi
-  done
-  python=${python:-python3}
-fi
+source bench/python.sh
 "$python" bench/plot.py --reshard "$results/reshard_local.json" --planner "$results/planner.json" \
   --doc docs/benchmarks-core.md --img docs/img \
   --command "bench/run-core.sh (REPETITIONS=$reps)" || status=1

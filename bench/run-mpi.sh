@@ -48,13 +48,7 @@ has b && run 8 b np8-b
 if has c && has d; then run 4 c,d np4-cd; elif has c; then run 4 c np4-c; elif has d; then run 4 d np4-d; fi
 has c && run 8 c np8-c
 
-python=${PYTHON:-}
-if [[ -z $python ]]; then
-  for p in python3 /usr/bin/python3; do  # a pyenv python3 may lack Debian's matplotlib
-    if command -v "$p" >/dev/null && "$p" -c 'import matplotlib' 2>/dev/null; then python=$p; break; fi
-  done
-  python=${python:-python3}
-fi
+source bench/python.sh
 "$python" bench/mpi_report.py "$results"/*.json --doc docs/benchmarks-mpi.md --img docs/img \
   --command "bench/run-mpi.sh (ITERS=$iters)" --mpirun "${mpirun[*]}" || status=1
 exit "$status"

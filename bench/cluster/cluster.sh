@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# An emulated cluster on this machine: H network namespaces ("hosts") mc-host0 .. mc-host{H-1}
+# on one bridge, each with an interface net0 whose egress is shaped with tbf to RATE (default
+# 1gbit): one slow network link per host, shared memory inside it. MPI jobs run across them
+# with K ranks per host (rank r on host r / K), over TCP between hosts and vader inside.
+#
+#   cluster.sh up   [--hosts H] [--rate RATE]     # bring the hosts up (idempotent)
+#   cluster.sh down                               # tear everything down (idempotent)
+#   cluster.sh status
+#   cluster.sh run  [--hosts H] [--ranks-per-host K] [--rate RATE] [--keep] -- PROGRAM ARGS...
+#       up, mpirun -np H*K PROGRAM ARGS across the hosts, down (always: a trap tears the hosts
+#       down on success, failure or Ctrl-C, unless --keep). Refuses when hosts are already up.
+#       Exit status: PROGRAM's (mpirun's).
+#   cluster.sh check                              # exit 0 if namespaces work here, else 77 + why
+#
+# Needs root, iproute2 (ip, tc) and util-linux (unshare). Uses only 10.200.0.0/24, the bridge
+# mc-br0 and namespaces named mc-host*. Environment: MPIRUN (mpirun), MPI_EXTRA (more mpirun
+# arguments), TBF_LATENCY (the shaper's queue, default 50ms).
+set -euo pipefail
+
+prefix=mc-host
+bridge=mc-br0
+net=10.200.0
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+die() {
+  echo "cluster.sh: $*" >&2
+  exit 2
+}
+
+# Why namespaces cannot be used here, or nothing.
+unusable() {
+  if [[ $(id -u) != 0 ]]; then
+    echo "needs root (network namespaces and tc); run as root"
+    return
+  fi
+  local tool
+  for tool in ip tc unshare; do
+    command -v "$tool" >/dev/null || {
+      echo "$tool not found (install iproute2 and util-linux)"
+      return
+    }
+  done
+  if ! ip netns add mc-probe 2>/dev/null; then
+    echo "cannot create network namespaces here (ip netns add failed)"
+    return
+  fi
+  ip netns del mc-probe 2>/dev/null || true
+}
+
+hosts_up() { ip netns list 2>/dev/null | awk '{print $1}' | grep -c "^$prefix" || true; }
+
+down() {
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$prefix" || true); do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  ip link del "$bridge" 2>/dev/null || true
+  # The veth ends in the root namespace go with their peers; remove any left by a crash.
+  for ns in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' |
+    grep "^mc-v" || true); do
+    ip link del "$ns" 2>/dev/null || true
+  done
+}
+
+up() {  # up HOSTS RATE
+  local hosts=$1 rate=$2 i ns
+  [[ $hosts =~ ^[0-9]+$ && $hosts -ge 1 && $hosts -le 200 ]] || die "--hosts: want 1..200, got '$hosts'"
+  [[ $rate =~ ^[0-9]+(k|m|g)?bit$ ]] || die "--rate: want a tc rate like 1gbit or 500mbit, got '$rate'"
+  local why
+  why=$(unusable)
+  [[ -z $why ]] || die "$why"
+  down
+  ip link add "$bridge" type bridge
+  ip addr add "$net.1/24" dev "$bridge"
+  ip link set "$bridge" up
+  for ((i = 0; i < hosts; i++)); do
+    ns=$prefix$i
+    ip netns add "$ns"
+    ip link add "mc-v$i" type veth peer name net0 netns "$ns"
+    ip link set "mc-v$i" master "$bridge" up
+    ip -n "$ns" addr add "$net.$((10 + i))/24" dev net0
+    ip -n "$ns" link set net0 up
+    ip -n "$ns" link set lo up
+    # The host's one network link: its egress, shaped.
+    ip netns exec "$ns" tc qdisc add dev net0 root tbf rate "$rate" burst 128kb latency "${TBF_LATENCY:-50ms}"
+  done
+  echo "cluster.sh: $hosts hosts up (${prefix}0..$prefix$((hosts - 1)), $net.10+, egress $rate)" >&2
+}
+
+status() {
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$prefix" || true); do
+    echo "$ns: $(ip -n "$ns" -o -4 addr show dev net0 | awk '{print $4}')" \
+      "$(ip netns exec "$ns" tc qdisc show dev net0 | head -1)"
+  done
+}
+
+run() {
+  local hosts=4 per=2 rate=1gbit
+  keep=0  # global: the EXIT trap reads it after run returns
+  while [[ $# -gt 0 ]]; do
+    case $1 in
+      --hosts) hosts=${2:?--hosts needs a value}; shift 2 ;;
+      --ranks-per-host) per=${2:?--ranks-per-host needs a value}; shift 2 ;;
+      --rate) rate=${2:?--rate needs a value}; shift 2 ;;
+      --keep) keep=1; shift ;;
+      --) shift; break ;;
+      *) die "unknown argument '$1' (run: [--hosts H] [--ranks-per-host K] [--rate R] [--keep] -- PROGRAM ARGS)" ;;
+    esac
+  done
+  [[ $# -gt 0 ]] || die "run: no program (cluster.sh run [options] -- PROGRAM ARGS)"
+  [[ $per =~ ^[0-9]+$ && $per -ge 1 && $per -le 64 ]] || die "--ranks-per-host: want 1..64, got '$per'"
+  # Hosts already up belong to another run: never take them over or tear them down from here.
+  if [[ $(hosts_up) -gt 0 ]]; then
+    die "hosts $prefix* are already up (another run?); 'cluster.sh down' first"
+  fi
+  tmp=$(mktemp -d /tmp/mc-cluster.XXXXXX)
+  trap '[[ $keep == 1 ]] || down; rm -rf "$tmp"' EXIT
+  trap 'exit 130' INT TERM
+  up "$hosts" "$rate"
+  local i
+  for ((i = 0; i < hosts; i++)); do echo "$prefix$i slots=$per"; done >"$tmp/hostfile"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  local extra=()
+  [[ -n ${MPI_EXTRA:-} ]] && read -r -a extra <<<"$MPI_EXTRA"
+  # mpi_yield_when_idle: the hostfile's slots hide the oversubscription of a small machine
+  # from Open MPI, whose idle ranks would then spin in barriers and starve the working ones.
+  set +e
+  "${MPIRUN:-mpirun}" --hostfile "$tmp/hostfile" -np $((hosts * per)) --map-by slot \
+    --mca plm_rsh_agent "$here/agent.sh" --mca oob_tcp_if_include "$net.0/24" \
+    --mca btl tcp,self,vader --mca btl_tcp_if_include "$net.0/24" \
+    --mca btl_vader_single_copy_mechanism none --mca mpi_yield_when_idle 1 "${extra[@]}" "$@"
+  local rc=$?
+  set -e
+  return "$rc"
+}
+
+cmd=${1:-}
+[[ $# -gt 0 ]] && shift
+case $cmd in
+  up)
+    hosts=4 rate=1gbit
+    while [[ $# -gt 0 ]]; do
+      case $1 in
+        --hosts) hosts=${2:?--hosts needs a value}; shift 2 ;;
+        --rate) rate=${2:?--rate needs a value}; shift 2 ;;
+        *) die "unknown argument '$1' (up: [--hosts H] [--rate R])" ;;
+      esac
+    done
+    up "$hosts" "$rate"
+    ;;
+  down) down ;;
+  status) status ;;
+  run) run "$@" ;;
+  check)
+    why=$(unusable)
+    if [[ -n $why ]]; then
+      echo "emulated hosts unavailable: $why"
+      exit 77
+    fi
+    ;;
+  *) die "usage: cluster.sh up|down|status|check|run (see the comment at the top)" ;;
+esac

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds bench/cluster_suite (Release), runs it on the emulated cluster (5 hosts x 4 ranks, one
+# 1 Gbit/s link per host: bench/cluster/cluster.sh, meshes/emulated.json), one launch per group,
+# and writes docs/benchmarks.md and docs/img/cluster-*.png from the JSON of the runs.
+#
+#   bench/run-cluster.sh                       # ~25 minutes on 2 cores
+#   ITERS=3 GROUPS_TO_RUN="1m" bench/run-cluster.sh
+#
+# Environment: BUILD_DIR (default build/bench-mpi), ITERS (5), WARMUP (1), JOBS (2), SIZES_MIB
+# (16,64: the 1-to-m sizes), GROUPS_TO_RUN ("1m nm 2d"), RATE (1gbit), PYTHON (an interpreter
+# with matplotlib). Needs root (network namespaces). Exits non-zero if a run failed or any
+# element was wrong (the document is written all the same).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+build=${BUILD_DIR:-build/bench-mpi}
+iters=${ITERS:-5}
+warmup=${WARMUP:-1}
+groups=${GROUPS_TO_RUN:-1m nm 2d}
+results="$build/results-cluster"
+launch=(bench/cluster/cluster.sh run --hosts 5 --ranks-per-host 4 --rate "${RATE:-1gbit}" --)
+
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DMESHCAST_BUILD_TOOLS=OFF \
+  -DMESHCAST_BUILD_BENCH=ON >/dev/null
+cmake --build "$build" -j"${JOBS:-2}" --target cluster_suite
+rm -rf "$results"
+mkdir -p "$results"
+
+status=0
+for g in $groups; do
+  echo "== $g: ${launch[*]} cluster_suite --groups $g" >&2
+  "${launch[@]}" "$build/bin/cluster_suite" --topology meshes/emulated.json --groups "$g" \
+    --iters "$iters" --warmup "$warmup" --sizes-mib "${SIZES_MIB:-16,64}" \
+    --json "$results/$g.json" | tee "$results/$g.txt" || status=1
+done
+
+source bench/python.sh
+"$python" bench/cluster_report.py "$results"/*.json --doc docs/benchmarks.md --img docs/img \
+  --command "bench/run-cluster.sh (ITERS=$iters)" --launch "${launch[*]}" || status=1
+exit "$status"
