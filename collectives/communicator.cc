@@ -130,8 +130,12 @@ void Communicator::wait(Request& r) {
     // The window holds later sends back until earlier ones finish.
     while (ch->retired < ch->sends.size() || ch->forwarded < ch->chunks) {
       if (ch->retired < ch->sends.size()) {
-        wait(ch->sends[ch->retired]);
-        ++ch->retired;
+        // The backend's wait runs advance_chains, which may retire this send and later ones:
+        // count only this one here, or an unfinished send would be skipped (and its staging
+        // freed under it).
+        const std::size_t k = ch->retired;
+        wait(ch->sends[k]);
+        ch->retired = std::max(ch->retired, k + 1);
       }
       advance_chains();
     }
