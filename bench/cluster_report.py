@@ -57,8 +57,8 @@ def table(rows, group, methods):
             if not r:
                 cells.append("")
                 continue
-            same = f" (= {r['same_as']})" if r.get("same_as") else ""
-            cells.append(f"{r['seconds'] * 1e3:.0f} ms, {gbs(r):.3f} GB/s, opt {opt(r):.2f}{same}")
+            same = f" = {r['same_as']}" if r.get("same_as") else ""
+            cells.append(f"{gbs(r):.3f} ({opt(r):.2f}){same}")
         out.append(f"| {case} | {mib(size)} | " + " | ".join(cells) + " |")
     return out
 
@@ -105,12 +105,21 @@ def plots(rows, img):
         for i, m in enumerate(methods):
             ys = [opt(by[k][m]) if m in by[k] else 0 for k in keys]
             ax.bar([x + i * width for x in range(len(keys))], ys, width, label=m)
+        common = keys[0][0].split(" ")[0]  # the meshes of the first case name the plot
+
+        def label(case):
+            if group == "2d":
+                return case.split(" ")[0].replace(":S0S1", "")
+            meshes, specs = case.split(" ")[:2]
+            return specs if meshes == common else f"{meshes}\n{specs}"
+
         ax.set_xticks([x + 0.4 - width / 2 for x in range(len(keys))],
-                      [c.split(" ")[1] if group == "nm" else c.split(" ")[0].replace(":S0S1", "")
-                       for (c, _) in keys], rotation=20, fontsize=7)
+                      [label(c) for (c, _) in keys], rotation=20, fontsize=7)
         ax.set_ylabel("fraction of the link-bound optimum")
-        ax.set_title(f"{title} ({keys[0][0].split(' ')[0] if group == 'nm' else 'f64'})")
-        ax.legend(fontsize=6, ncol=3)
+        ax.set_ylim(0, 1.35)  # room for the legend above the bars
+        ax.axhline(1.0, color="gray", ls=":", lw=0.8)
+        ax.set_title(f"{title} ({common if group == 'nm' else 'f64'})")
+        ax.legend(fontsize=6, ncol=4, loc="upper center")
         fig.tight_layout()
         name = f"cluster-{group}.png"
         fig.savefig(os.path.join(img, name), dpi=110)
@@ -167,10 +176,11 @@ def targets(rows):
             if "broadcast" not in by:
                 continue
             none = by["broadcast"]["seconds"]
+            plan = lambda m: by[m].get("same_as") or m  # the first method with the same plan
             multi.append((c, none / by["broadcast+greedy"]["seconds"],
                           none / by["broadcast+search"]["seconds"],
-                          by["broadcast+greedy"].get("same_as") == "broadcast",
-                          by["broadcast+search"].get("same_as") == "broadcast"))
+                          plan("broadcast+greedy") == plan("broadcast"),
+                          plan("broadcast+search") == plan("broadcast")))
     if multi:
         differ = [m for m in multi if not (m[3] and m[4])]
         text = "; ".join(f"{c}: greedy {g:.2f}×, search {s:.2f}×" for c, g, s, _, _ in differ)
@@ -214,7 +224,7 @@ def main():
         "`broadcast+greedy`, `broadcast+search` (the default); peers: a hand-written "
         "`MPI_Alltoallv`, all-gather-then-slice (`MPI_Allgatherv` + local slicing), ScaLAPACK "
         "`Cpdgemr2d` (2-D), Open MPI's `MPI_Bcast` and one `MPI_Send` across one link (1-to-m). "
-        "`(= X)`: the planner produced the same plan as X, timed once.",
+        "A method whose plan equals an earlier one's is timed once.",
         "",
         "## Targets",
         "",
@@ -229,7 +239,9 @@ def main():
             continue
         lines += [f"## {title}", ""]
         lines += [f"![{group}]({rel}/{m})" for m in made if f"-{group}" in m]
-        lines += [""] + table(rows, group, MESHCAST + PEERS) + [""]
+        lines += ["", "Effective GB/s (fraction of the link-bound optimum) per method; "
+                  "`= X`: the same plan as X.", ""]
+        lines += table(rows, group, MESHCAST + PEERS) + [""]
     commentary = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster_commentary.md")
     if os.path.exists(commentary):
         with open(commentary) as f:
