@@ -1,9 +1,18 @@
 #include "schedule.h"
 
 #include <algorithm>
-#include <tuple>
 
 namespace meshcast::detail {
+namespace {
+
+// A chain's order: (not on the root's host, host, id), packed in 64 bits; ids and hosts are
+// >= 0 ints. chain_order sorts by it and the schedule's chain_last takes its maximum.
+std::uint64_t chain_key(int device, int host, int root_host) {
+  return (std::uint64_t{host != root_host} << 62) | (static_cast<std::uint64_t>(host) << 31) |
+         static_cast<std::uint64_t>(device);
+}
+
+}  // namespace
 
 Schedule::Schedule(const Topology& topology, std::vector<int> devices, std::size_t elem_size)
     : topology_(&topology), devices_(std::move(devices)), elem_size_(elem_size) {
@@ -115,10 +124,9 @@ int Schedule::best_contributor(std::span<const int> candidates, int root) const 
 
 int Schedule::chain_last(const std::vector<int>& peers, int root_host) const {
   int last = -1;
-  std::tuple<bool, int, int> best{false, -1, -1};
+  std::uint64_t best = 0;
   for (int p : peers) {
-    const int h = dev_[index(p)].host;
-    const std::tuple<bool, int, int> key{h != root_host, h, p};  // chain_order's key
+    const std::uint64_t key = chain_key(p, host(p), root_host);
     if (last < 0 || key > best) {
       best = key;
       last = p;
@@ -226,16 +234,11 @@ double Schedule::place(const Op& op, std::int64_t bytes) {
 }
 
 void chain_order(std::vector<int>& peers, int root, const Schedule& s) {
-  // Sorts by the key (not on the root's host, host, id), packed in 64 bits so that the host
-  // lookups happen once per peer rather than per comparison. Ids and hosts are >= 0 ints.
+  // Sorts by chain_key, computed once per peer rather than per comparison.
   const int hr = s.host(root);
   std::vector<std::uint64_t> keys;
   keys.reserve(peers.size());
-  for (int p : peers) {
-    const int h = s.host(p);
-    keys.push_back((std::uint64_t{h != hr} << 62) | (static_cast<std::uint64_t>(h) << 31) |
-                   static_cast<std::uint64_t>(p));
-  }
+  for (int p : peers) keys.push_back(chain_key(p, s.host(p), hr));
   std::sort(keys.begin(), keys.end());
   for (std::size_t i = 0; i < peers.size(); ++i)
     peers[i] = static_cast<int>(keys[i] & ((std::uint64_t{1} << 31) - 1));
