@@ -60,6 +60,13 @@ class Suite {
   Suite(Bench& b, const Topology& topo) : b_(b), topo_(topo) {
     hosts_ = topo.hosts();
     per_host_ = static_cast<int>(topo.device_count()) / hosts_;
+    // The cases name devices as host * K + i: the file must place them so.
+    for (int d = 0; d < static_cast<int>(topo.device_count()); ++d)
+      if (!topo.covers(d) || topo.host_of(d) != d / per_host_)
+        throw ValidationError("topology",
+                              "the suite needs K devices on each host, device d on "
+                              "host d / K; " +
+                                  topo.name() + " is not so");
   }
   int hosts() const { return hosts_; }
   int per_host() const { return per_host_; }

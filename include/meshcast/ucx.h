@@ -16,10 +16,8 @@ namespace meshcast {
 struct UcxOptions {
   // A wait that sees no completion for this long fails with CommError naming the peers.
   double timeout_seconds = 60;
-  // Multicasts travel as pipelined chains of chunks of this size (Communicator::ibcast_chain).
-  // 256 KiB: on hosts with one 1 Gbit/s link each (bench/cluster_suite), a chain to 4x2
-  // devices reached 0.81 of the link-bound optimum at 16 MiB with it, 0.53 with 1 MiB; in
-  // shared memory the two are within 4% (bench/mpi_reshard group b).
+  // Multicasts travel as pipelined chains of chunks of this size (Communicator::ibcast_chain);
+  // the default is MpiOptions::chunk_bytes', measured there.
   std::size_t chunk_bytes = std::size_t{256} << 10;
 };
 

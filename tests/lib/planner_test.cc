@@ -392,6 +392,26 @@ TEST(Planner, MismatchedInputsNameTheField) {
   }
 }
 
+TEST(Topology, HostNamesAndTheirBounds) {
+  const Topology t = Topology::load(MESHCAST_SOURCE_DIR "/meshes/emulated.json");
+  ASSERT_EQ(t.hosts(), 5);
+  EXPECT_EQ(t.host_name(0), "mc-host0");
+  EXPECT_EQ(t.host_name(t.host_of(19)), "mc-host4");
+  EXPECT_EQ(Topology::single_host().host_name(0), "");
+  EXPECT_EQ(
+      Topology::uniform("u", 2, 2, LinkClass{"intra", 1e10, 1e-6}, LinkClass{"network", 1e9, 1e-5})
+          .host_name(1),
+      "host1");
+  for (int bad : {-1, 5}) {
+    try {
+      (void)t.host_name(bad);
+      ADD_FAILURE() << bad;
+    } catch (const ValidationError& e) {
+      EXPECT_EQ(e.field(), "host");
+    }
+  }
+}
+
 // ---- Topology-aware expected tables -------------------------------------------------------------
 
 struct Expect {
