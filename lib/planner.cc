@@ -354,7 +354,7 @@ Plan plan_with(const Layout& src, const Layout& dst, const std::vector<Task>& ts
 Plan plan(const Layout& src, const Layout& dst, const Topology& topology,
           const PlanOptions& options) {
   const std::vector<Task> ts = tasks(src, dst);
-  Schedule s(topology, union_devices(src, dst), dtype_size(src.dtype()));
+  Schedule s(topology, union_devices(src, dst), dtype_size(src.dtype()), options.chunk_bytes);
   if (options.strategy != Strategy::Auto)
     return plan_with(src, dst, ts, s, options.strategy, options);
   // Auto: the cheapest by the schedule model; ties go to the earlier (fewer bytes) strategy.

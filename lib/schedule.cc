@@ -14,8 +14,13 @@ std::uint64_t chain_key(int device, int host, int root_host) {
 
 }  // namespace
 
-Schedule::Schedule(const Topology& topology, std::vector<int> devices, std::size_t elem_size)
-    : topology_(&topology), devices_(std::move(devices)), elem_size_(elem_size) {
+Schedule::Schedule(const Topology& topology, std::vector<int> devices, std::size_t elem_size,
+                   std::int64_t chunk_bytes)
+    : topology_(&topology),
+      devices_(std::move(devices)),
+      elem_size_(elem_size),
+      chunk_(chunk_bytes) {
+  check_chunk(chunk_bytes);
   int hosts = 0;
   dev_.resize(devices_.size());
   for (std::size_t i = 0; i < devices_.size(); ++i) {
@@ -54,9 +59,14 @@ std::size_t Schedule::index(int device) const {
                                   devices_.begin());
 }
 
-double Schedule::duration(std::int64_t bytes, bool remote) const {
+OpTime Schedule::link_time(std::int64_t bytes, bool remote) const {
   const LinkClass& l = remote ? topology_->network() : topology_->intra();
-  return l.latency + static_cast<double>(bytes) / l.bandwidth;
+  return {l.latency, static_cast<double>(bytes) / l.bandwidth};
+}
+
+OpTime Schedule::multicast_time(std::int64_t bytes, int net_hops, std::size_t peers) const {
+  // The chain enters every receiving host once (chain_order): one network hop per host.
+  return chain_time(bytes, net_hops, static_cast<int>(peers) - net_hops, *topology_, chunk_);
 }
 
 int Schedule::best_root(const Op& op, std::span<const int> candidates) const {
@@ -91,11 +101,13 @@ int Schedule::best_root(const Op& op, std::span<const int> candidates) const {
   for (std::size_t k = 0; k < candidates.size(); ++k) {
     const std::size_t s = index(candidates[k]);
     const int hs = dev_[s].host;
-    const bool remote = hosts.size() > 1 || (hosts.size() == 1 && hosts.front() != hs);
+    const int net = static_cast<int>(hosts.size()) -
+                    (std::binary_search(hosts.begin(), hosts.end(), hs) ? 1 : 0);
     double start = std::max({ready, dev_[s].prev, dev_[s].send});
-    if (remote)
+    if (net)
       start = std::max({start, out_[static_cast<std::size_t>(hs)], top_host != hs ? top : second});
-    const std::pair<double, std::int64_t> key{start + duration(bytes, remote), dev_[s].sent_bytes};
+    const std::pair<double, std::int64_t> key{
+        start + multicast_time(bytes, net, op.peers.size()).total(), dev_[s].sent_bytes};
     if (k == 0 || key < best_key) {
       best_key = key;
       best = candidates[k];
@@ -142,16 +154,16 @@ double Schedule::place(const Op& op, std::int64_t bytes) {
   std::vector<std::size_t>& touched_hosts_out = touched_out_;
   touched_hosts_in.clear();
   touched_hosts_out.clear();
-  double start = dev_[root].prev, dur = 0;
+  double start = dev_[root].prev;
+  OpTime time;
   int last = -1;  // a multicast's last chain member: the one that forwards nothing
   switch (op.kind) {
     case OpKind::Copy:
     case OpKind::Zero:
       start = std::max(start, dev_[root].recv);
-      dur = op.kind == OpKind::Copy ? duration(bytes, false) : 0;
+      if (op.kind == OpKind::Copy) time = link_time(bytes, false);
       break;
     case OpKind::Multicast: {
-      bool remote = false;
       start = std::max(start, dev_[root].send);
       last = chain_last(op.peers, hr);
       for (int r : op.peers) {
@@ -159,16 +171,18 @@ double Schedule::place(const Op& op, std::int64_t bytes) {
         start = std::max({start, dev_[i].prev, dev_[i].recv});
         if (r != last) start = std::max(start, dev_[i].send);  // it forwards the chunks
         if (dev_[i].host != hr) {
-          remote = true;
           touched_hosts_in.push_back(static_cast<std::size_t>(dev_[i].host));
           start = std::max(start, in_[touched_hosts_in.back()]);
         }
       }
-      if (remote) {
+      if (!touched_hosts_in.empty()) {
         touched_hosts_out.push_back(static_cast<std::size_t>(hr));
         start = std::max(start, out_[static_cast<std::size_t>(hr)]);
+        std::sort(touched_hosts_in.begin(), touched_hosts_in.end());
+        touched_hosts_in.erase(std::unique(touched_hosts_in.begin(), touched_hosts_in.end()),
+                               touched_hosts_in.end());
       }
-      dur = duration(bytes, remote);
+      time = multicast_time(bytes, static_cast<int>(touched_hosts_in.size()), op.peers.size());
       break;
     }
     case OpKind::Reduce: {
@@ -190,44 +204,49 @@ double Schedule::place(const Op& op, std::int64_t bytes) {
         touched_hosts_in.push_back(static_cast<std::size_t>(hr));
         start = std::max(start, in_[static_cast<std::size_t>(hr)]);
       }
-      dur = std::max(local ? duration(local * bytes, false) : 0.0,
-                     remote ? duration(remote * bytes, true) : 0.0);
+      // Contributions share the root's receive port and, from other hosts, its host's link.
+      for (const auto& [n, r] : {std::pair{local, false}, std::pair{remote, true}})
+        if (n) {
+          const OpTime t = link_time(n * bytes, r);
+          time = {std::max(time.latency, t.latency), std::max(time.occupancy, t.occupancy)};
+        }
       break;
     }
   }
-  const double end = start + dur;
+  // Links are busy for the occupancy; the data has arrived a latency later.
+  const double end = start + time.total(), busy = start + time.occupancy;
   auto finish = [&](std::size_t i) { dev_[i].finish = std::max(dev_[i].finish, end); };
   switch (op.kind) {
     case OpKind::Copy:
     case OpKind::Zero:
-      dev_[root].recv = end;
+      dev_[root].recv = busy;
       break;
     case OpKind::Multicast:
-      dev_[root].send = end;
+      dev_[root].send = busy;
       dev_[root].sent_bytes += bytes;
       for (int r : op.peers) {
         Device& d = dev_[index(r)];
-        d.recv = end;
+        d.recv = busy;
         if (r != last) {  // chain members forward what they receive, all but the last
-          d.send = end;
+          d.send = busy;
           d.sent_bytes += bytes;
         }
         finish(index(r));
       }
       break;
     case OpKind::Reduce:
-      dev_[root].recv = end;
+      dev_[root].recv = busy;
       for (int c : op.peers) {
         if (c == op.root) continue;
-        dev_[index(c)].send = end;
+        dev_[index(c)].send = busy;
         dev_[index(c)].sent_bytes += bytes;
         finish(index(c));
       }
       break;
   }
   finish(root);
-  for (auto h : touched_hosts_in) in_[h] = end;
-  for (auto h : touched_hosts_out) out_[h] = end;
+  for (auto h : touched_hosts_in) in_[h] = busy;
+  for (auto h : touched_hosts_out) out_[h] = busy;
   makespan_ = std::max(makespan_, end);
   total_end_ += end;
   return end;

@@ -1,12 +1,15 @@
-// The planner's time model: list scheduling of a plan's ops over the devices' send and receive
-// ports and each host's network link (in and out), every op taking latency + bytes/bandwidth of
-// the slowest link class it crosses. Internal to lib/; a coarse model that ranks choices.
+// The planner's time model (the analytic model of meshcast/cost.h): list scheduling of a plan's
+// ops over the devices' send and receive ports and each host's network link (in and out). An op
+// keeps its links busy for its occupancy (lib/links.h: bytes / bandwidth of the slowest link
+// class it crosses, plus a chain's pipeline fill) and ends a latency later; the links are free
+// again at the end of the occupancy, so the latencies of ops in a row overlap. Internal to lib/.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "links.h"
 #include "meshcast/plan.h"
 #include "meshcast/topology.h"
 
@@ -15,7 +18,8 @@ namespace meshcast::detail {
 class Schedule {
  public:
   // `devices`: every device id the plan touches, sorted.
-  Schedule(const Topology& topology, std::vector<int> devices, std::size_t elem_size);
+  Schedule(const Topology& topology, std::vector<int> devices, std::size_t elem_size,
+           std::int64_t chunk_bytes);
 
   // Forgets everything placed.
   void reset();
@@ -45,7 +49,9 @@ class Schedule {
   // The receiver a multicast's chain ends at (chain_order's last): it forwards nothing.
   int chain_last(const std::vector<int>& peers, int root_host) const;
   std::size_t index(int device) const;
-  double duration(std::int64_t bytes, bool remote) const;
+  // A multicast's time to `net_hops` receiving hosts other than the root's and `peers` peers.
+  OpTime multicast_time(std::int64_t bytes, int net_hops, std::size_t peers) const;
+  OpTime link_time(std::int64_t bytes, bool remote) const;
 
   const Topology* topology_;
   std::vector<int> devices_;
@@ -53,6 +59,7 @@ class Schedule {
   // planner's search evaluates schedules millions of times). Empty for very sparse ids.
   std::vector<std::uint32_t> dense_;
   std::size_t elem_size_;
+  std::int64_t chunk_;
   // Per device (dense index), together so that placing an op touches one cache line per device.
   struct Device {
     double send = 0, recv = 0, finish = 0, prev = 0;  // port free times, end of work, phase start

@@ -22,6 +22,7 @@ struct PlanArgs {
   std::string shape, dtype, src, dst, topology, svg;
   std::string strategy = "auto";
   std::string balance = "search";
+  std::string chunk = std::to_string(kDefaultChunkBytes);  // plan, simulate: --chunk-bytes
   bool json = false;
 };
 
@@ -40,13 +41,20 @@ struct DemoArgs {
 // Subcommands: each returns the process exit status; a meshcast::Error escapes to main().
 void add_plan_options(CLI::App& cmd, PlanArgs& args);
 int run_plan(const PlanArgs& args);
+int run_simulate(const PlanArgs& args);
 int run_reshard(const PlanArgs& args, const RunArgs& run);
 int run_demo(const DemoArgs& args);
 
 // Shared helpers (cli_common.cc).
 // Parses and validates every option of `args`, then plans. Throws meshcast::Error naming the
-// field ("shape", "dtype", "src", "dst", "topology", "strategy", "balance").
-Plan make_plan(const PlanArgs& args);
+// field ("shape", "dtype", "src", "dst", "topology", "strategy", "balance", "chunk-bytes").
+// `topology`, when given, receives the topology planned on.
+Plan make_plan(const PlanArgs& args, Topology* topology = nullptr);
+// The plan as JSON with a "cost" object: the model's prediction, the link bound and the bytes
+// and least time of every link that carries bytes (cli_simulate.cc).
+std::string plan_json_with_cost(const Plan& plan, const Topology& topology, std::int64_t chunk);
+// The chain chunk of --chunk-bytes, 1 .. 1 GiB; throws ValidationError("chunk-bytes").
+std::int64_t parse_chunk(const std::string& text);
 // A positive iteration count; throws ValidationError("iters").
 int parse_iters(const std::string& text);
 // Refuses (ValidationError "backend") a backend that is unknown or not built in.

@@ -27,32 +27,45 @@ std::string printable(const std::string& s) {
   return out + (s.size() > 64 ? "..." : "");
 }
 
+// An integer in [lo, hi]; throws ValidationError(field) naming what is wrong.
+std::int64_t parse_int_in(const std::string& text, const std::string& field, std::int64_t lo,
+                          std::int64_t hi) {
+  std::int64_t n = 0;
+  const char* end = text.data() + text.size();
+  const auto [p, ec] = std::from_chars(text.data(), end, n);
+  if (ec != std::errc() || p != end || text.empty())
+    throw ValidationError(field, "expected a positive integer, got '" + printable(text) + "'");
+  if (n < lo)
+    throw ValidationError(field, "must be >= " + std::to_string(lo) + " (got " + text + ")");
+  if (n > hi)
+    throw ValidationError(field, "must be <= " + std::to_string(hi) + " (got " + text + ")");
+  return n;
+}
+
 }  // namespace
 
-Plan make_plan(const PlanArgs& args) {
+Plan make_plan(const PlanArgs& args, Topology* topology_out) {
   PlanOptions options;
   options.strategy = parse_strategy(args.strategy, "strategy");
   options.balance = parse_balance(args.balance, "balance");
+  options.chunk_bytes = parse_chunk(args.chunk);
   const Shape shape = parse_shape(args.shape, "shape");
   const DType dtype = parse_dtype(args.dtype, "dtype");
   const Layout src = Layout::parse(shape, dtype, args.src, "src");
   const Layout dst = Layout::parse(shape, dtype, args.dst, "dst");
   const Topology topology =
       args.topology.empty() ? Topology::single_host() : Topology::load(args.topology);
-  return plan(src, dst, topology, options);
+  Plan p = plan(src, dst, topology, options);
+  if (topology_out) *topology_out = topology;
+  return p;
+}
+
+std::int64_t parse_chunk(const std::string& text) {
+  return parse_int_in(text, "chunk-bytes", 1, std::int64_t{1} << 30);
 }
 
 int parse_iters(const std::string& text) {
-  int n = 0;
-  const char* end = text.data() + text.size();
-  const auto [p, ec] = std::from_chars(text.data(), end, n);
-  if (ec != std::errc() || p != end || text.empty())
-    throw ValidationError("iters", "expected a positive integer, got '" + printable(text) + "'");
-  if (n < 1) throw ValidationError("iters", "must be >= 1 (got " + std::to_string(n) + ")");
-  if (n > kMaxIters)
-    throw ValidationError(
-        "iters", "must be <= " + std::to_string(kMaxIters) + " (got " + std::to_string(n) + ")");
-  return n;
+  return static_cast<int>(parse_int_in(text, "iters", 1, kMaxIters));
 }
 
 void check_backend(const std::string& backend) {

@@ -2,7 +2,9 @@
 //
 //   meshcast plan    --shape 1024,1024,512 --dtype f32 --src 2x4@0-7:S0R --dst 2x4@8-15:RS1
 //   meshcast reshard (the same options) [--backend local|mpi|ucx|nccl] [--iters N] [--verify]
-//   [--json] meshcast demo
+//   [--json]
+//   meshcast simulate (the plan options) [--chunk-bytes N] [--json]
+//   meshcast demo
 //
 // Exit status: 0 success; 1 a reshard delivered wrong elements; 2 bad input (one line on
 // stderr, "meshcast: <field>: <cause>"); 3 an internal error.
@@ -89,6 +91,16 @@ std::string one_line(std::string s) {
   return s;
 }
 
+// The chain chunk the cost model assumes (plan and simulate only: the backends take theirs from
+// their options).
+void add_chunk_option(CLI::App& cmd, PlanArgs& args) {
+  cmd.add_option("--chunk-bytes", args.chunk,
+                 "chunk of a pipelined chain broadcast that the cost model assumes (the "
+                 "backends' default)")
+      ->type_name("N")
+      ->capture_default_str();
+}
+
 }  // namespace
 
 void add_plan_options(CLI::App& cmd, PlanArgs& args) {
@@ -122,10 +134,11 @@ void add_plan_options(CLI::App& cmd, PlanArgs& args) {
 }
 
 int run_plan(const PlanArgs& args) {
-  const Plan p = make_plan(args);
+  Topology topology;
+  const Plan p = make_plan(args, &topology);
   if (!args.svg.empty()) write_file(args.svg, plan_svg(p), "svg");
   if (args.json) {
-    std::cout << p.to_json() << '\n';
+    std::cout << plan_json_with_cost(p, topology, parse_chunk(args.chunk)) << '\n';
   } else {
     std::cout << p.str();
     if (!args.svg.empty()) std::cout << "plan drawn in " << args.svg << '\n';
@@ -200,7 +213,24 @@ int main(int argc, char** argv) {
   CLI::App* plan_cmd = app.add_subcommand(
       "plan", "Plan a reshard and print the plan (or its JSON with --json; --svg draws it).");
   add_plan_options(*plan_cmd, plan_args);
-  plan_cmd->add_flag("--json", plan_args.json, "print the plan as one JSON document");
+  add_chunk_option(*plan_cmd, plan_args);
+  plan_cmd->add_flag("--json", plan_args.json,
+                     "print the plan as one JSON document, with a \"cost\" object: the model's "
+                     "predicted_seconds, bound_seconds (the busiest link's bytes / bandwidth) and "
+                     "links (bytes and least time of every link that carries bytes)");
+
+  CLI::App* simulate_cmd = app.add_subcommand(
+      "simulate",
+      "Plan a reshard and predict its time on the topology: the analytic model, the link bound, "
+      "and a discrete-event simulation in which contended links are shared fairly; lists the "
+      "busiest links. Runs nothing.");
+  add_plan_options(*simulate_cmd, plan_args);
+  add_chunk_option(*simulate_cmd, plan_args);
+  simulate_cmd->add_flag(
+      "--json", plan_args.json,
+      "print one JSON object: predicted_seconds (model), simulated_seconds, bound_seconds, "
+      "effective_gbps (tensor bytes / simulated time), events, plan_cpu_seconds, "
+      "simulate_cpu_seconds, links (every link that carries bytes: link, class, bytes, seconds)");
 
   CLI::App* reshard_cmd = app.add_subcommand(
       "reshard", "Plan a reshard and run it on a backend; report time and bandwidth.");
@@ -241,8 +271,9 @@ int main(int argc, char** argv) {
   try {
     if (*plan_cmd) return run_plan(plan_args);
     if (*reshard_cmd) return run_reshard(plan_args, run_args);
+    if (*simulate_cmd) return run_simulate(plan_args);
     if (*demo_cmd) return run_demo(demo_args);
-    std::cerr << "meshcast: a subcommand is required: plan, reshard or demo" << std::endl;
+    std::cerr << "meshcast: a subcommand is required: plan, reshard, simulate or demo" << std::endl;
     return 2;
   } catch (const meshcast::Error& e) {
     std::cerr << "meshcast: " << one_line(e.what()) << std::endl;

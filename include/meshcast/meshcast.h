@@ -4,6 +4,7 @@
 #include "meshcast/bootstrap.h"
 #include "meshcast/box.h"
 #include "meshcast/communicator.h"
+#include "meshcast/cost.h"
 #include "meshcast/dtype.h"
 #include "meshcast/error.h"
 #include "meshcast/layout.h"

@@ -33,6 +33,10 @@ enum class Balance {
 std::string to_string(Balance b);
 Balance parse_balance(std::string_view text, const std::string& field = "balance");
 
+// The chunk of a pipelined chain broadcast: the backends' default (MpiOptions::chunk_bytes)
+// and the cost model's assumption unless told otherwise.
+inline constexpr std::int64_t kDefaultChunkBytes = std::int64_t{256} << 10;
+
 struct PlanOptions {
   Strategy strategy = Strategy::Auto;
   Balance balance = Balance::Search;
@@ -42,6 +46,8 @@ struct PlanOptions {
   // disagree. A cut-short plan records search_truncated.
   std::int64_t search_moves = 4000;
   double search_seconds = std::numeric_limits<double>::infinity();
+  // The chain chunk the cost model assumes (meshcast/cost.h); >= 1.
+  std::int64_t chunk_bytes = kDefaultChunkBytes;
 };
 
 enum class OpKind {

@@ -1,0 +1,56 @@
+// What a plan costs on a topology, before running it: the analytic model the planner ranks
+// choices by, the per-link loads, and a discrete-event simulation with fair sharing of
+// contended links. See docs/model.md for the model, its calibration and its validation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshcast/plan.h"
+#include "meshcast/topology.h"
+
+namespace meshcast {
+
+// A link of the model. Every device has a send and a receive port (intra-host class: a transfer
+// between two devices of one host uses the sender's send port and the receiver's receive port);
+// every host has a network link out and one in (network class: a transfer between hosts also
+// uses the sender host's out link and the receiver host's in link).
+struct LinkLoad {
+  std::string name;        // "device 3 send", "device 3 recv", "host p3-1 out", "host p3-1 in"
+  bool network = false;    // network class (else intra-host)
+  std::int64_t bytes = 0;  // bytes the plan moves over the link
+  double seconds = 0;      // bytes / the link's bandwidth: the least time the link needs
+};
+
+struct Prediction {
+  // The analytic model: a list schedule of the ops over the links, each op taking the latency
+  // of its hops plus bytes / bandwidth of its slowest link class plus, for a chain, the
+  // pipeline fill of one chunk per extra hop; a link carries one op at a time. plan() records
+  // this as PlanStats::predicted_seconds.
+  double seconds = 0;
+  // The busiest link's bytes / bandwidth: no schedule of these ops is faster.
+  double bound_seconds = 0;
+  std::vector<LinkLoad> links;  // links that carry bytes, busiest first
+};
+
+// Throws ValidationError("topology") when the topology does not place a device of the plan,
+// ValidationError("chunk_bytes") when chunk_bytes < 1.
+Prediction predict(const Plan& plan, const Topology& topology,
+                   std::int64_t chunk_bytes = kDefaultChunkBytes);
+
+struct Simulation {
+  // When the last op ends. Ops start as the executor starts them: every op of a phase as soon
+  // as each of its devices finished its ops of the earlier phases; the transfers in flight
+  // share every link max-min fairly (a chain moves at its slowest hop's share).
+  double seconds = 0;
+  std::vector<double> op_start, op_end;  // per op of the plan, in plan order
+  std::int64_t events = 0;               // rate recomputations (a measure of the work done)
+  std::vector<LinkLoad> links;           // as Prediction::links
+};
+
+// Throws as predict().
+Simulation simulate(const Plan& plan, const Topology& topology,
+                    std::int64_t chunk_bytes = kDefaultChunkBytes);
+
+}  // namespace meshcast

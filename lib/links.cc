@@ -1,0 +1,123 @@
+#include "links.h"
+
+#include <algorithm>
+
+#include "meshcast/error.h"
+
+namespace meshcast::detail {
+
+OpTime chain_time(std::int64_t bytes, int net_hops, int intra_hops, const Topology& topology,
+                  std::int64_t chunk) {
+  if (net_hops + intra_hops == 0) return {};
+  const LinkClass& net = topology.network();
+  const LinkClass& intra = topology.intra();
+  const double b = static_cast<double>(bytes);
+  const double c = static_cast<double>(std::min(chunk, bytes));
+  double slowest = 0;  // the least bandwidth among the classes the chain uses
+  if (net_hops) slowest = net.bandwidth;
+  if (intra_hops) slowest = slowest > 0 ? std::min(slowest, intra.bandwidth) : intra.bandwidth;
+  // The first chunk crosses every hop; the rest streams at the slowest hop's rate.
+  const double fill = net_hops * c / net.bandwidth + intra_hops * c / intra.bandwidth;
+  return {net_hops * net.latency + intra_hops * intra.latency, fill + (b - c) / slowest};
+}
+
+void check_chunk(std::int64_t chunk) {
+  if (chunk < 1)
+    throw ValidationError("chunk_bytes", "must be >= 1 (got " + std::to_string(chunk) + ")");
+}
+
+Links::Links(const Topology& topology, std::vector<int> devices)
+    : topology_(&topology), devices_(std::move(devices)) {
+  int hosts = 0;
+  for (int d : devices_) {
+    host_.push_back(topology.host_of(d));
+    hosts = std::max(hosts, host_.back() + 1);
+  }
+  bandwidth_.assign(2 * devices_.size(), topology.intra().bandwidth);
+  bandwidth_.resize(bandwidth_.size() + 2 * static_cast<std::size_t>(hosts),
+                    topology.network().bandwidth);
+}
+
+std::size_t Links::slot(int device) const {
+  const auto it = std::lower_bound(devices_.begin(), devices_.end(), device);
+  if (it == devices_.end() || *it != device)
+    throw ValidationError("plan",
+                          "device " + std::to_string(device) + " is in no mesh of the plan");
+  return static_cast<std::size_t>(it - devices_.begin());
+}
+
+std::string Links::name(std::size_t link) const {
+  if (!network(link))
+    return "device " + std::to_string(devices_[link / 2]) + (link % 2 ? " recv" : " send");
+  const std::size_t host = (link - 2 * devices_.size()) / 2;
+  std::string h = topology_->host_name(static_cast<int>(host));
+  if (h.empty()) h = std::to_string(host);
+  return "host " + h + (link % 2 ? " in" : " out");
+}
+
+void Links::hop(int from, int to, std::vector<std::size_t>& links) const {
+  links.push_back(recv(to));
+  if (from == to) return;
+  links.push_back(send(from));
+  if (host(from) != host(to)) {
+    links.push_back(out(host(from)));
+    links.push_back(in(host(to)));
+  }
+}
+
+OpTime Links::flows(const Op& op, std::int64_t bytes, std::int64_t chunk,
+                    std::vector<Flow>& out) const {
+  const Topology& t = *topology_;
+  switch (op.kind) {
+    case OpKind::Zero:
+      return {};
+    case OpKind::Copy:
+      out.push_back({{}, bytes});
+      hop(op.root, op.root, out.back().links);
+      return chain_time(bytes, 0, 1, t, chunk);
+    case OpKind::Multicast: {
+      Flow f{{}, bytes};
+      int prev = op.root, net = 0;
+      for (int p : op.peers) {
+        hop(prev, p, f.links);
+        net += host(prev) != host(p);
+        prev = p;
+      }
+      out.push_back(std::move(f));
+      return chain_time(bytes, net, static_cast<int>(op.peers.size()) - net, t, chunk);
+    }
+    case OpKind::Reduce: {
+      OpTime time;
+      for (int c : op.peers) {
+        if (c == op.root) continue;
+        out.push_back({{}, bytes});
+        hop(c, op.root, out.back().links);
+        const bool remote = host(c) != host(op.root);
+        time.latency = std::max(time.latency, (remote ? t.network() : t.intra()).latency);
+      }
+      return time;  // occupancy: the simulator shares the links; predict() uses the schedule
+    }
+  }
+  return {};
+}
+
+std::vector<LinkLoad> Links::loads(const Plan& plan) const {
+  const std::int64_t elem = static_cast<std::int64_t>(dtype_size(plan.src().dtype()));
+  std::vector<std::int64_t> bytes(size(), 0);
+  std::vector<Flow> fs;
+  for (const Op& op : plan.ops()) {
+    fs.clear();
+    flows(op, op.box.volume() * elem, kDefaultChunkBytes, fs);
+    for (const Flow& f : fs)
+      for (std::size_t l : f.links) bytes[l] += f.bytes;
+  }
+  std::vector<LinkLoad> out;
+  for (std::size_t l = 0; l < size(); ++l)
+    if (bytes[l] > 0)
+      out.push_back({name(l), network(l), bytes[l], static_cast<double>(bytes[l]) / bandwidth(l)});
+  std::stable_sort(out.begin(), out.end(),
+                   [](const LinkLoad& a, const LinkLoad& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+}  // namespace meshcast::detail

@@ -1,0 +1,74 @@
+// The links of the cost model (see meshcast/cost.h) and the time of one op over them: shared by
+// the planner's schedule, predict() and the simulator so that they agree. Internal to lib/.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshcast/cost.h"
+#include "meshcast/plan.h"
+#include "meshcast/topology.h"
+
+namespace meshcast::detail {
+
+// An op's time split in two: latency (the hops' message latencies, in flight; links are free
+// meanwhile) and occupancy (the time the op keeps its links busy).
+struct OpTime {
+  double latency = 0, occupancy = 0;
+  double total() const { return latency + occupancy; }
+};
+
+// A pipelined chain of `net_hops` hops between hosts and `intra_hops` inside hosts carrying
+// `bytes` in chunks of `chunk`: every hop's latency, the fill of one chunk per hop, and the rest
+// at the slowest hop's bandwidth. One hop: latency + bytes / bandwidth.
+OpTime chain_time(std::int64_t bytes, int net_hops, int intra_hops, const Topology& topology,
+                  std::int64_t chunk);
+
+// Refuses a chunk < 1 (ValidationError "chunk_bytes").
+void check_chunk(std::int64_t chunk);
+
+class Links {
+ public:
+  // `devices`: every device the plan touches, sorted. Throws ValidationError("topology") for a
+  // device the topology does not place.
+  Links(const Topology& topology, std::vector<int> devices);
+
+  std::size_t size() const { return bandwidth_.size(); }
+  // Link indices: devices' ports first, then hosts' links (hosts as numbered by the topology).
+  std::size_t send(int device) const { return 2 * slot(device); }
+  std::size_t recv(int device) const { return 2 * slot(device) + 1; }
+  std::size_t out(int host) const {
+    return 2 * devices_.size() + 2 * static_cast<std::size_t>(host);
+  }
+  std::size_t in(int host) const { return out(host) + 1; }
+  double bandwidth(std::size_t link) const { return bandwidth_[link]; }
+  bool network(std::size_t link) const { return link >= 2 * devices_.size(); }
+  std::string name(std::size_t link) const;
+  int host(int device) const { return host_[slot(device)]; }
+
+  // Appends the links of a transfer from -> to (from == to: a local copy, the receive port).
+  void hop(int from, int to, std::vector<std::size_t>& links) const;
+  // The op's transfers as (links, bytes) flows: a multicast is one flow over its whole chain
+  // (root -> peers[0] -> peers[1] ...), a reduce one flow per contributor other than the root,
+  // a copy one flow on the device's receive port, a zero none. Also returns the op's time alone
+  // on idle links (its latency and occupancy).
+  struct Flow {
+    std::vector<std::size_t> links;
+    std::int64_t bytes = 0;
+  };
+  OpTime flows(const Op& op, std::int64_t bytes, std::int64_t chunk, std::vector<Flow>& out) const;
+
+  // Bytes over every link (each flow's bytes on each of its links), as LinkLoads busiest first.
+  std::vector<LinkLoad> loads(const Plan& plan) const;
+
+ private:
+  std::size_t slot(int device) const;
+
+  const Topology* topology_;
+  std::vector<int> devices_;
+  std::vector<int> host_;
+  std::vector<double> bandwidth_;
+};
+
+}  // namespace meshcast::detail

@@ -1,0 +1,196 @@
+// The cost model and the simulator: hand-computed times for single ops, chains and fair sharing
+// of contended links; laws over random plans (predict() is the planner's estimate, nothing is
+// faster than the busiest link, phases are respected, runs are deterministic); bad input.
+#include "meshcast/cost.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "meshcast/error.h"
+#include "support/testing.h"
+
+namespace meshcast {
+namespace {
+
+// 4 hosts of 2 devices; round numbers so that expected times are easy to write down.
+constexpr double kIntraBw = 10e9, kIntraLat = 1e-6, kNetBw = 1e9, kNetLat = 1e-3;
+
+Topology hosts4() {
+  return Topology::uniform("h4", 4, 2, LinkClass{"intra", kIntraBw, kIntraLat},
+                           LinkClass{"network", kNetBw, kNetLat});
+}
+
+// A plan with hand-written ops over a 1-D f32 tensor of `n` elements on devices 0-7.
+Plan hand_plan(std::int64_t n, std::vector<Op> ops) {
+  const Layout l = Layout::parse({n}, DType::f32, "8@0-7:R");
+  return Plan(l, l, Strategy::Broadcast, Balance::None, "h4", std::move(ops), PlanStats{});
+}
+
+Op send(std::int64_t lo, std::int64_t hi, int root, std::vector<int> peers, int phase = 0) {
+  return Op{OpKind::Multicast, phase, Box({{lo, hi}}), root, std::move(peers), false};
+}
+
+constexpr std::int64_t kN = 1 << 22;                      // elements
+constexpr double kBytes = 4.0 * static_cast<double>(kN);  // 16 MiB
+constexpr double kChunk = static_cast<double>(kDefaultChunkBytes);
+
+TEST(Cost, OneSendAcrossHostsIsLatencyPlusBytesOverBandwidth) {
+  const Plan p = hand_plan(kN, {send(0, kN, 0, {2})});
+  const double want = kNetLat + kBytes / kNetBw;
+  EXPECT_NEAR(predict(p, hosts4()).seconds, want, want * 1e-12);
+  EXPECT_NEAR(simulate(p, hosts4()).seconds, want, want * 1e-12);
+  EXPECT_NEAR(predict(p, hosts4()).bound_seconds, kBytes / kNetBw, 1e-12);
+}
+
+TEST(Cost, ChainPaysEveryHopsLatencyAndOneChunkPerHop) {
+  // 0 -> 1 (same host) -> 2 -> 4 -> 6 (three more hosts): 1 intra hop, 3 network hops.
+  const Plan p = hand_plan(kN, {send(0, kN, 0, {1, 2, 4, 6})});
+  const double want = 3 * kNetLat + kIntraLat + 3 * kChunk / kNetBw + kChunk / kIntraBw +
+                      (kBytes - kChunk) / kNetBw;
+  EXPECT_NEAR(predict(p, hosts4()).seconds, want, want * 1e-12);
+  EXPECT_NEAR(simulate(p, hosts4()).seconds, want, want * 1e-12);
+  // A smaller chunk fills the pipeline sooner.
+  EXPECT_LT(predict(p, hosts4(), 4096).seconds, want);
+  EXPECT_NEAR(simulate(p, hosts4(), 4096).seconds, predict(p, hosts4(), 4096).seconds, 1e-12);
+}
+
+TEST(Cost, ConcurrentSendsShareTheirHostsLinkFairly) {
+  // Three sends leave host 0 at once (to hosts 1, 2, 3): each gets a third of its link; one of
+  // them is three times larger and finishes alone at full rate after the others.
+  const Plan p = hand_plan(
+      5 * kN, {send(0, kN, 0, {2}), send(kN, 2 * kN, 1, {4}), send(2 * kN, 5 * kN, 0, {6})});
+  const Simulation s = simulate(p, hosts4());
+  const double t = kBytes / kNetBw;
+  EXPECT_NEAR(s.op_end[0], kNetLat + 3 * t, 1e-9);
+  EXPECT_NEAR(s.op_end[1], kNetLat + 3 * t, 1e-9);
+  EXPECT_NEAR(s.op_end[2], kNetLat + 5 * t, 1e-9);  // 3t alongside the others, 2t alone
+  EXPECT_NEAR(s.seconds, kNetLat + 5 * t, 1e-9);
+  // The list schedule runs them one after another: the same link-bound total.
+  EXPECT_NEAR(predict(p, hosts4()).seconds, kNetLat + 5 * t, 1e-9);
+}
+
+TEST(Cost, MaxMinFairnessGivesWhatABottleneckLeavesToOthers) {
+  // Host 0's out link carries A (0->2), B (0->4), D (1->6): a third each. Host 1's in link
+  // carries A and C (6->3): C gets the two thirds that A leaves, and ends first; after it, A, B
+  // and D keep their thirds.
+  const Plan p = hand_plan(4 * kN, {send(0, kN, 0, {2}), send(kN, 2 * kN, 0, {4}),
+                                    send(2 * kN, 3 * kN, 1, {6}), send(3 * kN, 4 * kN, 6, {3})});
+  const Simulation s = simulate(p, hosts4());
+  const double t = kBytes / kNetBw;
+  EXPECT_NEAR(s.op_end[3], kNetLat + 1.5 * t, 1e-9);
+  for (int i : {0, 1, 2}) EXPECT_NEAR(s.op_end[static_cast<std::size_t>(i)], kNetLat + 3 * t, 1e-9);
+}
+
+TEST(Cost, PhasesWaitForTheirDevices) {
+  // Phase 1's op from device 2 starts only when device 2 has received in phase 0; device 6's
+  // unrelated phase-1 op does not wait for anything.
+  const Plan p =
+      hand_plan(2 * kN, {send(0, kN, 0, {2}), send(0, kN, 2, {4}, 1), send(kN, 2 * kN, 6, {7}, 1)});
+  const Simulation s = simulate(p, hosts4());
+  const double hop = kNetLat + kBytes / kNetBw;
+  EXPECT_NEAR(s.op_end[0], hop, 1e-9);
+  EXPECT_NEAR(s.op_start[1], hop, 1e-9);
+  EXPECT_NEAR(s.op_end[1], 2 * hop, 1e-9);
+  EXPECT_EQ(s.op_start[2], 0);
+}
+
+TEST(Cost, LinkLoadsCountEveryHop) {
+  const Plan p = hand_plan(kN, {send(0, kN, 0, {1, 2, 3})});
+  std::map<std::string, std::int64_t> bytes;
+  for (const LinkLoad& l : predict(p, hosts4()).links) bytes[l.name] = l.bytes;
+  const auto b = static_cast<std::int64_t>(kBytes);
+  EXPECT_EQ(bytes, (std::map<std::string, std::int64_t>{{"device 0 send", b},
+                                                        {"device 1 recv", b},
+                                                        {"device 1 send", b},
+                                                        {"device 2 recv", b},
+                                                        {"device 2 send", b},
+                                                        {"device 3 recv", b},
+                                                        {"host host0 out", b},
+                                                        {"host host1 in", b}}));
+}
+
+TEST(Cost, BadInputIsRefusedNamingTheField) {
+  const Plan p = hand_plan(16, {send(0, 16, 0, {2})});
+  try {
+    predict(p, hosts4(), 0);
+    FAIL() << "chunk 0 accepted";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.field(), "chunk_bytes");
+  }
+  EXPECT_THROW(simulate(p, hosts4(), -5), ValidationError);
+  const Topology small =
+      Topology::uniform("small", 1, 4, LinkClass{"intra", 1e9, 0}, LinkClass{"network", 1e9, 0});
+  try {
+    simulate(p, small);
+    FAIL() << "a topology without device 7 accepted";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.field(), "topology");
+  }
+}
+
+// Laws over random plans on a random small cluster.
+TEST(Cost, LawsOverRandomPlans) {
+  testing::Rng rng(0xc057);
+  testing::Limits lim;
+  lim.max_volume = 4096;
+  lim.max_extent = 40;
+  int checked = 0;
+  for (int iter = 0; iter < testing::scaled(400); ++iter) {
+    const auto c = testing::random_case(rng, lim);
+    const Topology topo = Topology::uniform(
+        "r", 16, static_cast<int>(rng.between(1, 4)),
+        LinkClass{"intra", 1e9 * static_cast<double>(rng.between(1, 50)), 1e-6},
+        LinkClass{"network", 1e8 * static_cast<double>(rng.between(1, 20)), 1e-5});
+    const auto devices = [&] {
+      std::vector<int> d = c.src.mesh().devices();
+      d.insert(d.end(), c.dst.mesh().devices().begin(), c.dst.mesh().devices().end());
+      return d;
+    }();
+    if (*std::max_element(devices.begin(), devices.end()) >= topo.device_count()) continue;
+    PlanOptions o;
+    o.strategy = static_cast<Strategy>(rng.below(4));
+    o.balance = static_cast<Balance>(rng.below(3));
+    o.chunk_bytes = rng.between(1, 1 << 12);
+    const Plan p = plan(c.src, c.dst, topo, o);
+    const std::string ctx = c.str() + " strategy " + to_string(p.strategy());
+    const Prediction pr = predict(p, topo, o.chunk_bytes);
+    // predict() replays the planner's own estimate.
+    ASSERT_DOUBLE_EQ(pr.seconds, p.stats().predicted_seconds) << ctx;
+    const Simulation s = simulate(p, topo, o.chunk_bytes);
+    // No link carries its bytes faster than its bandwidth.
+    ASSERT_GE(s.seconds, pr.bound_seconds * (1 - 1e-9)) << ctx;
+    // Each device runs its phases in order.
+    for (std::size_t i = 0; i < p.ops().size(); ++i) {
+      ASSERT_LE(s.op_start[i], s.op_end[i]) << ctx;
+      ASSERT_LE(s.op_end[i], s.seconds) << ctx;
+      for (std::size_t j = 0; j < p.ops().size(); ++j) {
+        const Op &a = p.ops()[i], &b = p.ops()[j];
+        if (a.phase >= b.phase) continue;
+        auto devs = [](const Op& op) {
+          std::vector<int> v = op.peers;
+          v.push_back(op.root);
+          return v;
+        };
+        const auto da = devs(a), db = devs(b);
+        const bool shared = std::any_of(da.begin(), da.end(), [&](int d) {
+          return std::find(db.begin(), db.end(), d) != db.end();
+        });
+        if (shared) {
+          ASSERT_GE(s.op_start[j], s.op_end[i] - 1e-15) << ctx;
+        }
+      }
+    }
+    // The links that carry bytes are the same for both, and the runs are repeatable.
+    ASSERT_EQ(s.links.size(), pr.links.size()) << ctx;
+    const Simulation again = simulate(p, topo, o.chunk_bytes);
+    ASSERT_EQ(again.seconds, s.seconds) << ctx;
+    ASSERT_EQ(again.op_end, s.op_end) << ctx;
+    ++checked;
+  }
+  EXPECT_GT(checked, testing::scaled(400) / 2);
+}
+
+}  // namespace
+}  // namespace meshcast
