@@ -27,6 +27,7 @@
 // that must enter hosts lacking them / the hosts involved) / bandwidth; #wrong = wrong elements
 // of a verification run on poisoned buffers. MESHCAST_BENCH_SMOKE=1 picks tiny sizes. Exit
 // status 1 if any element was wrong or a case failed, 2 on bad arguments.
+#include <meshcast/cost.h>
 #include <meshcast/mpi.h>
 
 #include <cstdio>
@@ -53,6 +54,10 @@ struct Result {
   int receiver_hosts = 0;     // 1m: h
   double time = 0, optimum = 0;
   long long wrong = 0;
+  // meshcast's methods: the cost model's and the simulator's time for the method's plan; the
+  // method that strategy auto (the planner's default) picks for the case.
+  double predicted = 0, simulated = 0;
+  std::string auto_pick;
 };
 
 class Suite {
@@ -100,12 +105,16 @@ class Suite {
                                 {"broadcast+search", Strategy::Broadcast, Balance::Search}};
       std::vector<Plan> plans;
       std::vector<std::string> labels, same;  // same[i]: the earlier label with plan i's ops
+      std::vector<std::pair<double, double>> model;  // per label: predicted, simulated
       std::vector<std::string> plan_labels;
       for (const Choice& c : choices) {
         PlanOptions po;
         po.strategy = c.strategy;
         po.balance = c.balance;
+        po.chunk_bytes = static_cast<std::int64_t>(b_.cfg().chunk);
         Plan p = plan(src, dst, topo_, po);
+        model.emplace_back(p.stats().predicted_seconds,
+                           simulate(p, topo_, po.chunk_bytes).seconds);
         std::size_t k = 0;
         while (k < plans.size() && plans[k].ops() != p.ops()) ++k;
         labels.push_back(c.label);
@@ -122,11 +131,22 @@ class Suite {
                                        buf.out.size()));
       std::vector<int> devices = members;
       for (Method& m : peers(part, buf, devices)) ms.push_back(std::move(m));
+      PlanOptions auto_options;
+      auto_options.chunk_bytes = static_cast<std::int64_t>(b_.cfg().chunk);
+      const Strategy picked = plan(src, dst, topo_, auto_options).strategy();
+      const std::string auto_pick =
+          picked == Strategy::Broadcast ? "broadcast+search" : to_string(picked);
       const auto [t, wrong] = b_.measure(part, ms);
       const double optimum = static_cast<double>(bound_bytes(src, dst)) / topo_.network().bandwidth;
       auto add = [&](const std::string& method, std::size_t j, const std::string& same_as) {
         Result r{group,          name, method,  same_as, src.bytes(), receivers_outside,
                  receiver_hosts, t[j], optimum, wrong[j]};
+        if (j < plans.size()) {
+          const auto i = static_cast<std::size_t>(
+              std::find(labels.begin(), labels.end(), method) - labels.begin());
+          std::tie(r.predicted, r.simulated) = model[i];
+        }
+        r.auto_pick = auto_pick;
         if (r.wrong) failed_ = true;
         results_.push_back(r);
         if (b_.me() == 0) print(r);
@@ -482,7 +502,10 @@ int main(int argc, char** argv) {
                                {"optimum_seconds", r.optimum},
                                {"receivers_outside", r.receivers_outside},
                                {"receiver_hosts", r.receiver_hosts},
-                               {"wrong", r.wrong}});
+                               {"wrong", r.wrong},
+                               {"predicted_seconds", r.predicted},
+                               {"simulated_seconds", r.simulated},
+                               {"auto_pick", r.auto_pick}});
         std::ofstream(cfg.json) << j.dump(1) << "\n";
       }
     }
