@@ -39,6 +39,7 @@
 #include <set>
 #include <sstream>
 
+#include "methods.h"
 #include "mpi_baselines.h"
 #include "mpi_harness.h"
 
@@ -93,28 +94,17 @@ class Suite {
     if (!b_.cfg().wants(name)) return;
     b_.on_ranks(members, name, [&](MPI_Comm part) {
       Buffers buf(src, dst, b_.me());
-      struct Choice {
-        const char* label;
-        Strategy strategy;
-        Balance balance;
-      };
-      const Choice choices[] = {{"sendrecv", Strategy::SendRecv, Balance::Search},
-                                {"allgather", Strategy::AllGather, Balance::Search},
-                                {"broadcast", Strategy::Broadcast, Balance::None},
-                                {"broadcast+greedy", Strategy::Broadcast, Balance::Greedy},
-                                {"broadcast+search", Strategy::Broadcast, Balance::Search}};
       std::vector<Plan> plans;
-      std::vector<std::string> labels, same;  // same[i]: the earlier label with plan i's ops
+      std::vector<std::string> labels, same;         // same[i]: the earlier label with plan i's ops
       std::vector<std::pair<double, double>> model;  // per label: predicted, simulated
       std::vector<std::string> plan_labels;
-      for (const Choice& c : choices) {
+      for (const PlanMethod& c : kPlanMethods) {
         PlanOptions po;
         po.strategy = c.strategy;
         po.balance = c.balance;
         po.chunk_bytes = static_cast<std::int64_t>(b_.cfg().chunk);
         Plan p = plan(src, dst, topo_, po);
-        model.emplace_back(p.stats().predicted_seconds,
-                           simulate(p, topo_, po.chunk_bytes).seconds);
+        model.emplace_back(p.stats().predicted_seconds, simulate(p, topo_, po.chunk_bytes).seconds);
         std::size_t k = 0;
         while (k < plans.size() && plans[k].ops() != p.ops()) ++k;
         labels.push_back(c.label);
@@ -142,8 +132,8 @@ class Suite {
         Result r{group,          name, method,  same_as, src.bytes(), receivers_outside,
                  receiver_hosts, t[j], optimum, wrong[j]};
         if (j < plans.size()) {
-          const auto i = static_cast<std::size_t>(
-              std::find(labels.begin(), labels.end(), method) - labels.begin());
+          const auto i = static_cast<std::size_t>(std::find(labels.begin(), labels.end(), method) -
+                                                  labels.begin());
           std::tie(r.predicted, r.simulated) = model[i];
         }
         r.auto_pick = auto_pick;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds bench/cluster_suite (Release), runs it on the emulated cluster (5 hosts x 4 ranks, one
 # 1 Gbit/s link per host: bench/cluster/cluster.sh, meshes/emulated.json), one launch per group,
-# and writes docs/benchmarks.md and docs/img/cluster-*.png from the JSON of the runs.
+# and writes docs/benchmarks.md and docs/img/cluster-*.png from the JSON of the runs (kept as
+# docs/data/cluster-GROUP.json for bench/run-model.sh).
 #
 #   bench/run-cluster.sh                       # ~25 minutes on 2 cores
 #   ITERS=3 GROUPS_TO_RUN="1m" bench/run-cluster.sh
@@ -34,6 +35,10 @@ for g in $groups; do
     --iters "$iters" --warmup "$warmup" --sizes-mib "${SIZES_MIB:-16,64}" \
     --json "$results/$g.json" | tee "$results/$g.txt" || status=1
 done
+
+# The runs' JSON, kept beside the documents: bench/run-model.sh validates the cost model with them.
+mkdir -p docs/data
+for f in "$results"/*.json; do cp "$f" "docs/data/cluster-$(basename "$f")"; done
 
 source bench/python.sh
 "$python" bench/cluster_report.py "$results"/*.json --doc docs/benchmarks.md --img docs/img \

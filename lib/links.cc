@@ -120,4 +120,33 @@ std::vector<LinkLoad> Links::loads(const Plan& plan) const {
   return out;
 }
 
+double Links::analytic_seconds(const std::vector<Op>& ops, std::int64_t elem_size,
+                               std::int64_t chunk) const {
+  int phases = 0;
+  for (const Op& op : ops) phases = std::max(phases, op.phase + 1);
+  std::vector<double> load(size() * static_cast<std::size_t>(phases), 0);
+  std::vector<double> latency(static_cast<std::size_t>(phases), 0), alone(latency);
+  std::vector<Flow> fs;
+  for (const Op& op : ops) {
+    const auto p = static_cast<std::size_t>(op.phase);
+    fs.clear();
+    const OpTime t = flows(op, op.box.volume() * elem_size, chunk, fs);
+    double longest = 0;  // a reduce's occupancy: its busiest link's share of it
+    for (const Flow& f : fs)
+      for (std::size_t l : f.links) {
+        load[p * size() + l] += static_cast<double>(f.bytes) / bandwidth(l);
+        longest = std::max(longest, static_cast<double>(f.bytes) / bandwidth(l));
+      }
+    latency[p] = std::max(latency[p], t.latency);
+    alone[p] = std::max(alone[p], t.latency + (op.kind == OpKind::Reduce ? longest : t.occupancy));
+  }
+  double total = 0;
+  for (std::size_t p = 0; p < static_cast<std::size_t>(phases); ++p) {
+    double busiest = 0;
+    for (std::size_t l = 0; l < size(); ++l) busiest = std::max(busiest, load[p * size() + l]);
+    total += std::max(busiest + latency[p], alone[p]);
+  }
+  return total;
+}
+
 }  // namespace meshcast::detail

@@ -62,6 +62,12 @@ class Links {
   // Bytes over every link (each flow's bytes on each of its links), as LinkLoads busiest first.
   std::vector<LinkLoad> loads(const Plan& plan) const;
 
+  // The analytic model (meshcast/cost.h, Prediction::seconds): phase after phase, the ops of a
+  // phase share every link, so the phase takes its busiest link's bytes / bandwidth plus the
+  // longest latency, or its slowest op alone (a long chain), whichever is more.
+  double analytic_seconds(const std::vector<Op>& ops, std::int64_t elem_size,
+                          std::int64_t chunk) const;
+
  private:
   std::size_t slot(int device) const;
 

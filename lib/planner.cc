@@ -6,6 +6,7 @@
 #include <optional>
 #include <random>
 
+#include "links.h"
 #include "meshcast/error.h"
 #include "meshcast/plan.h"
 #include "meshcast/task.h"
@@ -325,16 +326,8 @@ std::vector<int> union_devices(const Layout& src, const Layout& dst) {
 }
 
 // `fans_out` (optional) tells whether the strategy mattered (see Builder::fans_out_).
-Plan plan_with(const Layout& src, const Layout& dst, const std::vector<Task>& ts, Schedule& s,
-               Strategy strategy, const PlanOptions& opt, bool* fans_out = nullptr) {
-  Builder builder(dst, strategy, opt.balance);
-  std::vector<Unit> units = builder.build(ts);
-  if (fans_out) *fans_out = builder.fans_out_;
-  Order order = initial_order(units, opt.balance);
-  bool truncated = false;
-  if (opt.balance != Balance::None) assign_greedy(units, order, s);
-  if (opt.balance == Balance::Search) truncated = search(units, order, s, opt);
-  const Cost cost = evaluate(units, order, s);
+// The ops of units in `order`, each multicast's receivers in chain order.
+std::vector<Op> ops_of(std::vector<Unit>& units, const Order& order, const Schedule& s) {
   std::vector<Op> ops;
   ops.reserve(units.size());
   for (const auto& phase : order)
@@ -343,8 +336,39 @@ Plan plan_with(const Layout& src, const Layout& dst, const std::vector<Task>& ts
       if (op.kind == OpKind::Multicast) detail::chain_order(op.peers, op.root, s);
       ops.push_back(std::move(op));
     }
-  PlanStats st = account(ops, s, static_cast<std::int64_t>(dtype_size(src.dtype())));
-  st.predicted_seconds = cost.makespan;
+  return ops;
+}
+
+Plan plan_with(const Layout& src, const Layout& dst, const std::vector<Task>& ts, Schedule& s,
+               Strategy strategy, const PlanOptions& opt, bool* fans_out = nullptr) {
+  Builder builder(dst, strategy, opt.balance);
+  std::vector<Unit> units = builder.build(ts);
+  if (fans_out) *fans_out = builder.fans_out_;
+  Order order = initial_order(units, opt.balance);
+  const auto elem = static_cast<std::int64_t>(dtype_size(src.dtype()));
+  // The schedule ranks sender choices; the plan records the analytic model, which does not
+  // depend on the order of a phase's ops (the executor posts them all at once).
+  const detail::Links links(s.topology(), s.devices());
+  auto analytic = [&](const std::vector<Op>& ops) {
+    return links.analytic_seconds(ops, elem, opt.chunk_bytes);
+  };
+  bool truncated = false;
+  if (opt.balance != Balance::None) assign_greedy(units, order, s);
+  std::vector<Op> ops;
+  if (opt.balance == Balance::Search) {
+    std::vector<Unit> greedy_units = units;
+    Order greedy_order = order;
+    truncated = search(units, order, s, opt);
+    ops = ops_of(units, order, s);
+    // The search improves the schedule; keep greedy's plan where the model prefers it, so that
+    // search is never worse than greedy by the time the plan records.
+    std::vector<Op> greedy = ops_of(greedy_units, greedy_order, s);
+    if (analytic(greedy) < analytic(ops) * (1 - 1e-12)) ops = std::move(greedy);
+  } else {
+    ops = ops_of(units, order, s);
+  }
+  PlanStats st = account(ops, s, elem);
+  st.predicted_seconds = analytic(ops);
   st.search_truncated = truncated;
   return Plan(src, dst, strategy, opt.balance, s.topology().name(), std::move(ops), std::move(st));
 }

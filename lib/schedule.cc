@@ -215,6 +215,10 @@ double Schedule::place(const Op& op, std::int64_t bytes) {
   }
   // Links are busy for the occupancy; the data has arrived a latency later.
   const double end = start + time.total(), busy = start + time.occupancy;
+  // A device port carries k transfers of the box at its own (intra-host) rate: a chain paced by
+  // the network keeps the network links busy for its whole occupancy, the ports only for that.
+  const double unit = static_cast<double>(bytes) / topology_->intra().bandwidth;
+  auto port = [&](double k) { return start + std::min(time.occupancy, k * unit); };
   auto finish = [&](std::size_t i) { dev_[i].finish = std::max(dev_[i].finish, end); };
   switch (op.kind) {
     case OpKind::Copy:
@@ -222,23 +226,25 @@ double Schedule::place(const Op& op, std::int64_t bytes) {
       dev_[root].recv = busy;
       break;
     case OpKind::Multicast:
-      dev_[root].send = busy;
+      dev_[root].send = port(1);
       dev_[root].sent_bytes += bytes;
       for (int r : op.peers) {
         Device& d = dev_[index(r)];
-        d.recv = busy;
+        d.recv = port(1);
         if (r != last) {  // chain members forward what they receive, all but the last
-          d.send = busy;
+          d.send = port(1);
           d.sent_bytes += bytes;
         }
         finish(index(r));
       }
       break;
     case OpKind::Reduce:
-      dev_[root].recv = busy;
+      dev_[root].recv =
+          port(static_cast<double>(op.peers.size()) -
+               static_cast<double>(std::count(op.peers.begin(), op.peers.end(), op.root)));
       for (int c : op.peers) {
         if (c == op.root) continue;
-        dev_[index(c)].send = busy;
+        dev_[index(c)].send = port(1);
         dev_[index(c)].sent_bytes += bytes;
         finish(index(c));
       }

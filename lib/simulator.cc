@@ -97,16 +97,19 @@ class Simulator {
         share();
         for (std::size_t f : active_) dt = std::min(dt, flows_[f].remaining / flows_[f].rate);
       }
-      const double next = std::min(t + dt, starts_.empty() ? kInf : starts_.top().first);
-      const double step = next - t;
-      t = next;
+      // Advance to the first flow's end or the next op's start, whichever comes first.
+      const double until_start = starts_.empty() ? kInf : starts_.top().first - t;
+      const double step = std::min(dt, until_start);
+      t = step == until_start ? starts_.top().first : t + step;
+      // A flow ends when what it has left would take less than the clock's resolution at t:
+      // the one that set the step, and any within rounding of it (else t + dt == t could stall).
+      const double resolution = 1e-12 * std::max(1.0, t);
       done.clear();
       std::size_t kept = 0;
       for (std::size_t f : active_) {
         SimFlow& fl = flows_[f];
         fl.remaining -= fl.rate * step;
-        // The flow that set the step ends now, up to rounding.
-        if (fl.remaining <= 1e-9 * std::max(1.0, fl.rate * step) || fl.remaining <= 0)
+        if (fl.remaining <= fl.rate * resolution)
           done.push_back(f);
         else
           active_[kept++] = f;

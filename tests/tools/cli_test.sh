@@ -89,10 +89,10 @@ if [ "$rc" -eq 0 ] && grep -q "strategy" "$TMP/out" && grep -q "bytes moved" "$T
 else bad_result "reshard human report: rc=$rc $(cat "$TMP/out" "$TMP/err")"; fi
 
 # ---- bad inputs: exit 2, one line on stderr naming the field -------------------------------
-bad() {  # field, then args of `reshard`
+bad() {  # field, then args of `reshard` (of $CMD when set)
   local want=$1
   shift
-  run reshard "$@"
+  run "${CMD:-reshard}" "$@"
   local lines
   lines=$(wc -l <"$TMP/err")
   if [ "$rc" -eq 2 ] && [ "$lines" -eq 1 ] && grep -qi -- "$want" "$TMP/err" && [ ! -s "$TMP/out" ]; then
@@ -138,6 +138,11 @@ bad dst "${S[@]}" --src 2x2@0-3:S0R --verify
 bad shape --dtype f32 --src 2x2@0-3:S0R --dst 4@0-3:S0R --verify
 bad bogus "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --bogus
 bad backend "${S[@]}" --src 4@0-3:S0R --dst 1x1@2000000:RR
+CMD=simulate bad chunk-bytes "${S[@]}" --src 2x2@0-3:S0R --dst 4@4-7:RS0 --chunk-bytes 0
+CMD=simulate bad chunk-bytes "${S[@]}" --src 2x2@0-3:S0R --dst 4@4-7:RS0 --chunk-bytes 2k
+CMD=plan bad chunk-bytes "${S[@]}" --src 2x2@0-3:S0R --dst 4@4-7:RS0 --chunk-bytes 2147483648
+CMD=simulate bad topology "${S[@]}" --src 2x2@0-3:S0R --dst 4@40-43:S0R --topology meshes/aws-p3.8xlarge.json
+CMD=simulate bad dst.spec "${S[@]}" --src 2x2@0-3:S0R --dst 4@4-7:S0S0
 bad shape --shape 1000000,1000000 --dtype f64 --src 2x2@0-3:S0R --dst 4@0-3:S0R --verify
 
 # A malformed topology file names the JSON path.
@@ -193,6 +198,37 @@ for f in meshes/*.json; do
   else bad_result "plan --topology $f: rc=$rc topology=$(json_field topology) $(head -c 300 "$TMP/err")"; fi
 done
 
+# ---- simulate, and plan --json's cost ---------------------------------------------------------
+# One sender to 8 devices on 4 other hosts of the emulated cluster: sendrecv crosses the
+# sender's link once per receiver, broadcast once; the simulation is never below the link bound.
+ONE_TO_8=(--shape 16777216 --dtype f32 --src 1@0:R --dst "4x2@[4,5,8,9,12,13,16,17]:R"
+  --topology meshes/emulated.json)
+declare -A SIM
+for st in sendrecv broadcast; do
+  run simulate "${ONE_TO_8[@]}" --strategy "$st" --json
+  read -r p s b n < <(json_field predicted_seconds simulated_seconds bound_seconds links)
+  SIM[$st]=$s
+  if [ "$rc" -eq 0 ] && [ "$n" != MISSING ] && python3 -c "import sys; p,s,b=map(float,sys.argv[1:]); sys.exit(not (0<b<=s*(1+1e-9) and b<=p*(1+1e-9)))" "$p" "$s" "$b"; then ok
+  else bad_result "simulate --strategy $st: rc=$rc predicted=$p simulated=$s bound=$b $(head -c 300 "$TMP/err")"; fi
+done
+if python3 -c "import sys; sys.exit(not float(sys.argv[1]) > 6 * float(sys.argv[2]))" "${SIM[sendrecv]}" "${SIM[broadcast]}"; then ok
+else bad_result "simulate: sendrecv ${SIM[sendrecv]} s not > 6x broadcast ${SIM[broadcast]} s for 8 receivers"; fi
+run simulate "${ONE_TO_8[@]}"
+if [ "$rc" -eq 0 ] && grep -q "simulated" "$TMP/out" && grep -q "host mc-host0 out" "$TMP/out"; then ok
+else bad_result "simulate (text): rc=$rc $(head -c 300 "$TMP/out" "$TMP/err")"; fi
+run plan "${ONE_TO_8[@]}" --strategy sendrecv --json
+if [ "$rc" -eq 0 ] && python3 - "$TMP/out" <<'EOF'
+import json, sys
+j = json.loads(open(sys.argv[1]).read())
+c = j["cost"]
+out = [l for l in c["links"] if l["link"] == "host mc-host0 out"]
+# The sender's host link carries the tensor once per receiver (8 x 64 MiB).
+assert out and out[0]["bytes"] == 8 * 4 * 16777216 and out[0]["class"] == "network", out
+assert c["predicted_seconds"] == j["stats"]["predicted_seconds"]
+assert abs(c["bound_seconds"] - max(l["seconds"] for l in c["links"])) < 1e-12
+EOF
+then ok; else bad_result "plan --json cost: rc=$rc $(head -c 300 "$TMP/err")"; fi
+
 # ---- demo ----------------------------------------------------------------------------------
 run demo
 if [ "$rc" -eq 0 ] && grep -q "all cases verified" "$TMP/out" && grep -q "bytes crossing hosts" "$TMP/out"; then ok
@@ -207,7 +243,7 @@ run demo --iters 0
 if [ "$rc" -eq 2 ] && grep -q iters "$TMP/err"; then ok; else bad_result "demo --iters 0: rc=$rc"; fi
 
 # ---- help ----------------------------------------------------------------------------------
-for cmd in "" plan reshard demo; do
+for cmd in "" plan reshard simulate demo; do
   # shellcheck disable=SC2086
   run $cmd --help
   if [ "$rc" -eq 0 ] && [ -s "$TMP/out" ]; then ok; else bad_result "$cmd --help: rc=$rc"; fi
