@@ -129,8 +129,19 @@ class Suite {
       const auto [t, wrong] = b_.measure(part, ms);
       const double optimum = static_cast<double>(bound_bytes(src, dst)) / topo_.network().bandwidth;
       auto add = [&](const std::string& method, std::size_t j, const std::string& same_as) {
-        Result r{group,          name, method,  same_as, src.bytes(), receivers_outside,
-                 receiver_hosts, t[j], optimum, wrong[j]};
+        Result r{group,
+                 name,
+                 method,
+                 same_as,
+                 src.bytes(),
+                 receivers_outside,
+                 receiver_hosts,
+                 t[j],
+                 optimum,
+                 wrong[j],
+                 0,
+                 0,
+                 ""};
         if (j < plans.size()) {
           const auto i = static_cast<std::size_t>(std::find(labels.begin(), labels.end(), method) -
                                                   labels.begin());

@@ -160,6 +160,14 @@ bool Communicator::test(Request& r) {
   return test_one(*r.get());
 }
 
+int Communicator::next_collective_tag(std::span<const int> group) {
+  constexpr std::uint64_t kBase = 32768, kTags = 16384;
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the device ids
+  for (int d : group) h = (h ^ static_cast<std::uint32_t>(d)) * 1099511628211ull;
+  const unsigned seq = collective_seq_[h]++;
+  return static_cast<int>(kBase + (h + seq) % kTags);
+}
+
 void Communicator::wait_all(std::span<Request> rs) {
   for (Request& r : rs) wait(r);
 }

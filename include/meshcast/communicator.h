@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "meshcast/region.h"
@@ -67,6 +68,12 @@ class Communicator {
     (void)cause;
   }
 
+  // The tag of this device's next collective on `group` (meshcast/collectives.h): in
+  // [32768, 49152), above every plan tag and below the backends' control tags. Each group (its
+  // device list) has its own sequence, starting at an offset of its own, so members agree as long
+  // as they start their collectives on that group in the same order, whatever else they do.
+  int next_collective_tag(std::span<const int> group);
+
  protected:
   // Backend-specific completion and non-blocking check of one of its own requests. A backend
   // that polls must call advance_chains() in its polling loop, so that chains forward chunks
@@ -86,6 +93,7 @@ class Communicator {
  private:
   struct Chain;
   std::vector<std::weak_ptr<Chain>> chains_;
+  std::unordered_map<std::uint64_t, unsigned> collective_seq_;  // per group (hash of its ids)
 };
 
 }  // namespace meshcast

@@ -3,6 +3,7 @@
 
 #include "meshcast/bootstrap.h"
 #include "meshcast/box.h"
+#include "meshcast/collectives.h"
 #include "meshcast/communicator.h"
 #include "meshcast/cost.h"
 #include "meshcast/dtype.h"
@@ -13,6 +14,7 @@
 #include "meshcast/plan.h"
 #include "meshcast/region.h"
 #include "meshcast/reshard.h"
+#include "meshcast/sparse.h"
 #include "meshcast/spec.h"
 #include "meshcast/task.h"
 #include "meshcast/topology.h"

@@ -1,0 +1,373 @@
+// meshcast's collectives (meshcast/collectives.h) against Open MPI's own, in the same run, under
+// mpirun: one row per (collective, size, method) like nccl-tests: time, algbw = bytes / time,
+// busbw = algbw x the collective's factor (all-reduce 2(n-1)/n, all-gather and reduce-scatter
+// (n-1)/n), #wrong from a verification run on exact integer-valued inputs, and the ratio to
+// MPI's busbw. Then the overlap of an all-reduce with a concurrent GEMM: the fraction of the
+// all-reduce's time hidden when the GEMM runs in slices with test() between them. And sparse
+// gradient synchronisation (meshcast/sparse.h): dense all-reduce vs all-gather of rows vs the
+// balanced (Zen) scheme at densities 0.1%, 1%, 10%, uniform and Zipf-skewed indices.
+//
+//   mpirun -np N mpi_collectives [--min-bytes B] [--max-bytes B] [--iters N] [--json FILE]
+//                                [--topology FILE] [--ops
+//                                all_reduce,all_gather,reduce_scatter,sparse]
+//
+// time: median over iterations of the slowest rank. MESHCAST_BENCH_SMOKE=1: tiny sizes, 2
+// iterations. Exit status 1 if any element was wrong, 2 on bad arguments.
+#include <meshcast/meshcast.h>
+#include <meshcast/mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#define OMPI_SKIP_MPICXX 1
+#include <mpi.h>
+
+using namespace meshcast;
+
+namespace {
+
+struct Row {
+  std::string op, method;
+  std::int64_t bytes = 0;
+  double time = 0, algbw = 0, busbw = 0, vs_mpi = 0;
+  long long wrong = 0;
+};
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Median over iterations of the slowest rank's time.
+double timed(int iters, const std::function<void()>& f) {
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now();
+    f();
+    double dt = now() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    t.push_back(dt);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Rank r's element i: a small integer, so every method's sum is exact.
+float value(int r, std::int64_t i) { return static_cast<float>((r * 7 + i * 3) % 30); }
+
+double factor(const std::string& op, int n) {
+  if (n < 2) return 1;
+  return op == "all_reduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
+}
+
+// C += A B for n x n matrices, row-major, rows [r0, r1) of C.
+void gemm_rows(const std::vector<float>& a, const std::vector<float>& b, std::vector<float>& c,
+               int n, int r0, int r1) {
+  for (int i = r0; i < r1; ++i)
+    for (int k = 0; k < n; ++k) {
+      const float x = a[static_cast<std::size_t>(i) * n + k];
+      const float* brow = &b[static_cast<std::size_t>(k) * n];
+      float* crow = &c[static_cast<std::size_t>(i) * n];
+      for (int j = 0; j < n; ++j) crow[j] += x * brow[j];
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MpiOptions mo;
+  mo.timeout_seconds = 120;
+  MpiSession mpi(&argc, &argv, mo);
+  Communicator& comm = mpi.world();
+  const int me = comm.rank(), n = comm.size();
+  const bool smoke = std::getenv("MESHCAST_BENCH_SMOKE") != nullptr;
+  std::int64_t min_bytes = 4, max_bytes = smoke ? 4096 : std::int64_t{64} << 20;
+  int iters = smoke ? 2 : 9;
+  std::string json, ops = "all_reduce,all_gather,reduce_scatter,sparse", topo_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        if (me == 0) std::fprintf(stderr, "mpi_collectives: %s: missing value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    auto number = [&]() {
+      const std::string v = next();
+      char* end = nullptr;
+      const long long x = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end || x < 1) {
+        if (me == 0)
+          std::fprintf(stderr, "mpi_collectives: %s: expected a positive integer, got '%s'\n",
+                       a.c_str(), v.c_str());
+        std::exit(2);
+      }
+      return static_cast<std::int64_t>(x);
+    };
+    if (a == "--min-bytes")
+      min_bytes = number();
+    else if (a == "--max-bytes")
+      max_bytes = number();
+    else if (a == "--iters")
+      iters = static_cast<int>(number());
+    else if (a == "--json")
+      json = next();
+    else if (a == "--ops")
+      ops = next();
+    else if (a == "--topology")
+      topo_path = next();
+    else {
+      if (me == 0) std::fprintf(stderr, "mpi_collectives: unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  std::unique_ptr<Topology> topo;
+  if (!topo_path.empty()) topo = std::make_unique<Topology>(Topology::load(topo_path));
+  std::vector<int> group(static_cast<std::size_t>(n));
+  std::iota(group.begin(), group.end(), 0);
+  std::vector<Row> rows;
+  if (me == 0)
+    std::printf(
+        "# mpi_collectives: %d ranks, f32, %d iterations (median of the slowest rank)\n"
+        "%-15s %12s %-22s %10s %9s %9s %7s %8s\n",
+        n, iters, "# op", "bytes", "method", "time(us)", "algbw", "busbw", "#wrong", "vs MPI");
+  long long total_wrong = 0;
+  for (const std::string op : {"all_reduce", "all_gather", "reduce_scatter"}) {
+    if (ops.find(op) == std::string::npos) continue;
+    for (std::int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+      const std::int64_t count = std::max<std::int64_t>(1, bytes / 4);
+      const Range mine = shard_range(count, n, me);
+      std::vector<float> in(static_cast<std::size_t>(count)), out(static_cast<std::size_t>(count));
+      std::vector<int> rc(static_cast<std::size_t>(n)), displs(static_cast<std::size_t>(n));
+      for (int r = 0; r < n; ++r) {
+        const Range s = shard_range(count, n, r);
+        rc[static_cast<std::size_t>(r)] = static_cast<int>(s.size());
+        displs[static_cast<std::size_t>(r)] = static_cast<int>(s.lo);
+      }
+      auto fill = [&] {
+        for (std::int64_t i = 0; i < count; ++i) in[static_cast<std::size_t>(i)] = value(me, i);
+        std::fill(out.begin(), out.end(), -1.0f);
+      };
+      // Wrong elements of `out` over all ranks (all-gather: the owners' values; else sums).
+      auto wrong = [&] {
+        long long bad = 0;
+        const std::int64_t outputs = op == "reduce_scatter" ? mine.size() : count;
+        for (std::int64_t i = 0; i < outputs; ++i) {
+          const std::int64_t g = op == "reduce_scatter" ? mine.lo + i : i;
+          float want = 0;
+          if (op == "all_gather") {
+            int owner = 0;
+            while (shard_range(count, n, owner).hi <= g) ++owner;
+            want = value(owner, g);
+          } else {
+            for (int r = 0; r < n; ++r) want += value(r, g);
+          }
+          bad += out[static_cast<std::size_t>(i)] != want;
+        }
+        long long sum = 0;
+        MPI_Allreduce(&bad, &sum, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+        return sum;
+      };
+      struct M {
+        std::string name;
+        std::function<void()> run;
+      };
+      std::vector<M> methods;
+      auto ours = [&](const std::string& label, Algorithm a) {
+        CollectiveOptions o;
+        o.algorithm = a;
+        o.topology = topo.get();
+        methods.push_back({"meshcast " + label, [&, o] {
+                             if (op == "all_reduce")
+                               all_reduce(comm, group, in.data(), out.data(), count, DType::f32,
+                                          ReduceOp::Sum, o);
+                             else if (op == "reduce_scatter")
+                               reduce_scatter(comm, group, in.data(), out.data(), count, DType::f32,
+                                              ReduceOp::Sum, o);
+                             else
+                               all_gather(comm, group, in.data() + mine.lo, out.data(), count,
+                                          DType::f32, o);
+                           }});
+      };
+      methods.push_back({"MPI", [&] {
+                           if (op == "all_reduce")
+                             MPI_Allreduce(in.data(), out.data(), static_cast<int>(count),
+                                           MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                           else if (op == "reduce_scatter")
+                             MPI_Reduce_scatter(in.data(), out.data(), rc.data(), MPI_FLOAT,
+                                                MPI_SUM, MPI_COMM_WORLD);
+                           else
+                             MPI_Allgatherv(in.data() + mine.lo, static_cast<int>(mine.size()),
+                                            MPI_FLOAT, out.data(), rc.data(), displs.data(),
+                                            MPI_FLOAT, MPI_COMM_WORLD);
+                         }});
+      ours("auto", Algorithm::Auto);
+      if (op == "all_reduce") {
+        ours("ring", Algorithm::Ring);
+        ours("recursive-doubling", Algorithm::RecursiveDoubling);
+        if (topo) ours("hierarchical", Algorithm::Hierarchical);
+      }
+      double mpi_busbw = 0;
+      for (const M& m : methods) {
+        fill();
+        m.run();
+        const long long w = wrong();
+        total_wrong += w;
+        const double t = timed(iters, m.run);
+        Row r{op, m.name, count * 4, t, 0, 0, 0, w};
+        r.algbw = static_cast<double>(r.bytes) / t / 1e9;
+        r.busbw = r.algbw * factor(op, n);
+        if (m.name == "MPI") mpi_busbw = r.busbw;
+        r.vs_mpi = mpi_busbw > 0 ? r.busbw / mpi_busbw : 0;
+        rows.push_back(r);
+        if (me == 0)
+          std::printf("%-15s %12lld %-22s %10.1f %9.3f %9.3f %7lld %8.2f\n", op.c_str(),
+                      static_cast<long long>(r.bytes), r.method.c_str(), t * 1e6, r.algbw, r.busbw,
+                      w, r.vs_mpi);
+        std::fflush(stdout);
+      }
+    }
+  }
+  // Sparse: a (rows x 16) f32 table, each rank's non-zero rows drawn uniformly or Zipf-skewed.
+  std::vector<nlohmann::json> sparse_rows;
+  if (ops.find("sparse") != std::string::npos) {
+    const std::int64_t rows = smoke ? 4096 : 262144, width = 16;
+    if (me == 0)
+      std::printf(
+          "# sparse: %lld x %lld f32 table (%lld bytes dense)\n%-9s %-8s %-10s %10s %9s %7s %8s\n",
+          static_cast<long long>(rows), static_cast<long long>(width),
+          static_cast<long long>(rows * width * 4), "# density", "indices", "method", "time(us)",
+          "vs dense", "#wrong", "picked");
+    std::vector<double> cdf(static_cast<std::size_t>(rows));
+    double acc = 0;
+    for (std::int64_t i = 0; i < rows; ++i)
+      cdf[static_cast<std::size_t>(i)] = acc += 1 / std::pow(i + 1.0, 1.1);
+    for (double& c : cdf) c /= acc;
+    for (double density : {0.001, 0.01, 0.1})
+      for (bool zipf : {false, true}) {
+        std::mt19937_64 g(static_cast<std::uint64_t>(me) * 104729 + (zipf ? 1 : 0));
+        std::vector<char> on(static_cast<std::size_t>(rows), 0);
+        const auto want = static_cast<std::int64_t>(density * static_cast<double>(rows));
+        // Zipf(1.1) over the rows by inversion of its CDF; uniform otherwise.
+        std::uniform_real_distribution<double> u(0, 1);
+        // (Capped: Zipf's tail is reached slowly; the rows table reports what was drawn.)
+        for (std::int64_t k = 0, draws = 0; k < want && draws < 200 * want; ++draws) {
+          const double x = u(g);
+          auto i = zipf ? static_cast<std::int64_t>(std::lower_bound(cdf.begin(), cdf.end(), x) -
+                                                    cdf.begin())
+                        : static_cast<std::int64_t>(x * static_cast<double>(rows));
+          i = std::min(i, rows - 1);
+          if (!on[static_cast<std::size_t>(i)]) on[static_cast<std::size_t>(i)] = 1, ++k;
+        }
+        SparseRows mine{rows, width, {}, {}};
+        for (std::int64_t i = 0; i < rows; ++i)
+          if (on[static_cast<std::size_t>(i)]) {
+            mine.indices.push_back(i);
+            for (std::int64_t c = 0; c < width; ++c)
+              mine.values.push_back(static_cast<float>((me * 5 + i + c) % 9));
+          }
+        std::vector<float> out(static_cast<std::size_t>(rows * width)), ref(out.size());
+        sparse_all_reduce(comm, group, mine, ref, SparseMethod::Dense);
+        double dense_t = 0;
+        for (SparseMethod m : {SparseMethod::Dense, SparseMethod::AllGather, SparseMethod::Balanced,
+                               SparseMethod::Auto}) {
+          SparseMethod picked = m;
+          std::fill(out.begin(), out.end(), -1.0f);
+          picked = sparse_all_reduce(comm, group, mine, out, m);
+          long long bad = 0;
+          for (std::size_t i = 0; i < out.size(); ++i) bad += out[i] != ref[i];
+          MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+          total_wrong += bad;
+          const double t = timed(iters, [&] { sparse_all_reduce(comm, group, mine, out, m); });
+          if (m == SparseMethod::Dense) dense_t = t;
+          if (me == 0)
+            std::printf("%-9g %-8s %-10s %10.1f %9.2f %7lld %8s  (rank 0: %zu rows)\n", density,
+                        zipf ? "zipf" : "uniform", to_string(m).c_str(), t * 1e6, dense_t / t, bad,
+                        to_string(picked).c_str(), mine.indices.size());
+          std::fflush(stdout);
+          sparse_rows.push_back({{"density", density},
+                                 {"indices", zipf ? "zipf" : "uniform"},
+                                 {"method", to_string(m)},
+                                 {"picked", to_string(picked)},
+                                 {"seconds", t},
+                                 {"vs_dense", dense_t / t},
+                                 {"wrong", bad},
+                                 {"dense_bytes", rows * width * 4},
+                                 {"nonzero_rows", mine.indices.size()}});
+        }
+      }
+  }
+
+  // Overlap: an all-reduce of 16 MiB (smoke: 64 KiB) against a GEMM sized to take about as long.
+  const std::int64_t count = smoke ? 16384 : std::int64_t{4} << 20;
+  std::vector<float> buf(static_cast<std::size_t>(count), 1.0f);
+  const double t_comm = timed(iters, [&] {
+    all_reduce(comm, group, buf.data(), buf.data(), count, DType::f32, ReduceOp::Sum);
+  });
+  int dim = 64;
+  std::vector<float> a, b, c;
+  auto size_gemm = [&](int d) {
+    a.assign(static_cast<std::size_t>(d) * d, 0.5f);
+    b = a;
+    c.assign(a.size(), 0.0f);
+  };
+  size_gemm(dim);
+  double t_comp = timed(1, [&] { gemm_rows(a, b, c, dim, 0, dim); });
+  while (t_comp < t_comm && dim < 4096) {  // the same on every rank: sizes from the max time
+    dim = static_cast<int>(dim * std::cbrt(std::max(2.0, t_comm / std::max(t_comp, 1e-6))));
+    dim = std::min(dim, 4096);
+    size_gemm(dim);
+    t_comp = timed(1, [&] { gemm_rows(a, b, c, dim, 0, dim); });
+  }
+  t_comp = timed(iters, [&] { gemm_rows(a, b, c, dim, 0, dim); });
+  const int slices = 64;
+  const double t_both = timed(iters, [&] {
+    Collective h =
+        iall_reduce(comm, group, buf.data(), buf.data(), count, DType::f32, ReduceOp::Sum);
+    for (int s = 0; s < slices; ++s) {
+      gemm_rows(a, b, c, dim, dim * s / slices, dim * (s + 1) / slices);
+      h.test();
+    }
+    h.wait();
+  });
+  const double hidden = std::clamp((t_comm + t_comp - t_both) / t_comm, 0.0, 1.0);
+  if (me == 0)
+    std::printf(
+        "# overlap: all_reduce %lld bytes %.1f ms alone, GEMM %dx%d %.1f ms alone, both %.1f ms: "
+        "%.0f%% of the all-reduce hidden\n",
+        static_cast<long long>(count * 4), t_comm * 1e3, dim, dim, t_comp * 1e3, t_both * 1e3,
+        hidden * 100);
+  if (me == 0 && !json.empty()) {
+    nlohmann::json j;
+    j["ranks"] = n;
+    j["iters"] = iters;
+    j["topology"] = topo ? topo->name() : "";
+    j["rows"] = nlohmann::json::array();
+    for (const Row& r : rows)
+      j["rows"].push_back({{"op", r.op},
+                           {"method", r.method},
+                           {"bytes", r.bytes},
+                           {"seconds", r.time},
+                           {"algbw", r.algbw},
+                           {"busbw", r.busbw},
+                           {"vs_mpi", r.vs_mpi},
+                           {"wrong", r.wrong}});
+    j["sparse"] = sparse_rows;
+    j["overlap"] = {{"bytes", count * 4}, {"comm_seconds", t_comm}, {"gemm_seconds", t_comp},
+                    {"gemm_dim", dim},    {"both_seconds", t_both}, {"hidden_fraction", hidden}};
+    std::ofstream(json) << j.dump(1) << "\n";
+  }
+  return total_wrong ? 1 : 0;
+}

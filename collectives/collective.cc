@@ -1,0 +1,313 @@
+// The collectives' front: checks the arguments, picks an algorithm, builds the device's program
+// of rounds (program.h) and runs it round by round as test() and wait() are called.
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "meshcast/box.h"
+#include "meshcast/error.h"
+#include "program.h"
+
+namespace meshcast {
+namespace {
+
+using detail::Program;
+using detail::Span;
+
+// Below this, recursive doubling's log2(n) rounds beat the ring's 2(n - 1).
+constexpr std::size_t kSmallBytes = std::size_t{64} << 10;
+constexpr std::size_t kBroadcastChunk = std::size_t{256} << 10;
+
+std::size_t position(Communicator& comm, std::span<const int> group) {
+  if (group.empty()) throw ValidationError("group", "is empty");
+  std::set<int> seen;
+  for (int d : group)
+    if (d < 0 || !seen.insert(d).second)
+      throw ValidationError(
+          "group", "device " + std::to_string(d) + (d < 0 ? " is negative" : " appears twice"));
+  const auto it = std::find(group.begin(), group.end(), comm.rank());
+  if (it == group.end())
+    throw ValidationError("group",
+                          "device " + std::to_string(comm.rank()) + " is not in the group");
+  return static_cast<std::size_t>(it - group.begin());
+}
+
+void check_count(std::int64_t count) {
+  if (count < 0) throw ValidationError("count", "must be >= 0 (got " + std::to_string(count) + ")");
+}
+
+// The hosts of the group's positions, when the topology puts the group on several hosts with
+// the same number of devices each (else empty).
+std::vector<std::vector<std::size_t>> host_groups(std::span<const int> group, const Topology* t) {
+  if (!t) return {};
+  std::vector<std::pair<int, std::size_t>> by_host;
+  for (std::size_t i = 0; i < group.size(); ++i) by_host.emplace_back(t->host_of(group[i]), i);
+  std::stable_sort(by_host.begin(), by_host.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::vector<std::size_t>> hosts;
+  for (std::size_t i = 0; i < by_host.size(); ++i) {
+    if (i == 0 || by_host[i].first != by_host[i - 1].first) hosts.emplace_back();
+    hosts.back().push_back(by_host[i].second);
+  }
+  for (const auto& h : hosts)
+    if (h.size() != hosts.front().size()) return {};
+  if (hosts.size() < 2 || hosts.front().size() < 2) return {};
+  return hosts;
+}
+
+Collective start(Communicator& comm, std::span<const int> group, Program program,
+                 const CollectiveOptions& o);
+
+}  // namespace
+
+struct Collective::State {
+  Communicator* comm = nullptr;
+  int tag = 0;
+  Program program{DType::i8, ReduceOp::Sum};
+  std::size_t next = 0;  // the next round to post
+  bool posted = false;   // round next - 1 is in flight
+  std::vector<Request> reqs;
+  std::int64_t sent = 0;
+
+  void post() {
+    detail::Round& r = program.rounds()[next++];
+    for (const auto& c : r.copies)
+      if (c.bytes && c.from != c.to) std::memmove(c.to, c.from, c.bytes);
+    reqs.clear();
+    // Zero-byte transfers are skipped on both sides (both know the sizes).
+    for (const auto& t : r.recvs)
+      if (t.bytes) reqs.push_back(comm->irecv(Region::contiguous(t.ptr, t.bytes), t.peer, tag));
+    for (const auto& t : r.sends)
+      if (t.bytes) {
+        reqs.push_back(comm->isend(Region::contiguous(t.ptr, t.bytes), t.peer, tag));
+        sent += static_cast<std::int64_t>(t.bytes);
+      }
+    posted = true;
+  }
+  void finish_round() {
+    for (const auto& c : program.rounds()[next - 1].combines)
+      reduce_into(c.from, c.to, c.count, program.dtype(), program.op());
+    posted = false;
+  }
+  // Runs rounds until one would block (test) or all are done (wait).
+  bool run(bool block) {
+    for (;;) {
+      if (posted) {
+        if (block) {
+          comm->wait_all(reqs);
+        } else {
+          for (Request& q : reqs)
+            if (!comm->test(q)) return false;
+          comm->wait_all(reqs);  // all complete: releases them
+        }
+        finish_round();
+      }
+      if (next == program.rounds().size()) return true;
+      post();
+    }
+  }
+};
+
+Collective::Collective() = default;
+Collective::Collective(std::shared_ptr<State> s) : s_(std::move(s)) {}
+Collective::~Collective() = default;
+Collective::Collective(Collective&&) noexcept = default;
+Collective& Collective::operator=(Collective&&) noexcept = default;
+bool Collective::test() { return !s_ || s_->run(false); }
+void Collective::wait() {
+  if (s_) s_->run(true);
+}
+bool Collective::done() const {
+  return !s_ || (!s_->posted && s_->next == s_->program.rounds().size());
+}
+std::int64_t Collective::bytes_sent() const { return s_ ? s_->sent : 0; }
+
+namespace {
+
+Collective start(Communicator& comm, std::span<const int> group, Program program,
+                 const CollectiveOptions& o) {
+  auto s = std::make_shared<Collective::State>();
+  s->comm = &comm;
+  s->tag = o.tag ? o.tag : comm.next_collective_tag(group);
+  s->program = std::move(program);
+  Collective c(std::move(s));
+  c.test();  // post the first round now
+  return c;
+}
+
+Algorithm choose(Algorithm a, std::size_t bytes, std::span<const int> group,
+                 const std::vector<std::vector<std::size_t>>& hosts) {
+  if (a != Algorithm::Auto) return a;
+  if (bytes < kSmallBytes || group.size() < 3) return Algorithm::RecursiveDoubling;
+  return hosts.empty() ? Algorithm::Ring : Algorithm::Hierarchical;
+}
+
+}  // namespace
+
+Collective iall_reduce(Communicator& comm, std::span<const int> group, const void* send, void* recv,
+                       std::int64_t count, DType dtype, ReduceOp op, const CollectiveOptions& o) {
+  const std::size_t me = position(comm, group);
+  check_count(count);
+  Program p(dtype, op);
+  const std::size_t bytes = static_cast<std::size_t>(count) * p.elem();
+  if (send != recv)
+    p.add_round().copies.push_back(
+        {static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), bytes});
+  const auto hosts = host_groups(group, o.topology);
+  switch (choose(o.algorithm, bytes, group, hosts)) {
+    case Algorithm::RecursiveDoubling:
+      detail::recursive_doubling_all_reduce(p, group, me, recv, {0, count});
+      break;
+    case Algorithm::Hierarchical:
+      if (hosts.empty())
+        throw ValidationError("algorithm",
+                              "hierarchical needs a topology that puts the group on several "
+                              "hosts with the same number of devices (at least 2) each");
+      detail::hierarchical_all_reduce(p, group, me, recv, count, hosts);
+      break;
+    default: {
+      const auto pieces = detail::split(count, group.size());
+      detail::ring_reduce_scatter(p, group, me, recv, pieces);
+      detail::ring_all_gather(p, group, me, recv, pieces);
+    }
+  }
+  return start(comm, group, std::move(p), o);
+}
+
+Collective ireduce_scatter(Communicator& comm, std::span<const int> group, const void* send,
+                           void* recv, std::int64_t count, DType dtype, ReduceOp op,
+                           const CollectiveOptions& o) {
+  const std::size_t me = position(comm, group);
+  check_count(count);
+  Program p(dtype, op);
+  const std::size_t bytes = static_cast<std::size_t>(count) * p.elem();
+  // The ring works on a copy of the whole vector; the caller's piece is copied out at the end.
+  std::byte* work = p.scratch(bytes);
+  p.add_round().copies.push_back({static_cast<const std::byte*>(send), work, bytes});
+  const auto pieces = detail::split(count, group.size());
+  detail::ring_reduce_scatter(p, group, me, work, pieces);
+  const Span mine = pieces[me];
+  p.add_round().copies.push_back({p.at(work, mine.lo), static_cast<std::byte*>(recv),
+                                  static_cast<std::size_t>(mine.size()) * p.elem()});
+  return start(comm, group, std::move(p), o);
+}
+
+Collective iall_gather(Communicator& comm, std::span<const int> group, const void* send, void* recv,
+                       std::int64_t count, DType dtype, const CollectiveOptions& o) {
+  check_count(count);
+  std::vector<std::int64_t> counts;
+  for (const Span& s : detail::split(count, group.size())) counts.push_back(s.size());
+  return iall_gatherv(comm, group, send, recv, counts, dtype, o);
+}
+
+Collective iall_gatherv(Communicator& comm, std::span<const int> group, const void* send,
+                        void* recv, std::span<const std::int64_t> counts, DType dtype,
+                        const CollectiveOptions& o) {
+  const std::size_t me = position(comm, group);
+  if (counts.size() != group.size())
+    throw ValidationError("counts", "has " + std::to_string(counts.size()) +
+                                        " entries for a group of " + std::to_string(group.size()));
+  std::vector<Span> pieces;
+  std::int64_t at = 0;
+  for (std::int64_t c : counts) {
+    check_count(c);
+    pieces.push_back({at, at + c});
+    at += c;
+  }
+  Program p(dtype, ReduceOp::Sum);
+  p.add_round().copies.push_back({static_cast<const std::byte*>(send), p.at(recv, pieces[me].lo),
+                                  static_cast<std::size_t>(pieces[me].size()) * p.elem()});
+  detail::ring_all_gather(p, group, me, recv, pieces);
+  return start(comm, group, std::move(p), o);
+}
+
+Collective ibroadcast(Communicator& comm, std::span<const int> group, int root, void* buf,
+                      std::int64_t count, DType dtype, const CollectiveOptions& o) {
+  const std::size_t me = position(comm, group);
+  check_count(count);
+  const auto it = std::find(group.begin(), group.end(), root);
+  if (it == group.end())
+    throw ValidationError("root", "device " + std::to_string(root) + " is not in the group");
+  // The chain starts at the root and follows the group's order from there.
+  std::vector<int> chain(it, group.end());
+  chain.insert(chain.end(), group.begin(), it);
+  const std::size_t pos =
+      (me + group.size() - static_cast<std::size_t>(it - group.begin())) % group.size();
+  Program p(dtype, ReduceOp::Sum);
+  detail::chain_broadcast(p, chain, pos, buf, static_cast<std::size_t>(count) * p.elem(),
+                          kBroadcastChunk);
+  return start(comm, group, std::move(p), o);
+}
+
+Collective iall_to_allv(Communicator& comm, std::span<const int> group, const void* send,
+                        std::span<const std::int64_t> send_counts, void* recv,
+                        std::span<const std::int64_t> recv_counts, DType dtype,
+                        const CollectiveOptions& o) {
+  const std::size_t me = position(comm, group);
+  for (const auto* c : {&send_counts, &recv_counts}) {
+    const char* field = c == &send_counts ? "send_counts" : "recv_counts";
+    if (c->size() != group.size())
+      throw ValidationError(field, "has " + std::to_string(c->size()) + " entries for a group of " +
+                                       std::to_string(group.size()));
+    for (std::int64_t n : *c) check_count(n);
+  }
+  if (send_counts[me] != recv_counts[me])
+    throw ValidationError("recv_counts", "the caller's own block differs from send_counts");
+  Program p(dtype, ReduceOp::Sum);
+  detail::all_to_allv(p, group, me, send, send_counts, recv, recv_counts);
+  return start(comm, group, std::move(p), o);
+}
+
+void all_reduce(Communicator& comm, std::span<const int> group, const void* send, void* recv,
+                std::int64_t count, DType dtype, ReduceOp op, const CollectiveOptions& o) {
+  iall_reduce(comm, group, send, recv, count, dtype, op, o).wait();
+}
+void reduce_scatter(Communicator& comm, std::span<const int> group, const void* send, void* recv,
+                    std::int64_t count, DType dtype, ReduceOp op, const CollectiveOptions& o) {
+  ireduce_scatter(comm, group, send, recv, count, dtype, op, o).wait();
+}
+void all_gather(Communicator& comm, std::span<const int> group, const void* send, void* recv,
+                std::int64_t count, DType dtype, const CollectiveOptions& o) {
+  iall_gather(comm, group, send, recv, count, dtype, o).wait();
+}
+void all_gatherv(Communicator& comm, std::span<const int> group, const void* send, void* recv,
+                 std::span<const std::int64_t> counts, DType dtype, const CollectiveOptions& o) {
+  iall_gatherv(comm, group, send, recv, counts, dtype, o).wait();
+}
+void broadcast(Communicator& comm, std::span<const int> group, int root, void* buf,
+               std::int64_t count, DType dtype, const CollectiveOptions& o) {
+  ibroadcast(comm, group, root, buf, count, dtype, o).wait();
+}
+void all_to_allv(Communicator& comm, std::span<const int> group, const void* send,
+                 std::span<const std::int64_t> send_counts, void* recv,
+                 std::span<const std::int64_t> recv_counts, DType dtype,
+                 const CollectiveOptions& o) {
+  iall_to_allv(comm, group, send, send_counts, recv, recv_counts, dtype, o).wait();
+}
+
+namespace detail {
+
+std::byte* Program::scratch(std::size_t bytes) {
+  scratch_.push_back(std::make_unique<std::byte[]>(std::max<std::size_t>(bytes, 1)));
+  return scratch_.back().get();
+}
+
+std::vector<Span> split(std::int64_t count, std::size_t n) {
+  std::vector<Span> out;
+  for (std::size_t k = 0; k < n; ++k) {
+    const Range r = shard_range(count, static_cast<std::int64_t>(n), static_cast<std::int64_t>(k));
+    out.push_back({r.lo, r.hi});
+  }
+  return out;
+}
+
+std::vector<Span> shifted(std::vector<Span> spans, std::int64_t base) {
+  for (Span& s : spans) {
+    s.lo += base;
+    s.hi += base;
+  }
+  return spans;
+}
+
+}  // namespace detail
+}  // namespace meshcast

@@ -1,0 +1,56 @@
+// Ring reduce-scatter and all-gather: n - 1 rounds each, every member sending one piece to the
+// next and receiving one from the previous, so each link carries (n - 1) / n of the data.
+#include <algorithm>
+
+#include "program.h"
+
+namespace meshcast::detail {
+namespace {
+
+std::size_t mod(std::int64_t a, std::size_t n) {
+  const auto m = static_cast<std::int64_t>(n);
+  return static_cast<std::size_t>(((a % m) + m) % m);
+}
+
+std::int64_t largest(const std::vector<Span>& pieces) {
+  std::int64_t m = 0;
+  for (const Span& s : pieces) m = std::max(m, s.size());
+  return m;
+}
+
+}  // namespace
+
+void ring_reduce_scatter(Program& p, std::span<const int> members, std::size_t me, void* buf,
+                         const std::vector<Span>& pieces) {
+  const std::size_t n = members.size();
+  if (n < 2) return;
+  const int next = members[(me + 1) % n], prev = members[(me + n - 1) % n];
+  // One staging piece, reused: a round combines what it received before the next one posts.
+  std::byte* staging = p.scratch(static_cast<std::size_t>(largest(pieces)) * p.elem());
+  const auto m = static_cast<std::int64_t>(me);
+  for (std::int64_t s = 0; s + 1 < static_cast<std::int64_t>(n); ++s) {
+    // After round s, piece me - s - 2 holds s + 2 contributions; after n - 1 rounds, piece me
+    // holds all n.
+    const Span out = pieces[mod(m - s - 1, n)], in = pieces[mod(m - s - 2, n)];
+    Round& r = p.add_round();
+    r.sends.push_back({next, p.at(buf, out.lo), static_cast<std::size_t>(out.size()) * p.elem()});
+    r.recvs.push_back({prev, staging, static_cast<std::size_t>(in.size()) * p.elem()});
+    r.combines.push_back({staging, p.at(buf, in.lo), in.size()});
+  }
+}
+
+void ring_all_gather(Program& p, std::span<const int> members, std::size_t me, void* buf,
+                     const std::vector<Span>& pieces) {
+  const std::size_t n = members.size();
+  if (n < 2) return;
+  const int next = members[(me + 1) % n], prev = members[(me + n - 1) % n];
+  const auto m = static_cast<std::int64_t>(me);
+  for (std::int64_t s = 0; s + 1 < static_cast<std::int64_t>(n); ++s) {
+    const Span out = pieces[mod(m - s, n)], in = pieces[mod(m - s - 1, n)];
+    Round& r = p.add_round();
+    r.sends.push_back({next, p.at(buf, out.lo), static_cast<std::size_t>(out.size()) * p.elem()});
+    r.recvs.push_back({prev, p.at(buf, in.lo), static_cast<std::size_t>(in.size()) * p.elem()});
+  }
+}
+
+}  // namespace meshcast::detail

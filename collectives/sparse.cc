@@ -1,0 +1,268 @@
+// Sparse gradient synchronisation (meshcast/sparse.h) on top of the collectives: rows travel
+// packed as (index, width floats) records in all-to-all(v) blocks.
+#include "meshcast/sparse.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "meshcast/error.h"
+
+namespace meshcast {
+namespace {
+
+std::size_t record_bytes(std::int64_t width) {
+  return sizeof(std::int64_t) + static_cast<std::size_t>(width) * sizeof(float);
+}
+
+// Appends the record of row `index` with values `v` to `out`.
+void pack_row(std::vector<std::byte>& out, std::int64_t index, const float* v, std::int64_t width) {
+  const std::size_t at = out.size();
+  out.resize(at + record_bytes(width));
+  std::memcpy(out.data() + at, &index, sizeof index);
+  std::memcpy(out.data() + at + sizeof index, v, static_cast<std::size_t>(width) * sizeof(float));
+}
+
+// Calls f(index, values) for each record of `bytes`.
+template <class F>
+void for_each_row(const std::byte* bytes, std::size_t n, std::int64_t width, F&& f) {
+  const std::size_t rb = record_bytes(width);
+  for (std::size_t k = 0; k < n; ++k) {
+    std::int64_t index = 0;
+    std::memcpy(&index, bytes + k * rb, sizeof index);
+    f(index, reinterpret_cast<const float*>(bytes + k * rb + sizeof index));
+  }
+}
+
+// Every member's records (counts[j] records from member j), in group order.
+std::vector<std::byte> gather_rows(Communicator& comm, std::span<const int> group,
+                                   const std::vector<std::byte>& mine,
+                                   const std::vector<std::int64_t>& counts, std::int64_t rb,
+                                   const CollectiveOptions& o) {
+  std::vector<std::int64_t> bytes;
+  std::int64_t total = 0;
+  for (std::int64_t c : counts) total += bytes.emplace_back(c * rb);
+  std::vector<std::byte> all(static_cast<std::size_t>(total));
+  all_gatherv(comm, group, mine.data(), all.data(), bytes, DType::i8, o);
+  return all;
+}
+
+// Every member's value of x, in group order.
+std::vector<std::int64_t> gather_counts(Communicator& comm, std::span<const int> group,
+                                        std::size_t me, std::int64_t x,
+                                        const CollectiveOptions& o) {
+  std::vector<std::int64_t> all(group.size(), 0);
+  all[me] = x;
+  all_gather(comm, group, &all[me], all.data(), static_cast<std::int64_t>(group.size()), DType::i64,
+             o);
+  return all;
+}
+
+// Rows non-zero on some member: an all-reduced (max) sketch of one byte per slot, a row's slot
+// its index (exact) or, for tables of more than 65,536 rows, a hash of it (linear counting).
+std::int64_t count_distinct(Communicator& comm, std::span<const int> group, const SparseRows& mine,
+                            const CollectiveOptions& o) {
+  constexpr std::int64_t kSlots = 65536;
+  const std::int64_t m = std::min(mine.rows, kSlots);
+  if (m == 0) return 0;
+  std::vector<std::int8_t> seen(static_cast<std::size_t>(m), 0);
+  for (std::int64_t i : mine.indices)
+    seen[m == mine.rows ? static_cast<std::size_t>(i)
+                        : sparse_owner(i, static_cast<std::size_t>(m))] = 1;
+  all_reduce(comm, group, seen.data(), seen.data(), m, DType::i8, ReduceOp::Max, o);
+  const auto set = static_cast<std::int64_t>(std::count(seen.begin(), seen.end(), 1));
+  if (m == mine.rows || set == 0) return set;
+  if (set == m) return mine.rows;
+  const double zero = static_cast<double>(m - set) / static_cast<double>(m);
+  return std::min(mine.rows, static_cast<std::int64_t>(-static_cast<double>(m) * std::log(zero)));
+}
+
+}  // namespace
+
+SparseRows SparseRows::from_dense(std::span<const float> dense, std::int64_t rows,
+                                  std::int64_t width) {
+  if (rows < 0 || width < 0 || static_cast<std::int64_t>(dense.size()) != rows * width)
+    throw ValidationError("dense", "holds " + std::to_string(dense.size()) + " floats, not " +
+                                       std::to_string(rows) + " x " + std::to_string(width));
+  SparseRows s{rows, width, {}, {}};
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = dense.data() + r * width;
+    if (std::any_of(row, row + width, [](float v) { return v != 0; })) {
+      s.indices.push_back(r);
+      s.values.insert(s.values.end(), row, row + width);
+    }
+  }
+  return s;
+}
+
+void SparseRows::validate() const {
+  if (rows < 0 || width < 0) throw ValidationError("rows", "rows and width must be >= 0");
+  for (std::size_t k = 0; k < indices.size(); ++k)
+    if (indices[k] < 0 || indices[k] >= rows || (k && indices[k] <= indices[k - 1]))
+      throw ValidationError("indices", "must increase strictly within [0, " + std::to_string(rows) +
+                                           "); entry " + std::to_string(k) + " is " +
+                                           std::to_string(indices[k]));
+  if (values.size() != indices.size() * static_cast<std::size_t>(width))
+    throw ValidationError("values", "holds " + std::to_string(values.size()) + " floats for " +
+                                        std::to_string(indices.size()) + " rows of " +
+                                        std::to_string(width));
+}
+
+std::string to_string(SparseMethod m) {
+  switch (m) {
+    case SparseMethod::Auto:
+      return "auto";
+    case SparseMethod::Dense:
+      return "dense";
+    case SparseMethod::AllGather:
+      return "allgather";
+    case SparseMethod::Balanced:
+      return "balanced";
+  }
+  return "?";
+}
+
+SparseMethod parse_sparse_method(std::string_view text, const std::string& field) {
+  for (SparseMethod m :
+       {SparseMethod::Auto, SparseMethod::Dense, SparseMethod::AllGather, SparseMethod::Balanced})
+    if (text == to_string(m)) return m;
+  throw ParseError(field, "unknown method '" + std::string(text.substr(0, 32)) +
+                              "' (expected auto, dense, allgather or balanced)");
+}
+
+std::size_t sparse_owner(std::int64_t index, std::size_t members) {
+  // splitmix64's finaliser: neighbouring and hot indices land on unrelated owners.
+  auto z = static_cast<std::uint64_t>(index) + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return static_cast<std::size_t>((z ^ (z >> 31)) % members);
+}
+
+double sparse_traffic(SparseMethod m, std::span<const std::int64_t> nonzero_rows,
+                      std::int64_t distinct_rows, std::int64_t rows, std::int64_t width) {
+  const auto n = static_cast<double>(nonzero_rows.size());
+  if (n < 2) return 0;
+  const double rb = static_cast<double>(record_bytes(width));
+  double total = 0, most = 0, least = 1e300;
+  for (std::int64_t z : nonzero_rows) {
+    total += static_cast<double>(z);
+    most = std::max(most, static_cast<double>(z));
+    least = std::min(least, static_cast<double>(z));
+  }
+  switch (m) {
+    case SparseMethod::Dense:
+      return 2 * (n - 1) / n * static_cast<double>(rows * width) * sizeof(float);
+    case SparseMethod::AllGather:
+      return (total - least) * rb;
+    case SparseMethod::Balanced:
+      return (most + static_cast<double>(distinct_rows)) * (n - 1) / n * rb;
+    case SparseMethod::Auto:
+      break;
+  }
+  return 0;
+}
+
+SparseMethod sparse_all_reduce(Communicator& comm, std::span<const int> group,
+                               const SparseRows& mine, std::span<float> out, SparseMethod method,
+                               const CollectiveOptions& o) {
+  mine.validate();
+  if (static_cast<std::int64_t>(out.size()) != mine.rows * mine.width)
+    throw ValidationError("out", "holds " + std::to_string(out.size()) + " floats, not " +
+                                     std::to_string(mine.rows) + " x " +
+                                     std::to_string(mine.width));
+  const auto me =
+      static_cast<std::size_t>(std::find(group.begin(), group.end(), comm.rank()) - group.begin());
+  if (me == group.size())
+    throw ValidationError("group",
+                          "device " + std::to_string(comm.rank()) + " is not in the group");
+  const std::size_t n = group.size();
+  const std::int64_t w = mine.width;
+  const auto nnz =
+      gather_counts(comm, group, me, static_cast<std::int64_t>(mine.indices.size()), o);
+  if (method == SparseMethod::Auto) {
+    const std::int64_t distinct = count_distinct(comm, group, mine, o);
+    method = SparseMethod::Dense;
+    for (SparseMethod m : {SparseMethod::Balanced, SparseMethod::AllGather})
+      if (sparse_traffic(m, nnz, distinct, mine.rows, w) <
+          sparse_traffic(method, nnz, distinct, mine.rows, w))
+        method = m;
+  }
+  std::fill(out.begin(), out.end(), 0.0f);
+  auto add_row = [&](std::int64_t index, const float* v) {
+    float* row = out.data() + index * w;
+    for (std::int64_t c = 0; c < w; ++c) row[c] += v[c];
+  };
+  const std::int64_t rb = static_cast<std::int64_t>(record_bytes(w));
+  if (method == SparseMethod::Dense) {
+    for (std::size_t k = 0; k < mine.indices.size(); ++k)
+      add_row(mine.indices[k], mine.values.data() + static_cast<std::int64_t>(k) * w);
+    all_reduce(comm, group, out.data(), out.data(), static_cast<std::int64_t>(out.size()),
+               DType::f32, ReduceOp::Sum, o);
+    return method;
+  }
+  std::vector<std::byte> packed;
+  if (method == SparseMethod::AllGather) {
+    for (std::size_t k = 0; k < mine.indices.size(); ++k)
+      pack_row(packed, mine.indices[k], mine.values.data() + static_cast<std::int64_t>(k) * w, w);
+    const auto all = gather_rows(comm, group, packed, nnz, rb, o);
+    // Members in group order, rows in index order: the same sums on every member.
+    std::size_t at = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      for_each_row(all.data() + at, static_cast<std::size_t>(nnz[k]), w, add_row);
+      at += static_cast<std::size_t>(nnz[k] * rb);
+    }
+    return method;
+  }
+  // Balanced: push each row to its owner, owners sum, pull every owner's sums.
+  std::vector<std::vector<std::byte>> to(n);
+  for (std::size_t k = 0; k < mine.indices.size(); ++k)
+    pack_row(to[sparse_owner(mine.indices[k], n)], mine.indices[k],
+             mine.values.data() + static_cast<std::int64_t>(k) * w, w);
+  std::vector<std::int64_t> sc(n), rc(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    sc[k] = static_cast<std::int64_t>(to[k].size());
+    packed.insert(packed.end(), to[k].begin(), to[k].end());
+  }
+  // Block sizes first (one count per pair), then the blocks.
+  std::vector<std::int64_t> ones(n, 1);
+  all_to_allv(comm, group, sc.data(), ones, rc.data(), ones, DType::i64, o);
+  std::vector<std::byte> got(
+      static_cast<std::size_t>(std::accumulate(rc.begin(), rc.end(), std::int64_t{0})));
+  all_to_allv(comm, group, packed.data(), sc, got.data(), rc, DType::i8, o);
+  // The owner's sums, in index order: records from members in group order, merged by index.
+  std::vector<std::pair<std::int64_t, std::size_t>> recs;  // (index, offset of its values)
+  std::size_t at = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    for_each_row(
+        got.data() + at, static_cast<std::size_t>(rc[k] / rb), w,
+        [&](std::int64_t index, const float* v) {
+          recs.emplace_back(
+              index, static_cast<std::size_t>(reinterpret_cast<const std::byte*>(v) - got.data()));
+        });
+    at += static_cast<std::size_t>(rc[k]);
+  }
+  std::stable_sort(recs.begin(), recs.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::byte> sums;
+  std::vector<float> acc(static_cast<std::size_t>(w));
+  for (std::size_t i = 0; i < recs.size();) {
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    const std::int64_t index = recs[i].first;
+    for (; i < recs.size() && recs[i].first == index; ++i) {
+      const auto* v = reinterpret_cast<const float*>(got.data() + recs[i].second);
+      for (std::int64_t c = 0; c < w; ++c) acc[static_cast<std::size_t>(c)] += v[c];
+    }
+    pack_row(sums, index, acc.data(), w);
+  }
+  const auto owned = gather_counts(comm, group, me, static_cast<std::int64_t>(sums.size()) / rb, o);
+  const auto all = gather_rows(comm, group, sums, owned, rb, o);
+  for_each_row(all.data(), all.size() / static_cast<std::size_t>(rb), w,
+               [&](std::int64_t index, const float* v) {
+                 std::memcpy(out.data() + index * w, v,
+                             static_cast<std::size_t>(w) * sizeof(float));
+               });
+  return method;
+}
+
+}  // namespace meshcast

@@ -1,0 +1,122 @@
+// Collectives over the Communicator interface (any backend: local, mpi, ucx, nccl): all-reduce,
+// reduce-scatter, all-gather, broadcast and all-to-all(v) among a group of devices, started
+// without blocking and finished later, so that compute runs while they progress.
+//
+// Every member of `group` (device ids, in the order that defines ranks within the group) calls
+// the same collective with the same arguments, in the same order as its other collectives on
+// that group. Buffers are contiguous, hold `dtype` elements, and stay valid until the handle
+// completes. A count that the group size does not divide is fine: rank k of n owns the range
+// [floor(k*count/n), floor((k+1)*count/n)) (meshcast's uneven split).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "meshcast/communicator.h"
+#include "meshcast/dtype.h"
+#include "meshcast/topology.h"
+
+namespace meshcast {
+
+enum class ReduceOp { Sum, Max };
+std::string to_string(ReduceOp op);
+ReduceOp parse_reduce_op(std::string_view text, const std::string& field = "op");
+
+// to[i] = to[i] op from[i] for i < count; half types are combined in float and rounded once.
+void reduce_into(const void* from, void* to, std::int64_t count, DType dtype, ReduceOp op);
+
+enum class Algorithm {
+  Auto,               // by size and topology: RecursiveDoubling below 64 KiB, Hierarchical when
+                      // the topology puts the group on several hosts with equal devices each,
+                      // else Ring
+  Ring,               // bandwidth-optimal: 2(n-1)/n of the data over each link (all-reduce)
+  RecursiveDoubling,  // log2(n) rounds of whole-vector exchanges: few messages, for small sizes
+  Hierarchical,       // reduce-scatter inside hosts, all-reduce across hosts, all-gather inside
+};
+std::string to_string(Algorithm a);
+Algorithm parse_algorithm(std::string_view text, const std::string& field = "algorithm");
+
+struct CollectiveOptions {
+  Algorithm algorithm = Algorithm::Auto;
+  // Where the group's devices live (Hierarchical and Auto use it); null: one host.
+  const Topology* topology = nullptr;
+  // Every message of a collective carries one tag. 0: the next of the group's own sequence
+  // (Communicator::next_collective_tag), the same on every member when they start their
+  // collectives on that group in the same order; several may then be in flight at once. Else
+  // the tag given (>= 32768 stays clear of plan tags).
+  int tag = 0;
+};
+
+// A collective in flight. test() moves it on as far as it can without blocking and says
+// whether it finished; wait() finishes it. Progress happens inside these calls (no thread of
+// its own): a compute loop that calls test() now and then overlaps it. A failed peer makes
+// them throw CommError naming it.
+class Collective {
+ public:
+  struct State;
+  Collective();
+  explicit Collective(std::shared_ptr<State> s);
+  ~Collective();
+  Collective(Collective&&) noexcept;
+  Collective& operator=(Collective&&) noexcept;
+  bool test();
+  void wait();
+  bool done() const;
+  // Bytes this device sent and received (what the benchmarks count as traffic).
+  std::int64_t bytes_sent() const;
+
+ private:
+  std::shared_ptr<State> s_;
+};
+
+// recv = op over the group of send; recv may equal send (in place).
+Collective iall_reduce(Communicator& comm, std::span<const int> group, const void* send, void* recv,
+                       std::int64_t count, DType dtype, ReduceOp op,
+                       const CollectiveOptions& options = {});
+// recv (the caller's shard of count elements: its range of the uneven split) = op over the
+// group of send (count elements).
+Collective ireduce_scatter(Communicator& comm, std::span<const int> group, const void* send,
+                           void* recv, std::int64_t count, DType dtype, ReduceOp op,
+                           const CollectiveOptions& options = {});
+// recv (count elements) = every member's shard, in group order; the caller sends its own shard
+// (its range of the uneven split of count). send may point at that range of recv (in place).
+Collective iall_gather(Communicator& comm, std::span<const int> group, const void* send, void* recv,
+                       std::int64_t count, DType dtype, const CollectiveOptions& options = {});
+// recv = every member's block, in group order, member j's block holding counts[j] elements;
+// the caller sends its own block of counts[me] elements (send may point at it in recv).
+Collective iall_gatherv(Communicator& comm, std::span<const int> group, const void* send,
+                        void* recv, std::span<const std::int64_t> counts, DType dtype,
+                        const CollectiveOptions& options = {});
+// buf (count elements) of the group member `root` (a device id) to every member, as a
+// pipelined chain of chunks.
+Collective ibroadcast(Communicator& comm, std::span<const int> group, int root, void* buf,
+                      std::int64_t count, DType dtype, const CollectiveOptions& options = {});
+// Member j's block send_counts[k] goes to member k, which receives recv_counts[j] elements from
+// member j; blocks are packed in group order in both buffers.
+Collective iall_to_allv(Communicator& comm, std::span<const int> group, const void* send,
+                        std::span<const std::int64_t> send_counts, void* recv,
+                        std::span<const std::int64_t> recv_counts, DType dtype,
+                        const CollectiveOptions& options = {});
+
+// Blocking forms.
+void all_reduce(Communicator& comm, std::span<const int> group, const void* send, void* recv,
+                std::int64_t count, DType dtype, ReduceOp op, const CollectiveOptions& o = {});
+void reduce_scatter(Communicator& comm, std::span<const int> group, const void* send, void* recv,
+                    std::int64_t count, DType dtype, ReduceOp op, const CollectiveOptions& o = {});
+void all_gather(Communicator& comm, std::span<const int> group, const void* send, void* recv,
+                std::int64_t count, DType dtype, const CollectiveOptions& o = {});
+void all_gatherv(Communicator& comm, std::span<const int> group, const void* send, void* recv,
+                 std::span<const std::int64_t> counts, DType dtype,
+                 const CollectiveOptions& o = {});
+void broadcast(Communicator& comm, std::span<const int> group, int root, void* buf,
+               std::int64_t count, DType dtype, const CollectiveOptions& o = {});
+void all_to_allv(Communicator& comm, std::span<const int> group, const void* send,
+                 std::span<const std::int64_t> send_counts, void* recv,
+                 std::span<const std::int64_t> recv_counts, DType dtype,
+                 const CollectiveOptions& o = {});
+
+}  // namespace meshcast

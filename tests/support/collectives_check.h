@@ -1,0 +1,248 @@
+// Checks every collective of meshcast/collectives.h on one communicator against a naive
+// reference that needs no communication: member j's input element i is a small integer
+// function of (j, i), so every member knows every other's input, and sums are exact in every
+// dtype (half types included), whatever the order of summation. Shared by the in-process tests
+// (tests/collectives/collectives_test.cc) and the multi-process driver (tests/mpi).
+#pragma once
+
+#include <meshcast/collectives.h>
+#include <meshcast/error.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace meshcast::testing {
+
+// Member j's element i, within [0, 29]: sums of 8 stay below 256, exact in bf16.
+inline int input_value(std::size_t j, std::int64_t i) {
+  return static_cast<int>((static_cast<std::int64_t>(j) * 7 + i * 3 + (i / 5) * 11) % 30);
+}
+
+inline void store(DType t, void* base, std::int64_t i, double v) {
+  std::byte* p = static_cast<std::byte*>(base) + static_cast<std::size_t>(i) * dtype_size(t);
+  switch (t) {
+    case DType::f16: {
+      const auto h = float_to_half(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case DType::bf16: {
+      const auto h = float_to_bf16(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case DType::f32: {
+      const auto x = static_cast<float>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case DType::f64:
+      std::memcpy(p, &v, 8);
+      break;
+    case DType::i8: {
+      const auto x = static_cast<std::int8_t>(v);
+      std::memcpy(p, &x, 1);
+      break;
+    }
+    case DType::i32: {
+      const auto x = static_cast<std::int32_t>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case DType::i64: {
+      const auto x = static_cast<std::int64_t>(v);
+      std::memcpy(p, &x, 8);
+      break;
+    }
+  }
+}
+
+inline double fetch(DType t, const void* base, std::int64_t i) {
+  const std::byte* p =
+      static_cast<const std::byte*>(base) + static_cast<std::size_t>(i) * dtype_size(t);
+  unsigned short h = 0;
+  switch (t) {
+    case DType::f16:
+      std::memcpy(&h, p, 2);
+      return half_to_float(h);
+    case DType::bf16:
+      std::memcpy(&h, p, 2);
+      return bf16_to_float(h);
+    case DType::f32: {
+      float x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case DType::f64: {
+      double x;
+      std::memcpy(&x, p, 8);
+      return x;
+    }
+    case DType::i8: {
+      std::int8_t x;
+      std::memcpy(&x, p, 1);
+      return x;
+    }
+    case DType::i32: {
+      std::int32_t x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case DType::i64: {
+      std::int64_t x;
+      std::memcpy(&x, p, 8);
+      return static_cast<double>(x);
+    }
+  }
+  return 0;
+}
+
+// The reduction over n members of element i.
+inline double reduced(std::size_t n, std::int64_t i, ReduceOp op) {
+  double r = op == ReduceOp::Sum ? 0 : -1;
+  for (std::size_t j = 0; j < n; ++j)
+    r = op == ReduceOp::Sum ? r + input_value(j, i) : std::max<double>(r, input_value(j, i));
+  return r;
+}
+
+struct CollectiveCase {
+  std::string what;
+  DType dtype;
+  std::int64_t count;
+  ReduceOp op;
+  Algorithm algorithm;
+  bool in_place;
+};
+
+// The cases each member runs, in the same order everywhere. i8 sums of 8 members overflow
+// (up to 232), so i8 is checked with max only.
+inline std::vector<CollectiveCase> collective_cases(const std::vector<std::int64_t>& counts) {
+  std::vector<CollectiveCase> out;
+  const DType types[] = {DType::f16, DType::bf16, DType::f32, DType::f64,
+                         DType::i8,  DType::i32,  DType::i64};
+  std::size_t k = 0;
+  for (std::int64_t count : counts)
+    for (DType t : types)
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
+        if (t == DType::i8 && op == ReduceOp::Sum) continue;
+        const Algorithm a = static_cast<Algorithm>(k % 4);
+        out.push_back({"", t, count, op, a, k % 3 == 0});
+        ++k;
+      }
+  return out;
+}
+
+// Runs every collective on `cases` and returns a description of each wrong result (empty when
+// all are right). `topology` (optional) lets Auto and Hierarchical see hosts; the hierarchical
+// algorithm is skipped when it does not apply to this group.
+inline std::vector<std::string> check_collectives(Communicator& comm, std::span<const int> group,
+                                                  const std::vector<CollectiveCase>& cases,
+                                                  const Topology* topology = nullptr) {
+  std::vector<std::string> errors;
+  const auto me =
+      static_cast<std::size_t>(std::find(group.begin(), group.end(), comm.rank()) - group.begin());
+  const std::size_t n = group.size();
+  auto fill = [&](DType t, std::vector<std::byte>& buf, std::int64_t count, std::size_t j,
+                  std::int64_t lo = 0) {
+    buf.assign(static_cast<std::size_t>(count) * dtype_size(t), std::byte{0});
+    for (std::int64_t i = 0; i < count; ++i) store(t, buf.data(), i, input_value(j, lo + i));
+  };
+  auto expect = [&](const std::string& what, const CollectiveCase& c, const void* got,
+                    std::int64_t count, auto&& want) {
+    std::int64_t bad = 0, first = -1;
+    for (std::int64_t i = 0; i < count; ++i)
+      if (fetch(c.dtype, got, i) != want(i) && bad++ == 0) first = i;
+    if (bad) {
+      std::ostringstream os;
+      os << "device " << comm.rank() << ": " << what << " " << to_string(c.dtype) << " count "
+         << c.count << " " << to_string(c.op) << " " << to_string(c.algorithm)
+         << (c.in_place ? " in place" : "") << ": " << bad << " wrong, first at " << first
+         << " (got " << fetch(c.dtype, got, first) << ", want " << want(first) << ")";
+      errors.push_back(os.str());
+    }
+  };
+  for (const CollectiveCase& c : cases) {
+    CollectiveOptions o;
+    o.topology = topology;
+    o.algorithm = c.algorithm;
+    std::vector<std::byte> in, out;
+    // all-reduce
+    fill(c.dtype, in, c.count, me);
+    out.assign(in.size(), std::byte{0xee});
+    try {
+      if (c.in_place)
+        all_reduce(comm, group, in.data(), in.data(), c.count, c.dtype, c.op, o);
+      else
+        all_reduce(comm, group, in.data(), out.data(), c.count, c.dtype, c.op, o);
+      expect("all_reduce", c, c.in_place ? in.data() : out.data(), c.count,
+             [&](std::int64_t i) { return reduced(n, i, c.op); });
+    } catch (const ValidationError& e) {
+      if (c.algorithm != Algorithm::Hierarchical) throw;  // not applicable to this group
+    }
+    // reduce-scatter: the caller's range of the uneven split
+    const Range mine =
+        shard_range(c.count, static_cast<std::int64_t>(n), static_cast<std::int64_t>(me));
+    fill(c.dtype, in, c.count, me);
+    out.assign(static_cast<std::size_t>(mine.size()) * dtype_size(c.dtype), std::byte{0xee});
+    reduce_scatter(comm, group, in.data(), out.data(), c.count, c.dtype, c.op, o);
+    expect("reduce_scatter", c, out.data(), mine.size(),
+           [&](std::int64_t i) { return reduced(n, mine.lo + i, c.op); });
+    // all-gather: member j contributes its range, holding its own values there
+    std::vector<std::byte> all(static_cast<std::size_t>(c.count) * dtype_size(c.dtype),
+                               std::byte{0xee});
+    auto owner = [&](std::int64_t i) {
+      std::size_t j = 0;
+      while (shard_range(c.count, static_cast<std::int64_t>(n), static_cast<std::int64_t>(j)).hi <=
+             i)
+        ++j;
+      return j;
+    };
+    fill(c.dtype, in, mine.size(), me, mine.lo);
+    if (c.in_place) {
+      std::copy(in.begin(), in.end(),
+                all.begin() + static_cast<std::ptrdiff_t>(mine.lo) *
+                                  static_cast<std::ptrdiff_t>(dtype_size(c.dtype)));
+      all_gather(comm, group, all.data() + static_cast<std::size_t>(mine.lo) * dtype_size(c.dtype),
+                 all.data(), c.count, c.dtype, o);
+    } else {
+      all_gather(comm, group, in.data(), all.data(), c.count, c.dtype, o);
+    }
+    expect("all_gather", c, all.data(), c.count,
+           [&](std::int64_t i) { return static_cast<double>(input_value(owner(i), i)); });
+    // broadcast from the member c.count % n
+    const int root = group[static_cast<std::size_t>(c.count) % n];
+    fill(c.dtype, in, c.count, root == comm.rank() ? 99 : me);
+    broadcast(comm, group, root, in.data(), c.count, c.dtype, o);
+    expect("broadcast", c, in.data(), c.count,
+           [&](std::int64_t i) { return static_cast<double>(input_value(99, i)); });
+    // all-to-all(v): member j sends (j + k + c.count) % 4 elements to member k, valued
+    // input_value(j * 8 + k, i)
+    std::vector<std::int64_t> sc(n), rc(n);
+    std::int64_t st = 0, rt = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      sc[k] = static_cast<std::int64_t>((me + k + static_cast<std::size_t>(c.count)) % 4);
+      rc[k] = static_cast<std::int64_t>((k + me + static_cast<std::size_t>(c.count)) % 4);
+      st += sc[k];
+      rt += rc[k];
+    }
+    std::vector<std::byte> sb(static_cast<std::size_t>(st) * dtype_size(c.dtype)),
+        rb(static_cast<std::size_t>(rt) * dtype_size(c.dtype), std::byte{0xee});
+    std::int64_t pos = 0;
+    for (std::size_t k = 0; k < n; ++k)
+      for (std::int64_t i = 0; i < sc[k]; ++i)
+        store(c.dtype, sb.data(), pos++, input_value(me * 8 + k, i));
+    all_to_allv(comm, group, sb.data(), sc, rb.data(), rc, c.dtype, o);
+    std::vector<double> want;
+    for (std::size_t k = 0; k < n; ++k)
+      for (std::int64_t i = 0; i < rc[k]; ++i) want.push_back(input_value(k * 8 + me, i));
+    expect("all_to_allv", c, rb.data(), rt,
+           [&](std::int64_t i) { return want[static_cast<std::size_t>(i)]; });
+  }
+  return errors;
+}
+
+}  // namespace meshcast::testing
