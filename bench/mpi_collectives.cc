@@ -217,6 +217,7 @@ int main(int argc, char** argv) {
       if (op == "all_reduce") {
         ours("ring", Algorithm::Ring);
         ours("recursive-doubling", Algorithm::RecursiveDoubling);
+        ours("halving-doubling", Algorithm::HalvingDoubling);
         if (topo) ours("hierarchical", Algorithm::Hierarchical);
       }
       double mpi_busbw = 0;

@@ -22,10 +22,10 @@ void hierarchical_all_reduce(Program& p, std::span<const int> members, std::size
   for (std::size_t pos : hosts[host]) inside.push_back(members[pos]);
   for (const auto& h : hosts) across.push_back(members[h[local]]);
   const std::vector<Span> pieces = split(count, inside.size());
-  ring_reduce_scatter(p, inside, local, buf, pieces);
+  ring_reduce_scatter(p, inside, local, buf, buf, p.at(buf, pieces[local].lo), pieces);
   const Span mine = pieces[local];
   const std::vector<Span> sub = shifted(split(mine.size(), across.size()), mine.lo);
-  ring_reduce_scatter(p, across, host, buf, sub);
+  ring_reduce_scatter(p, across, host, buf, buf, p.at(buf, sub[host].lo), sub);
   ring_all_gather(p, across, host, buf, sub);
   ring_all_gather(p, inside, local, buf, pieces);
 }

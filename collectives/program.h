@@ -20,8 +20,10 @@ struct Transfer {
   std::size_t bytes = 0;
 };
 
+// to = base op from (base may be to).
 struct Combine {
   const std::byte* from = nullptr;
+  const std::byte* base = nullptr;
   std::byte* to = nullptr;
   std::int64_t count = 0;  // elements
 };
@@ -71,17 +73,29 @@ std::vector<Span> split(std::int64_t count, std::size_t n);
 // Offsets every span by `base`.
 std::vector<Span> shifted(std::vector<Span> spans, std::int64_t base);
 
-// Ring algorithms over `members` (device ids in ring order; `me` is the caller's position), on
-// buffer `buf` whose pieces[k] is member k's piece. Reduce-scatter leaves member k's piece
-// reduced over the ring in buf; all-gather spreads every member's piece to all.
-void ring_reduce_scatter(Program& p, std::span<const int> members, std::size_t me, void* buf,
-                         const std::vector<Span>& pieces);
+// Ring algorithms over `members` (device ids in ring order; `me` is the caller's position);
+// pieces[k] is member k's piece of the buffers. Reduce-scatter reads the caller's input `src`
+// and leaves its piece reduced over the ring at `mine` (piece-sized); the partial sums it
+// forwards go to `work` (a whole buffer, e.g. the output of an all-reduce; src itself when in
+// place), or, when `work` is null, to two piece-sized scratch slots. All-gather spreads every
+// member's piece of `buf` to all.
+void ring_reduce_scatter(Program& p, std::span<const int> members, std::size_t me,
+                         const void* src, void* work, void* mine, const std::vector<Span>& pieces);
 void ring_all_gather(Program& p, std::span<const int> members, std::size_t me, void* buf,
                      const std::vector<Span>& pieces);
 // All-reduce of buf[piece] by recursive doubling (members beyond the largest power of two fold
 // into it first and get the result back at the end).
 void recursive_doubling_all_reduce(Program& p, std::span<const int> members, std::size_t me,
                                    void* buf, Span piece);
+// All-gather by recursive doubling among a power-of-two number of members: log2(n) rounds,
+// each exchanging everything gathered so far with the partner.
+void doubling_all_gather(Program& p, std::span<const int> members, std::size_t me, void* buf,
+                         const std::vector<Span>& pieces);
+// All-reduce of src (count elements) into buf by recursive halving (a reduce-scatter in
+// log2(n) rounds, each exchanging half of what is left) and recursive doubling (the all-gather
+// back): the ring's bytes in 2 log2(n) rounds instead of 2(n - 1).
+void halving_doubling_all_reduce(Program& p, std::span<const int> members, std::size_t me,
+                                 const void* src, void* buf, std::int64_t count);
 // All-reduce in three levels: ring reduce-scatter inside each host, all-reduce of each local
 // piece across hosts (ring), ring all-gather inside each host. `hosts[h]` lists the group
 // positions on host h, every host with the same number, in the same local order.

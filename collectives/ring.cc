@@ -20,22 +20,36 @@ std::int64_t largest(const std::vector<Span>& pieces) {
 
 }  // namespace
 
-void ring_reduce_scatter(Program& p, std::span<const int> members, std::size_t me, void* buf,
-                         const std::vector<Span>& pieces) {
+void ring_reduce_scatter(Program& p, std::span<const int> members, std::size_t me,
+                         const void* src, void* work, void* mine, const std::vector<Span>& pieces) {
   const std::size_t n = members.size();
-  if (n < 2) return;
+  const auto bytes = [&](Span s) { return static_cast<std::size_t>(s.size()) * p.elem(); };
+  auto* in_buf = static_cast<std::byte*>(const_cast<void*>(src));
+  if (n < 2) {
+    p.add_round().copies.push_back({p.at(in_buf, pieces[me].lo), static_cast<std::byte*>(mine),
+                                    bytes(pieces[me])});
+    return;
+  }
   const int next = members[(me + 1) % n], prev = members[(me + n - 1) % n];
-  // One staging piece, reused: a round combines what it received before the next one posts.
-  std::byte* staging = p.scratch(static_cast<std::size_t>(largest(pieces)) * p.elem());
+  const std::size_t most = static_cast<std::size_t>(largest(pieces)) * p.elem();
+  // What arrives is staged, then combined with the caller's own piece of src into the partial
+  // sum that the next round forwards: no copy of src is made.
+  std::byte* staging = p.scratch(most);
+  std::byte* slot[2] = {work ? nullptr : p.scratch(most), work ? nullptr : p.scratch(most)};
   const auto m = static_cast<std::int64_t>(me);
+  const std::byte* sent = nullptr;  // the partial sum made in the previous round
   for (std::int64_t s = 0; s + 1 < static_cast<std::int64_t>(n); ++s) {
     // After round s, piece me - s - 2 holds s + 2 contributions; after n - 1 rounds, piece me
     // holds all n.
     const Span out = pieces[mod(m - s - 1, n)], in = pieces[mod(m - s - 2, n)];
+    const bool last = s + 2 == static_cast<std::int64_t>(n);
+    std::byte* to = last ? static_cast<std::byte*>(mine)
+                         : (work ? p.at(work, in.lo) : slot[static_cast<std::size_t>(s) % 2]);
     Round& r = p.add_round();
-    r.sends.push_back({next, p.at(buf, out.lo), static_cast<std::size_t>(out.size()) * p.elem()});
-    r.recvs.push_back({prev, staging, static_cast<std::size_t>(in.size()) * p.elem()});
-    r.combines.push_back({staging, p.at(buf, in.lo), in.size()});
+    r.sends.push_back({next, const_cast<std::byte*>(s ? sent : p.at(in_buf, out.lo)), bytes(out)});
+    r.recvs.push_back({prev, staging, bytes(in)});
+    r.combines.push_back({staging, p.at(in_buf, in.lo), to, in.size()});
+    sent = to;
   }
 }
 

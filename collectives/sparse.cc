@@ -35,6 +35,13 @@ void for_each_row(const std::byte* bytes, std::size_t n, std::int64_t width, F&&
   }
 }
 
+// The options for a small collective: recursive doubling, whose log2(n) rounds beat the ring's
+// n - 1 where latency, not bytes, is the cost.
+CollectiveOptions latency_bound(CollectiveOptions o) {
+  o.algorithm = Algorithm::RecursiveDoubling;
+  return o;
+}
+
 // Every member's records (counts[j] records from member j), in group order.
 std::vector<std::byte> gather_rows(Communicator& comm, std::span<const int> group,
                                    const std::vector<std::byte>& mine,
@@ -48,29 +55,31 @@ std::vector<std::byte> gather_rows(Communicator& comm, std::span<const int> grou
   return all;
 }
 
-// Every member's value of x, in group order.
+// Every member's value of x, in group order: a sum of vectors that are zero but at the member's
+// own slot, by recursive doubling (log2(n) rounds: a ring's n - 1 rounds of latency would cost
+// more than the rows themselves at low density).
 std::vector<std::int64_t> gather_counts(Communicator& comm, std::span<const int> group,
                                         std::size_t me, std::int64_t x,
                                         const CollectiveOptions& o) {
   std::vector<std::int64_t> all(group.size(), 0);
   all[me] = x;
-  all_gather(comm, group, &all[me], all.data(), static_cast<std::int64_t>(group.size()), DType::i64,
-             o);
+  all_reduce(comm, group, all.data(), all.data(), static_cast<std::int64_t>(group.size()),
+             DType::i64, ReduceOp::Sum, latency_bound(o));
   return all;
 }
 
 // Rows non-zero on some member: an all-reduced (max) sketch of one byte per slot, a row's slot
-// its index (exact) or, for tables of more than 65,536 rows, a hash of it (linear counting).
+// its index (exact) or, for tables of more than 16,384 rows, a hash of it (linear counting).
 std::int64_t count_distinct(Communicator& comm, std::span<const int> group, const SparseRows& mine,
                             const CollectiveOptions& o) {
-  constexpr std::int64_t kSlots = 65536;
+  constexpr std::int64_t kSlots = 16384;
   const std::int64_t m = std::min(mine.rows, kSlots);
   if (m == 0) return 0;
   std::vector<std::int8_t> seen(static_cast<std::size_t>(m), 0);
   for (std::int64_t i : mine.indices)
     seen[m == mine.rows ? static_cast<std::size_t>(i)
                         : sparse_owner(i, static_cast<std::size_t>(m))] = 1;
-  all_reduce(comm, group, seen.data(), seen.data(), m, DType::i8, ReduceOp::Max, o);
+  all_reduce(comm, group, seen.data(), seen.data(), m, DType::i8, ReduceOp::Max, latency_bound(o));
   const auto set = static_cast<std::int64_t>(std::count(seen.begin(), seen.end(), 1));
   if (m == mine.rows || set == 0) return set;
   if (set == m) return mine.rows;
@@ -178,8 +187,9 @@ SparseMethod sparse_all_reduce(Communicator& comm, std::span<const int> group,
                           "device " + std::to_string(comm.rank()) + " is not in the group");
   const std::size_t n = group.size();
   const std::int64_t w = mine.width;
-  const auto nnz =
-      gather_counts(comm, group, me, static_cast<std::int64_t>(mine.indices.size()), o);
+  std::vector<std::int64_t> nnz;  // the dense method needs no counts
+  if (method != SparseMethod::Dense)
+    nnz = gather_counts(comm, group, me, static_cast<std::int64_t>(mine.indices.size()), o);
   if (method == SparseMethod::Auto) {
     const std::int64_t distinct = count_distinct(comm, group, mine, o);
     method = SparseMethod::Dense;

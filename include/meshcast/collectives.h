@@ -28,13 +28,18 @@ ReduceOp parse_reduce_op(std::string_view text, const std::string& field = "op")
 
 // to[i] = to[i] op from[i] for i < count; half types are combined in float and rounded once.
 void reduce_into(const void* from, void* to, std::int64_t count, DType dtype, ReduceOp op);
+// to[i] = base[i] op from[i]; `to` may be `base` (then it is reduce_into).
+void reduce_into(const void* from, const void* base, void* to, std::int64_t count, DType dtype,
+                 ReduceOp op);
 
 enum class Algorithm {
-  Auto,               // by size and topology: RecursiveDoubling below 64 KiB, Hierarchical when
-                      // the topology puts the group on several hosts with equal devices each,
+  Auto,               // by size and topology: RecursiveDoubling below 64 KiB; Hierarchical when
+                      // the topology puts the group on several hosts with equal devices each
+                      // and the group's order hops between hosts more than once per host;
                       // else Ring
   Ring,               // bandwidth-optimal: 2(n-1)/n of the data over each link (all-reduce)
   RecursiveDoubling,  // log2(n) rounds of whole-vector exchanges: few messages, for small sizes
+  HalvingDoubling,    // recursive halving, then doubling: the ring's bytes in 2 log2(n) rounds
   Hierarchical,       // reduce-scatter inside hosts, all-reduce across hosts, all-gather inside
 };
 std::string to_string(Algorithm a);

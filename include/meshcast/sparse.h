@@ -10,8 +10,8 @@
 //   every owner's summed rows go to every member (all-gather(v)) — each row crosses the network
 //   about twice, whatever the number of members that hold it.
 // - Auto: the cheapest by a cost model of the bytes each method moves (sparse_traffic()); the
-//   rows non-zero anywhere are counted first with an all-reduced sketch of at most 64 KiB
-//   (exact up to 65,536 rows, a linear-counting estimate beyond).
+//   rows non-zero anywhere are counted first with an all-reduced sketch of at most 16 KiB
+//   (exact up to 16,384 rows, a linear-counting estimate beyond).
 #pragma once
 
 #include <cstdint>

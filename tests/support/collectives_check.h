@@ -129,7 +129,7 @@ inline std::vector<CollectiveCase> collective_cases(const std::vector<std::int64
     for (DType t : types)
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
         if (t == DType::i8 && op == ReduceOp::Sum) continue;
-        const Algorithm a = static_cast<Algorithm>(k % 4);
+        const Algorithm a = static_cast<Algorithm>(k % 5);
         out.push_back({"", t, count, op, a, k % 3 == 0});
         ++k;
       }
