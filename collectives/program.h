@@ -79,8 +79,8 @@ std::vector<Span> shifted(std::vector<Span> spans, std::int64_t base);
 // forwards go to `work` (a whole buffer, e.g. the output of an all-reduce; src itself when in
 // place), or, when `work` is null, to two piece-sized scratch slots. All-gather spreads every
 // member's piece of `buf` to all.
-void ring_reduce_scatter(Program& p, std::span<const int> members, std::size_t me,
-                         const void* src, void* work, void* mine, const std::vector<Span>& pieces);
+void ring_reduce_scatter(Program& p, std::span<const int> members, std::size_t me, const void* src,
+                         void* work, void* mine, const std::vector<Span>& pieces);
 void ring_all_gather(Program& p, std::span<const int> members, std::size_t me, void* buf,
                      const std::vector<Span>& pieces);
 // All-reduce of buf[piece] by recursive doubling (members beyond the largest power of two fold

@@ -44,7 +44,8 @@ void doubling_all_gather(Program& p, std::span<const int> members, std::size_t m
   for (std::size_t mask = 1; mask < members.size(); mask *= 2) {
     const std::size_t base = lo & ~(2 * mask - 1);
     const Span mine = range(lo, lo + mask);
-    const Span theirs = (lo & mask) ? range(base, base + mask) : range(base + mask, base + 2 * mask);
+    const Span theirs =
+        (lo & mask) ? range(base, base + mask) : range(base + mask, base + 2 * mask);
     Round& r = p.add_round();
     r.sends.push_back({members[me ^ mask], p.at(buf, mine.lo), bytes(mine)});
     r.recvs.push_back({members[me ^ mask], p.at(buf, theirs.lo), bytes(theirs)});
@@ -56,8 +57,9 @@ void halving_doubling_all_reduce(Program& p, std::span<const int> members, std::
                                  const void* src, void* buf, std::int64_t count) {
   const std::size_t n = members.size();
   const std::size_t total = static_cast<std::size_t>(count) * p.elem();
-  if (src != buf) p.add_round().copies.push_back({static_cast<const std::byte*>(src),
-                                                  static_cast<std::byte*>(buf), total});
+  if (src != buf)
+    p.add_round().copies.push_back(
+        {static_cast<const std::byte*>(src), static_cast<std::byte*>(buf), total});
   if (n < 2) return;
   std::size_t p2 = 1;
   while (p2 * 2 <= n) p2 *= 2;
@@ -85,8 +87,8 @@ void halving_doubling_all_reduce(Program& p, std::span<const int> members, std::
   auto range = [&](std::size_t a, std::size_t b) { return Span{pieces[a].lo, pieces[b - 1].hi}; };
   // Recursive halving: each round keeps the half of the current block that holds the caller's
   // piece, sends the other half to the partner and combines the partner's copy of its own half.
-  std::byte* staging = p.scratch(static_cast<std::size_t>(range(0, p2).size() / 2 + 1) * p.elem() +
-                                 p.elem() * p2);
+  std::byte* staging =
+      p.scratch(static_cast<std::size_t>(range(0, p2).size() / 2 + 1) * p.elem() + p.elem() * p2);
   std::size_t lo = 0, hi = p2;
   for (std::size_t mask = p2 / 2; mask >= 1; mask /= 2) {
     const std::size_t mid = (lo + hi) / 2;

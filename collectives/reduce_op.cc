@@ -83,12 +83,12 @@ std::string to_string(Algorithm a) {
 }
 
 Algorithm parse_algorithm(std::string_view text, const std::string& field) {
-  for (Algorithm a :
-       {Algorithm::Auto, Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling,
-        Algorithm::Hierarchical})
+  for (Algorithm a : {Algorithm::Auto, Algorithm::Ring, Algorithm::RecursiveDoubling,
+                      Algorithm::HalvingDoubling, Algorithm::Hierarchical})
     if (text == to_string(a)) return a;
-  throw ParseError(field, "unknown algorithm '" + std::string(text.substr(0, 32)) +
-                              "' (expected auto, ring, recursive-doubling, halving-doubling or hierarchical)");
+  throw ParseError(
+      field, "unknown algorithm '" + std::string(text.substr(0, 32)) +
+                 "' (expected auto, ring, recursive-doubling, halving-doubling or hierarchical)");
 }
 
 }  // namespace meshcast

@@ -20,14 +20,14 @@ std::int64_t largest(const std::vector<Span>& pieces) {
 
 }  // namespace
 
-void ring_reduce_scatter(Program& p, std::span<const int> members, std::size_t me,
-                         const void* src, void* work, void* mine, const std::vector<Span>& pieces) {
+void ring_reduce_scatter(Program& p, std::span<const int> members, std::size_t me, const void* src,
+                         void* work, void* mine, const std::vector<Span>& pieces) {
   const std::size_t n = members.size();
   const auto bytes = [&](Span s) { return static_cast<std::size_t>(s.size()) * p.elem(); };
   auto* in_buf = static_cast<std::byte*>(const_cast<void*>(src));
   if (n < 2) {
-    p.add_round().copies.push_back({p.at(in_buf, pieces[me].lo), static_cast<std::byte*>(mine),
-                                    bytes(pieces[me])});
+    p.add_round().copies.push_back(
+        {p.at(in_buf, pieces[me].lo), static_cast<std::byte*>(mine), bytes(pieces[me])});
     return;
   }
   const int next = members[(me + 1) % n], prev = members[(me + n - 1) % n];
