@@ -60,6 +60,19 @@ Collective start(Communicator& comm, std::span<const int> group, Program program
 
 }  // namespace
 
+// A device that fails while a collective is in flight tells the others, so that they end at
+// once with its name rather than after their timeout. (Arguments are checked before anything
+// is sent, the same on every member: a refused call tells no one and leaves the group usable.)
+template <class F>
+auto guarded(Communicator& comm, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    comm.abandon_for(e);
+    throw;
+  }
+}
+
 struct Collective::State {
   Communicator* comm = nullptr;
   int tag = 0;
@@ -113,9 +126,11 @@ Collective::Collective(std::shared_ptr<State> s) : s_(std::move(s)) {}
 Collective::~Collective() = default;
 Collective::Collective(Collective&&) noexcept = default;
 Collective& Collective::operator=(Collective&&) noexcept = default;
-bool Collective::test() { return !s_ || s_->run(false); }
+bool Collective::test() {
+  return !s_ || guarded(*s_->comm, [&] { return s_->run(false); });
+}
 void Collective::wait() {
-  if (s_) s_->run(true);
+  if (s_) guarded(*s_->comm, [&] { return s_->run(true); });
 }
 bool Collective::done() const {
   return !s_ || (!s_->posted && s_->next == s_->program.rounds().size());

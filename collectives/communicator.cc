@@ -160,6 +160,15 @@ bool Communicator::test(Request& r) {
   return test_one(*r.get());
 }
 
+void Communicator::abandon_for(const std::exception& e) {
+  if (const auto* c = dynamic_cast<const CommError*>(&e)) {
+    const std::string what = c->what();  // "field: cause"
+    abandon(c->field(), what.substr(std::min(what.size(), c->field().size() + 2)));
+  } else {
+    abandon("device " + std::to_string(rank()), std::string("failed: ") + e.what());
+  }
+}
+
 int Communicator::next_collective_tag(std::span<const int> group) {
   constexpr std::uint64_t kBase = 32768, kTags = 16384;
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the device ids

@@ -147,13 +147,9 @@ void reshard(const Plan& plan, Communicator& comm, const void* src_local, void* 
   if (!plan.src().mesh().contains(me) && !plan.dst().mesh().contains(me)) return;
   try {
     Executor(plan, comm, src_local, dst_local).run();
-  } catch (const CommError& e) {
-    // A peer failed: pass its name on, so every device reports the device that failed.
-    const std::string what = e.what();
-    comm.abandon(e.field(), what.substr(std::min(what.size(), e.field().size() + 2)));
-    throw;
   } catch (const std::exception& e) {
-    comm.abandon("device " + std::to_string(me), std::string("failed: ") + e.what());
+    // Every device then reports the device that failed, at once.
+    comm.abandon_for(e);
     throw;
   }
 }

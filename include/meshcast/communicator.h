@@ -67,6 +67,9 @@ class Communicator {
     (void)field;
     (void)cause;
   }
+  // abandon() with what `e` says: a CommError passes on the failed device it names, anything
+  // else says that this device failed. reshard() and the collectives call it as they throw.
+  void abandon_for(const std::exception& e);
 
   // The tag of this device's next collective on `group` (meshcast/collectives.h): in
   // [32768, 49152), above every plan tag and below the backends' control tags. Each group (its

@@ -1,7 +1,9 @@
-// A device that fails mid-reshard: every other rank must end with a CommError naming it, in
-// bounded time, and not hang. Device 1 is the root of a chain broadcast to all other ranks; it
-// either throws (passes a null source buffer) or exits without a word.
-//   failure_mpi mpi|ucx throw|exit TIMEOUT_SECONDS
+// A device that fails mid-reshard or mid-collective: every other rank must end with a CommError
+// naming it, in bounded time, and not hang. reshard: device 1 is the root of a chain broadcast
+// to all other ranks; collective: an all-reduce over every rank. Device 1 either throws (passes a
+// null source buffer to reshard; failure.sh runs the collective only with `exit`) or exits
+// without a word.
+//   failure_mpi mpi|ucx throw|exit TIMEOUT_SECONDS [reshard|collective]
 // Prints one line per surviving rank: "rank R: CommError after S s: WHAT".
 #include <meshcast/meshcast.h>
 #include <meshcast/mpi.h>
@@ -15,6 +17,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 using namespace meshcast;
 
@@ -36,6 +39,32 @@ int main(int argc, char** argv) {
   if (chosen->backend() != backend) return 2;
   Communicator& comm = *chosen;
   const int me = comm.rank(), n = comm.size();
+  const std::string op = argc > 4 ? argv[4] : "reshard";
+  if (op == "collective") {
+    std::vector<int> group(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) group[static_cast<std::size_t>(r)] = r;
+    std::vector<float> buf(1 << 20, 1.0f);
+    if (me == 1) {
+      if (mode == "exit") _exit(3);
+      try {
+        all_reduce(comm, group, buf.data(), buf.data(), -1, DType::f32, ReduceOp::Sum);
+      } catch (const Error& e) {
+        std::printf("rank 1: threw %s\n", e.what());
+      }
+      return 3;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      all_reduce(comm, group, buf.data(), buf.data(), static_cast<std::int64_t>(buf.size()),
+                 DType::f32, ReduceOp::Sum);
+      std::printf("rank %d: no error\n", me);
+    } catch (const CommError& e) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("rank %d: CommError after %.2f s: %s\n", me, s, e.what());
+    }
+    std::fflush(stdout);
+    return 0;
+  }
   const Shape shape{1 << 20};  // 4 MiB of f32
   const Layout src = Layout::parse(shape, DType::f32, "1@1:R");
   const Layout dst = Layout::parse(

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "support/testing.h"
+
 namespace meshcast::testing {
 
 // Member j's element i, within [0, 29]: sums of 8 stay below 256, exact in bf16.
@@ -62,43 +64,8 @@ inline void store(DType t, void* base, std::int64_t i, double v) {
 }
 
 inline double fetch(DType t, const void* base, std::int64_t i) {
-  const std::byte* p =
-      static_cast<const std::byte*>(base) + static_cast<std::size_t>(i) * dtype_size(t);
-  unsigned short h = 0;
-  switch (t) {
-    case DType::f16:
-      std::memcpy(&h, p, 2);
-      return half_to_float(h);
-    case DType::bf16:
-      std::memcpy(&h, p, 2);
-      return bf16_to_float(h);
-    case DType::f32: {
-      float x;
-      std::memcpy(&x, p, 4);
-      return x;
-    }
-    case DType::f64: {
-      double x;
-      std::memcpy(&x, p, 8);
-      return x;
-    }
-    case DType::i8: {
-      std::int8_t x;
-      std::memcpy(&x, p, 1);
-      return x;
-    }
-    case DType::i32: {
-      std::int32_t x;
-      std::memcpy(&x, p, 4);
-      return x;
-    }
-    case DType::i64: {
-      std::int64_t x;
-      std::memcpy(&x, p, 8);
-      return static_cast<double>(x);
-    }
-  }
-  return 0;
+  return load_element(
+      t, static_cast<const std::byte*>(base) + static_cast<std::size_t>(i) * dtype_size(t));
 }
 
 // The reduction over n members of element i.
