@@ -187,8 +187,10 @@ SparseMethod sparse_all_reduce(Communicator& comm, std::span<const int> group,
                           "device " + std::to_string(comm.rank()) + " is not in the group");
   const std::size_t n = group.size();
   const std::int64_t w = mine.width;
-  std::vector<std::int64_t> nnz;  // the dense method needs no counts
-  if (method != SparseMethod::Dense)
+  // Every member's row count: what auto weighs and what the all-gather receives (the dense and
+  // balanced methods need none; every round counts where latency dominates).
+  std::vector<std::int64_t> nnz;
+  if (method == SparseMethod::Auto || method == SparseMethod::AllGather)
     nnz = gather_counts(comm, group, me, static_cast<std::int64_t>(mine.indices.size()), o);
   if (method == SparseMethod::Auto) {
     const std::int64_t distinct = count_distinct(comm, group, mine, o);
