@@ -91,7 +91,16 @@ TEST(Collectives, SeveralInFlightProgressedByTest) {
       if (all) break;
       for (int i = 0; i < 1000; ++i) sink = sink + i;  // compute between polls
     }
-    for (Collective& c : cs) c.wait();
+    for (Collective& c : cs) {
+      c.wait();
+      // Each member sent its ring pieces: 2 (n - 1) / n of the vector.
+      if (!c.done() || c.bytes_sent() != 2 * 3 * kCount * 4 / 4) {
+        std::lock_guard<std::mutex> lock(m);
+        errors.push_back("done " + std::to_string(c.done()) + ", bytes_sent " +
+                         std::to_string(c.bytes_sent()));
+        return;
+      }
+    }
     for (std::size_t k = 0; k < 3; ++k)
       for (std::int64_t i = 0; i < kCount; ++i) {
         const float want = static_cast<float>(6 + 4 * (k + i % 7));

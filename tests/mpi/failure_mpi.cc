@@ -15,11 +15,41 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 using namespace meshcast;
+
+namespace {
+
+// Device 1's part: gone without a word, or `bad` throws and is reported.
+int fail(const std::string& mode, const std::function<void()>& bad) {
+  if (mode == "exit") _exit(3);
+  try {
+    bad();
+  } catch (const Error& e) {
+    std::printf("rank 1: threw %s\n", e.what());
+  }
+  return 3;
+}
+
+// A survivor's part: `good` must end with a CommError naming device 1, reported with its delay.
+int survive(int me, const std::function<void()>& good) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    good();
+    std::printf("rank %d: no error\n", me);
+  } catch (const CommError& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("rank %d: CommError after %.2f s: %s\n", me, s, e.what());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const std::string backend = argc > 1 ? argv[1] : "mpi";
@@ -44,26 +74,11 @@ int main(int argc, char** argv) {
     std::vector<int> group(static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r) group[static_cast<std::size_t>(r)] = r;
     std::vector<float> buf(1 << 20, 1.0f);
-    if (me == 1) {
-      if (mode == "exit") _exit(3);
-      try {
-        all_reduce(comm, group, buf.data(), buf.data(), -1, DType::f32, ReduceOp::Sum);
-      } catch (const Error& e) {
-        std::printf("rank 1: threw %s\n", e.what());
-      }
-      return 3;
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-      all_reduce(comm, group, buf.data(), buf.data(), static_cast<std::int64_t>(buf.size()),
-                 DType::f32, ReduceOp::Sum);
-      std::printf("rank %d: no error\n", me);
-    } catch (const CommError& e) {
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::printf("rank %d: CommError after %.2f s: %s\n", me, s, e.what());
-    }
-    std::fflush(stdout);
-    return 0;
+    auto run = [&](std::int64_t count) {
+      all_reduce(comm, group, buf.data(), buf.data(), count, DType::f32, ReduceOp::Sum);
+    };
+    if (me == 1) return fail(mode, [&] { run(-1); });  // a negative count: refused
+    return survive(me, [&] { run(static_cast<std::int64_t>(buf.size())); });
   }
   const Shape shape{1 << 20};  // 4 MiB of f32
   const Layout src = Layout::parse(shape, DType::f32, "1@1:R");
@@ -73,25 +88,8 @@ int main(int argc, char** argv) {
   PlanOptions po;
   po.strategy = Strategy::Broadcast;
   const Plan p = plan(src, dst, Topology::single_host(), po);
-  std::vector<float> in(me == 1 ? static_cast<std::size_t>(shape[0]) : 0);
   std::vector<float> out(me == 1 ? 0 : static_cast<std::size_t>(shape[0]));
-  if (me == 1) {
-    if (mode == "exit") _exit(3);  // gone without a word
-    try {
-      reshard(p, comm, nullptr, nullptr);  // no source buffer: the executor throws
-    } catch (const Error& e) {
-      std::printf("rank 1: threw %s\n", e.what());
-    }
-    return 3;
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    reshard(p, comm, nullptr, out.data());
-    std::printf("rank %d: no error\n", me);
-  } catch (const CommError& e) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("rank %d: CommError after %.2f s: %s\n", me, s, e.what());
-  }
-  std::fflush(stdout);
-  return 0;
+  // Device 1 passes no source buffer: the executor throws.
+  if (me == 1) return fail(mode, [&] { reshard(p, comm, nullptr, nullptr); });
+  return survive(me, [&] { reshard(p, comm, nullptr, out.data()); });
 }
