@@ -1,5 +1,6 @@
 // The executor: walks a plan's ops phase by phase, posting every transfer of a phase before
-// waiting on any, so a device never blocks on an order its peers do not share.
+// waiting on any, so a device never blocks on an order its peers do not share. It advances only
+// inside test()/wait(), so that a caller can compute while a reshard is in flight.
 #include "meshcast/reshard.h"
 
 #include <algorithm>
@@ -11,7 +12,9 @@ namespace {
 
 // Tags repeat every 32768 ops (MPI guarantees at least that many); safe because every device
 // posts a pair's messages in plan order and messages of one (peer, tag) match in order.
-int tag_of(std::size_t op) { return static_cast<int>(op % 32768); }
+int tag_of(std::size_t op, int base) {
+  return static_cast<int>((op + static_cast<std::size_t>(base)) % 32768);
+}
 
 struct PendingReduce {
   const Op* op;
@@ -19,11 +22,14 @@ struct PendingReduce {
   std::vector<Request> reqs;
 };
 
-class Executor {
+}  // namespace
+
+class Transfer::Executor {
  public:
-  Executor(const Plan& plan, Communicator& comm, const void* src, void* dst)
+  Executor(const Plan& plan, Communicator& comm, const void* src, void* dst, int tag_base)
       : plan_(plan),
         comm_(comm),
+        tag_base_(tag_base),
         me_(comm.rank()),
         src_(const_cast<void*>(src)),
         dst_(dst),
@@ -42,16 +48,23 @@ class Executor {
     }
   }
 
-  void run() {
+  // Posts the phases whose predecessors completed; `block`: wait for each instead of testing.
+  // True once every op of the plan completed.
+  bool advance(bool block) {
     const auto& ops = plan_.ops();
-    std::size_t i = 0;
-    while (i < ops.size()) {
-      const int phase = ops[i].phase;
-      std::vector<Request> reqs;
-      std::vector<PendingReduce> reduces;
-      for (; i < ops.size() && ops[i].phase == phase; ++i) post(ops[i], tag_of(i), reqs, reduces);
-      for (auto& r : reduces) finish(r);
-      comm_.wait_all(reqs);
+    while (true) {
+      if (started_) {
+        if (!block && !phase_complete()) return false;
+        for (auto& r : reduces_) finish(r);
+        comm_.wait_all(reqs_);
+        reqs_.clear();
+        reduces_.clear();
+      }
+      if (next_ == ops.size()) return true;
+      started_ = true;
+      const int phase = ops[next_].phase;
+      for (; next_ < ops.size() && ops[next_].phase == phase; ++next_)
+        post(ops[next_], tag_of(next_, tag_base_), reqs_, reduces_);
     }
   }
 
@@ -115,6 +128,15 @@ class Executor {
     }
   }
 
+  bool phase_complete() {
+    for (auto& r : reqs_)
+      if (!comm_.test(r)) return false;
+    for (auto& p : reduces_)
+      for (auto& r : p.reqs)
+        if (r.valid() && !comm_.test(r)) return false;
+    return true;
+  }
+
   // Sums the addends into the target in addend order, so every run gives the same bits.
   void finish(PendingReduce& p) {
     const Op& op = *p.op;
@@ -133,6 +155,11 @@ class Executor {
 
   const Plan& plan_;
   Communicator& comm_;
+  int tag_base_;
+  std::size_t next_ = 0;  // the first op not yet posted
+  bool started_ = false;  // a phase is posted (reqs_ and reduces_ belong to it)
+  std::vector<Request> reqs_;
+  std::vector<PendingReduce> reduces_;
   int me_;
   void* src_;
   void* dst_;
@@ -140,18 +167,46 @@ class Executor {
   Box src_tile_, dst_tile_;
 };
 
-}  // namespace
+Transfer::Transfer() = default;
+Transfer::~Transfer() = default;
+Transfer::Transfer(Transfer&&) noexcept = default;
+Transfer& Transfer::operator=(Transfer&&) noexcept = default;
 
-void reshard(const Plan& plan, Communicator& comm, const void* src_local, void* dst_local) {
-  const int me = comm.rank();
-  if (!plan.src().mesh().contains(me) && !plan.dst().mesh().contains(me)) return;
+bool Transfer::step(bool block) {
+  if (!exec_) return true;
   try {
-    Executor(plan, comm, src_local, dst_local).run();
+    if (!exec_->advance(block)) return false;
   } catch (const std::exception& e) {
     // Every device then reports the device that failed, at once.
+    comm_->abandon_for(e);
+    exec_.reset();
+    throw;
+  }
+  exec_.reset();
+  return true;
+}
+
+bool Transfer::test() { return step(false); }
+void Transfer::wait() { step(true); }
+
+Transfer ireshard(const Plan& plan, Communicator& comm, const void* src_local, void* dst_local,
+                  int tag_base) {
+  Transfer t;
+  const int me = comm.rank();
+  if (!plan.src().mesh().contains(me) && !plan.dst().mesh().contains(me)) return t;
+  t.comm_ = &comm;
+  try {
+    t.exec_ = std::make_unique<Transfer::Executor>(plan, comm, src_local, dst_local, tag_base);
+  } catch (const std::exception& e) {
     comm.abandon_for(e);
     throw;
   }
+  t.test();  // posts the first phase
+  return t;
+}
+
+void reshard(const Plan& plan, Communicator& comm, const void* src_local, void* dst_local) {
+  ireshard(plan, comm, src_local, dst_local).wait();
 }
 
 }  // namespace meshcast

@@ -1,0 +1,536 @@
+// The engine: each device builds its pieces of the model, plans the reshards between pipeline
+// stages once, then runs its stage's schedule every step. Transfers between stages are started
+// as soon as their data exists (the sender) or at the start of the step (a receiver) and waited
+// on only where the data is needed, so that they proceed while the stages compute.
+#include "meshcast/training/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "meshcast/error.h"
+#include "meshcast/reshard.h"
+#include "meshcast/training/ops.h"
+#include "training/layers.h"
+#include "training/parameters.h"
+#include "training/stage.h"
+
+namespace meshcast::training {
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void require(bool ok, const std::string& field, const std::string& why) {
+  if (!ok) throw ValidationError(field, why);
+}
+
+// A piece of the model: consecutive blocks, plus the embedding on the first piece and the head
+// on the last.
+struct Piece {
+  int first_layer = 0, end_layer = 0;
+  std::vector<Block> blocks;
+  std::optional<Embedding> embed;
+  std::optional<Head> head;
+  int backwards_done = 0;  // this step
+};
+
+// What a piece keeps between a micro-batch's forward and its backward.
+struct Saved {
+  std::vector<Block::Saved> blocks;
+  Head::Saved head;
+};
+
+// A tensor that moves between pieces on different meshes (or none): a boundary activation or
+// gradient, or a skip connection's, for one micro-batch.
+struct Route {
+  int src_piece = 0, dst_piece = 0;
+  const Plan* plan = nullptr;
+};
+
+struct Flight {
+  Transfer transfer;
+  std::vector<float> src, dst;
+  bool receiver = false;  // this device consumes dst
+};
+
+class Runner {
+ public:
+  Runner(Communicator& comm, const ModelConfig& model, const ParallelConfig& parallel,
+         const TrainConfig& train, const BatchSource& batches)
+      : comm_(comm),
+        model_(model),
+        par_(parallel),
+        cfg_(train),
+        batches_(batches),
+        place_(place_of(comm.rank(), parallel)),
+        params_(place_, train, model),
+        exec_{comm, place_, CollectiveOptions{}, parallel.overlap, parallel.sub_batches},
+        stages_(static_cast<int>(parallel.stages.size())),
+        pieces_(stages_ * parallel.chunks),
+        mb_samples_(train.batch / parallel.micro_batches) {
+    exec_.options.topology = parallel.topology;
+    firsts_ = stage_firsts(parallel);
+    for (int s = 0; s < stages_; ++s)
+      layouts_.push_back(activation_layout(model, mb_samples_, firsts_[static_cast<std::size_t>(s)],
+                                           parallel.stages[static_cast<std::size_t>(s)]));
+    for (int d = 0; d < parallel.devices(); ++d) world_.push_back(d);
+    build_pieces();
+    build_routes();
+    schedule_ = make_schedule(parallel.schedule, stages_, parallel.micro_batches, parallel.chunks);
+    const Box tile = layouts_[static_cast<std::size_t>(place_.stage)].tile_of(comm.rank());
+    samples_ = tile[0];
+    width_ = tile[2].size();
+  }
+
+  StepStats step(int index) {
+    StepStats st;
+    const double t0 = now();
+    exec_.blocked = 0;
+    bubble_ = 0;
+    loss_sum_ = 0;
+    batches_(index, tokens_);
+    params_.zero_grads();
+    params_.start_gathers(comm_, par_.overlap);
+    for (auto& p : pieces_state_) p.backwards_done = 0;
+    GradSync sync(comm_, place_, exec_.options, par_.bucket_bytes, par_.overlap);
+    sync_ = &sync;
+    post_receives();
+    for (const PipeOp& op : schedule_[static_cast<std::size_t>(place_.stage)]) {
+      if (op.forward)
+        forward(op.piece, op.micro_batch);
+      else
+        backward(op.piece, op.micro_batch);
+      progress();
+    }
+    double comm = exec_.blocked;
+    const double t1 = now();
+    for (auto& [key, f] : flights_) f.transfer.wait();
+    flights_.clear();
+    comm += now() - t1 + sync.finish();
+    sync_ = nullptr;
+
+    // One all-reduce over every device: the loss and the squared gradient norm.
+    const double t2 = now();
+    double sums[2] = {place_.r == 0 && place_.c == 0 ? loss_sum_ : 0.0,
+                      params_.counted_grad_sum_of_squares()};
+    all_reduce(comm_, world_, sums, sums, 2, DType::f64, ReduceOp::Sum, exec_.options);
+    comm += now() - t2;
+    st.loss = sums[0] / static_cast<double>(cfg_.batch * model_.seq);
+    st.grad_norm = std::sqrt(sums[1]);
+    AdamW opt;
+    opt.lr = cfg_.lr;
+    opt.weight_decay = cfg_.weight_decay;
+    params_.update(opt, index + 1, clip_factor(sums[1], cfg_.clip));
+    st.seconds = now() - t0;
+    st.bubble = bubble_;
+    st.exposed_comm = comm;
+    st.compute = std::max(0.0, st.seconds - bubble_ - comm);
+    return st;
+  }
+
+  std::vector<ParameterPart> parts() const { return params_.parts(); }
+
+ private:
+  int stage_of(int piece) const { return piece % stages_; }
+  bool hosts(int piece) const { return stage_of(piece) == place_.stage; }
+  int piece_of_layer(int layer) const {
+    for (int p = 0; p < pieces_; ++p) {
+      const Range r = shard_range(model_.layers, pieces_, p);
+      if (layer >= r.lo && layer < r.hi) return p;
+    }
+    return -1;
+  }
+
+  void build_pieces() {
+    pieces_state_.resize(static_cast<std::size_t>(pieces_));
+    for (int p = 0; p < pieces_; ++p) {
+      Piece& piece = pieces_state_[static_cast<std::size_t>(p)];
+      const Range r = shard_range(model_.layers, pieces_, p);
+      piece.first_layer = static_cast<int>(r.lo);
+      piece.end_layer = static_cast<int>(r.hi);
+      if (!hosts(p)) continue;
+      if (p == 0) piece.embed = Embedding::make(params_, place_, model_);
+      for (int l = piece.first_layer; l < piece.end_layer; ++l)
+        piece.blocks.push_back(Block::make(params_, place_, model_, l));
+      if (p == pieces_ - 1) piece.head = Head::make(params_, place_, model_);
+    }
+  }
+
+  const Plan* plan_between(int src_stage, int dst_stage) {
+    auto key = std::make_pair(src_stage, dst_stage);
+    auto it = plans_.find(key);
+    if (it == plans_.end()) {
+      PlanOptions o;
+      o.strategy = par_.reshard;
+      const Topology topo = par_.topology ? *par_.topology : Topology::single_host();
+      it = plans_
+               .emplace(key, plan(layouts_[static_cast<std::size_t>(src_stage)],
+                                  layouts_[static_cast<std::size_t>(dst_stage)], topo, o))
+               .first;
+    }
+    return &it->second;
+  }
+
+  // Routes: 2p / 2p+1 the forward / backward across the boundary after piece p; then, per skip
+  // whose ends lie on different pieces, its forward and backward.
+  void build_routes() {
+    for (int p = 0; p + 1 < pieces_; ++p) {
+      routes_.push_back({p, p + 1, plan_between(stage_of(p), stage_of(p + 1))});
+      routes_.push_back({p + 1, p, plan_between(stage_of(p + 1), stage_of(p))});
+    }
+    for (const auto& [from, to] : model_.skips) {
+      const int a = piece_of_layer(from), b = piece_of_layer(to);
+      if (a == b) {
+        skip_routes_.push_back(-1);
+        continue;
+      }
+      skip_routes_.push_back(static_cast<int>(routes_.size()));
+      routes_.push_back({a, b, plan_between(stage_of(a), stage_of(b))});
+      routes_.push_back({b, a, plan_between(stage_of(b), stage_of(a))});
+    }
+    std::size_t ops = 1;
+    for (const auto& r : routes_) ops = std::max(ops, r.plan->ops().size());
+    tag_stride_ = static_cast<int>(ops);
+    require(routes_.size() * static_cast<std::size_t>(par_.micro_batches) * ops <= 32768,
+            "micro_batches",
+            "the stage transfers of one step need more than 32768 message tags; use fewer "
+            "micro-batches or stages");
+  }
+
+  // Receives this device only consumes are posted when the step starts.
+  void post_receives() {
+    for (std::size_t r = 0; r < routes_.size(); ++r) {
+      const Route& route = routes_[r];
+      if (!hosts(route.dst_piece) || hosts(route.src_piece)) continue;
+      for (int mb = 0; mb < par_.micro_batches; ++mb) {
+        Flight& f = flights_[{static_cast<int>(r), mb}];
+        f.receiver = true;
+        f.dst.assign(static_cast<std::size_t>(activation_elements()), 0.0f);
+        f.transfer = ireshard(*route.plan, comm_, nullptr, f.dst.data(), tag(r, mb));
+      }
+    }
+  }
+
+  int tag(std::size_t route, int mb) const {
+    return (static_cast<int>(route) * par_.micro_batches + mb) * tag_stride_;
+  }
+  std::int64_t activation_elements() const { return samples_.size() * model_.seq * width_; }
+
+  void send(std::size_t route, int mb, std::vector<float> data) {
+    const Route& r = routes_[route];
+    Flight& f = flights_[{static_cast<int>(route), mb}];
+    f.src = std::move(data);
+    f.receiver = hosts(r.dst_piece);
+    if (f.receiver) f.dst.assign(static_cast<std::size_t>(activation_elements()), 0.0f);
+    f.transfer =
+        ireshard(*r.plan, comm_, f.src.data(), f.receiver ? f.dst.data() : nullptr, tag(route, mb));
+    if (!par_.overlap && !f.receiver) f.transfer.wait();
+  }
+
+  // The data of a route for a micro-batch, once it arrived; the wait counts as bubble.
+  std::vector<float> take(std::size_t route, int mb) {
+    auto it = flights_.find({static_cast<int>(route), mb});
+    const double t0 = now();
+    int spins = 0;
+    while (!it->second.transfer.test()) {
+      progress(it->first);
+      if (++spins > 64)
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      else
+        std::this_thread::yield();
+    }
+    bubble_ += now() - t0;
+    std::vector<float> out = std::move(it->second.dst);
+    flights_.erase(it);
+    return out;
+  }
+
+  // Moves every transfer and gradient synchronisation on (never blocks).
+  void progress(std::pair<int, int> skip = {-1, -1}) {
+    for (auto it = flights_.begin(); it != flights_.end();) {
+      if (it->first != skip && it->second.transfer.test() && !it->second.receiver)
+        it = flights_.erase(it);
+      else
+        ++it;
+    }
+    if (sync_ != nullptr) sync_->progress();
+  }
+
+  const std::int32_t* sample_tokens(int mb, std::vector<std::int32_t>& out, int shift) const {
+    out.clear();
+    const int s = model_.seq;
+    for (std::int64_t i = samples_.lo; i < samples_.hi; ++i) {
+      const std::int64_t sample = static_cast<std::int64_t>(mb) * mb_samples_ + i;
+      const std::int32_t* row = tokens_.data() + sample * (s + 1);
+      out.insert(out.end(), row + shift, row + shift + s);
+    }
+    return out.data();
+  }
+
+  void forward(int p, int mb) {
+    Piece& piece = pieces_state_[static_cast<std::size_t>(p)];
+    Saved& saved = saved_[{p, mb}];
+    const std::int64_t b = samples_.size(), t = b * model_.seq;
+    std::vector<float> x;
+    if (piece.embed) {
+      x.assign(static_cast<std::size_t>(t * width_), 0.0f);
+      std::vector<std::int32_t> ids;
+      embedding_forward(sample_tokens(mb, ids, 0), piece.embed->table->value.data(),
+                        piece.embed->pos->value.data(), x.data(), b, model_.seq, width_);
+    } else {
+      x = take(static_cast<std::size_t>(2 * (p - 1)), mb);
+    }
+    saved.blocks.resize(piece.blocks.size());
+    for (std::size_t i = 0; i < piece.blocks.size(); ++i) {
+      const int layer = piece.first_layer + static_cast<int>(i);
+      for (std::size_t j = 0; j < model_.skips.size(); ++j)
+        if (model_.skips[j].second == layer)
+          add_into(skip_in(j, mb, true).data(), x.data(), t * width_);
+      std::vector<float> y(x.size());
+      piece.blocks[i].forward(exec_, x.data(), y.data(), b, model_.seq, saved.blocks[i]);
+      x = std::move(y);
+      for (std::size_t j = 0; j < model_.skips.size(); ++j)
+        if (model_.skips[j].first == layer) skip_out(j, mb, true, x);
+    }
+    if (piece.head) {
+      std::vector<std::int32_t> targets;
+      loss_sum_ +=
+          piece.head->forward(exec_, x.data(), sample_tokens(mb, targets, 1), t, saved.head);
+    } else {
+      send(static_cast<std::size_t>(2 * p), mb, std::move(x));
+    }
+  }
+
+  void backward(int p, int mb) {
+    Piece& piece = pieces_state_[static_cast<std::size_t>(p)];
+    Saved& saved = saved_[{p, mb}];
+    const std::int64_t b = samples_.size(), t = b * model_.seq;
+    const bool last = ++piece.backwards_done == par_.micro_batches;
+    std::vector<float> dy;
+    if (piece.head) {
+      dy.assign(static_cast<std::size_t>(t * width_), 0.0f);
+      std::vector<std::int32_t> targets;
+      piece.head->backward(exec_, saved.head, sample_tokens(mb, targets, 1), dy.data(), t,
+                           static_cast<std::int64_t>(cfg_.batch) * model_.seq);
+      if (last)
+        for (Param* q : {piece.head->ln_g, piece.head->ln_b, piece.head->out.w}) sync_->add(*q);
+    } else {
+      dy = take(static_cast<std::size_t>(2 * p + 1), mb);
+    }
+    for (std::size_t i = piece.blocks.size(); i-- > 0;) {
+      const int layer = piece.first_layer + static_cast<int>(i);
+      for (std::size_t j = 0; j < model_.skips.size(); ++j)
+        if (model_.skips[j].first == layer)
+          add_into(skip_in(j, mb, false).data(), dy.data(), t * width_);
+      std::vector<float> dx(dy.size());
+      const Block& blk = piece.blocks[i];
+      blk.backward(exec_, saved.blocks[i], dy.data(), dx.data(), b, model_.seq);
+      dy = std::move(dx);
+      for (std::size_t j = 0; j < model_.skips.size(); ++j)
+        if (model_.skips[j].second == layer) skip_out(j, mb, false, dy);
+      if (last)
+        for (Param* q : {blk.fc2.w, blk.fc2.b, blk.fc1.w, blk.fc1.b, blk.ln2_g, blk.ln2_b,
+                         blk.proj.w, blk.proj.b, blk.qkv.w, blk.qkv.b, blk.ln1_g, blk.ln1_b})
+          sync_->add(*q);
+    }
+    if (piece.embed) {
+      std::vector<std::int32_t> ids;
+      embedding_backward(sample_tokens(mb, ids, 0), dy.data(), piece.embed->table->grad.data(),
+                         piece.embed->pos->grad.data(), b, model_.seq, width_);
+      if (last) {
+        sync_->add(*piece.embed->pos);
+        sync_->add(*piece.embed->table);
+      }
+    } else {
+      send(static_cast<std::size_t>(2 * (p - 1) + 1), mb, std::move(dy));
+    }
+    saved_.erase({p, mb});
+  }
+
+  // A skip connection's tensor (forward: the activation; backward: its gradient) arriving at
+  // this end, from a local hand-over or a route.
+  std::vector<float> skip_in(std::size_t j, int mb, bool fwd) {
+    const int route = skip_routes_[j];
+    if (route < 0) {
+      auto node = local_skips_.extract({static_cast<int>(j) * 2 + (fwd ? 0 : 1), mb});
+      return std::move(node.mapped());
+    }
+    return take(static_cast<std::size_t>(route + (fwd ? 0 : 1)), mb);
+  }
+  void skip_out(std::size_t j, int mb, bool fwd, const std::vector<float>& data) {
+    const int route = skip_routes_[j];
+    if (route < 0)
+      local_skips_[{static_cast<int>(j) * 2 + (fwd ? 0 : 1), mb}] = data;
+    else
+      send(static_cast<std::size_t>(route + (fwd ? 0 : 1)), mb, data);
+  }
+
+  Communicator& comm_;
+  const ModelConfig& model_;
+  const ParallelConfig& par_;
+  const TrainConfig& cfg_;
+  const BatchSource& batches_;
+  Place place_;
+  Parameters params_;
+  Exec exec_;
+  int stages_, pieces_, mb_samples_;
+  std::vector<int> firsts_, world_;
+  std::vector<Layout> layouts_;
+  std::vector<Piece> pieces_state_;
+  std::map<std::pair<int, int>, Plan> plans_;
+  std::vector<Route> routes_;
+  std::vector<int> skip_routes_;  // per skip: its forward route, -1 when within one piece
+  int tag_stride_ = 1;
+  std::vector<std::vector<PipeOp>> schedule_;
+  Range samples_;
+  std::int64_t width_ = 0;
+  std::vector<std::int32_t> tokens_;
+  std::map<std::pair<int, int>, Saved> saved_;
+  std::map<std::pair<int, int>, Flight> flights_;
+  std::map<std::pair<int, int>, std::vector<float>> local_skips_;
+  GradSync* sync_ = nullptr;
+  double bubble_ = 0, loss_sum_ = 0;
+};
+
+}  // namespace
+
+int ParallelConfig::devices() const {
+  int n = 0;
+  for (const auto& s : stages) n += s.devices();
+  return n;
+}
+
+StageShape parse_stage_shape(const std::string& text, const std::string& field) {
+  StageShape s;
+  bool tp = false, grid = false;
+  std::stringstream in(text);
+  std::string item;
+  auto number = [&](const std::string& v, const std::string& name) {
+    std::size_t used = 0;
+    int n = 0;
+    try {
+      n = std::stoi(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != v.size() || n < 1)
+      throw ParseError(field + "." + name, "expected a positive integer, got '" + v + "'");
+    return n;
+  };
+  while (std::getline(in, item, ',')) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos)
+      throw ParseError(field,
+                       "expected key=value items (dp=, tp=, grid=RxCxD), got '" + item + "'");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "dp") {
+      s.dp = number(value, "dp");
+    } else if (key == "tp") {
+      s.cols = number(value, "tp");
+      tp = true;
+    } else if (key == "grid") {
+      std::vector<int> g;
+      std::stringstream gs(value);
+      std::string part;
+      while (std::getline(gs, part, 'x')) g.push_back(number(part, "grid"));
+      if (g.size() != 3)
+        throw ParseError(field + ".grid", "expected RxCxD (three extents), got '" + value + "'");
+      s.rows = g[0];
+      s.cols = g[1];
+      s.depth = g[2];
+      grid = true;
+    } else {
+      throw ParseError(field, "unknown key '" + key + "' (expected dp, tp or grid)");
+    }
+  }
+  if (tp && grid) throw ValidationError(field, "give tp (Megatron) or grid (3D), not both");
+  return s;
+}
+
+std::string to_string(const StageShape& s) {
+  std::string out = "dp=" + std::to_string(s.dp);
+  if (s.rows == 1 && s.depth == 1) return out + ",tp=" + std::to_string(s.cols);
+  return out + ",grid=" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "x" +
+         std::to_string(s.depth);
+}
+
+BatchSource random_batches(const ModelConfig& model, int batch, std::uint64_t seed) {
+  return [model, batch, seed](int step, std::vector<std::int32_t>& tokens) {
+    Rng rng(seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(step));
+    tokens.resize(static_cast<std::size_t>(batch) * static_cast<std::size_t>(model.seq + 1));
+    for (auto& t : tokens)
+      t = static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(model.vocab));
+  };
+}
+
+void validate(const ModelConfig& model, const ParallelConfig& parallel, const TrainConfig& train) {
+  require(model.vocab >= 1, "vocab", "must be at least 1");
+  require(model.seq >= 1, "seq", "must be at least 1");
+  require(model.heads >= 1 && model.d_model >= 1 && model.d_model % model.heads == 0, "heads",
+          "must divide d_model (" + std::to_string(model.d_model) + ")");
+  require(model.layers >= 1, "layers", "must be at least 1");
+  require(model.ffn >= 0, "ffn", "must be >= 0");
+  for (const auto& [a, b] : model.skips)
+    require(a >= 0 && b < model.layers && b > a, "skips",
+            "a skip goes from a block to a later one (" + std::to_string(a) + "->" +
+                std::to_string(b) + ")");
+  require(!parallel.stages.empty(), "stages", "need at least one pipeline stage");
+  require(parallel.chunks >= 1, "chunks", "must be at least 1");
+  require(parallel.micro_batches >= 1, "micro_batches", "must be at least 1");
+  require(parallel.sub_batches >= 1, "sub_batches", "must be at least 1");
+  require(parallel.bucket_bytes >= 1, "bucket_bytes", "must be at least 1");
+  require(train.batch >= 1 && train.batch % parallel.micro_batches == 0, "batch",
+          "must be a positive multiple of micro_batches (" +
+              std::to_string(parallel.micro_batches) + ")");
+  require(train.steps >= 0, "steps", "must be >= 0");
+  const int pieces = static_cast<int>(parallel.stages.size()) * parallel.chunks;
+  require(pieces <= model.layers, "layers",
+          std::to_string(model.layers) + " blocks cannot fill " + std::to_string(pieces) +
+              " pipeline pieces (stages x chunks)");
+  const int mb = train.batch / parallel.micro_batches;
+  for (std::size_t i = 0; i < parallel.stages.size(); ++i) {
+    const StageShape& s = parallel.stages[i];
+    const std::string f = "stages[" + std::to_string(i) + "]";
+    require(s.dp >= 1 && s.rows >= 1 && s.cols >= 1 && s.depth >= 1, f,
+            "every degree must be at least 1");
+    require(model.heads % s.cols == 0, f + ".cols",
+            std::to_string(s.cols) + " columns do not divide " + std::to_string(model.heads) +
+                " heads");
+    require(model.ffn_width() % s.cols == 0, f + ".cols",
+            std::to_string(s.cols) + " columns do not divide the MLP width " +
+                std::to_string(model.ffn_width()));
+    require(
+        model.d_model % s.rows == 0, f + ".rows",
+        std::to_string(s.rows) + " rows do not divide d_model " + std::to_string(model.d_model));
+    require(mb >= s.dp * s.depth, f,
+            "a micro-batch of " + std::to_string(mb) + " samples cannot feed dp x depth = " +
+                std::to_string(s.dp * s.depth) + " sample groups");
+  }
+  make_schedule(parallel.schedule, static_cast<int>(parallel.stages.size()), parallel.micro_batches,
+                parallel.chunks);
+}
+
+TrainResult train(Communicator& comm, const ModelConfig& model, const ParallelConfig& parallel,
+                  const TrainConfig& train, const BatchSource& batches) {
+  validate(model, parallel, train);
+  require(comm.size() >= parallel.devices(), "devices",
+          "the configuration needs " + std::to_string(parallel.devices()) +
+              " devices, the communicator has " + std::to_string(comm.size()));
+  TrainResult result;
+  if (comm.rank() >= parallel.devices()) return result;
+  static std::once_flag blas;
+  std::call_once(blas, use_single_threaded_blas);
+  Runner runner(comm, model, parallel, train, batches);
+  for (int s = 0; s < train.steps; ++s) result.steps.push_back(runner.step(s));
+  result.parameters = runner.parts();
+  return result;
+}
+
+}  // namespace meshcast::training

@@ -1,0 +1,228 @@
+#include "training/parameters.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "meshcast/sparse.h"
+
+namespace meshcast::training {
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Waits for `c` and adds the seconds blocked to `blocked`.
+void timed_wait(Collective& c, double& blocked) {
+  const double t0 = now();
+  c.wait();
+  blocked += now() - t0;
+}
+
+// The row-major elements of `block` out of a full tensor of `shape` (rank 1 or 2).
+std::vector<float> extract(const std::vector<float>& full, const std::vector<std::int64_t>& shape,
+                           const Box& block) {
+  std::vector<float> out;
+  out.reserve(static_cast<std::size_t>(block.volume()));
+  const std::int64_t cols = shape.size() == 2 ? shape[1] : 1;
+  const Range rows = block[0];
+  const Range span = shape.size() == 2 ? block[1] : Range{0, 1};
+  for (std::int64_t i = rows.lo; i < rows.hi; ++i)
+    for (std::int64_t j = span.lo; j < span.hi; ++j)
+      out.push_back(full[static_cast<std::size_t>(i * cols + j)]);
+  return out;
+}
+
+}  // namespace
+
+const float* Param::weights(Communicator& comm, double& blocked) {
+  (void)comm;
+  if (!sharded) return value.data();
+  if (!gather.done()) timed_wait(gather, blocked);
+  return full.data();
+}
+
+Parameters::Parameters(const Place& place, const TrainConfig& train, const ModelConfig& model)
+    : place_(place), seed_(train.seed), std_(model.init_std) {}
+
+Param& Parameters::add(const std::string& name, std::vector<std::int64_t> shape,
+                       std::vector<Split> split, Init init, bool sharded, bool sparse) {
+  Param& p = params_.emplace_back();
+  p.name = name;
+  p.shape = std::move(shape);
+  p.split = std::move(split);
+  p.sparse = sparse;
+  std::vector<Range> ranges;
+  bool uses_rows = false, uses_cols = false;
+  for (std::size_t i = 0; i < p.shape.size(); ++i) {
+    const std::int64_t n = p.shape[i];
+    switch (p.split[i]) {
+      case Split::None:
+        ranges.push_back({0, n});
+        break;
+      case Split::Rows:
+        ranges.push_back(shard_range(n, place_.shape.rows, place_.r));
+        uses_rows = true;
+        break;
+      case Split::Cols:
+        ranges.push_back(shard_range(n, place_.shape.cols, place_.c));
+        uses_cols = true;
+        break;
+    }
+  }
+  p.block = Box(std::move(ranges));
+  p.sharded = sharded && place_.shape.depth > 1;
+  const std::int64_t n = p.block_elements();
+  p.shard = p.sharded ? shard_range(n, place_.shape.depth, place_.d) : Range{0, n};
+  p.counted = place_.dp == 0 && (p.sharded || place_.d == 0) && (uses_rows || place_.r == 0) &&
+              (uses_cols || place_.c == 0);
+
+  // Every device draws the whole tensor from (seed, name), so the values do not depend on the
+  // parallel configuration.
+  std::int64_t total = 1;
+  for (auto e : p.shape) total *= e;
+  std::vector<float> full(static_cast<std::size_t>(total), init == Init::Ones ? 1.0f : 0.0f);
+  if (init == Init::Normal) fill_normal(full.data(), total, std_, seed_, name);
+  const auto block = extract(full, p.shape, p.block);
+  p.value.assign(block.begin() + p.shard.lo, block.begin() + p.shard.hi);
+  p.grad.assign(static_cast<std::size_t>(n), 0.0f);
+  p.synced.assign(p.value.size(), 0.0f);
+  p.m.assign(p.value.size(), 0.0f);
+  p.v.assign(p.value.size(), 0.0f);
+  return p;
+}
+
+void Parameters::start_gathers(Communicator& comm, bool overlap) {
+  for (auto& p : params_) {
+    if (!p.sharded) continue;
+    p.full.assign(static_cast<std::size_t>(p.block_elements()), 0.0f);
+    p.gather = iall_gather(comm, place_.depth, p.value.data(), p.full.data(), p.block_elements(),
+                           DType::f32);
+    if (!overlap) p.gather.wait();
+  }
+}
+
+void Parameters::zero_grads() {
+  for (auto& p : params_) std::fill(p.grad.begin(), p.grad.end(), 0.0f);
+}
+
+std::vector<ParameterPart> Parameters::parts() const {
+  std::vector<ParameterPart> out;
+  for (const auto& p : params_)
+    if (p.counted) out.push_back({p.name, p.shape, p.block, p.shard.lo, p.value});
+  return out;
+}
+
+double Parameters::counted_grad_sum_of_squares() const {
+  double s = 0;
+  for (const auto& p : params_)
+    if (p.counted) s += sum_of_squares(p.synced.data(), static_cast<std::int64_t>(p.synced.size()));
+  return s;
+}
+
+void Parameters::update(const AdamW& opt, std::int64_t step, float clip) {
+  AdamW no_decay = opt;
+  no_decay.weight_decay = 0;
+  for (auto& p : params_) {
+    const auto n = static_cast<std::int64_t>(p.value.size());
+    if (clip != 1.0f) scale(p.synced.data(), n, clip);
+    // Biases and layernorm gains are not decayed (the usual practice).
+    (p.shape.size() == 2 ? opt : no_decay)
+        .step(p.value.data(), p.synced.data(), p.m.data(), p.v.data(), n, step);
+  }
+}
+
+GradSync::GradSync(Communicator& comm, const Place& place, const CollectiveOptions& options,
+                   std::int64_t bucket_bytes, bool overlap)
+    : comm_(comm),
+      place_(place),
+      options_(options),
+      bucket_bytes_(bucket_bytes),
+      overlap_(overlap) {}
+
+void GradSync::add(Param& p) {
+  if (p.sparse && place_.tokens.size() > 1) {
+    sparse_.push_back(&p);
+    return;
+  }
+  if (p.sharded) {
+    Pending& q = pending_.emplace_back();
+    q.params = {&p};
+    q.op = ireduce_scatter(comm_, place_.depth, p.grad.data(), p.synced.data(), p.block_elements(),
+                           DType::f32, ReduceOp::Sum, options_);
+    if (!overlap_) advance(q, true);
+    return;
+  }
+  if (place_.tokens.size() == 1) {
+    std::copy(p.grad.begin() + p.shard.lo, p.grad.begin() + p.shard.hi, p.synced.begin());
+    return;
+  }
+  open_.push_back(&p);
+  open_bytes_ += p.block_elements() * 4;
+  if (open_bytes_ >= bucket_bytes_) start_bucket();
+}
+
+void GradSync::start_bucket() {
+  if (open_.empty()) return;
+  Pending& q = pending_.emplace_back();
+  q.params = std::move(open_);
+  open_.clear();
+  open_bytes_ = 0;
+  for (const Param* p : q.params) q.buffer.insert(q.buffer.end(), p->grad.begin(), p->grad.end());
+  q.op =
+      iall_reduce(comm_, place_.tokens, q.buffer.data(), q.buffer.data(),
+                  static_cast<std::int64_t>(q.buffer.size()), DType::f32, ReduceOp::Sum, options_);
+  if (!overlap_) advance(q, true);
+}
+
+void GradSync::advance(Pending& q, bool block) {
+  while (!q.params.empty()) {
+    if (block)
+      q.op.wait();
+    else if (!q.op.test())
+      return;
+    Param& first = *q.params.front();
+    if (first.sharded && !q.second && place_.replicas.size() > 1) {
+      q.second = true;
+      q.op = iall_reduce(comm_, place_.replicas, first.synced.data(), first.synced.data(),
+                         static_cast<std::int64_t>(first.synced.size()), DType::f32, ReduceOp::Sum,
+                         options_);
+      continue;
+    }
+    complete(q);
+  }
+}
+
+void GradSync::complete(Pending& q) {
+  std::size_t at = 0;
+  for (Param* p : q.params) {
+    if (!q.buffer.empty()) {
+      std::copy(q.buffer.begin() + static_cast<std::ptrdiff_t>(at),
+                q.buffer.begin() + static_cast<std::ptrdiff_t>(at + p->grad.size()),
+                p->synced.begin());
+      at += p->grad.size();
+    }
+  }
+  q.params.clear();
+}
+
+void GradSync::progress() {
+  for (auto& q : pending_) advance(q, false);
+  while (!pending_.empty() && pending_.front().params.empty()) pending_.pop_front();
+}
+
+double GradSync::finish() {
+  const double t0 = now();
+  start_bucket();
+  for (auto& q : pending_) advance(q, true);
+  pending_.clear();
+  for (Param* p : sparse_) {
+    const std::int64_t width = p->block[1].size();
+    const SparseRows rows = SparseRows::from_dense(p->grad, p->block[0].size(), width);
+    sparse_all_reduce(comm_, place_.tokens, rows, p->synced, SparseMethod::Auto, options_);
+  }
+  sparse_.clear();
+  return now() - t0;
+}
+
+}  // namespace meshcast::training
