@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,11 @@
 namespace CLI {
 class App;
 }
+
+namespace meshcast {
+class Bootstrap;
+class NcclSession;
+}  // namespace meshcast
 
 namespace meshcast::cli {
 
@@ -38,12 +44,26 @@ struct DemoArgs {
   std::string iters = "3";
 };
 
+// Options of `train gpt`, as typed (validated by run_train).
+struct TrainArgs {
+  std::string stages = "dp=1";
+  std::string chunks = "1", micro_batches = "1", schedule = "1f1b", sub_batches = "1";
+  bool no_overlap = false;
+  std::string reshard = "auto", topology;
+  std::string vocab = "64", seq = "16", d_model = "64", heads = "4", layers = "4";
+  std::string batch = "16", steps = "20", lr = "0.003", seed = "1", data = "pattern";
+  std::string backend = "local";
+  bool json = false;
+};
+
 // Subcommands: each returns the process exit status; a meshcast::Error escapes to main().
 void add_plan_options(CLI::App& cmd, PlanArgs& args);
 int run_plan(const PlanArgs& args);
 int run_simulate(const PlanArgs& args);
 int run_reshard(const PlanArgs& args, const RunArgs& run);
 int run_demo(const DemoArgs& args);
+void add_train_options(CLI::App& cmd, TrainArgs& args);
+int run_train(const TrainArgs& args);
 
 // Shared helpers (cli_common.cc).
 // Parses and validates every option of `args`, then plans. Throws meshcast::Error naming the
@@ -67,6 +87,19 @@ struct ProcessRun {
   bool root = false;
 };
 ProcessRun run_process(const Plan& plan, const std::string& backend, int iters, bool verify);
+// A started process backend (cli_process.cc): its communicator, its bootstrap, whether that is
+// the TCP rendezvous (else MPI), and the NCCL session when it is nccl.
+struct ProcessSession {
+  Communicator& comm;
+  Bootstrap& boot;
+  bool tcp = false;
+#ifdef MESHCAST_HAS_NCCL
+  NcclSession* nccl = nullptr;
+#endif
+};
+// Starts `backend` (mpi under mpirun; ucx, nccl also by TCP rendezvous), runs fn, shuts down.
+void with_process_backend(const std::string& backend,
+                          const std::function<void(ProcessSession&)>& fn);
 // Refuses a plan the in-process backend cannot run on this machine: too many device threads, or
 // buffers that do not fit in memory.
 void check_local_capacity(const Plan& plan);

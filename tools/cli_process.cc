@@ -23,7 +23,12 @@
 
 namespace meshcast::cli {
 
-ProcessRun run_process(const Plan& p, const std::string& backend, int iters, bool verify) {
+namespace {
+ProcessRun run_plan_on(const Plan& p, ProcessSession& session, int iters, bool verify);
+}  // namespace
+
+void with_process_backend(const std::string& backend,
+                          const std::function<void(ProcessSession&)>& fn) {
   // The bootstrap: a TCP rendezvous when MESHCAST_RENDEZVOUS is set (ucx, nccl), else MPI.
   std::unique_ptr<TcpBootstrap> tcp;
   if (backend != "mpi") tcp = TcpBootstrap::from_env();
@@ -41,6 +46,31 @@ ProcessRun run_process(const Plan& p, const std::string& backend, int iters, boo
 #endif
   if (!comm || comm->backend() != backend)
     throw ValidationError("backend", backend + " is not built into this meshcast");
+  ProcessSession session{*comm, boot, tcp != nullptr};
+#ifdef MESHCAST_HAS_NCCL
+  session.nccl = nccl.get();
+#endif
+  fn(session);
+}
+
+ProcessRun run_process(const Plan& p, const std::string& backend, int iters, bool verify) {
+  ProcessRun result;
+  with_process_backend(backend,
+                       [&](ProcessSession& s) { result = run_plan_on(p, s, iters, verify); });
+  return result;
+}
+
+namespace {
+
+// The plan on a started backend: check that every rank planned the same, then run, time and
+// verify together.
+ProcessRun run_plan_on(const Plan& p, ProcessSession& session, int iters, bool verify) {
+  Communicator* comm = &session.comm;
+  Bootstrap& boot = session.boot;
+  const bool tcp = session.tcp;
+#ifdef MESHCAST_HAS_NCCL
+  NcclSession* nccl = session.nccl;
+#endif
   const int needed = p.devices().back() + 1;
   if (comm->size() < needed && tcp)
     throw ValidationError("MESHCAST_SIZE",
@@ -104,5 +134,7 @@ ProcessRun run_process(const Plan& p, const std::string& backend, int iters, boo
         boot.sum(dst.mesh().contains(me) ? count_mismatches(dst, me, out.data()) : 0);
   return result;
 }
+
+}  // namespace
 
 }  // namespace meshcast::cli

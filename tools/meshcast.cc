@@ -5,6 +5,7 @@
 //   [--json]
 //   meshcast simulate (the plan options) [--chunk-bytes N] [--json]
 //   meshcast demo
+//   meshcast train gpt [--stages dp=2,tp=2/grid=2x1x2] [--schedule eager-1f1b] ...
 //
 // Exit status: 0 success; 1 a reshard delivered wrong elements; 2 bad input (one line on
 // stderr, "meshcast: <field>: <cause>"); 3 an internal error.
@@ -209,6 +210,7 @@ int main(int argc, char** argv) {
   PlanArgs plan_args;
   RunArgs run_args;
   DemoArgs demo_args;
+  TrainArgs train_args;
 
   CLI::App* plan_cmd = app.add_subcommand(
       "plan", "Plan a reshard and print the plan (or its JSON with --json; --svg draws it).");
@@ -257,6 +259,15 @@ int main(int argc, char** argv) {
       ->type_name("N")
       ->capture_default_str();
 
+  CLI::App* train_cmd = app.add_subcommand(
+      "train", "Train a model with data, tensor and pipeline parallelism across meshes.");
+  train_cmd->require_subcommand(1);
+  CLI::App* gpt_cmd = train_cmd->add_subcommand(
+      "gpt",
+      "A GPT-style decoder on synthetic text: per step, the loss and where the time went "
+      "(compute, communication left exposed, pipeline bubble).");
+  add_train_options(*gpt_cmd, train_args);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -273,6 +284,7 @@ int main(int argc, char** argv) {
     if (*reshard_cmd) return run_reshard(plan_args, run_args);
     if (*simulate_cmd) return run_simulate(plan_args);
     if (*demo_cmd) return run_demo(demo_args);
+    if (*gpt_cmd) return run_train(train_args);
     std::cerr << "meshcast: a subcommand is required: plan, reshard, simulate or demo" << std::endl;
     return 2;
   } catch (const meshcast::Error& e) {
