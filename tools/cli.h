@@ -54,6 +54,8 @@ struct TrainArgs {
   std::string batch = "16", steps = "20", lr = "0.003", seed = "1", data = "pattern";
   std::string backend = "local";
   bool json = false;
+  bool plan = false;  // rank configurations instead of training
+  std::string devices = "8", top = "5";
 };
 
 // Subcommands: each returns the process exit status; a meshcast::Error escapes to main().

@@ -12,6 +12,7 @@
 #include "meshcast/error.h"
 #include "meshcast/training/engine.h"
 #include "meshcast/training/ops.h"
+#include "meshcast/training/planner.h"
 
 namespace meshcast::cli {
 namespace {
@@ -110,6 +111,58 @@ std::string ms(double s) {
   return o.str();
 }
 
+// This machine's fp32 GEMM rate on the model's MLP shape (one thread), measured now.
+double measure_flops(const tr::ModelConfig& m, int batch) {
+  tr::use_single_threaded_blas();
+  const std::int64_t t = static_cast<std::int64_t>(batch) * m.seq, d = m.d_model, f = m.ffn_width();
+  std::vector<float> x(static_cast<std::size_t>(t * d), 0.5f),
+      w(static_cast<std::size_t>(d * f), 0.25f), y(static_cast<std::size_t>(t * f));
+  double flops = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  double seconds = 0;
+  while (seconds < 0.2) {
+    tr::gemm(false, false, t, f, d, 1, x.data(), w.data(), 0, y.data());
+    flops += 2.0 * static_cast<double>(t * d * f);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return flops / seconds;
+}
+
+int run_plan(const TrainArgs& a, const Parsed& p) {
+  const int devices = positive(a.devices, "devices", 1 << 20);
+  const int top = positive(a.top, "top", 1000);
+  const Topology topology = a.topology.empty() ? Topology::single_host() : p.topology;
+  tr::Machine machine{measure_flops(p.model, p.train.batch)};
+  const auto ranked = tr::rank_configurations(p.model, p.train, devices, topology, machine, top);
+  if (a.json) {
+    nlohmann::json j;
+    j["devices"] = devices;
+    j["gemm_flops_per_second"] = machine.flops;
+    j["topology"] = topology.name();
+    for (const auto& r : ranked) {
+      std::string stages;
+      for (const auto& s : r.parallel.stages)
+        stages += (stages.empty() ? "" : "/") + tr::to_string(s);
+      j["configurations"].push_back({{"stages", stages},
+                                     {"micro_batches", r.parallel.micro_batches},
+                                     {"schedule", tr::to_string(r.parallel.schedule)},
+                                     {"seconds", r.total},
+                                     {"compute", r.compute},
+                                     {"tensor_comm", r.tensor_comm},
+                                     {"data_comm", r.data_comm},
+                                     {"pipeline_comm", r.pipeline_comm},
+                                     {"bubble", r.bubble}});
+    }
+    std::cout << j.dump() << '\n';
+    return 0;
+  }
+  std::cout << "top " << ranked.size() << " configurations of " << devices << " devices on "
+            << topology.name() << " (GEMM rate measured: " << std::setprecision(3)
+            << machine.flops / 1e9 << " GFLOP/s; predicted step time, no overlap assumed):\n";
+  for (const auto& r : ranked) std::cout << "  " << r.str() << '\n';
+  return 0;
+}
+
 }  // namespace
 
 void add_train_options(CLI::App& cmd, TrainArgs& a) {
@@ -151,6 +204,12 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
                  "local (threads) or mpi (one process per device, under mpirun)")
       ->capture_default_str();
   cmd.add_flag("--json", a.json, "print one JSON object with every step's figures");
+  cmd.add_flag("--plan", a.plan,
+               "train nothing: rank every parallel configuration of --devices devices on "
+               "--topology by the analytic model (AxoNN style) and print the --top best with "
+               "their predicted step-time breakdown");
+  cmd.add_option("--devices", a.devices, "devices to plan for (--plan)")->capture_default_str();
+  cmd.add_option("--top", a.top, "configurations to print (--plan)")->capture_default_str();
 }
 
 int run_train(const TrainArgs& a) {
@@ -158,6 +217,7 @@ int run_train(const TrainArgs& a) {
     throw ValidationError("backend", "expected local or mpi, got '" + a.backend + "'");
   check_backend(a.backend);
   const Parsed p = parse(a);
+  if (a.plan) return run_plan(a, p);
   const auto batches = a.data == "random" ? tr::random_batches(p.model, p.train.batch, p.train.seed)
                                           : pattern_batches(p.model, p.train.batch, p.train.seed);
   const int devices = p.parallel.devices();

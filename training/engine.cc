@@ -93,11 +93,12 @@ class Runner {
     StepStats st;
     const double t0 = now();
     exec_.blocked = 0;
+    exec_.gemm_flops = exec_.gemm_seconds = 0;
     bubble_ = 0;
     loss_sum_ = 0;
     batches_(index, tokens_);
     params_.zero_grads();
-    params_.start_gathers(comm_, par_.overlap);
+    waited_ = params_.start_gathers(comm_, par_.overlap);
     for (auto& p : pieces_state_) p.backwards_done = 0;
     GradSync sync(comm_, place_, exec_.options, par_.bucket_bytes, par_.overlap);
     sync_ = &sync;
@@ -109,7 +110,7 @@ class Runner {
         backward(op.piece, op.micro_batch);
       progress();
     }
-    double comm = exec_.blocked;
+    double comm = exec_.blocked + waited_;
     const double t1 = now();
     for (auto& [key, f] : flights_) f.transfer.wait();
     flights_.clear();
@@ -132,6 +133,8 @@ class Runner {
     st.bubble = bubble_;
     st.exposed_comm = comm;
     st.compute = std::max(0.0, st.seconds - bubble_ - comm);
+    st.gemm_flops = exec_.gemm_flops;
+    st.gemm_seconds = exec_.gemm_seconds;
     return st;
   }
 
@@ -231,24 +234,32 @@ class Runner {
     if (f.receiver) f.dst.assign(static_cast<std::size_t>(activation_elements()), 0.0f);
     f.transfer =
         ireshard(*r.plan, comm_, f.src.data(), f.receiver ? f.dst.data() : nullptr, tag(route, mb));
-    if (!par_.overlap && !f.receiver) f.transfer.wait();
+    // Without overlap the sender waits for its transfer (exposed communication).
+    if (!par_.overlap && !f.receiver) waited_ += await({static_cast<int>(route), mb});
   }
 
-  // The data of a route for a micro-batch, once it arrived; the wait counts as bubble.
-  std::vector<float> take(std::size_t route, int mb) {
-    auto it = flights_.find({static_cast<int>(route), mb});
+  // Completes a flight while moving every other one on (a device that only waited on its own
+  // request could leave a peer waiting for it); returns the seconds it took.
+  double await(std::pair<int, int> key) {
+    Transfer& t = flights_.at(key).transfer;
     const double t0 = now();
     int spins = 0;
-    while (!it->second.transfer.test()) {
-      progress(it->first);
+    while (!t.test()) {
+      progress(key);
       if (++spins > 64)
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       else
         std::this_thread::yield();
     }
-    bubble_ += now() - t0;
-    std::vector<float> out = std::move(it->second.dst);
-    flights_.erase(it);
+    return now() - t0;
+  }
+
+  // The data of a route for a micro-batch, once it arrived; the wait counts as bubble.
+  std::vector<float> take(std::size_t route, int mb) {
+    const std::pair<int, int> key{static_cast<int>(route), mb};
+    bubble_ += await(key);
+    std::vector<float> out = std::move(flights_.at(key).dst);
+    flights_.erase(key);
     return out;
   }
 
@@ -397,6 +408,7 @@ class Runner {
   std::map<std::pair<int, int>, std::vector<float>> local_skips_;
   GradSync* sync_ = nullptr;
   double bubble_ = 0, loss_sum_ = 0;
+  double waited_ = 0;  // blocked outside the layers: weight gathers, sends (overlap off)
 };
 
 }  // namespace

@@ -50,7 +50,9 @@ void Linear::forward(Exec& e, const float* x, float* y, std::int64_t rows) const
   for (std::int64_t j = 0; j < slices; ++j) {
     const Range r = shard_range(rows, slices, j);
     if (r.empty()) continue;
-    linear_forward(x + r.lo * in, weights, nullptr, y + r.lo * out, r.size(), in, out);
+    e.gemm(2.0 * static_cast<double>(r.size() * in * out), [&] {
+      linear_forward(x + r.lo * in, weights, nullptr, y + r.lo * out, r.size(), in, out);
+    });
     test_all(ops);
     if (!reduce) continue;
     ops.push_back(iall_reduce(e.comm, *forward_sum, y + r.lo * out, y + r.lo * out, r.size() * out,
@@ -73,7 +75,9 @@ void Linear::backward(Exec& e, const float* x, const float* dy, float* dx,
     for (std::int64_t j = 0; j < slices; ++j) {
       const Range r = shard_range(rows, slices, j);
       if (r.empty()) continue;
-      linear_backward_input(dy + r.lo * out, weights, dx + r.lo * in, r.size(), in, out);
+      e.gemm(2.0 * static_cast<double>(r.size() * in * out), [&] {
+        linear_backward_input(dy + r.lo * out, weights, dx + r.lo * in, r.size(), in, out);
+      });
       test_all(ops);
       if (!reduce) continue;
       ops.push_back(iall_reduce(e.comm, *backward_sum, dx + r.lo * in, dx + r.lo * in,
@@ -83,8 +87,10 @@ void Linear::backward(Exec& e, const float* x, const float* dy, float* dx,
   }
   // The weight gradient needs no communication now: it runs while the input gradient's sum is
   // in flight (Megatron's overlap).
-  linear_backward_weight(x, dy, w->grad.data(), b != nullptr ? b->grad.data() : nullptr, rows, in,
-                         out);
+  e.gemm(2.0 * static_cast<double>(rows * in * out), [&] {
+    linear_backward_weight(x, dy, w->grad.data(), b != nullptr ? b->grad.data() : nullptr, rows, in,
+                           out);
+  });
   for (auto& op : ops) e.wait(op);
 }
 

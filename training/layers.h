@@ -4,6 +4,7 @@
 // the embedding and the language-model head.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -21,6 +22,16 @@ struct Exec {
   bool overlap = true;
   int sub_batches = 1;
   double blocked = 0;  // seconds waiting on collectives
+  // The linears' matrix products: floating-point operations and seconds (the GEMM rate).
+  double gemm_flops = 0, gemm_seconds = 0;
+  // Runs a product of `flops` operations, timed.
+  template <class F>
+  void gemm(double flops, F&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    gemm_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    gemm_flops += flops;
+  }
   // Sums `n` floats over `group` (blocking); nothing when the group is this device alone.
   void all_reduce(const std::vector<int>& group, float* data, std::int64_t n);
   void wait(Collective& c);

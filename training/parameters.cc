@@ -92,14 +92,16 @@ Param& Parameters::add(const std::string& name, std::vector<std::int64_t> shape,
   return p;
 }
 
-void Parameters::start_gathers(Communicator& comm, bool overlap) {
+double Parameters::start_gathers(Communicator& comm, bool overlap) {
+  double blocked = 0;
   for (auto& p : params_) {
     if (!p.sharded) continue;
     p.full.assign(static_cast<std::size_t>(p.block_elements()), 0.0f);
     p.gather = iall_gather(comm, place_.depth, p.value.data(), p.full.data(), p.block_elements(),
                            DType::f32);
-    if (!overlap) p.gather.wait();
+    if (!overlap) timed_wait(p.gather, blocked);
   }
+  return blocked;
 }
 
 void Parameters::zero_grads() {
@@ -178,7 +180,7 @@ void GradSync::start_bucket() {
 void GradSync::advance(Pending& q, bool block) {
   while (!q.params.empty()) {
     if (block)
-      q.op.wait();
+      timed_wait(q.op, blocked_);
     else if (!q.op.test())
       return;
     Param& first = *q.params.front();
@@ -212,17 +214,17 @@ void GradSync::progress() {
 }
 
 double GradSync::finish() {
-  const double t0 = now();
   start_bucket();
   for (auto& q : pending_) advance(q, true);
   pending_.clear();
+  const double t0 = now();
   for (Param* p : sparse_) {
     const std::int64_t width = p->block[1].size();
     const SparseRows rows = SparseRows::from_dense(p->grad, p->block[0].size(), width);
     sparse_all_reduce(comm_, place_.tokens, rows, p->synced, SparseMethod::Auto, options_);
   }
   sparse_.clear();
-  return now() - t0;
+  return blocked_ + now() - t0;
 }
 
 }  // namespace meshcast::training

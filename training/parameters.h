@@ -48,8 +48,9 @@ class Parameters {
   Param& add(const std::string& name, std::vector<std::int64_t> shape, std::vector<Split> split,
              Init init, bool sharded, bool sparse = false);
 
-  // Starts the depth all-gathers of the sharded weights (a step's first use waits on them).
-  void start_gathers(Communicator& comm, bool overlap);
+  // Starts the depth all-gathers of the sharded weights (a step's first use waits on them);
+  // returns the seconds blocked (without overlap it waits for each at once).
+  double start_gathers(Communicator& comm, bool overlap);
   void zero_grads();
   std::vector<ParameterPart> parts() const;
   std::deque<Param>& all() { return params_; }
@@ -75,7 +76,8 @@ class GradSync {
            std::int64_t bucket_bytes, bool overlap);
   void add(Param& p);
   void progress();
-  // Starts what is left and waits for everything; returns seconds blocked.
+  // Starts what is left and waits for everything; returns the seconds blocked since the step
+  // started (without overlap, add() waits for each synchronisation at once).
   double finish();
 
  private:
@@ -98,6 +100,7 @@ class GradSync {
   std::int64_t open_bytes_ = 0;
   std::vector<Param*> sparse_;
   std::deque<Pending> pending_;
+  double blocked_ = 0;
 };
 
 }  // namespace meshcast::training

@@ -88,6 +88,9 @@ struct StepStats {
   double exposed_comm = 0;  // blocked on collectives and on sends still in flight at the end
   double bubble = 0;        // blocked waiting for a pipeline neighbour's activation/gradient
   double grad_norm = 0;     // before clipping
+  // The linears' matrix products on this device: operations and seconds (their rate is the
+  // device's GEMM throughput inside training).
+  double gemm_flops = 0, gemm_seconds = 0;
 };
 
 // A part of a parameter held by this device: the block `box` of the full tensor `name` (shape

@@ -1,0 +1,268 @@
+// The training engine under MPI: per configuration, steps with overlap on and off (alternating
+// runs), and in the same run the OpenBLAS sgemm rate of the linears' shapes with every rank
+// multiplying at once (the same contention for cores). Rows: step time, compute, exposed
+// communication, bubble, the GEMM rate inside training and its ratio to that sgemm rate, and
+// the exposed communication with overlap on over off.
+//
+//   mpirun -np 4 mpi_training --stages dp=1,tp=2/dp=1,tp=2 --micro-batches 4 [--json FILE]
+#include <meshcast/collectives.h>
+#include <meshcast/error.h>
+#include <meshcast/mpi.h>
+#include <meshcast/training/engine.h>
+#include <meshcast/training/ops.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "mpi_harness.h"
+
+using namespace meshcast;
+namespace tr = meshcast::training;
+
+namespace {
+
+double median(std::vector<double> v) { return v.empty() ? 0 : mcbench::median(std::move(v)); }
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Sum (or max) of one value over every rank.
+double reduce(Communicator& comm, double v, ReduceOp op) {
+  std::vector<int> world(static_cast<std::size_t>(comm.size()));
+  for (int i = 0; i < comm.size(); ++i) world[static_cast<std::size_t>(i)] = i;
+  all_reduce(comm, world, &v, &v, 1, DType::f64, op);
+  return v;
+}
+
+// The rate of this rank's sgemm on the shapes of its linears (forward and both backward
+// products).
+double sgemm_rate(const tr::ModelConfig& m, const tr::StageShape& s, std::int64_t tokens) {
+  const std::int64_t d = m.d_model, f = m.ffn_width();
+  const std::int64_t shapes[4][2] = {{d / s.rows, 3 * d / s.cols},
+                                     {d / s.cols, d / s.rows},
+                                     {d / s.rows, f / s.cols},
+                                     {f / s.cols, d / s.rows}};
+  std::vector<float> x(static_cast<std::size_t>(tokens * std::max(d, f)), 0.5f),
+      w(static_cast<std::size_t>(3 * d * f), 0.25f),
+      y(static_cast<std::size_t>(tokens * 3 * std::max(d, f)));
+  double flops = 0, seconds = 0;
+  for (int rep = 0; rep < 6 || seconds < 0.5; ++rep) {
+    const double t0 = now();
+    for (const auto& sh : shapes) {
+      const std::int64_t in = sh[0], out = sh[1];
+      tr::gemm(false, false, tokens, out, in, 1, x.data(), w.data(), 0, y.data());  // forward
+      tr::gemm(false, true, tokens, in, out, 1, y.data(), w.data(), 0, x.data());   // dx
+      tr::gemm(true, false, in, out, tokens, 1, x.data(), y.data(), 1, w.data());   // dw
+      if (rep > 0) flops += 6.0 * static_cast<double>(tokens * in * out);
+    }
+    if (rep > 0) seconds += now() - t0;
+  }
+  return flops / seconds;
+}
+
+// sgemm_rate with every rank multiplying at once (the contention for cores that training
+// has at its busiest), and with each rank alone while the others sleep (the best a rank gets).
+std::pair<double, double> sgemm_rates(Communicator& comm, const tr::ModelConfig& m,
+                                      const tr::StageShape& s, std::int64_t tokens) {
+  comm.barrier();
+  const double together = sgemm_rate(m, s, tokens);
+  double alone = 0;
+  for (int r = 0; r < comm.size(); ++r) {
+    mcbench::quiet_barrier(MPI_COMM_WORLD);
+    if (r == comm.rank()) alone = sgemm_rate(m, s, tokens);
+  }
+  mcbench::quiet_barrier(MPI_COMM_WORLD);
+  return {together, alone};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MpiOptions mo;
+  mo.timeout_seconds = 300;
+  MpiSession mpi(&argc, &argv, mo);
+  Communicator& comm = mpi.world();
+  const bool smoke = std::getenv("MESHCAST_BENCH_SMOKE") != nullptr;
+  tr::ModelConfig model;
+  model.vocab = 256;
+  model.seq = 64;
+  model.d_model = 256;
+  model.heads = 8;
+  model.layers = 4;
+  tr::ParallelConfig par;
+  tr::TrainConfig cfg;
+  cfg.batch = 16;
+  cfg.steps = smoke ? 2 : 6;
+  int rounds = smoke ? 1 : 2;
+  std::string stages = "dp=1", json, topo_path, label;
+  Topology topology;
+  par.micro_batches = 4;
+  par.schedule = tr::ScheduleKind::Eager1F1B;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (i + 1 >= argc) throw ValidationError(a, "missing value");
+      const std::string v = argv[++i];
+      auto num = [&] { return std::stoi(v); };
+      if (a == "--stages")
+        stages = v;
+      else if (a == "--micro-batches")
+        par.micro_batches = num();
+      else if (a == "--schedule")
+        par.schedule = tr::parse_schedule(v);
+      else if (a == "--sub-batches")
+        par.sub_batches = num();
+      else if (a == "--d-model")
+        model.d_model = num();
+      else if (a == "--seq")
+        model.seq = num();
+      else if (a == "--layers")
+        model.layers = num();
+      else if (a == "--heads")
+        model.heads = num();
+      else if (a == "--batch")
+        cfg.batch = num();
+      else if (a == "--steps")
+        cfg.steps = num();
+      else if (a == "--rounds")
+        rounds = num();
+      else if (a == "--reshard")
+        par.reshard = parse_strategy(v);
+      else if (a == "--topology")
+        topo_path = v;
+      else if (a == "--label")
+        label = v;
+      else if (a == "--json")
+        json = v;
+      else
+        throw ValidationError(a, "unknown option");
+    }
+    if (smoke) model.d_model = 64, model.seq = 16;
+    par.stages.clear();
+    std::stringstream in(stages);
+    std::string item;
+    while (std::getline(in, item, '/')) par.stages.push_back(tr::parse_stage_shape(item));
+    if (!topo_path.empty()) {
+      topology = Topology::load(topo_path);
+      par.topology = &topology;
+    }
+    tr::validate(model, par, cfg);
+    if (comm.size() < par.devices())
+      throw ValidationError("stages", "needs " + std::to_string(par.devices()) + " ranks");
+  } catch (const std::exception& e) {
+    if (comm.rank() == 0) std::fprintf(stderr, "mpi_training: %s\n", e.what());
+    return 2;
+  }
+  tr::use_single_threaded_blas();
+  const auto batches = tr::random_batches(model, cfg.batch, 3);
+  const bool active = comm.rank() < par.devices();
+  // This rank's stage and its tokens per micro-batch.
+  tr::StageShape mine;
+  int first = 0;
+  for (const auto& s : par.stages) {
+    if (comm.rank() >= first && comm.rank() < first + s.devices()) mine = s;
+    first += s.devices();
+  }
+  const std::int64_t tokens =
+      std::max<std::int64_t>(1, cfg.batch / par.micro_batches / (mine.dp * mine.depth)) * model.seq;
+
+  struct Sample {
+    std::vector<double> step, compute, exposed, bubble, rate, loss;
+  } on, off;
+  std::vector<double> together, alone;
+  for (int r = 0; r < rounds; ++r) {
+    const auto [t, a] = sgemm_rates(comm, model, mine, tokens);
+    together.push_back(t);
+    alone.push_back(a);
+    for (bool overlap : {true, false}) {
+      par.overlap = overlap;
+      tr::TrainResult res;
+      if (active) res = tr::train(comm, model, par, cfg, batches);
+      Sample& s = overlap ? on : off;
+      double flops = 0, secs = 0;
+      // Step 1 builds the caches and warms up: left out.
+      for (std::size_t i = 1; i < res.steps.size(); ++i) {
+        const auto& st = res.steps[i];
+        s.step.push_back(st.seconds);
+        s.compute.push_back(st.compute);
+        s.exposed.push_back(st.exposed_comm);
+        s.bubble.push_back(st.bubble);
+        s.loss.push_back(st.loss);
+        flops += st.gemm_flops;
+        secs += st.gemm_seconds;
+      }
+      if (secs > 0) s.rate.push_back(flops / secs);
+      comm.barrier();
+    }
+  }
+  // Per rank medians, then the mean over the active ranks (the slowest for the step time).
+  auto over_ranks = [&](const std::vector<double>& v, ReduceOp op) {
+    const double x = active ? median(v) : (op == ReduceOp::Max ? 0 : 0);
+    const double sum = reduce(comm, x, op);
+    return op == ReduceOp::Max ? sum : sum / par.devices();
+  };
+  const double base_rate = over_ranks(alone, ReduceOp::Sum);
+  const double busy_rate = over_ranks(together, ReduceOp::Sum);
+  nlohmann::json rows = nlohmann::json::array();
+  if (comm.rank() == 0)
+    std::printf(
+        "# sgemm GF/s per rank on the linears' shapes: %.3f alone, %.3f with every rank "
+        "at once\n# %-34s %7s %9s %9s %9s %9s %10s %6s\n",
+        base_rate / 1e9, busy_rate / 1e9, "stages (schedule, micro-batches)", "overlap", "step(ms)",
+        "compute", "exposed", "bubble", "gemm GF/s", "ratio");
+  double exposed[2] = {0, 0};
+  for (bool overlap : {true, false}) {
+    const Sample& s = overlap ? on : off;
+    const double step = over_ranks(s.step, ReduceOp::Max);
+    const double compute = over_ranks(s.compute, ReduceOp::Sum);
+    const double exp = over_ranks(s.exposed, ReduceOp::Sum);
+    const double bubble = over_ranks(s.bubble, ReduceOp::Sum);
+    const double rate = over_ranks(s.rate, ReduceOp::Sum);
+    exposed[overlap ? 0 : 1] = exp;
+    if (comm.rank() == 0) {
+      const std::string name = (label.empty() ? stages : label) + " (" +
+                               tr::to_string(par.schedule) + ", " +
+                               std::to_string(par.micro_batches) + ")";
+      std::printf("  %-34s %7s %9.2f %9.2f %9.2f %9.2f %10.3f %6.2f\n", name.c_str(),
+                  overlap ? "on" : "off", step * 1e3, compute * 1e3, exp * 1e3, bubble * 1e3,
+                  rate / 1e9, rate / base_rate);
+      rows.push_back({{"stages", stages},
+                      {"label", label},
+                      {"schedule", tr::to_string(par.schedule)},
+                      {"micro_batches", par.micro_batches},
+                      {"overlap", overlap},
+                      {"step_seconds", step},
+                      {"compute_seconds", compute},
+                      {"exposed_seconds", exp},
+                      {"bubble_seconds", bubble},
+                      {"gemm_flops_per_second", rate},
+                      {"sgemm_alone_flops_per_second", base_rate},
+                      {"sgemm_together_flops_per_second", busy_rate},
+                      {"loss", s.loss.empty() ? 0.0 : s.loss.back()}});
+    }
+  }
+  if (comm.rank() == 0) {
+    std::printf("# exposed communication, overlap on / off: %.2f\n",
+                exposed[1] > 0 ? exposed[0] / exposed[1] : 0.0);
+    if (!json.empty()) {
+      nlohmann::json doc{{"ranks", comm.size()},
+                         {"model",
+                          {{"d_model", model.d_model},
+                           {"seq", model.seq},
+                           {"layers", model.layers},
+                           {"heads", model.heads},
+                           {"batch", cfg.batch}}},
+                         {"topology", topo_path},
+                         {"rows", rows}};
+      std::ofstream(json) << doc.dump(1) << '\n';
+    }
+  }
+  return 0;
+}
