@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# `meshcast train gpt --backend mpi` under mpirun: one process per device gives the losses of
+# the in-process run (and of the serial one), and only rank 0 prints.
+# Usage: train_mpi.sh MESHCAST MPIEXEC
+set -u
+mc=$1
+run=("$2" --allow-run-as-root --oversubscribe --mca btl self,vader)
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+losses() { python3 -c 'import json,sys
+print(" ".join("%.9g" % s["loss"] for s in json.loads(sys.stdin.readline())["steps"]))'; }
+close() {
+  python3 - "$1" "$2" <<'PY'
+import sys
+a = [float(x) for x in sys.argv[1].split()]
+b = [float(x) for x in sys.argv[2].split()]
+sys.exit(0 if len(a) == len(b) == 3 and all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip(a, b)) else 1)
+PY
+}
+
+common=(--steps 3 --batch 8 --d-model 32 --layers 4 --heads 4 --json)
+serial=$("$mc" train gpt "${common[@]}" | losses)
+# "ranks:options"
+for case in "4:--stages dp=1,tp=2/dp=2 --micro-batches 2 --schedule eager-1f1b" \
+            "4:--stages grid=2x1x2 --micro-batches 1" \
+            "3:--stages dp=1/dp=1/dp=1 --micro-batches 4 --schedule 1f1b"; do
+  np=${case%%:*} args=${case#*:}
+  # shellcheck disable=SC2086
+  out=$(timeout 300 "${run[@]}" -np "$np" "$mc" train gpt "${common[@]}" $args --backend mpi 2>&1)
+  rc=$?
+  json_lines=$(printf '%s\n' "$out" | grep -c '^{')
+  got=$(printf '%s\n' "$out" | grep '^{' | head -1 | losses 2>/dev/null)
+  # shellcheck disable=SC2086
+  local_run=$("$mc" train gpt "${common[@]}" $args | losses)
+  if [[ $rc -eq 0 && $json_lines -eq 1 ]] && close "$serial" "$got" && close "$local_run" "$got"; then
+    ok
+  else
+    bad "np=$np $args: rc=$rc json-lines=$json_lines mpi [$got] local [$local_run] serial [$serial]"
+    printf '%s\n' "$out" | tail -5
+  fi
+done
+
+# Too few ranks: every rank refuses with exit 2 (no hang).
+out=$(timeout 120 "${run[@]}" -np 2 "$mc" train gpt --stages dp=4 --backend mpi 2>&1)
+rc=$?
+[[ $rc -ne 0 && $out == *devices* ]] && ok || bad "too few ranks: rc=$rc $out"
+
+echo "train_mpi: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
