@@ -521,6 +521,13 @@ void validate(const ModelConfig& model, const ParallelConfig& parallel, const Tr
     require(
         model.d_model % s.rows == 0, f + ".rows",
         std::to_string(s.rows) + " rows do not divide d_model " + std::to_string(model.d_model));
+    // A linear's weight block is sharded by rows over depth: every block's rows must split
+    // evenly, so that the shard is a box (a meshcast layout) and a reduce-scatter's range.
+    for (const int rows :
+         {model.d_model / s.rows, model.d_model / s.cols, model.ffn_width() / s.cols})
+      require(rows % s.depth == 0, f + ".depth",
+              std::to_string(s.depth) + " depth shards do not divide a weight block of " +
+                  std::to_string(rows) + " rows");
     require(mb >= s.dp * s.depth, f,
             "a micro-batch of " + std::to_string(mb) + " samples cannot feed dp x depth = " +
                 std::to_string(s.dp * s.depth) + " sample groups");

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "meshcast/sparse.h"
+#include "meshcast/spec.h"
 
 namespace meshcast::training {
 namespace {
@@ -47,35 +48,32 @@ Parameters::Parameters(const Place& place, const TrainConfig& train, const Model
 
 Param& Parameters::add(const std::string& name, std::vector<std::int64_t> shape,
                        std::vector<Split> split, Init init, bool sharded, bool sparse) {
-  Param& p = params_.emplace_back();
-  p.name = name;
-  p.shape = std::move(shape);
-  p.split = std::move(split);
-  p.sparse = sparse;
-  std::vector<Range> ranges;
-  bool uses_rows = false, uses_cols = false;
-  for (std::size_t i = 0; i < p.shape.size(); ++i) {
-    const std::int64_t n = p.shape[i];
-    switch (p.split[i]) {
-      case Split::None:
-        ranges.push_back({0, n});
-        break;
-      case Split::Rows:
-        ranges.push_back(shard_range(n, place_.shape.rows, place_.r));
-        uses_rows = true;
-        break;
-      case Split::Cols:
-        ranges.push_back(shard_range(n, place_.shape.cols, place_.c));
-        uses_cols = true;
-        break;
+  const bool depth = sharded && place_.shape.depth > 1;
+  // The tensor's layout on the stage mesh {dp, R, C, D}: a dimension split over the grid's rows
+  // (axis 1) or columns (axis 2), the first one also over depth (axis 3) when sharded;
+  // replicated over the rest. The block drops the depth split.
+  auto spec = [&](bool depth) {
+    std::string text;
+    for (std::size_t i = 0; i < split.size(); ++i) {
+      std::string axes = split[i] == Split::Rows ? "1" : split[i] == Split::Cols ? "2" : "";
+      if (i == 0 && depth) axes += "3";
+      text += axes.empty() ? "R" : "S" + axes;
     }
-  }
-  p.block = Box(std::move(ranges));
-  p.sharded = sharded && place_.shape.depth > 1;
-  const std::int64_t n = p.block_elements();
-  p.shard = p.sharded ? shard_range(n, place_.shape.depth, place_.d) : Range{0, n};
-  p.counted = place_.dp == 0 && (p.sharded || place_.d == 0) && (uses_rows || place_.r == 0) &&
-              (uses_cols || place_.c == 0);
+    return ShardingSpec::parse(text);
+  };
+  const Mesh mesh = stage_mesh(place_.first, place_.shape);
+  const int me = place_.device;
+  Param& p = params_.emplace_back(name, Layout(shape, DType::f32, mesh, spec(depth), name));
+  p.sparse = sparse;
+  p.sharded = depth;
+  p.block = Layout(shape, DType::f32, mesh, spec(false), name).tile_of(me);
+  p.shard = p.layout.tile_of(me);
+  // One device reports each element: the first of the tile's holders.
+  const auto index = *mesh.index_of(me);
+  std::vector<std::int64_t> shard_index;
+  for (std::size_t i = 0; i < p.shape.size(); ++i)
+    shard_index.push_back(p.layout.shard_index(i, index));
+  p.counted = p.layout.holders(shard_index).front() == index;
 
   // Every device draws the whole tensor from (seed, name), so the values do not depend on the
   // parallel configuration.
@@ -83,9 +81,8 @@ Param& Parameters::add(const std::string& name, std::vector<std::int64_t> shape,
   for (auto e : p.shape) total *= e;
   std::vector<float> full(static_cast<std::size_t>(total), init == Init::Ones ? 1.0f : 0.0f);
   if (init == Init::Normal) fill_normal(full.data(), total, std_, seed_, name);
-  const auto block = extract(full, p.shape, p.block);
-  p.value.assign(block.begin() + p.shard.lo, block.begin() + p.shard.hi);
-  p.grad.assign(static_cast<std::size_t>(n), 0.0f);
+  p.value = extract(full, p.shape, p.shard);
+  p.grad.assign(static_cast<std::size_t>(p.block_elements()), 0.0f);
   p.synced.assign(p.value.size(), 0.0f);
   p.m.assign(p.value.size(), 0.0f);
   p.v.assign(p.value.size(), 0.0f);
@@ -111,7 +108,7 @@ void Parameters::zero_grads() {
 std::vector<ParameterPart> Parameters::parts() const {
   std::vector<ParameterPart> out;
   for (const auto& p : params_)
-    if (p.counted) out.push_back({p.name, p.shape, p.block, p.shard.lo, p.value});
+    if (p.counted) out.push_back({p.name, p.shape, p.shard, 0, p.value});
   return out;
 }
 
@@ -156,7 +153,7 @@ void GradSync::add(Param& p) {
     return;
   }
   if (place_.tokens.size() == 1) {
-    std::copy(p.grad.begin() + p.shard.lo, p.grad.begin() + p.shard.hi, p.synced.begin());
+    std::copy(p.grad.begin(), p.grad.end(), p.synced.begin());
     return;
   }
   open_.push_back(&p);

@@ -11,6 +11,7 @@
 
 #include "meshcast/box.h"
 #include "meshcast/collectives.h"
+#include "meshcast/layout.h"
 #include "meshcast/training/engine.h"
 #include "meshcast/training/ops.h"
 #include "training/stage.h"
@@ -20,14 +21,15 @@ namespace meshcast::training {
 enum class Split { None, Rows, Cols };  // the grid axis that splits a dimension
 
 struct Param {
+  Param(std::string n, Layout l) : name(std::move(n)), shape(l.shape()), layout(std::move(l)) {}
   std::string name;
   std::vector<std::int64_t> shape;  // of the full tensor
-  std::vector<Split> split;         // per dimension
+  Layout layout;                    // on the stage mesh: what each device stores
   bool sharded = false;             // stored as a depth shard, all-gathered before use
   bool sparse = false;              // gradient rows synchronised by the sparse path
   bool counted = false;             // this device reports it (one device per element)
-  Box block;                        // this device's block of the full tensor
-  Range shard;                      // the part of the flattened block it stores
+  Box block;                        // this device's block (the layout without depth)
+  Box shard;                        // the part of the block it stores (first rows over depth)
   std::vector<float> value;         // shard
   std::vector<float> grad;          // block, summed over this device's micro-batches
   std::vector<float> synced;        // shard of the gradient summed over the samples' devices

@@ -31,6 +31,7 @@ Place place_of(int me, const ParallelConfig& parallel) {
     p.stage = static_cast<int>(s);
     p.shape = sh;
     p.first = firsts[s];
+    p.device = me;
     const Mesh mesh = stage_mesh(p.first, sh);
     const auto coord = mesh.coord(me - p.first);
     p.dp = static_cast<int>(coord[0]);

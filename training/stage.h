@@ -12,7 +12,8 @@ namespace meshcast::training {
 struct Place {
   int stage = -1;  // -1: the device takes no part
   StageShape shape;
-  int first = 0;  // the stage's first device id
+  int first = 0;    // the stage's first device id
+  int device = -1;  // this device's id
   int dp = 0, r = 0, c = 0, d = 0;
   // Devices that differ from this one only in R (rows), C (cols), D (depth), dp, or in dp and D
   // (tokens: the devices that hold the same parameter block and split the samples), in mesh
