@@ -49,17 +49,18 @@ float real(const std::string& text, const std::string& field) {
 // Learnable synthetic text: each sample counts from a random start by a random stride (mod
 // vocab), so the next token follows from the two before it.
 tr::BatchSource pattern_batches(const tr::ModelConfig& model, int batch, std::uint64_t seed) {
-  return [model, batch, seed](int step, std::vector<std::int32_t>& tokens) {
+  return [model, batch, seed](int step, tr::Batch& out) {
     tr::Rng rng(seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(step) + 1);
-    const int s = model.seq + 1;
-    tokens.resize(static_cast<std::size_t>(batch) * static_cast<std::size_t>(s));
+    const auto vocab = static_cast<std::uint64_t>(model.vocab);
+    out.inputs.clear();
+    out.targets.clear();
     for (int b = 0; b < batch; ++b) {
-      const auto start = rng.next() % static_cast<std::uint64_t>(model.vocab);
+      const auto start = rng.next() % vocab;
       const auto stride = 1 + rng.next() % 4;
-      for (int i = 0; i < s; ++i)
-        tokens[static_cast<std::size_t>(b * s + i)] =
-            static_cast<std::int32_t>((start + stride * static_cast<std::uint64_t>(i)) %
-                                      static_cast<std::uint64_t>(model.vocab));
+      for (std::uint64_t i = 0; i < static_cast<std::uint64_t>(model.seq); ++i) {
+        out.inputs.push_back(static_cast<std::int32_t>((start + stride * i) % vocab));
+        out.targets.push_back(static_cast<std::int32_t>((start + stride * (i + 1)) % vocab));
+      }
     }
   };
 }

@@ -5,6 +5,7 @@
 #include "meshcast/training/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -51,6 +52,7 @@ struct Saved {
 // gradient, or a skip connection's, for one micro-batch.
 struct Route {
   int src_piece = 0, dst_piece = 0;
+  int seq = 0;  // tokens per sample of the tensor it moves
   const Plan* plan = nullptr;
 };
 
@@ -77,14 +79,11 @@ class Runner {
         mb_samples_(train.batch / parallel.micro_batches) {
     exec_.options.topology = parallel.topology;
     firsts_ = stage_firsts(parallel);
-    for (int s = 0; s < stages_; ++s)
-      layouts_.push_back(activation_layout(model, mb_samples_, firsts_[static_cast<std::size_t>(s)],
-                                           parallel.stages[static_cast<std::size_t>(s)]));
     for (int d = 0; d < parallel.devices(); ++d) world_.push_back(d);
     build_pieces();
     build_routes();
     schedule_ = make_schedule(parallel.schedule, stages_, parallel.micro_batches, parallel.chunks);
-    const Box tile = layouts_[static_cast<std::size_t>(place_.stage)].tile_of(comm.rank());
+    const Box tile = layout(place_.stage, model.seq).tile_of(comm.rank());
     samples_ = tile[0];
     width_ = tile[2].size();
   }
@@ -96,7 +95,10 @@ class Runner {
     exec_.gemm_flops = exec_.gemm_seconds = 0;
     bubble_ = 0;
     loss_sum_ = 0;
-    batches_(index, tokens_);
+    batches_(index, batch_);
+    require(batch_.inputs.size() == static_cast<std::size_t>(cfg_.batch) * model_.seq &&
+                batch_.targets.size() == batch_.inputs.size(),
+            "batch", "the batch source gave the wrong number of tokens");
     params_.zero_grads();
     waited_ = params_.start_gathers(comm_, par_.overlap);
     for (auto& p : pieces_state_) p.backwards_done = 0;
@@ -166,17 +168,20 @@ class Runner {
     }
   }
 
-  const Plan* plan_between(int src_stage, int dst_stage) {
-    auto key = std::make_pair(src_stage, dst_stage);
+  Layout layout(int stage, int seq) const {
+    return activation_layout(model_, mb_samples_, seq, firsts_[static_cast<std::size_t>(stage)],
+                             par_.stages[static_cast<std::size_t>(stage)]);
+  }
+
+  // The plan that moves a micro-batch's activations of `seq` tokens between two stages.
+  const Plan* plan_between(int src_stage, int dst_stage, int seq) {
+    const std::array<int, 3> key{src_stage, dst_stage, seq};
     auto it = plans_.find(key);
     if (it == plans_.end()) {
       PlanOptions o;
       o.strategy = par_.reshard;
       const Topology topo = par_.topology ? *par_.topology : Topology::single_host();
-      it = plans_
-               .emplace(key, plan(layouts_[static_cast<std::size_t>(src_stage)],
-                                  layouts_[static_cast<std::size_t>(dst_stage)], topo, o))
-               .first;
+      it = plans_.emplace(key, plan(layout(src_stage, seq), layout(dst_stage, seq), topo, o)).first;
     }
     return &it->second;
   }
@@ -185,8 +190,9 @@ class Runner {
   // whose ends lie on different pieces, its forward and backward.
   void build_routes() {
     for (int p = 0; p + 1 < pieces_; ++p) {
-      routes_.push_back({p, p + 1, plan_between(stage_of(p), stage_of(p + 1))});
-      routes_.push_back({p + 1, p, plan_between(stage_of(p + 1), stage_of(p))});
+      const int seq = model_.seq_at(pieces_state_[static_cast<std::size_t>(p + 1)].first_layer);
+      routes_.push_back({p, p + 1, seq, plan_between(stage_of(p), stage_of(p + 1), seq)});
+      routes_.push_back({p + 1, p, seq, plan_between(stage_of(p + 1), stage_of(p), seq)});
     }
     for (const auto& [from, to] : model_.skips) {
       const int a = piece_of_layer(from), b = piece_of_layer(to);
@@ -195,8 +201,9 @@ class Runner {
         continue;
       }
       skip_routes_.push_back(static_cast<int>(routes_.size()));
-      routes_.push_back({a, b, plan_between(stage_of(a), stage_of(b))});
-      routes_.push_back({b, a, plan_between(stage_of(b), stage_of(a))});
+      const int seq = model_.seq_at(from);  // the output of `from`, before any resampling
+      routes_.push_back({a, b, seq, plan_between(stage_of(a), stage_of(b), seq)});
+      routes_.push_back({b, a, seq, plan_between(stage_of(b), stage_of(a), seq)});
     }
     std::size_t ops = 1;
     for (const auto& r : routes_) ops = std::max(ops, r.plan->ops().size());
@@ -215,7 +222,7 @@ class Runner {
       for (int mb = 0; mb < par_.micro_batches; ++mb) {
         Flight& f = flights_[{static_cast<int>(r), mb}];
         f.receiver = true;
-        f.dst.assign(static_cast<std::size_t>(activation_elements()), 0.0f);
+        f.dst.assign(static_cast<std::size_t>(activation_elements(route.seq)), 0.0f);
         f.transfer = ireshard(*route.plan, comm_, nullptr, f.dst.data(), tag(r, mb));
       }
     }
@@ -224,14 +231,14 @@ class Runner {
   int tag(std::size_t route, int mb) const {
     return (static_cast<int>(route) * par_.micro_batches + mb) * tag_stride_;
   }
-  std::int64_t activation_elements() const { return samples_.size() * model_.seq * width_; }
+  std::int64_t activation_elements(int seq) const { return samples_.size() * seq * width_; }
 
   void send(std::size_t route, int mb, std::vector<float> data) {
     const Route& r = routes_[route];
     Flight& f = flights_[{static_cast<int>(route), mb}];
     f.src = std::move(data);
     f.receiver = hosts(r.dst_piece);
-    if (f.receiver) f.dst.assign(static_cast<std::size_t>(activation_elements()), 0.0f);
+    if (f.receiver) f.dst.assign(static_cast<std::size_t>(activation_elements(r.seq)), 0.0f);
     f.transfer =
         ireshard(*r.plan, comm_, f.src.data(), f.receiver ? f.dst.data() : nullptr, tag(route, mb));
     // Without overlap the sender waits for its transfer (exposed communication).
@@ -274,26 +281,24 @@ class Runner {
     if (sync_ != nullptr) sync_->progress();
   }
 
-  const std::int32_t* sample_tokens(int mb, std::vector<std::int32_t>& out, int shift) const {
-    out.clear();
-    const int s = model_.seq;
-    for (std::int64_t i = samples_.lo; i < samples_.hi; ++i) {
-      const std::int64_t sample = static_cast<std::int64_t>(mb) * mb_samples_ + i;
-      const std::int32_t* row = tokens_.data() + sample * (s + 1);
-      out.insert(out.end(), row + shift, row + shift + s);
-    }
+  // This device's samples of micro-batch `mb` out of `all` (inputs or targets).
+  const std::int32_t* sample_tokens(int mb, const std::vector<std::int32_t>& all,
+                                    std::vector<std::int32_t>& out) const {
+    const std::int64_t s = model_.seq;
+    const std::int64_t first = static_cast<std::int64_t>(mb) * mb_samples_ + samples_.lo;
+    out.assign(all.begin() + first * s, all.begin() + (first + samples_.size()) * s);
     return out.data();
   }
 
   void forward(int p, int mb) {
     Piece& piece = pieces_state_[static_cast<std::size_t>(p)];
     Saved& saved = saved_[{p, mb}];
-    const std::int64_t b = samples_.size(), t = b * model_.seq;
+    const std::int64_t b = samples_.size();
     std::vector<float> x;
     if (piece.embed) {
-      x.assign(static_cast<std::size_t>(t * width_), 0.0f);
+      x.assign(static_cast<std::size_t>(b * model_.seq * width_), 0.0f);
       std::vector<std::int32_t> ids;
-      embedding_forward(sample_tokens(mb, ids, 0), piece.embed->table->value.data(),
+      embedding_forward(sample_tokens(mb, batch_.inputs, ids), piece.embed->table->value.data(),
                         piece.embed->pos->value.data(), x.data(), b, model_.seq, width_);
     } else {
       x = take(static_cast<std::size_t>(2 * (p - 1)), mb);
@@ -301,19 +306,21 @@ class Runner {
     saved.blocks.resize(piece.blocks.size());
     for (std::size_t i = 0; i < piece.blocks.size(); ++i) {
       const int layer = piece.first_layer + static_cast<int>(i);
+      const int seq = model_.seq_at(layer);
       for (std::size_t j = 0; j < model_.skips.size(); ++j)
         if (model_.skips[j].second == layer)
-          add_into(skip_in(j, mb, true).data(), x.data(), t * width_);
+          add_into(skip_in(j, mb, true).data(), x.data(), static_cast<std::int64_t>(x.size()));
       std::vector<float> y(x.size());
-      piece.blocks[i].forward(exec_, x.data(), y.data(), b, model_.seq, saved.blocks[i]);
+      piece.blocks[i].forward(exec_, x.data(), y.data(), b, seq, saved.blocks[i]);
       x = std::move(y);
       for (std::size_t j = 0; j < model_.skips.size(); ++j)
         if (model_.skips[j].first == layer) skip_out(j, mb, true, x);
+      x = resample(layer, x, b, seq, true);
     }
     if (piece.head) {
       std::vector<std::int32_t> targets;
-      loss_sum_ +=
-          piece.head->forward(exec_, x.data(), sample_tokens(mb, targets, 1), t, saved.head);
+      loss_sum_ += piece.head->forward(exec_, x.data(), sample_tokens(mb, batch_.targets, targets),
+                                       b * model_.seq, saved.head);
     } else {
       send(static_cast<std::size_t>(2 * p), mb, std::move(x));
     }
@@ -322,14 +329,14 @@ class Runner {
   void backward(int p, int mb) {
     Piece& piece = pieces_state_[static_cast<std::size_t>(p)];
     Saved& saved = saved_[{p, mb}];
-    const std::int64_t b = samples_.size(), t = b * model_.seq;
+    const std::int64_t b = samples_.size();
     const bool last = ++piece.backwards_done == par_.micro_batches;
     std::vector<float> dy;
     if (piece.head) {
-      dy.assign(static_cast<std::size_t>(t * width_), 0.0f);
+      dy.assign(static_cast<std::size_t>(b * model_.seq * width_), 0.0f);
       std::vector<std::int32_t> targets;
-      piece.head->backward(exec_, saved.head, sample_tokens(mb, targets, 1), dy.data(), t,
-                           static_cast<std::int64_t>(cfg_.batch) * model_.seq);
+      piece.head->backward(exec_, saved.head, sample_tokens(mb, batch_.targets, targets), dy.data(),
+                           b * model_.seq, static_cast<std::int64_t>(cfg_.batch) * model_.seq);
       if (last)
         for (Param* q : {piece.head->ln_g, piece.head->ln_b, piece.head->out.w}) sync_->add(*q);
     } else {
@@ -337,12 +344,14 @@ class Runner {
     }
     for (std::size_t i = piece.blocks.size(); i-- > 0;) {
       const int layer = piece.first_layer + static_cast<int>(i);
+      const int seq = model_.seq_at(layer);
+      dy = resample(layer, dy, b, seq, false);
       for (std::size_t j = 0; j < model_.skips.size(); ++j)
         if (model_.skips[j].first == layer)
-          add_into(skip_in(j, mb, false).data(), dy.data(), t * width_);
+          add_into(skip_in(j, mb, false).data(), dy.data(), static_cast<std::int64_t>(dy.size()));
       std::vector<float> dx(dy.size());
       const Block& blk = piece.blocks[i];
-      blk.backward(exec_, saved.blocks[i], dy.data(), dx.data(), b, model_.seq);
+      blk.backward(exec_, saved.blocks[i], dy.data(), dx.data(), b, seq);
       dy = std::move(dx);
       for (std::size_t j = 0; j < model_.skips.size(); ++j)
         if (model_.skips[j].second == layer) skip_out(j, mb, false, dy);
@@ -353,8 +362,9 @@ class Runner {
     }
     if (piece.embed) {
       std::vector<std::int32_t> ids;
-      embedding_backward(sample_tokens(mb, ids, 0), dy.data(), piece.embed->table->grad.data(),
-                         piece.embed->pos->grad.data(), b, model_.seq, width_);
+      embedding_backward(sample_tokens(mb, batch_.inputs, ids), dy.data(),
+                         piece.embed->table->grad.data(), piece.embed->pos->grad.data(), b,
+                         model_.seq, width_);
       if (last) {
         sync_->add(*piece.embed->pos);
         sync_->add(*piece.embed->table);
@@ -363,6 +373,34 @@ class Runner {
       send(static_cast<std::size_t>(2 * (p - 1) + 1), mb, std::move(dy));
     }
     saved_.erase({p, mb});
+  }
+
+  // Block `layer`'s resampling of its output (b samples of `seq` tokens in, width_ features):
+  // forward, or the gradient's way back (from the resampled length to `seq`).
+  std::vector<float> resample(int layer, const std::vector<float>& in, std::int64_t b, int seq,
+                              bool fwd) const {
+    const Resample r =
+        model_.resample.empty() ? Resample::None : model_.resample[static_cast<std::size_t>(layer)];
+    if (r == Resample::None) return in;
+    const bool halve = r == Resample::Halve;
+    // The long sequence has `seq` tokens when halving, 2 seq when doubling.
+    const std::int64_t long_seq = halve ? seq : 2 * seq, w = width_;
+    const bool to_short = halve == fwd;
+    std::vector<float> out(static_cast<std::size_t>(b * (to_short ? long_seq / 2 : long_seq) * w),
+                           0.0f);
+    // Halving forward averages a pair, so its gradient halves; doubling's gradient sums a pair.
+    const float pair = halve ? 0.5f : 1.0f;
+    for (std::int64_t s = 0; s < b; ++s)
+      for (std::int64_t t = 0; t < long_seq; ++t) {
+        const std::int64_t li = (s * long_seq + t) * w, si = (s * (long_seq / 2) + t / 2) * w;
+        for (std::int64_t c = 0; c < w; ++c) {
+          if (to_short)
+            out[static_cast<std::size_t>(si + c)] += pair * in[static_cast<std::size_t>(li + c)];
+          else
+            out[static_cast<std::size_t>(li + c)] = pair * in[static_cast<std::size_t>(si + c)];
+        }
+      }
+    return out;
   }
 
   // A skip connection's tensor (forward: the activation; backward: its gradient) arriving at
@@ -393,16 +431,15 @@ class Runner {
   Exec exec_;
   int stages_, pieces_, mb_samples_;
   std::vector<int> firsts_, world_;
-  std::vector<Layout> layouts_;
   std::vector<Piece> pieces_state_;
-  std::map<std::pair<int, int>, Plan> plans_;
+  std::map<std::array<int, 3>, Plan> plans_;  // by (source stage, target stage, seq)
   std::vector<Route> routes_;
   std::vector<int> skip_routes_;  // per skip: its forward route, -1 when within one piece
   int tag_stride_ = 1;
   std::vector<std::vector<PipeOp>> schedule_;
   Range samples_;
   std::int64_t width_ = 0;
-  std::vector<std::int32_t> tokens_;
+  Batch batch_;
   std::map<std::pair<int, int>, Saved> saved_;
   std::map<std::pair<int, int>, Flight> flights_;
   std::map<std::pair<int, int>, std::vector<float>> local_skips_;
@@ -474,12 +511,46 @@ std::string to_string(const StageShape& s) {
 }
 
 BatchSource random_batches(const ModelConfig& model, int batch, std::uint64_t seed) {
-  return [model, batch, seed](int step, std::vector<std::int32_t>& tokens) {
+  return [model, batch, seed](int step, Batch& out) {
     Rng rng(seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(step));
-    tokens.resize(static_cast<std::size_t>(batch) * static_cast<std::size_t>(model.seq + 1));
-    for (auto& t : tokens)
-      t = static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(model.vocab));
+    const std::size_t s = static_cast<std::size_t>(model.seq);
+    out.inputs.resize(static_cast<std::size_t>(batch) * s);
+    out.targets.resize(out.inputs.size());
+    std::vector<std::int32_t> row(s + 1);
+    for (std::size_t b = 0; b < static_cast<std::size_t>(batch); ++b) {
+      for (auto& t : row)
+        t = static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(model.vocab));
+      std::copy(row.begin(), row.end() - 1,
+                out.inputs.begin() + static_cast<std::ptrdiff_t>(b * s));
+      std::copy(row.begin() + 1, row.end(),
+                out.targets.begin() + static_cast<std::ptrdiff_t>(b * s));
+    }
   };
+}
+
+int ModelConfig::seq_at(int layer) const {
+  int s = seq;
+  for (int l = 0; l < layer && l < static_cast<int>(resample.size()); ++l) {
+    if (resample[static_cast<std::size_t>(l)] == Resample::Halve) s /= 2;
+    if (resample[static_cast<std::size_t>(l)] == Resample::Double) s *= 2;
+  }
+  return s;
+}
+
+void make_u_shaped(ModelConfig& m) {
+  require(m.layers >= 2 && m.layers % 2 == 0, "layers",
+          "a U-Transformer needs an even number of blocks, got " + std::to_string(m.layers));
+  const int half = m.layers / 2;
+  m.causal = false;
+  m.skips.clear();
+  m.resample.assign(static_cast<std::size_t>(m.layers), Resample::None);
+  for (int i = 0; i < half; ++i) {
+    m.skips.emplace_back(i, m.layers - 1 - i);
+    if (i + 1 < half) {
+      m.resample[static_cast<std::size_t>(i)] = Resample::Halve;
+      m.resample[static_cast<std::size_t>(m.layers - 2 - i)] = Resample::Double;
+    }
+  }
 }
 
 void validate(const ModelConfig& model, const ParallelConfig& parallel, const TrainConfig& train) {
@@ -489,10 +560,24 @@ void validate(const ModelConfig& model, const ParallelConfig& parallel, const Tr
           "must divide d_model (" + std::to_string(model.d_model) + ")");
   require(model.layers >= 1, "layers", "must be at least 1");
   require(model.ffn >= 0, "ffn", "must be >= 0");
+  require(model.resample.empty() || model.resample.size() == static_cast<std::size_t>(model.layers),
+          "resample", "give one entry per block (or none)");
+  for (int l = 0; l < model.layers; ++l)
+    require(
+        model.seq_at(l) >= 1 && (model.resample.empty() ||
+                                 model.resample[static_cast<std::size_t>(l)] != Resample::Halve ||
+                                 model.seq_at(l) % 2 == 0),
+        "seq",
+        "block " + std::to_string(l) + " halves a sequence of " + std::to_string(model.seq_at(l)) +
+            " tokens");
+  require(model.seq_at(model.layers) == model.seq, "resample",
+          "the last block must give back seq tokens (" + std::to_string(model.seq) + "), not " +
+              std::to_string(model.seq_at(model.layers)));
   for (const auto& [a, b] : model.skips)
-    require(a >= 0 && b < model.layers && b > a, "skips",
-            "a skip goes from a block to a later one (" + std::to_string(a) + "->" +
-                std::to_string(b) + ")");
+    require(a >= 0 && b < model.layers && b > a && model.seq_at(a) == model.seq_at(b), "skips",
+            "a skip goes from a block to a later one whose input has as many tokens as its "
+            "output (" +
+                std::to_string(a) + "->" + std::to_string(b) + ")");
   require(!parallel.stages.empty(), "stages", "need at least one pipeline stage");
   require(parallel.chunks >= 1, "chunks", "must be at least 1");
   require(parallel.micro_batches >= 1, "micro_batches", "must be at least 1");

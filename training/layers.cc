@@ -101,6 +101,7 @@ Block Block::make(Parameters& params, const Place& place, const ModelConfig& mod
   b.width = d;
   b.heads = model.heads / place.shape.cols;
   b.head_width = d / model.heads;
+  b.causal = model.causal;
   auto norm = [&](const std::string& name, Init init) {
     return &params.add(p + name, {d}, {Split::Rows}, init, false);
   };
@@ -141,7 +142,8 @@ void Block::forward(Exec& e, const float* x, float* out, std::int64_t samples, s
   qkv.forward(e, s.y1.data(), s.qkv.data(), t);
   s.att = buffer(t * proj.in);
   s.probs = buffer(samples * heads * seq * seq);
-  attention_forward(s.qkv.data(), s.att.data(), s.probs.data(), samples, seq, heads, head_width);
+  attention_forward(s.qkv.data(), s.att.data(), s.probs.data(), samples, seq, heads, head_width,
+                    causal);
   s.x2 = buffer(t * dr);
   proj.forward(e, s.att.data(), s.x2.data(), t);
   add_into(x, s.x2.data(), t * dr);
@@ -174,7 +176,7 @@ void Block::backward(Exec& e, const Saved& s, const float* dout, float* dx, std:
   auto datt = buffer(t * proj.in), dqkv = buffer(t * qkv.out);
   proj.backward(e, s.att.data(), dx2.data(), datt.data(), t);
   attention_backward(datt.data(), s.qkv.data(), s.probs.data(), dqkv.data(), samples, seq, heads,
-                     head_width);
+                     head_width, causal);
   auto dy1 = buffer(t * dr);
   qkv.backward(e, s.y1.data(), dqkv.data(), dy1.data(), t);
   // Softmax ignores a shift shared by a query's scores, so the keys' bias has no gradient: what

@@ -63,6 +63,7 @@ struct Block {
   std::int64_t width = 0;       // d_model (all features)
   std::int64_t heads = 0;       // local heads
   std::int64_t head_width = 0;  // d_model / heads
+  bool causal = true;
   struct Saved {
     std::vector<float> x, y1, mean1, rstd1, qkv, probs, att, x2, y2, mean2, rstd2, h, g;
   };

@@ -158,7 +158,7 @@ void gelu_backward(const float* dy, const float* x, float* dx, std::int64_t n) {
 }
 
 void attention_forward(const float* qkv, float* out, float* probs, std::int64_t b, std::int64_t s,
-                       std::int64_t h, std::int64_t dh) {
+                       std::int64_t h, std::int64_t dh, bool causal) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   const std::int64_t row = h * 3 * dh;  // qkv stride between tokens
   for (std::int64_t bi = 0; bi < b; ++bi)
@@ -166,10 +166,11 @@ void attention_forward(const float* qkv, float* out, float* probs, std::int64_t 
       const float* base = qkv + bi * s * row + hd * 3 * dh;
       float* p_head = probs + (bi * h + hd) * s * s;
       for (std::int64_t t = 0; t < s; ++t) {
+        const std::int64_t end = causal ? t + 1 : s;  // keys this query sees
         const float* q = base + t * row;
         float* p = p_head + t * s;
         float mx = -INFINITY;
-        for (std::int64_t j = 0; j <= t; ++j) {
+        for (std::int64_t j = 0; j < end; ++j) {
           const float* kj = base + j * row + dh;
           float dot = 0.0f;
           for (std::int64_t c = 0; c < dh; ++c) dot += q[c] * kj[c];
@@ -177,15 +178,15 @@ void attention_forward(const float* qkv, float* out, float* probs, std::int64_t 
           mx = std::max(mx, p[j]);
         }
         float sum = 0.0f;
-        for (std::int64_t j = 0; j <= t; ++j) {
+        for (std::int64_t j = 0; j < end; ++j) {
           p[j] = std::exp(p[j] - mx);
           sum += p[j];
         }
-        for (std::int64_t j = 0; j <= t; ++j) p[j] /= sum;
-        std::fill(p + t + 1, p + s, 0.0f);
+        for (std::int64_t j = 0; j < end; ++j) p[j] /= sum;
+        std::fill(p + end, p + s, 0.0f);
         float* o = out + ((bi * s + t) * h + hd) * dh;
         std::fill(o, o + dh, 0.0f);
-        for (std::int64_t j = 0; j <= t; ++j) {
+        for (std::int64_t j = 0; j < end; ++j) {
           const float* vj = base + j * row + 2 * dh;
           for (std::int64_t c = 0; c < dh; ++c) o[c] += p[j] * vj[c];
         }
@@ -194,7 +195,8 @@ void attention_forward(const float* qkv, float* out, float* probs, std::int64_t 
 }
 
 void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv,
-                        std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t dh) {
+                        std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t dh,
+                        bool causal) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   const std::int64_t row = h * 3 * dh;
   std::fill(dqkv, dqkv + b * s * row, 0.0f);
@@ -205,11 +207,12 @@ void attention_backward(const float* dout, const float* qkv, const float* probs,
       float* dbase = dqkv + bi * s * row + hd * 3 * dh;
       const float* p_head = probs + (bi * h + hd) * s * s;
       for (std::int64_t t = 0; t < s; ++t) {
+        const std::int64_t end = causal ? t + 1 : s;
         const float* p = p_head + t * s;
         const float* dout_t = dout + ((bi * s + t) * h + hd) * dh;
         // dP[j] = dout . v_j; dv_j += P[j] dout; softmax: dS[j] = P[j] (dP[j] - sum P dP).
         float p_dp = 0.0f;
-        for (std::int64_t j = 0; j <= t; ++j) {
+        for (std::int64_t j = 0; j < end; ++j) {
           const float* vj = base + j * row + 2 * dh;
           float* dvj = dbase + j * row + 2 * dh;
           float dp = 0.0f;
@@ -222,7 +225,7 @@ void attention_backward(const float* dout, const float* qkv, const float* probs,
         }
         const float* q = base + t * row;
         float* dq = dbase + t * row;
-        for (std::int64_t j = 0; j <= t; ++j) {
+        for (std::int64_t j = 0; j < end; ++j) {
           const float g = p[j] * (ds[j] - p_dp) * scale;
           const float* kj = base + j * row + dh;
           float* dkj = dbase + j * row + dh;

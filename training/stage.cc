@@ -59,8 +59,9 @@ Place place_of(int me, const ParallelConfig& parallel) {
   return p;
 }
 
-Layout activation_layout(const ModelConfig& model, int samples, int first, const StageShape& s) {
-  return Layout({samples, model.seq, model.d_model}, DType::f32, stage_mesh(first, s),
+Layout activation_layout(const ModelConfig& model, int samples, int seq, int first,
+                         const StageShape& s) {
+  return Layout({samples, seq, model.d_model}, DType::f32, stage_mesh(first, s),
                 ShardingSpec::parse("S03RS1"), "activation");
 }
 

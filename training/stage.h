@@ -31,6 +31,7 @@ Place place_of(int me, const ParallelConfig& parallel);
 std::vector<int> stage_firsts(const ParallelConfig& parallel);
 // The activations between pieces on stage `s`: [samples, seq, d_model], samples split over dp
 // and D (dp major), features over R, replicated over C.
-Layout activation_layout(const ModelConfig& model, int samples, int first, const StageShape& s);
+Layout activation_layout(const ModelConfig& model, int samples, int seq, int first,
+                         const StageShape& s);
 
 }  // namespace meshcast::training

@@ -181,6 +181,21 @@ TEST(Engine, SkipAcrossNonAdjacentStages) {
                         model);
 }
 
+TEST(Engine, UShapedAcrossStages) {
+  // Encoder blocks halve the sequence (8 -> 4 -> 2), decoder blocks double it back, and each
+  // encoder block's output is added to its mirror's input: skips of different lengths that
+  // cross non-adjacent meshes of different shapes, with bidirectional attention.
+  auto model = small_model();
+  model.layers = 6;
+  mt::make_u_shaped(model);
+  EXPECT_EQ(model.seq_at(3), 2);
+  EXPECT_EQ(model.seq_at(6), 8);
+  expect_same_as_serial(stages({"dp=1", "tp=2", "grid=2x1x1", "dp=2", "dp=1", "tp=2"}, 2,
+                               mt::ScheduleKind::Eager1F1B),
+                        model);
+  expect_same_as_serial(stages({"dp=2,tp=2", "dp=1"}, 4, mt::ScheduleKind::OneFOneB), model);
+}
+
 TEST(Engine, RejectsConfigurationsThatDoNotFit) {
   const auto m = small_model();
   const auto t = short_training();
@@ -207,6 +222,28 @@ TEST(Engine, RejectsConfigurationsThatDoNotFit) {
   auto bad = m;
   bad.skips = {{2, 1}};
   EXPECT_EQ(field(stages({"dp=1"}), bad, t), "skips");
+  auto odd = m;
+  odd.seq = 6;
+  odd.layers = 6;
+  mt::make_u_shaped(odd);  // 6 -> 3 -> halving 3 tokens
+  EXPECT_EQ(field(stages({"dp=1"}), odd, t), "seq");
+  auto three = m;
+  three.layers = 3;
+  EXPECT_THROW(mt::make_u_shaped(three), meshcast::ValidationError);
+  EXPECT_EQ(field(stages({"grid=1x1x2"}), m,
+                  [&] {
+                    auto x = t;
+                    x.batch = 8;
+                    return x;
+                  }()),
+            "accepted");
+  EXPECT_EQ(field(stages({"grid=1x4x8"}), m,
+                  [&] {
+                    auto x = t;
+                    x.batch = 16;
+                    return x;
+                  }()),
+            "stages[0].depth");
   EXPECT_THROW(mt::parse_stage_shape("dp=2,tp=x"), meshcast::ParseError);
   EXPECT_THROW(mt::parse_stage_shape("tp=2,grid=1x2x1"), meshcast::ValidationError);
   EXPECT_EQ(mt::to_string(mt::parse_stage_shape("dp=2,grid=2x2x1")), "dp=2,grid=2x2x1");

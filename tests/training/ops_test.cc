@@ -314,55 +314,64 @@ struct AttentionShape {
 };
 
 TEST(Ops, AttentionMatchesReference) {
-  const AttentionShape a;
-  std::mt19937 g(8);
-  const Vec qkv = random_vec(g, a.qkv_size(), -2.0f, 2.0f);
-  Vec out(a.out_size(), kNaN), probs(a.probs_size(), kNaN);
-  attention_forward(qkv.data(), out.data(), probs.data(), a.b, a.s, a.h, a.dh);
-  const auto at = [&](std::int64_t b, std::int64_t t, std::int64_t hd, int part, std::int64_t c) {
-    return static_cast<double>(qkv[(((b * a.s + t) * a.h + hd) * 3 + part) * a.dh + c]);
-  };
-  for (std::int64_t b = 0; b < a.b; ++b)
-    for (std::int64_t hd = 0; hd < a.h; ++hd)
-      for (std::int64_t t = 0; t < a.s; ++t) {
-        std::vector<double> p(a.s, 0.0);
-        double z = 0.0;
-        for (std::int64_t j = 0; j <= t; ++j) {
-          double score = 0.0;
-          for (std::int64_t c = 0; c < a.dh; ++c) score += at(b, t, hd, 0, c) * at(b, j, hd, 1, c);
-          p[j] = std::exp(score / std::sqrt(static_cast<double>(a.dh)));
-          z += p[j];
+  for (const bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "bidirectional");
+    const AttentionShape a;
+    std::mt19937 g(8);
+    const Vec qkv = random_vec(g, a.qkv_size(), -2.0f, 2.0f);
+    Vec out(a.out_size(), kNaN), probs(a.probs_size(), kNaN);
+    attention_forward(qkv.data(), out.data(), probs.data(), a.b, a.s, a.h, a.dh, causal);
+    const auto at = [&](std::int64_t b, std::int64_t t, std::int64_t hd, int part, std::int64_t c) {
+      return static_cast<double>(qkv[(((b * a.s + t) * a.h + hd) * 3 + part) * a.dh + c]);
+    };
+    for (std::int64_t b = 0; b < a.b; ++b)
+      for (std::int64_t hd = 0; hd < a.h; ++hd)
+        for (std::int64_t t = 0; t < a.s; ++t) {
+          std::vector<double> p(a.s, 0.0);
+          double z = 0.0;
+          const std::int64_t last = causal ? t : a.s - 1;  // the last key the query sees
+          for (std::int64_t j = 0; j <= last; ++j) {
+            double score = 0.0;
+            for (std::int64_t c = 0; c < a.dh; ++c)
+              score += at(b, t, hd, 0, c) * at(b, j, hd, 1, c);
+            p[j] = std::exp(score / std::sqrt(static_cast<double>(a.dh)));
+            z += p[j];
+          }
+          for (std::int64_t j = 0; j < a.s; ++j) {
+            const float got = probs[((b * a.h + hd) * a.s + t) * a.s + j];
+            if (j > last)
+              EXPECT_EQ(got, 0.0f) << "masked b=" << b << " h=" << hd << " t=" << t << " j=" << j;
+            else
+              EXPECT_NEAR(got, p[j] / z, 1e-6);
+          }
+          for (std::int64_t c = 0; c < a.dh; ++c) {
+            double o = 0.0;
+            for (std::int64_t j = 0; j <= last; ++j) o += p[j] / z * at(b, j, hd, 2, c);
+            EXPECT_NEAR(out[((b * a.s + t) * a.h + hd) * a.dh + c], o, 1e-5);
+          }
         }
-        for (std::int64_t j = 0; j < a.s; ++j) {
-          const float got = probs[((b * a.h + hd) * a.s + t) * a.s + j];
-          if (j > t)
-            EXPECT_EQ(got, 0.0f) << "masked b=" << b << " h=" << hd << " t=" << t << " j=" << j;
-          else
-            EXPECT_NEAR(got, p[j] / z, 1e-6);
-        }
-        for (std::int64_t c = 0; c < a.dh; ++c) {
-          double o = 0.0;
-          for (std::int64_t j = 0; j <= t; ++j) o += p[j] / z * at(b, j, hd, 2, c);
-          EXPECT_NEAR(out[((b * a.s + t) * a.h + hd) * a.dh + c], o, 1e-5);
-        }
-      }
+  }
 }
 
 TEST(Ops, AttentionGradients) {
-  const AttentionShape a;
-  std::mt19937 g(9);
-  Vec qkv = random_vec(g, a.qkv_size());
-  const Vec r = random_vec(g, a.out_size());
-  Vec probs(a.probs_size());
-  const auto loss = [&] {
-    Vec out(a.out_size());
-    attention_forward(qkv.data(), out.data(), probs.data(), a.b, a.s, a.h, a.dh);
-    return dot(out, r);
-  };
-  loss();
-  Vec dqkv(a.qkv_size(), kNaN);
-  attention_backward(r.data(), qkv.data(), probs.data(), dqkv.data(), a.b, a.s, a.h, a.dh);
-  expect_gradient("qkv", qkv, dqkv, loss);
+  for (const bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "bidirectional");
+    const AttentionShape a;
+    std::mt19937 g(9);
+    Vec qkv = random_vec(g, a.qkv_size());
+    const Vec r = random_vec(g, a.out_size());
+    Vec probs(a.probs_size());
+    const auto loss = [&] {
+      Vec out(a.out_size());
+      attention_forward(qkv.data(), out.data(), probs.data(), a.b, a.s, a.h, a.dh, causal);
+      return dot(out, r);
+    };
+    loss();
+    Vec dqkv(a.qkv_size(), kNaN);
+    attention_backward(r.data(), qkv.data(), probs.data(), dqkv.data(), a.b, a.s, a.h, a.dh,
+                       causal);
+    expect_gradient("qkv", qkv, dqkv, loss);
+  }
 }
 
 TEST(Ops, EmbeddingForwardAndGradients) {

@@ -24,6 +24,11 @@
 
 namespace meshcast::training {
 
+// What happens to a block's output sequence (after any skip connection leaves it): a U-shaped
+// model halves it on the way down (the mean of each pair of tokens) and doubles it on the way
+// up (each token repeated).
+enum class Resample { None, Halve, Double };
+
 struct ModelConfig {
   int vocab = 256;
   int seq = 16;      // tokens per sample
@@ -34,9 +39,19 @@ struct ModelConfig {
   // Long skip connections (U-Net style): the output of block `first` is added to the input of
   // block `second` (second > first + 1); the gradient flows back the same way.
   std::vector<std::pair<int, int>> skips;
+  std::vector<Resample> resample;  // per block; empty: none
+  bool causal = true;              // attention sees only earlier tokens (a decoder)
   float init_std = 0.02f;
   int ffn_width() const { return ffn > 0 ? ffn : 4 * d_model; }
+  // Tokens in the input of block `layer` (layers: after the last block).
+  int seq_at(int layer) const;
 };
+
+// Makes `m` a U-Transformer: bidirectional attention; its first layers/2 blocks (the encoder)
+// halve the sequence after each but the last, the decoder doubles it after each but the last,
+// and encoder block i's output is added to decoder block layers-1-i's input. Needs an even
+// number of layers and seq divisible by 2^(layers/2 - 1).
+void make_u_shaped(ModelConfig& m);
 
 // One pipeline stage's mesh: dp replicas of an R x C x D tensor-parallel grid.
 struct StageShape {
@@ -75,10 +90,15 @@ struct TrainConfig {
   float clip = 1.0f;  // global gradient-norm clip; <= 0: none
 };
 
-// Fills tokens[batch * (seq + 1)] for a step: each sample's inputs and, shifted by one, its
-// targets. Called on every device with the same arguments; must give the same tokens there.
-using BatchSource = std::function<void(int step, std::vector<std::int32_t>& tokens)>;
-// Random tokens drawn from `seed` (the engine's tests and benchmarks).
+// A step's samples: inputs[batch * seq] and the token to predict at each position,
+// targets[batch * seq] (a decoder's next tokens; a denoiser's clean ones).
+struct Batch {
+  std::vector<std::int32_t> inputs, targets;
+};
+// Fills a step's batch. Called on every device with the same arguments; must give the same
+// tokens there.
+using BatchSource = std::function<void(int step, Batch& batch)>;
+// Random tokens drawn from `seed`, targets the next token (the engine's tests and benchmarks).
 BatchSource random_batches(const ModelConfig& model, int batch, std::uint64_t seed);
 
 struct StepStats {

@@ -61,15 +61,17 @@ void layernorm_backward(const float* dy, const float* x, const float* gamma, con
 void gelu_forward(const float* x, float* y, std::int64_t n);
 void gelu_backward(const float* dy, const float* x, float* dx, std::int64_t n);
 
-// Causal multi-head self-attention on b sequences of s tokens and h heads of width dh.
+// Multi-head self-attention (causal: a token sees itself and the tokens before it; else every
+// token of its sequence) on b sequences of s tokens and h heads of width dh.
 // qkv[b,s,h,3,dh] (for each head its q, k and v side by side, so that a column block of whole
 // heads is self-contained); out[b,s,h,dh]; probs[b,h,s,s] saved for the backward (the masked
-// upper triangle is 0). Scores are scaled by 1/sqrt(dh).
+// positions are 0). Scores are scaled by 1/sqrt(dh).
 void attention_forward(const float* qkv, float* out, float* probs, std::int64_t b, std::int64_t s,
-                       std::int64_t h, std::int64_t dh);
+                       std::int64_t h, std::int64_t dh, bool causal = true);
 // dqkv overwritten.
 void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv,
-                        std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t dh);
+                        std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t dh,
+                        bool causal = true);
 
 // Token plus learned position embedding: y[b*s, d] = table[tokens[i], :] + pos[i % s, :].
 void embedding_forward(const std::int32_t* tokens, const float* table, const float* pos, float* y,
