@@ -78,6 +78,7 @@ class Runner {
         pieces_(stages_ * parallel.chunks),
         mb_samples_(train.batch / parallel.micro_batches) {
     exec_.options.topology = parallel.topology;
+    exec_.poll = [this] { progress(); };
     firsts_ = stage_firsts(parallel);
     for (int d = 0; d < parallel.devices(); ++d) world_.push_back(d);
     build_pieces();
@@ -316,6 +317,7 @@ class Runner {
       for (std::size_t j = 0; j < model_.skips.size(); ++j)
         if (model_.skips[j].first == layer) skip_out(j, mb, true, x);
       x = resample(layer, x, b, seq, true);
+      progress();
     }
     if (piece.head) {
       std::vector<std::int32_t> targets;
@@ -359,6 +361,7 @@ class Runner {
         for (Param* q : {blk.fc2.w, blk.fc2.b, blk.fc1.w, blk.fc1.b, blk.ln2_g, blk.ln2_b,
                          blk.proj.w, blk.proj.b, blk.qkv.w, blk.qkv.b, blk.ln1_g, blk.ln1_b})
           sync_->add(*q);
+      progress();  // the buckets started so far move on while the next block computes
     }
     if (piece.embed) {
       std::vector<std::int32_t> ids;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "meshcast/collectives.h"
@@ -25,12 +26,16 @@ struct Exec {
   // The linears' matrix products: floating-point operations and seconds (the GEMM rate).
   double gemm_flops = 0, gemm_seconds = 0;
   // Runs a product of `flops` operations, timed.
+  // Moves the engine's transfers and gradient synchronisation on; run after every product, as
+  // progress happens only when some call tests it.
+  std::function<void()> poll = nullptr;
   template <class F>
   void gemm(double flops, F&& f) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
     gemm_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     gemm_flops += flops;
+    if (poll) poll();
   }
   // Sums `n` floats over `group` (blocking); nothing when the group is this device alone.
   void all_reduce(const std::vector<int>& group, float* data, std::int64_t n);
