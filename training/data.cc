@@ -1,0 +1,109 @@
+#include "meshcast/training/data.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "meshcast/error.h"
+#include "meshcast/training/ops.h"
+
+namespace meshcast::training {
+namespace {
+
+namespace fs = std::filesystem;
+
+void append_file(const fs::path& p, std::vector<std::uint8_t>& out) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw IoError("data", p.string() + ": cannot be read");
+  out.insert(out.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::uint64_t mix(std::uint64_t seed, int step) {
+  return seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(step) + 0x632BE59BD9B4E019ULL;
+}
+
+}  // namespace
+
+Corpus Corpus::load(const std::string& path, double held_out_fraction, std::size_t min_bytes) {
+  Corpus c;
+  c.source = path;
+  std::vector<std::uint8_t> all;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(path, ec))
+      if (!e.is_symlink() && e.is_regular_file()) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) append_file(f, all);
+  } else if (fs::is_regular_file(path, ec)) {
+    append_file(path, all);
+  } else {
+    throw IoError("data", path + ": no such file or directory");
+  }
+  if (!(held_out_fraction > 0 && held_out_fraction < 1))
+    throw ValidationError("data", "the held-out fraction must be in (0, 1)");
+  const auto cut =
+      static_cast<std::size_t>(static_cast<double>(all.size()) * (1 - held_out_fraction));
+  if (cut < min_bytes || all.size() - cut < min_bytes)
+    throw ValidationError("data", path + ": " + std::to_string(all.size()) +
+                                      " bytes are too few for samples of " +
+                                      std::to_string(min_bytes) + " in training and held-out text");
+  c.train.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(cut));
+  c.held_out.assign(all.begin() + static_cast<std::ptrdiff_t>(cut), all.end());
+  std::array<double, 256> count{};
+  for (auto b : c.train) count[b] += 1;
+  for (double n : count)
+    if (n > 0) {
+      const double p = n / static_cast<double>(c.train.size());
+      c.unigram_entropy -= p * std::log(p);
+    }
+  return c;
+}
+
+BatchSource text_batches(const std::vector<std::uint8_t>& text, const ModelConfig& model, int batch,
+                         std::uint64_t seed) {
+  if (model.vocab < 256)
+    throw ValidationError(
+        "vocab", "byte-level text needs a vocabulary of 256, got " + std::to_string(model.vocab));
+  if (text.size() <= static_cast<std::size_t>(model.seq) + 1)
+    throw ValidationError("seq", "the text has " + std::to_string(text.size()) +
+                                     " bytes, too few for samples of " + std::to_string(model.seq) +
+                                     " tokens");
+  return [&text, model, batch, seed](int step, Batch& out) {
+    Rng rng(mix(seed, step));
+    const auto s = static_cast<std::size_t>(model.seq);
+    const std::uint64_t starts = text.size() - s;
+    out.inputs.clear();
+    out.targets.clear();
+    for (int b = 0; b < batch; ++b) {
+      const auto at = static_cast<std::size_t>(rng.next() % starts);
+      out.inputs.insert(out.inputs.end(), text.begin() + static_cast<std::ptrdiff_t>(at),
+                        text.begin() + static_cast<std::ptrdiff_t>(at + s));
+      out.targets.insert(out.targets.end(), text.begin() + static_cast<std::ptrdiff_t>(at + 1),
+                         text.begin() + static_cast<std::ptrdiff_t>(at + s + 1));
+    }
+  };
+}
+
+BatchSource denoising_batches(const ModelConfig& model, int batch, std::uint64_t seed,
+                              double noise) {
+  return [model, batch, seed, noise](int step, Batch& out) {
+    Rng rng(mix(seed, step) ^ 0xD1B54A32D192ED03ULL);
+    const auto v = static_cast<std::uint64_t>(model.vocab);
+    out.inputs.clear();
+    out.targets.clear();
+    for (int b = 0; b < batch; ++b) {
+      std::uint64_t t = rng.next() % v;
+      for (int i = 0; i < model.seq; ++i) {
+        t = (t + v + rng.next() % 5 - 2) % v;
+        out.targets.push_back(static_cast<std::int32_t>(t));
+        out.inputs.push_back(static_cast<std::int32_t>(rng.uniform() < noise ? rng.next() % v : t));
+      }
+    }
+  };
+}
+
+}  // namespace meshcast::training
