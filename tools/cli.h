@@ -44,14 +44,22 @@ struct DemoArgs {
   std::string iters = "3";
 };
 
-// Options of `train gpt`, as typed (validated by run_train).
+// Options of `train gpt|utransformer`, as typed (validated by run_train); a --config JSON file
+// fills the ones not given on the command line.
 struct TrainArgs {
+  std::string config;
   std::string stages = "dp=1";
   std::string chunks = "1", micro_batches = "1", schedule = "1f1b", sub_batches = "1";
   bool no_overlap = false;
   std::string reshard = "auto", topology;
-  std::string vocab = "64", seq = "16", d_model = "64", heads = "4", layers = "4";
-  std::string batch = "16", steps = "20", lr = "0.003", seed = "1", data = "pattern";
+  std::string vocab = "256", seq = "64", d_model = "64", heads = "4", layers = "4";
+  std::string batch = "16", steps = "300", lr = "0.003", seed = "1";
+  std::string data;  // gpt: a text file or directory (default: the Debian corpus), or random
+  std::string noise = "0.25";
+  std::string eval_every = "0";  // 0: steps / 10
+  std::string checkpoint_dir, checkpoint_every = "0";
+  bool resume = false;
+  std::string out = "meshcast-out";
   std::string backend = "local";
   bool json = false;
   bool plan = false;  // rank configurations instead of training
@@ -64,8 +72,9 @@ int run_plan(const PlanArgs& args);
 int run_simulate(const PlanArgs& args);
 int run_reshard(const PlanArgs& args, const RunArgs& run);
 int run_demo(const DemoArgs& args);
-void add_train_options(CLI::App& cmd, TrainArgs& args);
-int run_train(const TrainArgs& args);
+// `model` is "gpt" or "utransformer".
+void add_train_options(CLI::App& cmd, TrainArgs& args, const std::string& model);
+int run_train(const TrainArgs& args, const std::string& model, const CLI::App& cmd);
 
 // Shared helpers (cli_common.cc).
 // Parses and validates every option of `args`, then plans. Throws meshcast::Error naming the

@@ -1,15 +1,24 @@
-// `meshcast train gpt`: trains the engine's GPT-style decoder with data, tensor and pipeline
-// parallelism on the in-process backend (one thread per device) or one process per device
-// (mpi under mpirun), and reports every step's loss and where its time went.
+// `meshcast train gpt|utransformer`: trains the engine's models with data, tensor and pipeline
+// parallelism on the in-process backend (one thread per device) or one process per device (mpi
+// under mpirun); shows progress, evaluates on held-out data, checkpoints, and writes a loss
+// curve, a step-time chart and a JSON summary at the end. Only device 0 reports.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli.h"
 #include "meshcast/error.h"
+#include "meshcast/training/chart.h"
+#include "meshcast/training/data.h"
 #include "meshcast/training/engine.h"
 #include "meshcast/training/ops.h"
 #include "meshcast/training/planner.h"
@@ -19,7 +28,7 @@ namespace {
 
 namespace tr = meshcast::training;
 
-int positive(const std::string& text, const std::string& field, long long max = 1LL << 30) {
+long long integer(const std::string& text, const std::string& field, long long lo, long long hi) {
   std::size_t used = 0;
   long long v = 0;
   try {
@@ -27,89 +36,294 @@ int positive(const std::string& text, const std::string& field, long long max = 
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != text.size() || v < 1 || v > max)
-    throw ValidationError(
-        field, "expected an integer in 1.." + std::to_string(max) + ", got '" + text + "'");
-  return static_cast<int>(v);
+  if (used != text.size() || v < lo || v > hi)
+    throw ValidationError(field, "expected an integer in " + std::to_string(lo) + ".." +
+                                     std::to_string(hi) + ", got '" + text + "'");
+  return v;
+}
+int positive(const std::string& text, const std::string& field, long long hi = 1LL << 30) {
+  return static_cast<int>(integer(text, field, 1, hi));
 }
 
-float real(const std::string& text, const std::string& field) {
+double real(const std::string& text, const std::string& field, double lo, double hi) {
   std::size_t used = 0;
-  float v = 0;
+  double v = 0;
   try {
-    v = std::stof(text, &used);
+    v = std::stod(text, &used);
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != text.size() || !(v >= 0))
-    throw ValidationError(field, "expected a number >= 0, got '" + text + "'");
+  if (used != text.size() || !(v >= lo && v <= hi))
+    throw ValidationError(field, "expected a number in [" + std::to_string(lo) + ", " +
+                                     std::to_string(hi) + "], got '" + text + "'");
   return v;
 }
 
-// Learnable synthetic text: each sample counts from a random start by a random stride (mod
-// vocab), so the next token follows from the two before it.
-tr::BatchSource pattern_batches(const tr::ModelConfig& model, int batch, std::uint64_t seed) {
-  return [model, batch, seed](int step, tr::Batch& out) {
-    tr::Rng rng(seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(step) + 1);
-    const auto vocab = static_cast<std::uint64_t>(model.vocab);
-    out.inputs.clear();
-    out.targets.clear();
-    for (int b = 0; b < batch; ++b) {
-      const auto start = rng.next() % vocab;
-      const auto stride = 1 + rng.next() % 4;
-      for (std::uint64_t i = 0; i < static_cast<std::uint64_t>(model.seq); ++i) {
-        out.inputs.push_back(static_cast<std::int32_t>((start + stride * i) % vocab));
-        out.targets.push_back(static_cast<std::int32_t>((start + stride * (i + 1)) % vocab));
-      }
-    }
-  };
+// The keys of a --config file and the options they stand for.
+const std::map<std::string, std::string>& config_keys() {
+  static const std::map<std::string, std::string> keys = {
+      {"stages", "--stages"},
+      {"chunks", "--chunks"},
+      {"micro_batches", "--micro-batches"},
+      {"schedule", "--schedule"},
+      {"sub_batches", "--sub-batches"},
+      {"overlap", "--no-overlap"},
+      {"reshard", "--reshard"},
+      {"topology", "--topology"},
+      {"vocab", "--vocab"},
+      {"seq", "--seq"},
+      {"d_model", "--d-model"},
+      {"heads", "--heads"},
+      {"layers", "--layers"},
+      {"batch", "--batch"},
+      {"steps", "--steps"},
+      {"lr", "--lr"},
+      {"seed", "--seed"},
+      {"data", "--data"},
+      {"noise", "--noise"},
+      {"eval_every", "--eval-every"},
+      {"checkpoint_dir", "--checkpoint-dir"},
+      {"checkpoint_every", "--checkpoint-every"},
+      {"resume", "--resume"},
+      {"out", "--out"},
+      {"backend", "--backend"}};
+  return keys;
 }
 
-struct Parsed {
+// Fills the options not given on the command line from the --config JSON object.
+TrainArgs with_config(TrainArgs a, const CLI::App& cmd) {
+  if (a.config.empty()) return a;
+  std::ifstream in(a.config);
+  if (!in) throw IoError("config", a.config + ": cannot be read");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw ParseError("config", a.config + ": not JSON (" + std::string(e.what()) + ")");
+  }
+  if (!j.is_object()) throw ParseError("config", a.config + ": expected a JSON object");
+  std::map<std::string, std::string*> text = {{"stages", &a.stages},
+                                              {"chunks", &a.chunks},
+                                              {"micro_batches", &a.micro_batches},
+                                              {"schedule", &a.schedule},
+                                              {"sub_batches", &a.sub_batches},
+                                              {"reshard", &a.reshard},
+                                              {"topology", &a.topology},
+                                              {"vocab", &a.vocab},
+                                              {"seq", &a.seq},
+                                              {"d_model", &a.d_model},
+                                              {"heads", &a.heads},
+                                              {"layers", &a.layers},
+                                              {"batch", &a.batch},
+                                              {"steps", &a.steps},
+                                              {"lr", &a.lr},
+                                              {"seed", &a.seed},
+                                              {"data", &a.data},
+                                              {"noise", &a.noise},
+                                              {"eval_every", &a.eval_every},
+                                              {"checkpoint_dir", &a.checkpoint_dir},
+                                              {"checkpoint_every", &a.checkpoint_every},
+                                              {"out", &a.out},
+                                              {"backend", &a.backend}};
+  for (const auto& [key, value] : j.items()) {
+    const auto known = config_keys().find(key);
+    if (known == config_keys().end())
+      throw ValidationError("config." + key, "unknown key (see meshcast train gpt --help)");
+    if (cmd.get_option(known->second)->count() > 0) continue;  // the command line wins
+    if (key == "overlap" || key == "resume") {
+      if (!value.is_boolean()) throw ValidationError("config." + key, "expected true or false");
+      (key == "overlap" ? a.no_overlap : a.resume) =
+          key == "overlap" ? !value.get<bool>() : value.get<bool>();
+      continue;
+    }
+    if (value.is_string())
+      *text.at(key) = value.get<std::string>();
+    else if (value.is_number())
+      *text.at(key) = value.dump();
+    else
+      throw ValidationError("config." + key, "expected a string or a number");
+  }
+  return a;
+}
+
+struct Run {
   tr::ModelConfig model;
   tr::ParallelConfig parallel;
   tr::TrainConfig train;
   Topology topology;
+  std::optional<tr::Corpus> corpus;  // gpt on text
+  tr::BatchSource batches, held_out;
+  int eval_every = 0;
+  std::string data;  // what the samples are, in words
 };
 
-Parsed parse(const TrainArgs& a) {
-  Parsed p;
-  p.model.vocab = positive(a.vocab, "vocab", 1 << 20);
-  p.model.seq = positive(a.seq, "seq", 1 << 16);
-  p.model.d_model = positive(a.d_model, "d-model", 1 << 16);
-  p.model.heads = positive(a.heads, "heads", 1 << 12);
-  p.model.layers = positive(a.layers, "layers", 1 << 12);
-  p.parallel.stages.clear();
+Run parse(const TrainArgs& a, const std::string& kind) {
+  Run r;
+  r.model.vocab = positive(a.vocab, "vocab", 1 << 20);
+  r.model.seq = positive(a.seq, "seq", 1 << 16);
+  r.model.d_model = positive(a.d_model, "d-model", 1 << 16);
+  r.model.heads = positive(a.heads, "heads", 1 << 12);
+  r.model.layers = positive(a.layers, "layers", 1 << 12);
+  if (kind == "utransformer") tr::make_u_shaped(r.model);
+  r.parallel.stages.clear();
   std::stringstream in(a.stages);
   std::string item;
   int i = 0;
   while (std::getline(in, item, '/'))
-    p.parallel.stages.push_back(tr::parse_stage_shape(item, "stages[" + std::to_string(i++) + "]"));
-  if (p.parallel.stages.empty()) throw ValidationError("stages", "give at least one stage");
-  p.parallel.chunks = positive(a.chunks, "chunks", 64);
-  p.parallel.micro_batches = positive(a.micro_batches, "micro-batches", 1 << 16);
-  p.parallel.schedule = tr::parse_schedule(a.schedule, "schedule");
-  p.parallel.overlap = !a.no_overlap;
-  p.parallel.sub_batches = positive(a.sub_batches, "sub-batches", 1024);
-  p.parallel.reshard = parse_strategy(a.reshard, "reshard");
+    r.parallel.stages.push_back(tr::parse_stage_shape(item, "stages[" + std::to_string(i++) + "]"));
+  if (r.parallel.stages.empty()) throw ValidationError("stages", "give at least one stage");
+  r.parallel.chunks = positive(a.chunks, "chunks", 64);
+  r.parallel.micro_batches = positive(a.micro_batches, "micro-batches", 1 << 16);
+  r.parallel.schedule = tr::parse_schedule(a.schedule, "schedule");
+  r.parallel.overlap = !a.no_overlap;
+  r.parallel.sub_batches = positive(a.sub_batches, "sub-batches", 1024);
+  r.parallel.reshard = parse_strategy(a.reshard, "reshard");
   if (!a.topology.empty()) {
-    p.topology = Topology::load(a.topology);
-    p.parallel.topology = &p.topology;
+    r.topology = Topology::load(a.topology);
+    r.parallel.topology = &r.topology;
   }
-  p.train.batch = positive(a.batch, "batch", 1 << 20);
-  p.train.steps = positive(a.steps, "steps", 1 << 24);
-  p.train.seed = static_cast<std::uint64_t>(positive(a.seed, "seed", 1LL << 30));
-  p.train.lr = real(a.lr, "lr");
-  tr::validate(p.model, p.parallel, p.train);
-  if (a.data != "pattern" && a.data != "random")
-    throw ValidationError("data", "expected pattern or random, got '" + a.data + "'");
-  return p;
+  r.train.batch = positive(a.batch, "batch", 1 << 20);
+  r.train.steps = positive(a.steps, "steps", 1 << 24);
+  r.train.seed = static_cast<std::uint64_t>(positive(a.seed, "seed"));
+  r.train.lr = static_cast<float>(real(a.lr, "lr", 0, 10));
+  tr::validate(r.model, r.parallel, r.train);
+  const int every = static_cast<int>(integer(a.eval_every, "eval-every", 0, 1 << 24));
+  r.eval_every = every > 0 ? every : std::max(1, r.train.steps / 10);
+  integer(a.checkpoint_every, "checkpoint-every", 0, 1 << 24);
+  if (a.resume && a.checkpoint_dir.empty())
+    throw ValidationError("resume", "needs --checkpoint-dir");
+  const std::uint64_t seed = r.train.seed;
+  if (kind == "utransformer") {
+    if (!a.data.empty())
+      throw ValidationError("data", "the U-Transformer trains on generated sequences only");
+    const double noise = real(a.noise, "noise", 0, 1);
+    r.batches = tr::denoising_batches(r.model, r.train.batch, seed, noise);
+    r.held_out = tr::denoising_batches(r.model, r.train.batch, seed + 0x5eed, noise);
+    r.data = "generated random walks, " + a.noise + " of the tokens replaced by noise";
+  } else if (a.data == "random") {
+    r.batches = tr::random_batches(r.model, r.train.batch, seed);
+    r.held_out = tr::random_batches(r.model, r.train.batch, seed + 0x5eed);
+    r.data = "uniformly random tokens";
+  } else {
+    r.corpus = tr::Corpus::load(a.data.empty() ? tr::kDebianCorpus : a.data, 0.1,
+                                static_cast<std::size_t>(r.model.seq) + 2);
+    r.batches = tr::text_batches(r.corpus->train, r.model, r.train.batch, seed);
+    r.held_out = tr::text_batches(r.corpus->held_out, r.model, r.train.batch, seed + 0x5eed);
+    r.data = r.corpus->source + " (" + std::to_string(r.corpus->train.size()) + " training, " +
+             std::to_string(r.corpus->held_out.size()) + " held-out bytes)";
+  }
+  return r;
 }
 
-std::string ms(double s) {
+std::string stages_text(const tr::ParallelConfig& p) {
+  std::string out;
+  for (const auto& s : p.stages) out += (out.empty() ? "" : "/") + tr::to_string(s);
+  return out;
+}
+
+std::string clock(double seconds) {
+  const long s = std::lround(std::max(0.0, seconds));
   std::ostringstream o;
-  o << std::fixed << std::setprecision(1) << s * 1e3;
+  o << s / 60 << ':' << std::setw(2) << std::setfill('0') << s % 60;
   return o.str();
+}
+
+// One line per evaluation (or every step on a terminal, redrawn in place as a bar).
+class Progress {
+ public:
+  Progress(int steps, double tokens) : steps_(steps), tokens_(tokens), tty_(isatty(1) != 0) {}
+  void update(const tr::StepStats& s, int first) {
+    done_ += s.seconds;
+    const int ran = s.step - first;
+    const double eta = done_ / std::max(1, ran) * (steps_ - s.step);
+    std::ostringstream line;
+    line << "step " << s.step << '/' << steps_ << "  loss " << std::fixed << std::setprecision(4)
+         << s.loss;
+    if (s.eval_loss >= 0) line << "  held-out " << s.eval_loss;
+    line << "  " << std::setprecision(0) << tokens_ / s.seconds << " tokens/s  ETA " << clock(eta);
+    if (tty_) {
+      const int width = 24, filled = width * s.step / steps_;
+      std::cout << "\r[" << std::string(static_cast<std::size_t>(filled), '#')
+                << std::string(static_cast<std::size_t>(width - filled), '.') << "] " << line.str()
+                << "\033[K" << std::flush;
+      if (s.step == steps_) std::cout << '\n';
+    } else if (s.eval_loss >= 0 || s.step == steps_) {
+      std::cout << line.str() << '\n' << std::flush;
+    }
+  }
+
+ private:
+  int steps_;
+  double tokens_;
+  bool tty_;
+  double done_ = 0;
+};
+
+// The loss curve, the step breakdown and the summary, into `out`.
+nlohmann::json report(const std::string& kind, const Run& r, const TrainArgs& a,
+                      const tr::TrainResult& res, const std::string& out) {
+  std::filesystem::create_directories(out);
+  tr::Series train{"train", {}, {}, tr::chart_color(0)},
+      held{"held-out", {}, {}, tr::chart_color(1)};
+  std::vector<std::string> steps;
+  tr::Stack compute{"compute", tr::chart_color(0), {}},
+      comm{"exposed communication", tr::chart_color(1), {}},
+      bubble{"pipeline bubble", tr::chart_color(7), {}};
+  nlohmann::json j;
+  for (const auto& s : res.steps) {
+    train.x.push_back(s.step);
+    train.y.push_back(s.loss);
+    if (s.eval_loss >= 0) {
+      held.x.push_back(s.step);
+      held.y.push_back(s.eval_loss);
+    }
+    steps.push_back(std::to_string(s.step));
+    compute.values.push_back(s.compute * 1e3);
+    comm.values.push_back(s.exposed_comm * 1e3);
+    bubble.values.push_back(s.bubble * 1e3);
+    j["steps"].push_back(
+        {{"step", s.step},
+         {"loss", s.loss},
+         {"eval_loss", s.eval_loss >= 0 ? nlohmann::json(s.eval_loss) : nlohmann::json(nullptr)},
+         {"seconds", s.seconds},
+         {"compute", s.compute},
+         {"exposed_comm", s.exposed_comm},
+         {"bubble", s.bubble},
+         {"grad_norm", s.grad_norm}});
+  }
+  std::vector<tr::Series> curves{train, held};
+  if (r.corpus) {
+    const double h = r.corpus->unigram_entropy;
+    curves.push_back(
+        {"unigram entropy", {train.x.front(), train.x.back()}, {h, h}, tr::chart_color(2)});
+  }
+  const std::string base = out + "/" + kind;
+  tr::write_png(base + "-loss.png",
+                tr::line_chart(kind + ": loss per step (" + stages_text(r.parallel) + ", " +
+                                   tr::to_string(r.parallel.schedule) + ")",
+                               "step", "loss (nats/token)", curves),
+                "out");
+  tr::write_png(base + "-steps.png",
+                tr::stacked_bars(kind + ": step time (ms)", "time per step (ms)", steps,
+                                 {compute, comm, bubble}),
+                "out");
+  j["model"] = kind;
+  j["stages"] = stages_text(r.parallel);
+  j["devices"] = r.parallel.devices();
+  j["schedule"] = tr::to_string(r.parallel.schedule);
+  j["micro_batches"] = r.parallel.micro_batches;
+  j["overlap"] = r.parallel.overlap;
+  j["reshard"] = to_string(r.parallel.reshard);
+  j["backend"] = a.backend;
+  j["data"] = r.data;
+  j["batch"] = r.train.batch;
+  j["seq"] = r.model.seq;
+  j["resumed_from"] = res.resumed_from;
+  if (r.corpus) j["unigram_entropy"] = r.corpus->unigram_entropy;
+  j["loss_png"] = base + "-loss.png";
+  j["steps_png"] = base + "-steps.png";
+  std::ofstream(base + "-run.json") << j.dump(1) << '\n';
+  return j;
 }
 
 // This machine's fp32 GEMM rate on the model's MLP shape (one thread), measured now.
@@ -118,9 +332,8 @@ double measure_flops(const tr::ModelConfig& m, int batch) {
   const std::int64_t t = static_cast<std::int64_t>(batch) * m.seq, d = m.d_model, f = m.ffn_width();
   std::vector<float> x(static_cast<std::size_t>(t * d), 0.5f),
       w(static_cast<std::size_t>(d * f), 0.25f), y(static_cast<std::size_t>(t * f));
-  double flops = 0;
+  double flops = 0, seconds = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  double seconds = 0;
   while (seconds < 0.2) {
     tr::gemm(false, false, t, f, d, 1, x.data(), w.data(), 0, y.data());
     flops += 2.0 * static_cast<double>(t * d * f);
@@ -129,44 +342,46 @@ double measure_flops(const tr::ModelConfig& m, int batch) {
   return flops / seconds;
 }
 
-int run_plan(const TrainArgs& a, const Parsed& p) {
+int run_plan(const TrainArgs& a, const Run& r) {
   const int devices = positive(a.devices, "devices", 1 << 20);
   const int top = positive(a.top, "top", 1000);
-  const Topology topology = a.topology.empty() ? Topology::single_host() : p.topology;
-  tr::Machine machine{measure_flops(p.model, p.train.batch)};
-  const auto ranked = tr::rank_configurations(p.model, p.train, devices, topology, machine, top);
+  const Topology topology = a.topology.empty() ? Topology::single_host() : r.topology;
+  const tr::Machine machine{measure_flops(r.model, r.train.batch)};
+  const auto ranked = tr::rank_configurations(r.model, r.train, devices, topology, machine, top);
   if (a.json) {
     nlohmann::json j;
     j["devices"] = devices;
     j["gemm_flops_per_second"] = machine.flops;
     j["topology"] = topology.name();
-    for (const auto& r : ranked) {
-      std::string stages;
-      for (const auto& s : r.parallel.stages)
-        stages += (stages.empty() ? "" : "/") + tr::to_string(s);
-      j["configurations"].push_back({{"stages", stages},
-                                     {"micro_batches", r.parallel.micro_batches},
-                                     {"schedule", tr::to_string(r.parallel.schedule)},
-                                     {"seconds", r.total},
-                                     {"compute", r.compute},
-                                     {"tensor_comm", r.tensor_comm},
-                                     {"data_comm", r.data_comm},
-                                     {"pipeline_comm", r.pipeline_comm},
-                                     {"bubble", r.bubble}});
-    }
+    for (const auto& p : ranked)
+      j["configurations"].push_back({{"stages", stages_text(p.parallel)},
+                                     {"micro_batches", p.parallel.micro_batches},
+                                     {"schedule", tr::to_string(p.parallel.schedule)},
+                                     {"seconds", p.total},
+                                     {"compute", p.compute},
+                                     {"tensor_comm", p.tensor_comm},
+                                     {"data_comm", p.data_comm},
+                                     {"pipeline_comm", p.pipeline_comm},
+                                     {"bubble", p.bubble}});
     std::cout << j.dump() << '\n';
     return 0;
   }
   std::cout << "top " << ranked.size() << " configurations of " << devices << " devices on "
             << topology.name() << " (GEMM rate measured: " << std::setprecision(3)
             << machine.flops / 1e9 << " GFLOP/s; predicted step time, no overlap assumed):\n";
-  for (const auto& r : ranked) std::cout << "  " << r.str() << '\n';
+  for (const auto& p : ranked) std::cout << "  " << p.str() << '\n';
   return 0;
 }
 
 }  // namespace
 
-void add_train_options(CLI::App& cmd, TrainArgs& a) {
+void add_train_options(CLI::App& cmd, TrainArgs& a, const std::string& model) {
+  cmd.add_option("--config", a.config,
+                 "a JSON object whose keys (stages, chunks, micro_batches, schedule, "
+                 "sub_batches, overlap, reshard, topology, vocab, seq, d_model, heads, layers, "
+                 "batch, steps, lr, seed, data, noise, eval_every, checkpoint_dir, "
+                 "checkpoint_every, resume, out, backend) set the options not given here")
+      ->type_name("FILE");
   cmd.add_option("--stages", a.stages,
                  "pipeline stages separated by '/', each dp=N and tp=N (Megatron) or "
                  "grid=RxCxD (3D tensor parallelism), e.g. dp=2,tp=2/grid=2x1x2; stage s runs on "
@@ -183,28 +398,52 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
                  "split each linear's rows so that its collective overlaps the next slice")
       ->capture_default_str();
   cmd.add_flag("--no-overlap", a.no_overlap,
-               "wait on every collective as soon as it starts (to measure what overlap hides)");
+               "wait on every collective and send as soon as it starts (to measure what overlap "
+               "hides)");
   cmd.add_option("--reshard", a.reshard,
                  "strategy of the stage-boundary reshards: auto, broadcast, sendrecv, allgather")
       ->capture_default_str();
   cmd.add_option("--topology", a.topology, "topology JSON file (meshes/*.json)")->type_name("FILE");
-  cmd.add_option("--vocab", a.vocab, "vocabulary size")->capture_default_str();
+  cmd.add_option("--vocab", a.vocab, "vocabulary size (text: 256 bytes)")->capture_default_str();
   cmd.add_option("--seq", a.seq, "tokens per sample")->capture_default_str();
   cmd.add_option("--d-model", a.d_model, "model width")->capture_default_str();
   cmd.add_option("--heads", a.heads, "attention heads")->capture_default_str();
-  cmd.add_option("--layers", a.layers, "transformer blocks")->capture_default_str();
+  cmd.add_option("--layers", a.layers,
+                 model == "gpt" ? "transformer blocks"
+                                : "transformer blocks, even: half encoder, half decoder")
+      ->capture_default_str();
   cmd.add_option("--batch", a.batch, "samples per step")->capture_default_str();
-  cmd.add_option("--steps", a.steps, "training steps")->capture_default_str();
+  cmd.add_option("--steps", a.steps, "training steps (in all, counting resumed ones)")
+      ->capture_default_str();
   cmd.add_option("--lr", a.lr, "AdamW learning rate")->capture_default_str();
   cmd.add_option("--seed", a.seed, "seed of the initial parameters and the data")
       ->capture_default_str();
-  cmd.add_option("--data", a.data,
-                 "pattern (strided counting sequences: learnable) or random (uniform tokens)")
+  if (model == "gpt")
+    cmd.add_option("--data", a.data,
+                   "a text file or a directory of them (default: /usr/share/common-licenses), "
+                   "or 'random' for uniform tokens")
+        ->type_name("PATH");
+  else
+    cmd.add_option("--noise", a.noise, "fraction of input tokens replaced by random ones")
+        ->capture_default_str();
+  cmd.add_option("--eval-every", a.eval_every,
+                 "steps between held-out evaluations (0: a tenth of the steps)")
+      ->capture_default_str();
+  cmd.add_option("--checkpoint-dir", a.checkpoint_dir,
+                 "write sharded checkpoints here (atomically; the two newest are kept)")
+      ->type_name("DIR");
+  cmd.add_option("--checkpoint-every", a.checkpoint_every,
+                 "steps between checkpoints (0: only at the end)")
+      ->capture_default_str();
+  cmd.add_flag("--resume", a.resume,
+               "continue from the newest checkpoint in --checkpoint-dir, resharding it onto "
+               "these --stages if they differ from the run that saved it");
+  cmd.add_option("--out", a.out, "directory for MODEL-loss.png, MODEL-steps.png and MODEL-run.json")
       ->capture_default_str();
   cmd.add_option("--backend", a.backend,
                  "local (threads) or mpi (one process per device, under mpirun)")
       ->capture_default_str();
-  cmd.add_flag("--json", a.json, "print one JSON object with every step's figures");
+  cmd.add_flag("--json", a.json, "print the run's JSON summary instead of progress");
   cmd.add_flag("--plan", a.plan,
                "train nothing: rank every parallel configuration of --devices devices on "
                "--topology by the analytic model (AxoNN style) and print the --top best with "
@@ -213,20 +452,44 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
   cmd.add_option("--top", a.top, "configurations to print (--plan)")->capture_default_str();
 }
 
-int run_train(const TrainArgs& a) {
+int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& cmd) {
+  const TrainArgs a = with_config(given, cmd);
   if (a.backend != "local" && a.backend != "mpi")
     throw ValidationError("backend", "expected local or mpi, got '" + a.backend + "'");
   check_backend(a.backend);
-  const Parsed p = parse(a);
-  if (a.plan) return run_plan(a, p);
-  const auto batches = a.data == "random" ? tr::random_batches(p.model, p.train.batch, p.train.seed)
-                                          : pattern_batches(p.model, p.train.batch, p.train.seed);
-  const int devices = p.parallel.devices();
+  const Run r = parse(a, kind);
+  if (a.plan) return run_plan(a, r);
+  const int devices = r.parallel.devices();
+  const double tokens = static_cast<double>(r.train.batch) * r.model.seq;
+  tr::RunOptions opts;
+  opts.held_out = &r.held_out;
+  opts.eval_every = r.eval_every;
+  opts.checkpoint_dir = a.checkpoint_dir;
+  opts.checkpoint_every =
+      static_cast<int>(integer(a.checkpoint_every, "checkpoint-every", 0, 1 << 24));
+  opts.resume = a.resume;
+  opts.description = nlohmann::json{{"model", kind}, {"stages", stages_text(r.parallel)}}.dump();
   tr::TrainResult result;
   bool root = true;
   auto body = [&](Communicator& comm) {
-    auto r = tr::train(comm, p.model, p.parallel, p.train, batches);
-    if (comm.rank() == 0) result = std::move(r);
+    tr::RunOptions mine = opts;
+    std::optional<Progress> progress;
+    if (comm.rank() == 0 && !a.json) {
+      progress.emplace(r.train.steps, tokens);
+      std::cout << kind << ": " << devices << " devices (" << stages_text(r.parallel) << "), "
+                << tr::to_string(r.parallel.schedule) << " x" << r.parallel.micro_batches << ", on "
+                << r.data << '\n';
+      if (r.corpus)
+        std::cout << "unigram entropy of the training text: " << std::fixed << std::setprecision(4)
+                  << r.corpus->unigram_entropy << " nats/byte\n";
+    }
+    int first = -1;
+    mine.on_step = [&](const tr::StepStats& s) {
+      if (first < 0) first = s.step - 1;
+      if (progress) progress->update(s, first);
+    };
+    auto res = tr::train(comm, r.model, r.parallel, r.train, r.batches, mine);
+    if (comm.rank() == 0) result = std::move(res);
   };
   if (a.backend == "local") {
     if (devices > 256)
@@ -243,36 +506,26 @@ int run_train(const TrainArgs& a) {
   }
 #endif
   if (!root) return 0;
-  const double tokens = static_cast<double>(p.train.batch) * p.model.seq;
+  if (result.steps.empty()) {
+    std::cout << "nothing to do: the checkpoint is at step " << result.resumed_from << " of "
+              << r.train.steps << '\n';
+    return 0;
+  }
+  const nlohmann::json j = report(kind, r, a, result, a.out);
   if (a.json) {
-    nlohmann::json j;
-    j["devices"] = devices;
-    j["backend"] = a.backend;
-    std::string stages;
-    for (const auto& s : p.parallel.stages)
-      stages += (stages.empty() ? "" : "/") + tr::to_string(s);
-    j["stages"] = stages;
-    j["schedule"] = tr::to_string(p.parallel.schedule);
-    j["micro_batches"] = p.parallel.micro_batches;
-    j["overlap"] = p.parallel.overlap;
-    for (const auto& s : result.steps)
-      j["steps"].push_back({{"loss", s.loss},
-                            {"seconds", s.seconds},
-                            {"compute", s.compute},
-                            {"exposed_comm", s.exposed_comm},
-                            {"bubble", s.bubble},
-                            {"grad_norm", s.grad_norm},
-                            {"tokens_per_second", tokens / s.seconds}});
     std::cout << j.dump() << '\n';
     return 0;
   }
-  int step = 0;
-  for (const auto& s : result.steps)
-    std::cout << "step " << ++step << '/' << p.train.steps << "  loss " << std::fixed
-              << std::setprecision(4) << s.loss << "  " << ms(s.seconds) << " ms (compute "
-              << ms(s.compute) << ", exposed comm " << ms(s.exposed_comm) << ", bubble "
-              << ms(s.bubble) << ")  " << std::setprecision(0) << tokens / s.seconds
-              << " tokens/s\n";
+  const auto& last = result.steps.back();
+  if (result.resumed_from >= 0)
+    std::cout << "resumed from the checkpoint of step " << result.resumed_from << '\n';
+  std::cout << "final loss " << std::fixed << std::setprecision(4) << last.loss << ", held-out "
+            << last.eval_loss;
+  if (r.corpus)
+    std::cout << " (unigram entropy " << r.corpus->unigram_entropy << ": " << std::setprecision(0)
+              << 100 * (1 - last.eval_loss / r.corpus->unigram_entropy) << "% below)";
+  std::cout << "\nwrote " << j["loss_png"].get<std::string>() << ", "
+            << j["steps_png"].get<std::string>() << ", " << a.out << '/' << kind << "-run.json\n";
   return 0;
 }
 

@@ -32,6 +32,8 @@ Corpus Corpus::load(const std::string& path, double held_out_fraction, std::size
   c.source = path;
   std::vector<std::uint8_t> all;
   std::error_code ec;
+  if (!(held_out_fraction >= 0.01 && held_out_fraction <= 0.5))
+    throw ValidationError("data", "the held-out fraction must be in [0.01, 0.5]");
   if (fs::is_directory(path, ec)) {
     std::vector<fs::path> files;
     for (const auto& e : fs::directory_iterator(path, ec))
@@ -43,16 +45,19 @@ Corpus Corpus::load(const std::string& path, double held_out_fraction, std::size
   } else {
     throw IoError("data", path + ": no such file or directory");
   }
-  if (!(held_out_fraction > 0 && held_out_fraction < 1))
-    throw ValidationError("data", "the held-out fraction must be in (0, 1)");
-  const auto cut =
-      static_cast<std::size_t>(static_cast<double>(all.size()) * (1 - held_out_fraction));
-  if (cut < min_bytes || all.size() - cut < min_bytes)
+  // Every k-th block of 1 KiB is held out, so that both parts sample every text (a tail would
+  // be one license, unlike the rest).
+  const std::size_t block = 1024;
+  const auto k = static_cast<std::size_t>(std::lround(1 / held_out_fraction));
+  for (std::size_t at = 0, i = 0; at < all.size(); at += block, ++i) {
+    auto& part = i % k == k - 1 ? c.held_out : c.train;
+    part.insert(part.end(), all.begin() + static_cast<std::ptrdiff_t>(at),
+                all.begin() + static_cast<std::ptrdiff_t>(std::min(all.size(), at + block)));
+  }
+  if (c.train.size() < min_bytes || c.held_out.size() < min_bytes)
     throw ValidationError("data", path + ": " + std::to_string(all.size()) +
                                       " bytes are too few for samples of " +
                                       std::to_string(min_bytes) + " in training and held-out text");
-  c.train.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(cut));
-  c.held_out.assign(all.begin() + static_cast<std::ptrdiff_t>(cut), all.end());
   std::array<double, 256> count{};
   for (auto b : c.train) count[b] += 1;
   for (double n : count)

@@ -17,6 +17,7 @@
 #include "meshcast/error.h"
 #include "meshcast/reshard.h"
 #include "meshcast/training/ops.h"
+#include "training/checkpoint.h"
 #include "training/layers.h"
 #include "training/parameters.h"
 #include "training/stage.h"
@@ -96,16 +97,13 @@ class Runner {
     exec_.gemm_flops = exec_.gemm_seconds = 0;
     bubble_ = 0;
     loss_sum_ = 0;
-    batches_(index, batch_);
-    require(batch_.inputs.size() == static_cast<std::size_t>(cfg_.batch) * model_.seq &&
-                batch_.targets.size() == batch_.inputs.size(),
-            "batch", "the batch source gave the wrong number of tokens");
+    fill_batch(batches_, index);
     params_.zero_grads();
     waited_ = params_.start_gathers(comm_, par_.overlap);
     for (auto& p : pieces_state_) p.backwards_done = 0;
     GradSync sync(comm_, place_, exec_.options, par_.bucket_bytes, par_.overlap);
     sync_ = &sync;
-    post_receives();
+    post_receives(false);
     for (const PipeOp& op : schedule_[static_cast<std::size_t>(place_.stage)]) {
       if (op.forward)
         forward(op.piece, op.micro_batch);
@@ -141,7 +139,29 @@ class Runner {
     return st;
   }
 
+  // The mean loss on a batch of `source` (forward passes only, pieces in order), on every
+  // device.
+  double evaluate(const BatchSource& source, int index) {
+    fill_batch(source, index);
+    loss_sum_ = 0;
+    params_.start_gathers(comm_, true);  // the weights changed since the step's gathers
+    post_receives(true);
+    for (int p = place_.stage; p < pieces_; p += stages_)
+      for (int mb = 0; mb < par_.micro_batches; ++mb) {
+        forward(p, mb);
+        saved_.erase({p, mb});
+        progress();
+      }
+    for (auto& [key, f] : flights_) f.transfer.wait();
+    flights_.clear();
+    double sum = place_.r == 0 && place_.c == 0 ? loss_sum_ : 0.0;
+    all_reduce(comm_, world_, &sum, &sum, 1, DType::f64, ReduceOp::Sum, exec_.options);
+    return sum / static_cast<double>(cfg_.batch * model_.seq);
+  }
+
   std::vector<ParameterPart> parts() const { return params_.parts(); }
+  Parameters& parameters() { return params_; }
+  const std::vector<int>& world() const { return world_; }
 
  private:
   int stage_of(int piece) const { return piece % stages_; }
@@ -215,11 +235,20 @@ class Runner {
             "micro-batches or stages");
   }
 
-  // Receives this device only consumes are posted when the step starts.
-  void post_receives() {
+  void fill_batch(const BatchSource& source, int index) {
+    source(index, batch_);
+    require(batch_.inputs.size() == static_cast<std::size_t>(cfg_.batch) * model_.seq &&
+                batch_.targets.size() == batch_.inputs.size(),
+            "batch", "the batch source gave the wrong number of tokens");
+  }
+
+  // Receives this device only consumes are posted when the step starts (forward ones only for
+  // an evaluation).
+  void post_receives(bool forward_only) {
     for (std::size_t r = 0; r < routes_.size(); ++r) {
       const Route& route = routes_[r];
       if (!hosts(route.dst_piece) || hosts(route.src_piece)) continue;
+      if (forward_only && route.src_piece > route.dst_piece) continue;
       for (int mb = 0; mb < par_.micro_batches; ++mb) {
         Flight& f = flights_[{static_cast<int>(r), mb}];
         f.receiver = true;
@@ -625,17 +654,37 @@ void validate(const ModelConfig& model, const ParallelConfig& parallel, const Tr
 }
 
 TrainResult train(Communicator& comm, const ModelConfig& model, const ParallelConfig& parallel,
-                  const TrainConfig& train, const BatchSource& batches) {
+                  const TrainConfig& train, const BatchSource& batches, const RunOptions& run) {
   validate(model, parallel, train);
   require(comm.size() >= parallel.devices(), "devices",
           "the configuration needs " + std::to_string(parallel.devices()) +
               " devices, the communicator has " + std::to_string(comm.size()));
+  require(run.eval_every >= 0, "eval_every", "must be >= 0");
+  require(run.checkpoint_every >= 0, "checkpoint_every", "must be >= 0");
   TrainResult result;
   if (comm.rank() >= parallel.devices()) return result;
   static std::once_flag blas;
   std::call_once(blas, use_single_threaded_blas);
   Runner runner(comm, model, parallel, train, batches);
-  for (int s = 0; s < train.steps; ++s) result.steps.push_back(runner.step(s));
+  int first = 0;
+  if (run.resume && !run.checkpoint_dir.empty()) {
+    result.resumed_from =
+        load_checkpoint(comm, runner.world(), runner.parameters(), run.checkpoint_dir);
+    first = static_cast<int>(std::max<std::int64_t>(0, result.resumed_from));
+  }
+  for (int s = first; s < train.steps; ++s) {
+    StepStats st = runner.step(s);
+    st.step = s + 1;
+    const bool last = s + 1 == train.steps;
+    auto due = [&](int every) { return last || (every > 0 && (s + 1) % every == 0); };
+    if (run.held_out != nullptr && due(run.eval_every))
+      st.eval_loss = runner.evaluate(*run.held_out, s);
+    if (!run.checkpoint_dir.empty() && due(run.checkpoint_every))
+      save_checkpoint(comm, runner.world(), runner.parameters(), s + 1, run.checkpoint_dir,
+                      run.description);
+    if (run.on_step) run.on_step(st);
+    result.steps.push_back(st);
+  }
   result.parameters = runner.parts();
   return result;
 }

@@ -5,6 +5,8 @@
 set -u
 mc=$1
 run=("$2" --allow-run-as-root --oversubscribe --mca btl self,vader)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
@@ -19,7 +21,7 @@ sys.exit(0 if len(a) == len(b) == 3 and all(abs(x - y) <= 1e-4 * abs(x) for x, y
 PY
 }
 
-common=(--steps 3 --batch 8 --d-model 32 --layers 4 --heads 4 --json)
+common=(--steps 3 --batch 8 --seq 16 --d-model 32 --layers 4 --heads 4 --json --out "$tmp")
 serial=$("$mc" train gpt "${common[@]}" | losses)
 # "ranks:options"
 for case in "4:--stages dp=1,tp=2/dp=2 --micro-batches 2 --schedule eager-1f1b" \
@@ -42,7 +44,7 @@ for case in "4:--stages dp=1,tp=2/dp=2 --micro-batches 2 --schedule eager-1f1b" 
 done
 
 # Too few ranks: every rank refuses with exit 2 (no hang).
-out=$(timeout 120 "${run[@]}" -np 2 "$mc" train gpt --stages dp=4 --backend mpi 2>&1)
+out=$(timeout 120 "${run[@]}" -np 2 "$mc" train gpt --stages dp=4 --backend mpi --out "$tmp" 2>&1)
 rc=$?
 [[ $rc -ne 0 && $out == *devices* ]] && ok || bad "too few ranks: rc=$rc $out"
 

@@ -1,38 +1,84 @@
 #!/usr/bin/env bash
-# `meshcast train gpt`: a parallel run's losses equal the serial run's, the loss falls on the
-# learnable synthetic text, --plan ranks configurations, and bad configurations exit 2 with one
-# line naming the field. Usage: train_test.sh MESHCAST
+# `meshcast train gpt|utransformer`: parallel runs give the serial run's losses, the loss falls
+# (below the corpus's unigram entropy for text), --config fills options, checkpoints resume on
+# another mesh with the uninterrupted run's losses and a corrupt one is refused, --plan ranks
+# configurations, and bad configurations exit 2 with one line naming the field.
+# Usage: train_test.sh MESHCAST
 set -u
 mc=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 losses() { python3 -c 'import json,sys
 print(" ".join("%.9g" % s["loss"] for s in json.loads(sys.stdin.readline())["steps"]))'; }
-
-common=(--steps 4 --batch 8 --d-model 32 --layers 4 --heads 4 --json)
-serial=$("$mc" train gpt "${common[@]}" | losses)
-for stages in "dp=2" "tp=2/tp=2" "dp=2,tp=2/grid=2x1x1" "grid=1x2x2/dp=1/dp=2"; do
-  for schedule in 1f1b eager-1f1b gpipe; do
-    got=$("$mc" train gpt "${common[@]}" --stages "$stages" --micro-batches 2 --schedule "$schedule" | losses)
-    if python3 - "$serial" "$got" <<'PY'
+# close "a b c" "a b c": the same losses within 1e-4 relative
+close() {
+  python3 - "$1" "$2" <<'PY'
 import sys
 a = [float(x) for x in sys.argv[1].split()]
 b = [float(x) for x in sys.argv[2].split()]
-sys.exit(0 if len(a) == len(b) == 4 and all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip(a, b)) else 1)
+sys.exit(0 if a and len(a) == len(b) and all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip(a, b)) else 1)
 PY
-    then ok; else bad "$stages $schedule: losses [$got], serial [$serial]"; fi
+}
+
+for kind in gpt utransformer; do
+  common=(--steps 4 --batch 8 --seq 16 --d-model 32 --layers 4 --heads 4 --json --out "$tmp/out")
+  serial=$("$mc" train $kind "${common[@]}" | losses)
+  for stages in "dp=2" "tp=2/tp=2" "dp=2,tp=2/grid=2x1x1" "grid=1x2x2/dp=1/dp=2"; do
+    for schedule in 1f1b eager-1f1b; do
+      got=$("$mc" train $kind "${common[@]}" --stages "$stages" --micro-batches 2 --schedule "$schedule" | losses)
+      close "$serial" "$got" && ok || bad "$kind $stages $schedule: losses [$got], serial [$serial]"
+    done
   done
 done
 
-# The loss falls well below its start (ln 64 = 4.16) on the counting sequences.
-curve=$("$mc" train gpt --steps 40 --json | losses)
-if python3 -c "import sys; v=[float(x) for x in '$curve'.split()]; sys.exit(0 if v[-1] < 0.6 * v[0] else 1)"; then
-  ok; else bad "loss did not fall: $curve"; fi
+# GPT on the Debian corpus: the held-out loss falls well below the unigram entropy.
+out=$("$mc" train gpt --steps 200 --json --out "$tmp/out")
+if printf '%s\n' "$out" | python3 -c 'import json,sys
+j = json.loads(sys.stdin.readline())
+last = j["steps"][-1]
+sys.exit(0 if last["eval_loss"] < 0.85 * j["unigram_entropy"] else 1)'; then ok; else
+  bad "gpt did not beat the unigram entropy: $(printf '%s' "$out" | head -c 300)"; fi
+for f in gpt-loss.png gpt-steps.png gpt-run.json; do
+  [[ -s $tmp/out/$f ]] && ok || bad "missing $f"
+done
+head -c 8 "$tmp/out/gpt-loss.png" | od -An -tx1 | grep -q "89 50 4e 47 0d 0a 1a 0a" && ok || bad "not a PNG"
 
-# Human-readable lines: one per step with the breakdown.
-lines=$("$mc" train gpt --steps 3 --stages dp=1/dp=1 --micro-batches 2 | grep -c 'exposed comm')
-[[ $lines -eq 3 ]] && ok || bad "expected 3 step lines, got $lines"
+# The U-Transformer's denoising loss falls.
+curve=$("$mc" train utransformer --steps 60 --seq 32 --json --out "$tmp/out" | losses)
+python3 -c "import sys; v=[float(x) for x in '$curve'.split()]; sys.exit(0 if v[-1] < 0.7 * v[0] else 1)" &&
+  ok || bad "utransformer loss did not fall: $curve"
+
+# Plain progress lines when not on a terminal, and the summary.
+lines=$("$mc" train gpt --steps 4 --eval-every 2 --stages dp=1/dp=1 --micro-batches 2 --out "$tmp/out" | grep -c 'held-out')
+[[ $lines -ge 3 ]] && ok || bad "expected progress lines with held-out losses, got $lines"
+
+# --config fills what the command line does not give; the command line wins.
+printf '{"stages": "dp=2", "micro_batches": 2, "steps": 3, "d_model": 32, "seq": 16, "batch": 8, "overlap": false}' > "$tmp/c.json"
+got=$("$mc" train gpt --config "$tmp/c.json" --steps 2 --json --out "$tmp/out" | python3 -c 'import json,sys
+j = json.loads(sys.stdin.readline()); print(len(j["steps"]), j["stages"], j["overlap"])')
+[[ $got == "2 dp=2,tp=1 False" ]] && ok || bad "--config: $got"
+
+# Checkpoints: 6 steps uninterrupted vs 3 steps on one mesh, then resumed on another to 6.
+ck=(--batch 8 --seq 16 --d-model 32 --layers 4 --heads 4 --json --out "$tmp/out")
+full=$("$mc" train gpt "${ck[@]}" --steps 6 | losses)
+"$mc" train gpt "${ck[@]}" --steps 3 --stages dp=2,tp=2 --checkpoint-dir "$tmp/ck" >/dev/null
+rest=$("$mc" train gpt "${ck[@]}" --steps 6 --stages grid=1x2x1/dp=2 --micro-batches 2 --checkpoint-dir "$tmp/ck" --resume | losses)
+first3=$("$mc" train gpt "${ck[@]}" --steps 3 | losses)
+close "$full" "$first3 $rest" && ok || bad "resume on another mesh: [$first3] + [$rest] vs [$full]"
+[[ -f $tmp/ck/latest && -d $tmp/ck/$(cat "$tmp/ck/latest") ]] && ok || bad "no latest checkpoint"
+# A corrupt checkpoint is refused (exit 2, naming the file) and left as it was.
+latest=$tmp/ck/$(cat "$tmp/ck/latest")
+victim=$(ls "$latest"/device-*.bin | head -1)
+printf 'X' | dd of="$victim" bs=1 seek=17 conv=notrunc 2>/dev/null
+before=$(cd "$tmp/ck" && find . -type f -exec md5sum {} + | sort | md5sum)
+err=$("$mc" train gpt "${ck[@]}" --steps 8 --checkpoint-dir "$tmp/ck" --resume 2>&1 >/dev/null)
+rc=$?
+after=$(cd "$tmp/ck" && find . -type f -exec md5sum {} + | sort | md5sum)
+[[ $rc -eq 2 && $err == *checkpoint* && $err == *$(basename "$victim")* && $before == "$after" ]] &&
+  ok || bad "corrupt checkpoint: rc=$rc $err"
 
 # --plan: the ranked configurations, best first.
 out=$("$mc" train gpt --plan --devices 8 --top 3 --topology meshes/emulated.json --json)
@@ -46,21 +92,28 @@ expect_error() {
   local field=$1
   shift
   local err rc
-  err=$("$mc" train gpt "$@" 2>&1 >/dev/null)
+  err=$("$mc" train "$@" --out "$tmp/out" 2>&1 >/dev/null)
   rc=$?
   if [[ $rc -eq 2 && $(printf '%s\n' "$err" | wc -l) -eq 1 && $err == *"$field"* ]]; then ok; else
     bad "$* -> rc=$rc: $err (wanted field $field)"; fi
 }
-expect_error "stages[0].cols" --stages tp=3
-expect_error "stages[1].grid" --stages dp=1/grid=2x2
-expect_error "schedule" --schedule sideways
-expect_error "batch" --micro-batches 3
-expect_error "layers" --stages dp=1/dp=1/dp=1/dp=1/dp=1
-expect_error "micro_batches" --stages dp=1/dp=1 --schedule interleaved --chunks 2 --micro-batches 1
-expect_error "backend" --backend carrier-pigeon
-expect_error "data" --data /nonexistent
-expect_error "devices" --plan --devices 0
-expect_error "lr" --lr fast
+expect_error "stages[0].cols" gpt --stages tp=3
+expect_error "stages[1].grid" gpt --stages dp=1/grid=2x2
+expect_error "schedule" gpt --schedule sideways
+expect_error "batch" gpt --micro-batches 3
+expect_error "layers" gpt --stages dp=1/dp=1/dp=1/dp=1/dp=1
+expect_error "micro_batches" gpt --stages dp=1/dp=1 --schedule interleaved --chunks 2 --micro-batches 1
+expect_error "backend" gpt --backend carrier-pigeon
+expect_error "data" gpt --data /nonexistent
+expect_error "devices" gpt --plan --devices 0
+expect_error "lr" gpt --lr fast
+expect_error "layers" utransformer --layers 3
+expect_error "seq" utransformer --layers 6 --seq 6
+expect_error "noise" utransformer --noise 2
+expect_error "resume" gpt --resume
+expect_error "config" gpt --config /nonexistent.json
+printf '{"stagez": 1}' > "$tmp/bad.json"
+expect_error "config.stagez" gpt --config "$tmp/bad.json"
 
 echo "train_test: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

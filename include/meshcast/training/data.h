@@ -9,7 +9,8 @@
 
 namespace meshcast::training {
 
-// A text corpus as bytes (tokens 0..255), split into a training part and a held-out tail.
+// A text corpus as bytes (tokens 0..255), split into a training part and a held-out part
+// (every k-th KiB, k = 1 / held-out fraction).
 struct Corpus {
   std::string source;  // where it was read from
   std::vector<std::uint8_t> train, held_out;
@@ -18,7 +19,7 @@ struct Corpus {
   double unigram_entropy = 0;
 
   // Reads a file, or every regular file of a directory (sorted by name, symbolic links skipped
-  // so that aliases count once), and keeps the last `held_out_fraction` for evaluation. Throws
+  // so that aliases count once), and holds out `held_out_fraction` (0.01..0.5) of it. Throws
   // IoError("data", ...) when nothing can be read, ValidationError("data", ...) when the text
   // is too short for a sample of `min_bytes` in each part.
   static Corpus load(const std::string& path, double held_out_fraction = 0.1,

@@ -102,7 +102,9 @@ using BatchSource = std::function<void(int step, Batch& batch)>;
 BatchSource random_batches(const ModelConfig& model, int batch, std::uint64_t seed);
 
 struct StepStats {
+  int step = 0;             // 1-based
   double loss = 0;          // mean cross-entropy over the step's tokens (every device has it)
+  double eval_loss = -1;    // on a held-out batch after the step; -1 when not evaluated
   double seconds = 0;       // wall time of the step on this device
   double compute = 0;       // in kernels
   double exposed_comm = 0;  // blocked on collectives and on sends still in flight at the end
@@ -125,16 +127,30 @@ struct ParameterPart {
 };
 
 struct TrainResult {
-  std::vector<StepStats> steps;
+  std::vector<StepStats> steps;           // the steps this call ran
   std::vector<ParameterPart> parameters;  // after the last step
+  std::int64_t resumed_from = -1;         // the checkpoint's step, -1 when it started afresh
+};
+
+// What a run does besides training.
+struct RunOptions {
+  const BatchSource* held_out = nullptr;  // evaluated every eval_every steps and after the last
+  int eval_every = 0;
+  std::string checkpoint_dir;  // empty: no checkpoints (training/checkpoint.h has the format)
+  int checkpoint_every = 0;    // steps between checkpoints; 0: only after the last step
+  bool resume = false;         // start from checkpoint_dir's newest checkpoint, if any; the
+                               // parallel configuration may differ from the one that saved it
+  std::string description;     // JSON text stored in each checkpoint's manifest
+  std::function<void(const StepStats&)> on_step;  // after every step, on every device
 };
 
 // Trains on this device (comm.rank() is its device id) as one of parallel.devices() devices;
 // devices beyond them return at once. Every device calls it with the same arguments. Throws
 // ValidationError naming the field for a configuration that does not fit the model, CommError
 // when a peer fails.
+// Steps run from the resumed checkpoint's step (or 0) to train.steps.
 TrainResult train(Communicator& comm, const ModelConfig& model, const ParallelConfig& parallel,
-                  const TrainConfig& train, const BatchSource& batches);
+                  const TrainConfig& train, const BatchSource& batches, const RunOptions& run = {});
 
 // Checks the configuration against the model without running anything (what train() refuses).
 void validate(const ModelConfig& model, const ParallelConfig& parallel, const TrainConfig& train);

@@ -1,0 +1,427 @@
+// Checkpoints: saved under one parallel configuration and loaded under another, every element of
+// the values and AdamW moments comes back exactly; saving is atomic and keeps the two newest;
+// loading refuses a corrupt, partial or foreign checkpoint on every device and changes nothing.
+#include "training/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "meshcast/error.h"
+#include "meshcast/local.h"
+
+namespace mt = meshcast::training;
+namespace fs = std::filesystem;
+using meshcast::Communicator;
+
+namespace {
+
+using Sp = mt::Split;
+
+// A parameter of the test model, in the engine's kinds; `part` 0 lives on the first pipeline
+// stage, 1 on the last; `tag` makes its values distinct from every other parameter's.
+struct Spec {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::vector<Sp> split;
+  mt::Init init;
+  bool sharded;
+  int part;
+  int tag;
+};
+
+constexpr std::int64_t d = 8, vocab = 12;
+
+std::vector<Spec> model() {
+  return {
+      {"embed.table", {vocab, d}, {Sp::None, Sp::Rows}, mt::Init::Normal, false, 0, 1},
+      {"block0.qkv.w", {d, 3 * d}, {Sp::Rows, Sp::Cols}, mt::Init::Normal, true, 0, 2},
+      {"block0.qkv.b", {3 * d}, {Sp::Cols}, mt::Init::Zeros, false, 0, 3},
+      {"block0.out.w", {3 * d, d}, {Sp::Cols, Sp::Rows}, mt::Init::Normal, true, 1, 4},
+      {"head.ln.g", {d}, {Sp::Rows}, mt::Init::Ones, false, 1, 5},
+      {"head.w", {d, vocab}, {Sp::Rows, Sp::None}, mt::Init::Normal, false, 1, 6},
+  };
+}
+
+mt::ParallelConfig parallel(const std::vector<std::string>& stages) {
+  mt::ParallelConfig p;
+  p.stages.clear();
+  for (const auto& s : stages) p.stages.push_back(mt::parse_stage_shape(s));
+  return p;
+}
+
+// One device's parameters: its stage's part of the model, as the engine would add them.
+struct Device {
+  Device(int me, const mt::ParallelConfig& parallel, const std::vector<Spec>& specs)
+      : place(mt::place_of(me, parallel)), params(place, mt::TrainConfig{}, mt::ModelConfig{}) {
+    const auto stages = static_cast<int>(parallel.stages.size());
+    for (const Spec& s : specs)
+      if (s.part * stages / 2 == place.stage)
+        params.add(s.name, s.shape, s.split, s.init, s.sharded);
+  }
+  mt::Place place;
+  mt::Parameters params;
+};
+
+// fn(local, global) for every element of `box` (local: row-major in the box; global: the flat
+// index in the full tensor of `shape`).
+template <class F>
+void for_each_element(const meshcast::Box& box, const std::vector<std::int64_t>& shape, F fn) {
+  const std::int64_t cols = shape.size() == 2 ? shape[1] : 1;
+  const meshcast::Range span = shape.size() == 2 ? box[1] : meshcast::Range{0, 1};
+  std::int64_t local = 0;
+  for (std::int64_t i = box[0].lo; i < box[0].hi; ++i)
+    for (std::int64_t j = span.lo; j < span.hi; ++j) fn(local++, i * cols + j);
+}
+
+int tag_of(const std::string& name) {
+  for (const Spec& s : model())
+    if (s.name == name) return s.tag;
+  return 99;
+}
+
+// The value saved at `salt` (exact in f32); m is twice it, v three times.
+float expected(const std::string& name, std::int64_t global, int salt) {
+  return static_cast<float>(tag_of(name) * 1000 + global) + 0.5f * static_cast<float>(salt);
+}
+
+void perturb(mt::Parameters& params, int salt) {
+  for (auto& p : params.all())
+    for_each_element(p.shard, p.shape, [&](std::int64_t i, std::int64_t g) {
+      const auto k = static_cast<std::size_t>(i);
+      p.value[k] = expected(p.name, g, salt);
+      p.m[k] = 2 * p.value[k];
+      p.v[k] = 3 * p.value[k];
+    });
+}
+
+// What each device threw, by device id: "" for nothing, else "V " / "I " (ValidationError /
+// IoError) and what().
+using Outcomes = std::vector<std::string>;
+
+Outcomes run(const mt::ParallelConfig& parallel,
+             const std::function<void(Communicator&, const std::vector<int>&)>& fn) {
+  const int n = parallel.devices();
+  std::vector<int> world(static_cast<std::size_t>(n));
+  std::iota(world.begin(), world.end(), 0);
+  Outcomes out(world.size());
+  meshcast::LocalWorld w(n);
+  w.run([&](Communicator& comm) {
+    std::string& o = out[static_cast<std::size_t>(comm.rank())];
+    try {
+      fn(comm, world);
+    } catch (const meshcast::ValidationError& e) {
+      o = std::string("V ") + e.what();
+    } catch (const meshcast::IoError& e) {
+      o = std::string("I ") + e.what();
+    } catch (const std::exception& e) {
+      o = std::string("? ") + e.what();
+    }
+  });
+  return out;
+}
+
+void expect_ok(const Outcomes& outcomes) {
+  for (std::size_t i = 0; i < outcomes.size(); ++i) EXPECT_EQ(outcomes[i], "") << "device " << i;
+}
+
+// Every device threw the same kind (`kind` "V " or "I ") with `needle` in its message.
+void expect_all_threw(const Outcomes& outcomes, const std::string& kind,
+                      const std::string& needle) {
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    EXPECT_EQ(outcomes[i].substr(0, 2), kind) << "device " << i << ": " << outcomes[i];
+    EXPECT_NE(outcomes[i].find(needle), std::string::npos)
+        << "device " << i << ": " << outcomes[i] << " (expected " << needle << ")";
+  }
+}
+
+void save(const mt::ParallelConfig& parallel, const std::string& dir, std::int64_t step, int salt,
+          const std::vector<Spec>& specs = model()) {
+  expect_ok(run(parallel, [&](Communicator& comm, const std::vector<int>& world) {
+    Device dev(comm.rank(), parallel, specs);
+    perturb(dev.params, salt);
+    mt::save_checkpoint(comm, world, dev.params, step, dir, R"({"run": "checkpoint_test"})");
+  }));
+}
+
+// Loads into fresh parameters under `parallel` and checks every element against the values
+// saved at `salt`.
+void expect_loads(const mt::ParallelConfig& parallel, const std::string& dir, std::int64_t step,
+                  int salt) {
+  expect_ok(run(parallel, [&](Communicator& comm, const std::vector<int>& world) {
+    Device dev(comm.rank(), parallel, model());
+    EXPECT_EQ(mt::load_checkpoint(comm, world, dev.params, dir), step);
+    for (const auto& p : dev.params.all()) {
+      ASSERT_EQ(p.value.size(), static_cast<std::size_t>(p.shard.volume()));
+      std::int64_t wrong = 0;
+      for_each_element(p.shard, p.shape, [&](std::int64_t i, std::int64_t g) {
+        const auto k = static_cast<std::size_t>(i);
+        const float f = expected(p.name, g, salt);
+        wrong += (p.value[k] != f) + (p.m[k] != 2 * f) + (p.v[k] != 3 * f);
+      });
+      EXPECT_EQ(wrong, 0) << p.name << " on device " << comm.rank();
+    }
+  }));
+}
+
+// Every file under `dir` (relative path -> contents), to tell whether anything changed.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    std::string& s = out[fs::relative(e.path(), dir).string()];
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    s = text.str();
+  }
+  return out;
+}
+
+std::vector<std::string> entries(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+class Checkpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char name[] = "/tmp/meshcast-checkpoint-XXXXXX";
+    ASSERT_NE(mkdtemp(name), nullptr);
+    root_ = name;
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  std::string dir(const std::string& name) const { return (fs::path(root_) / name).string(); }
+
+  std::string root_;
+};
+
+TEST_F(Checkpoint, ReshardsAcrossParallelConfigurations) {
+  struct Case {
+    std::vector<std::string> saved, loaded;
+  };
+  const std::vector<Case> cases = {
+      {{"dp=2,grid=2x2x1"}, {"dp=1,grid=1x2x2"}},
+      {{"dp=2,grid=2x2x1"}, {"dp=1"}},
+      {{"dp=2,grid=2x2x1"}, {"dp=2,tp=2", "dp=1,grid=2x1x2"}},
+      {{"dp=1,grid=2x1x2", "dp=2,grid=1x2x1"}, {"dp=2,grid=2x2x1"}},
+      {{"dp=1,grid=2x1x2", "dp=2,grid=1x2x1"}, {"dp=1,grid=3x1x1"}},
+      {{"dp=1"}, {"dp=1,grid=3x2x1", "dp=1,grid=1x1x3"}},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "case " << i);
+    const std::string where = dir("case" + std::to_string(i++));
+    save(parallel(c.saved), where, 7, 1);
+    expect_loads(parallel(c.loaded), where, 7, 1);
+  }
+}
+
+TEST_F(Checkpoint, RoundTripIsBitExact) {
+  const auto config = parallel({"dp=2,grid=1x2x2"});
+  // Arbitrary bit patterns (NaNs and denormals included), equal on the replicas of a tile.
+  auto bits = [](const std::string& name, std::int64_t g, int which) {
+    std::uint64_t x = (static_cast<std::uint64_t>(tag_of(name)) << 40) ^
+                      (static_cast<std::uint64_t>(g) << 2) ^ static_cast<std::uint64_t>(which);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    const auto u = static_cast<std::uint32_t>(x ^ (x >> 31));
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  };
+  const std::string where = dir("bits");
+  expect_ok(run(config, [&](Communicator& comm, const std::vector<int>& world) {
+    Device saved(comm.rank(), config, model());
+    for (auto& p : saved.params.all())
+      for_each_element(p.shard, p.shape, [&](std::int64_t i, std::int64_t g) {
+        const auto k = static_cast<std::size_t>(i);
+        p.value[k] = bits(p.name, g, 0);
+        p.m[k] = bits(p.name, g, 1);
+        p.v[k] = bits(p.name, g, 2);
+      });
+    mt::save_checkpoint(comm, world, saved.params, 3, where, "");
+
+    Device loaded(comm.rank(), config, model());
+    for (auto& p : loaded.params.all()) std::fill(p.grad.begin(), p.grad.end(), 7.0f);
+    EXPECT_EQ(mt::load_checkpoint(comm, world, loaded.params, where), 3);
+    auto a = saved.params.all().begin();
+    for (const auto& p : loaded.params.all()) {
+      const auto bytes = p.value.size() * sizeof(float);
+      ASSERT_EQ(p.value.size(), a->value.size());
+      EXPECT_EQ(std::memcmp(p.value.data(), a->value.data(), bytes), 0) << p.name;
+      EXPECT_EQ(std::memcmp(p.m.data(), a->m.data(), bytes), 0) << p.name;
+      EXPECT_EQ(std::memcmp(p.v.data(), a->v.data(), bytes), 0) << p.name;
+      EXPECT_TRUE(std::all_of(p.grad.begin(), p.grad.end(), [](float g) { return g == 7.0f; }))
+          << p.name << ": gradients touched";
+      ++a;
+    }
+  }));
+}
+
+TEST_F(Checkpoint, SavesAtomicallyAndKeepsTheTwoNewest) {
+  const auto config = parallel({"dp=2,grid=2x1x1"});
+  const std::string where = dir("atomic");
+  save(config, where, 1, 1);
+  const auto manifest =
+      nlohmann::json::parse(read_file(fs::path(where) / "step-00000001" / "manifest.json"));
+  EXPECT_EQ(manifest["step"], 1);
+  EXPECT_EQ(manifest["description"]["run"], "checkpoint_test");
+  EXPECT_EQ(manifest["parameters"].size(), model().size());
+
+  // A save killed before its rename, and one killed before replacing DIR/latest.
+  fs::create_directory(fs::path(where) / "step-00000002.tmp");
+  write_file(fs::path(where) / "step-00000002.tmp" / "manifest.json", "{garbage");
+  write_file(fs::path(where) / "step-00000002.tmp" / "device-0.bin", "garbage");
+  write_file(fs::path(where) / "latest.tmp", "step-00000002\n");
+  expect_loads(config, where, 1, 1);
+
+  save(config, where, 2, 2);
+  EXPECT_EQ(entries(where), (std::vector<std::string>{"latest", "step-00000001", "step-00000002"}));
+  EXPECT_EQ(read_file(fs::path(where) / "latest"), "step-00000002\n");
+  expect_loads(config, where, 2, 2);
+
+  save(config, where, 3, 3);
+  EXPECT_EQ(entries(where), (std::vector<std::string>{"latest", "step-00000002", "step-00000003"}));
+  expect_loads(config, where, 3, 3);
+
+  // Saving a step again replaces it and keeps the one before.
+  save(config, where, 3, 4);
+  EXPECT_EQ(entries(where), (std::vector<std::string>{"latest", "step-00000002", "step-00000003"}));
+  expect_loads(config, where, 3, 4);
+}
+
+TEST_F(Checkpoint, RefusesACorruptCheckpointOnEveryDevice) {
+  const auto config = parallel({"dp=1,grid=2x2x1"});
+  struct Case {
+    std::string what;
+    std::function<void(const fs::path&)> corrupt;  // given the checkpoint's directory
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {"flipped byte",
+       [](const fs::path& c) {
+         std::string s = read_file(c / "device-1.bin");
+         s[s.size() / 2] = static_cast<char>(s[s.size() / 2] ^ 0x10);
+         write_file(c / "device-1.bin", s);
+       },
+       "device-1.bin: checksum mismatch"},
+      {"truncated file", [](const fs::path& c) { fs::resize_file(c / "device-2.bin", 40); },
+       "device-2.bin: size 40"},
+      {"missing file", [](const fs::path& c) { fs::remove(c / "device-3.bin"); }, "device-3.bin"},
+      {"missing manifest", [](const fs::path& c) { fs::remove(c / "manifest.json"); },
+       "manifest.json"},
+      {"garbled manifest", [](const fs::path& c) { write_file(c / "manifest.json", "{\"for"); },
+       "manifest.json"},
+      {"missing checkpoint", [](const fs::path& c) { fs::remove_all(c); }, "manifest.json"},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const std::string where = dir("corrupt" + std::to_string(i++));
+    save(config, where, 5, 1);
+    c.corrupt(fs::path(where) / "step-00000005");
+    const auto before = snapshot(where);
+    expect_all_threw(run(config,
+                         [&](Communicator& comm, const std::vector<int>& world) {
+                           Device dev(comm.rank(), config, model());
+                           const auto untouched = dev.params.all().front().value;
+                           try {
+                             mt::load_checkpoint(comm, world, dev.params, where);
+                           } catch (...) {
+                             EXPECT_EQ(dev.params.all().front().value, untouched);
+                             throw;
+                           }
+                         }),
+                     "V ", c.needle);
+    EXPECT_EQ(snapshot(where), before);
+  }
+}
+
+TEST_F(Checkpoint, NoCheckpointLoadsNothing) {
+  const auto config = parallel({"dp=1,grid=2x1x1"});
+  fs::create_directory(dir("empty"));
+  for (const std::string& where : {dir("empty"), dir("absent")})
+    expect_ok(run(config, [&](Communicator& comm, const std::vector<int>& world) {
+      Device dev(comm.rank(), config, model());
+      const auto untouched = dev.params.all().front().value;
+      EXPECT_EQ(mt::load_checkpoint(comm, world, dev.params, where), -1);
+      EXPECT_EQ(dev.params.all().front().value, untouched);
+    }));
+  EXPECT_FALSE(fs::exists(dir("absent")));
+}
+
+TEST_F(Checkpoint, RefusesAnotherModel) {
+  const auto config = parallel({"dp=1,grid=2x1x1"});
+  const std::string where = dir("model");
+  save(config, where, 1, 1);
+
+  auto without = model();
+  without.erase(without.begin() + 4);  // head.ln.g
+  auto reshaped = model();
+  reshaped[5].shape = {d, vocab + 1};  // head.w
+  auto extra = model();
+  extra.push_back({"extra.b", {d}, {Sp::Rows}, mt::Init::Zeros, false, 1, 7});
+  const std::vector<std::pair<std::vector<Spec>, std::string>> cases = {
+      {without, "parameter head.ln.g is not in the model"},
+      {reshaped, "no parameter head.w of shape"},
+      {extra, "no parameter extra.b"},
+  };
+  for (const auto& [specs, needle] : cases) {
+    SCOPED_TRACE(needle);
+    expect_all_threw(run(config,
+                         [&](Communicator& comm, const std::vector<int>& world) {
+                           Device dev(comm.rank(), config, specs);
+                           mt::load_checkpoint(comm, world, dev.params, where);
+                         }),
+                     "V ", needle);
+  }
+}
+
+TEST_F(Checkpoint, UnwritableDirectoryFailsOnEveryDevice) {
+  const auto config = parallel({"dp=1,grid=2x1x1"});
+  write_file(dir("file"), "not a directory");
+  expect_all_threw(run(config,
+                       [&](Communicator& comm, const std::vector<int>& world) {
+                         Device dev(comm.rank(), config, model());
+                         mt::save_checkpoint(comm, world, dev.params, 1, dir("file") + "/ckpt", "");
+                       }),
+                   "I ", "file/ckpt");
+}
+
+TEST_F(Checkpoint, RefusesAnInvalidDescription) {
+  const auto config = parallel({"dp=1,grid=2x1x1"});
+  expect_all_threw(run(config,
+                       [&](Communicator& comm, const std::vector<int>& world) {
+                         Device dev(comm.rank(), config, model());
+                         mt::save_checkpoint(comm, world, dev.params, 1, dir("desc"), "{oops");
+                       }),
+                   "V ", "checkpoint.description");
+  EXPECT_FALSE(fs::exists(dir("desc")));
+}
+
+}  // namespace
