@@ -156,7 +156,22 @@ bool Communicator::test(Request& r) {
       if (!test(p)) return false;
     return true;
   }
-  if (dynamic_cast<Chain*>(r.get())) return false;  // completed by wait()
+  if (auto* ch = dynamic_cast<Chain*>(r.get())) {
+    advance_chains();
+    for (std::size_t k = 0; k < ch->recvs.size(); ++k) {
+      if (ch->arrived[k]) continue;
+      if (!test(ch->recvs[k])) return false;
+      ch->arrived[k] = 1;
+    }
+    advance_chains();  // forwards what just arrived
+    while (ch->retired < ch->sends.size() && test(ch->sends[ch->retired])) ++ch->retired;
+    if (ch->forwarded < ch->chunks || ch->retired < ch->sends.size()) return false;
+    if (!ch->unpacked) {
+      copy(Region::packed_like(ch->unpack_to, ch->buf), ch->unpack_to);
+      ch->unpacked = true;
+    }
+    return true;
+  }
   return test_one(*r.get());
 }
 

@@ -53,6 +53,8 @@ class Scripted : public Communicator {
     return true;
   }
   std::size_t most_in_flight() const { return most_in_flight_; }
+  // Time passes between two polls of a caller that only tests.
+  void tick() { ++clock_; }
 
  protected:
   void wait_one(Request::Impl& impl) override {
@@ -119,29 +121,41 @@ struct Place {
 };
 
 TEST(Chain, EveryRoleForwardsAndLandsTheBytesAndFinishesItsSends) {
-  for (bool strided : {false, true})
-    for (std::size_t chunk : {1, 3, 7, 64, 1000})
-      for (int delay : {0, 1, 3, 6})
-        for (int role = 0; role < 3; ++role) {  // root, middle, last of the chain
-          SCOPED_TRACE(testing::Message() << "strided " << strided << " chunk " << chunk
-                                          << " delay " << delay << " role " << role);
-          Place here;
-          Region r = here.region(strided);
-          const std::vector<std::byte> data = pattern(r.bytes(), static_cast<int>(chunk));
-          const std::vector<int> group = role == 0   ? std::vector<int>{1, 2}
-                                         : role == 1 ? std::vector<int>{0, 1, 2}
-                                                     : std::vector<int>{0, 1};
-          if (role == 0) unpack(data.data(), r);  // the root holds the box
-          Scripted comm(1, role == 0 ? std::vector<std::byte>{} : data, chunk, delay);
-          Request req = comm.ibcast(r, group.front(), group, 5);
-          comm.wait(req);
-          EXPECT_TRUE(comm.all_sends_done());
-          EXPECT_LE(comm.most_in_flight(), 4u);
-          std::vector<std::byte> landed(r.bytes());
-          pack(r, landed.data());
-          EXPECT_EQ(landed, data);
-          EXPECT_EQ(comm.wire(), role == 2 ? std::vector<std::byte>{} : data);
-        }
+  // Completed by wait(), or by polling test() alone (as ireshard's callers do).
+  for (bool by_test : {false, true})
+    for (bool strided : {false, true})
+      for (std::size_t chunk : {1, 3, 7, 64, 1000})
+        for (int delay : {0, 1, 3, 6})
+          for (int role = 0; role < 3; ++role) {  // root, middle, last of the chain
+            SCOPED_TRACE(testing::Message()
+                         << "by_test " << by_test << " strided " << strided << " chunk " << chunk
+                         << " delay " << delay << " role " << role);
+            Place here;
+            Region r = here.region(strided);
+            const std::vector<std::byte> data = pattern(r.bytes(), static_cast<int>(chunk));
+            const std::vector<int> group = role == 0   ? std::vector<int>{1, 2}
+                                           : role == 1 ? std::vector<int>{0, 1, 2}
+                                                       : std::vector<int>{0, 1};
+            if (role == 0) unpack(data.data(), r);  // the root holds the box
+            Scripted comm(1, role == 0 ? std::vector<std::byte>{} : data, chunk, delay);
+            Request req = comm.ibcast(r, group.front(), group, 5);
+            if (by_test) {
+              int polls = 0;
+              while (!comm.test(req)) {
+                comm.tick();
+                ASSERT_LT(++polls, 100000) << "test() never completes the chain";
+              }
+              EXPECT_TRUE(comm.test(req)) << "stays complete";
+            } else {
+              comm.wait(req);
+            }
+            EXPECT_TRUE(comm.all_sends_done());
+            EXPECT_LE(comm.most_in_flight(), 4u);
+            std::vector<std::byte> landed(r.bytes());
+            pack(r, landed.data());
+            EXPECT_EQ(landed, data);
+            EXPECT_EQ(comm.wire(), role == 2 ? std::vector<std::byte>{} : data);
+          }
 }
 
 }  // namespace

@@ -26,6 +26,7 @@ serial=$("$mc" train gpt "${common[@]}" | losses)
 # "ranks:options"
 for case in "4:--stages dp=1,tp=2/dp=2 --micro-batches 2 --schedule eager-1f1b" \
             "4:--stages grid=2x1x2 --micro-batches 1" \
+            "4:--stages dp=1,tp=2/dp=1,tp=2 --micro-batches 2 --reshard broadcast" \
             "3:--stages dp=1/dp=1/dp=1 --micro-batches 4 --schedule 1f1b"; do
   np=${case%%:*} args=${case#*:}
   # shellcheck disable=SC2086

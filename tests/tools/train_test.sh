@@ -80,6 +80,26 @@ after=$(cd "$tmp/ck" && find . -type f -exec md5sum {} + | sort | md5sum)
 [[ $rc -eq 2 && $err == *checkpoint* && $err == *$(basename "$victim")* && $before == "$after" ]] &&
   ok || bad "corrupt checkpoint: rc=$rc $err"
 
+# Killing the trainer while it saves (every step) loses no earlier checkpoint: the newest
+# complete one resumes.
+for delay in 0.7 1.3 2.1; do
+  rm -rf "$tmp/kill"
+  "$mc" train gpt "${ck[@]}" --steps 400 --checkpoint-dir "$tmp/kill" --checkpoint-every 1 \
+    >/dev/null 2>&1 &
+  pid=$!
+  sleep "$delay"
+  kill -9 "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  if [[ -f $tmp/kill/latest ]]; then
+    # --steps 1: load (checksums and all) and stop, saying where the checkpoint is.
+    out=$("$mc" train gpt "${ck[@]}" --steps 1 --checkpoint-dir "$tmp/kill" --resume 2>&1)
+    [[ $? -eq 0 && $out =~ "checkpoint is at step "[1-9] ]] && ok ||
+      bad "killed after ${delay}s: resume failed: $out"
+  else
+    ok  # killed before the first checkpoint completed: nothing to lose
+  fi
+done
+
 # --plan: the ranked configurations, best first.
 out=$("$mc" train gpt --plan --devices 8 --top 3 --topology meshes/emulated.json --json)
 if printf '%s\n' "$out" | python3 -c 'import json,sys
