@@ -29,7 +29,7 @@ run() {
   shift 5
   echo "== $name" >&2
   bench/cluster/cluster.sh run --hosts "$hosts" --ranks-per-host "$rph" -- "$mc" train "$model" \
-    --backend mpi --topology "$topo" --json --out "$results/out-$name" "$@" \
+    --backend mpi --topology "$topo" --json --out "$results/out-$name" --eval-every 4 "$@" \
     >"$results/$name.json" </dev/null
 }
 
@@ -48,17 +48,19 @@ for r in $(seq 1 "$rounds"); do
   run "gpt-megatron-$r" 2 2 meshes/emulated-2x2.json gpt "${gpt_tp[@]}" --stages tp=4
 done
 # Resume on another mesh: 40 steps on dp=2,tp=2; 20 on dp=2,tp=2 then 20 more on grid=1x2x2.
-resume=(--layers 4 --seq 64 --d-model 64 --heads 4 --batch 16 --steps 40 --eval-every 5)
-"$mc" train gpt "${resume[@]}" --stages dp=2,tp=2 --json --out "$results/out-full" \
+resume=(--layers 4 --seq 64 --d-model 64 --heads 4 --batch 16 --eval-every 5)
+"$mc" train gpt "${resume[@]}" --steps 40 --stages dp=2,tp=2 --json --out "$results/out-full" \
   >"$results/resume-full.json"
 "$mc" train gpt "${resume[@]}" --stages dp=2,tp=2 --steps 20 --checkpoint-dir "$results/ck" \
   --json --out "$results/out-first" >"$results/resume-first.json"
-"$mc" train gpt "${resume[@]}" --stages grid=1x2x2 --checkpoint-dir "$results/ck" --resume \
+"$mc" train gpt "${resume[@]}" --steps 40 --stages grid=1x2x2 --checkpoint-dir "$results/ck" --resume \
   --json --out "$results/out-second" >"$results/resume-second.json"
 # One trainer's own pictures for the docs.
 mkdir -p docs/img
-cp "$results/out-unet-eager-1/utransformer-loss.png" docs/img/utransformer-loss.png
 cp "$results/out-unet-eager-1/utransformer-steps.png" docs/img/utransformer-steps.png
+"$mc" train utransformer --steps 200 --stages dp=1/dp=1 --micro-batches 4 \
+  --schedule eager-1f1b --json --out "$results/out-unet200" >"$results/unet200.json"
+cp "$results/out-unet200/utransformer-loss.png" docs/img/utransformer-loss.png
 "$mc" train gpt --steps 300 --json --out "$results/out-gpt300" >"$results/gpt300.json"
 cp "$results/out-gpt300/gpt-loss.png" docs/img/gpt-loss.png
 source bench/python.sh

@@ -120,10 +120,16 @@ def main():
                  f"below), in {sum(s['seconds'] for s in g['steps']):.0f} s of training. The "
                  "trainer's own chart:\n")
         d.append("![GPT loss curve](img/gpt-loss.png)\n")
-    d.append("The U-Transformer's loss curve and step-time chart, as the trainer wrote them "
-             "(eager 1F1B, 4 stages on 4 emulated hosts):\n")
-    d.append("![U-Transformer loss](img/utransformer-loss.png)\n")
-    d.append("![U-Transformer step time](img/utransformer-steps.png)\n")
+    u = runs.get("unet200")
+    if u:
+        d.append("## U-Transformer\n")
+        d.append(f"`meshcast train utransformer` ({len(u['steps'])} steps, `{u['stages']}`, "
+                 f"{u['schedule']}, threads) on {u['data']}: the denoising loss falls from "
+                 f"{u['steps'][0]['loss']:.2f} to {u['steps'][-1]['loss']:.2f} nats/token "
+                 f"(held-out {u['steps'][-1]['eval_loss']:.2f}). The trainer's own charts: this "
+                 "run's loss, and the step times of the 4-host eager 1F1B run above:\n")
+        d.append("![U-Transformer loss](img/utransformer-loss.png)\n")
+        d.append("![U-Transformer step time](img/utransformer-steps.png)\n")
     with open("bench/trainers_commentary.md") as f:
         d.append(f.read())
     with open(a.doc, "w") as f:
