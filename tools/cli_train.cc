@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -59,36 +60,40 @@ double real(const std::string& text, const std::string& field, double lo, double
   return v;
 }
 
-// The keys of a --config file and the options they stand for.
-const std::map<std::string, std::string>& config_keys() {
-  static const std::map<std::string, std::string> keys = {
-      {"stages", "--stages"},
-      {"chunks", "--chunks"},
-      {"micro_batches", "--micro-batches"},
-      {"schedule", "--schedule"},
-      {"sub_batches", "--sub-batches"},
-      {"overlap", "--no-overlap"},
-      {"reshard", "--reshard"},
-      {"topology", "--topology"},
-      {"vocab", "--vocab"},
-      {"seq", "--seq"},
-      {"d_model", "--d-model"},
-      {"heads", "--heads"},
-      {"layers", "--layers"},
-      {"batch", "--batch"},
-      {"steps", "--steps"},
-      {"lr", "--lr"},
-      {"seed", "--seed"},
-      {"data", "--data"},
-      {"noise", "--noise"},
-      {"eval_every", "--eval-every"},
-      {"checkpoint_dir", "--checkpoint-dir"},
-      {"checkpoint_every", "--checkpoint-every"},
-      {"resume", "--resume"},
-      {"out", "--out"},
-      {"backend", "--backend"}};
-  return keys;
-}
+// The keys of a --config file, the options they stand for, and the field they fill
+// (null for the two flags, overlap and resume).
+struct ConfigKey {
+  const char* key;
+  const char* option;
+  std::string TrainArgs::*field;
+};
+constexpr ConfigKey kConfigKeys[] = {
+    {"stages", "--stages", &TrainArgs::stages},
+    {"chunks", "--chunks", &TrainArgs::chunks},
+    {"micro_batches", "--micro-batches", &TrainArgs::micro_batches},
+    {"schedule", "--schedule", &TrainArgs::schedule},
+    {"sub_batches", "--sub-batches", &TrainArgs::sub_batches},
+    {"overlap", "--no-overlap", nullptr},
+    {"reshard", "--reshard", &TrainArgs::reshard},
+    {"topology", "--topology", &TrainArgs::topology},
+    {"vocab", "--vocab", &TrainArgs::vocab},
+    {"seq", "--seq", &TrainArgs::seq},
+    {"d_model", "--d-model", &TrainArgs::d_model},
+    {"heads", "--heads", &TrainArgs::heads},
+    {"layers", "--layers", &TrainArgs::layers},
+    {"batch", "--batch", &TrainArgs::batch},
+    {"steps", "--steps", &TrainArgs::steps},
+    {"lr", "--lr", &TrainArgs::lr},
+    {"seed", "--seed", &TrainArgs::seed},
+    {"data", "--data", &TrainArgs::data},
+    {"noise", "--noise", &TrainArgs::noise},
+    {"eval_every", "--eval-every", &TrainArgs::eval_every},
+    {"checkpoint_dir", "--checkpoint-dir", &TrainArgs::checkpoint_dir},
+    {"checkpoint_every", "--checkpoint-every", &TrainArgs::checkpoint_every},
+    {"resume", "--resume", nullptr},
+    {"out", "--out", &TrainArgs::out},
+    {"backend", "--backend", &TrainArgs::backend},
+};
 
 // Fills the options not given on the command line from the --config JSON object.
 TrainArgs with_config(TrainArgs a, const CLI::App& cmd) {
@@ -102,46 +107,28 @@ TrainArgs with_config(TrainArgs a, const CLI::App& cmd) {
     throw ParseError("config", a.config + ": not JSON (" + std::string(e.what()) + ")");
   }
   if (!j.is_object()) throw ParseError("config", a.config + ": expected a JSON object");
-  std::map<std::string, std::string*> text = {{"stages", &a.stages},
-                                              {"chunks", &a.chunks},
-                                              {"micro_batches", &a.micro_batches},
-                                              {"schedule", &a.schedule},
-                                              {"sub_batches", &a.sub_batches},
-                                              {"reshard", &a.reshard},
-                                              {"topology", &a.topology},
-                                              {"vocab", &a.vocab},
-                                              {"seq", &a.seq},
-                                              {"d_model", &a.d_model},
-                                              {"heads", &a.heads},
-                                              {"layers", &a.layers},
-                                              {"batch", &a.batch},
-                                              {"steps", &a.steps},
-                                              {"lr", &a.lr},
-                                              {"seed", &a.seed},
-                                              {"data", &a.data},
-                                              {"noise", &a.noise},
-                                              {"eval_every", &a.eval_every},
-                                              {"checkpoint_dir", &a.checkpoint_dir},
-                                              {"checkpoint_every", &a.checkpoint_every},
-                                              {"out", &a.out},
-                                              {"backend", &a.backend}};
   for (const auto& [key, value] : j.items()) {
-    const auto known = config_keys().find(key);
-    if (known == config_keys().end())
+    const auto* k = std::find_if(std::begin(kConfigKeys), std::end(kConfigKeys),
+                                 [&](const ConfigKey& c) { return key == c.key; });
+    if (k == std::end(kConfigKeys))
       throw ValidationError("config." + key, "unknown key (see meshcast train gpt --help)");
-    if (cmd.get_option(known->second)->count() > 0) continue;  // the command line wins
-    if (key == "overlap" || key == "resume") {
+    const CLI::Option* option = cmd.get_option_no_throw(k->option);
+    if (option == nullptr)
+      throw ValidationError("config." + key, "this model has no " + std::string(k->option));
+    if (option->count() > 0) continue;  // the command line wins
+    if (k->field == nullptr) {
       if (!value.is_boolean()) throw ValidationError("config." + key, "expected true or false");
-      (key == "overlap" ? a.no_overlap : a.resume) =
-          key == "overlap" ? !value.get<bool>() : value.get<bool>();
-      continue;
-    }
-    if (value.is_string())
-      *text.at(key) = value.get<std::string>();
-    else if (value.is_number())
-      *text.at(key) = value.dump();
-    else
+      if (key == "overlap")
+        a.no_overlap = !value.get<bool>();
+      else
+        a.resume = value.get<bool>();
+    } else if (value.is_string()) {
+      a.*k->field = value.get<std::string>();
+    } else if (value.is_number()) {
+      a.*k->field = value.dump();
+    } else {
       throw ValidationError("config." + key, "expected a string or a number");
+    }
   }
   return a;
 }

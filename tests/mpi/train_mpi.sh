@@ -7,19 +7,7 @@ mc=$1
 run=("$2" --allow-run-as-root --oversubscribe --mca btl self,vader)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-losses() { python3 -c 'import json,sys
-print(" ".join("%.9g" % s["loss"] for s in json.loads(sys.stdin.readline())["steps"]))'; }
-close() {
-  python3 - "$1" "$2" <<'PY'
-import sys
-a = [float(x) for x in sys.argv[1].split()]
-b = [float(x) for x in sys.argv[2].split()]
-sys.exit(0 if len(a) == len(b) == 3 and all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip(a, b)) else 1)
-PY
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../support/train_helpers.sh"
 
 common=(--steps 3 --batch 8 --seq 16 --d-model 32 --layers 4 --heads 4 --json --out "$tmp")
 serial=$("$mc" train gpt "${common[@]}" | losses)

@@ -8,20 +8,7 @@ set -u
 mc=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-losses() { python3 -c 'import json,sys
-print(" ".join("%.9g" % s["loss"] for s in json.loads(sys.stdin.readline())["steps"]))'; }
-# close "a b c" "a b c": the same losses within 1e-4 relative
-close() {
-  python3 - "$1" "$2" <<'PY'
-import sys
-a = [float(x) for x in sys.argv[1].split()]
-b = [float(x) for x in sys.argv[2].split()]
-sys.exit(0 if a and len(a) == len(b) and all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip(a, b)) else 1)
-PY
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../support/train_helpers.sh"
 
 for kind in gpt utransformer; do
   common=(--steps 4 --batch 8 --seq 16 --d-model 32 --layers 4 --heads 4 --json --out "$tmp/out")
