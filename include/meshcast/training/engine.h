@@ -108,7 +108,8 @@ struct StepStats {
   double seconds = 0;       // wall time of the step on this device
   double compute = 0;       // in kernels
   double exposed_comm = 0;  // blocked on collectives and on sends still in flight at the end
-  double bubble = 0;        // blocked waiting for a pipeline neighbour's activation/gradient
+  double bubble = 0;        // blocked waiting for a pipeline neighbour's activation/gradient,
+                            // or for the other stages to finish the step (the drain)
   double grad_norm = 0;     // before clipping
   // The linears' matrix products on this device: operations and seconds (their rate is the
   // device's GEMM throughput inside training).
