@@ -140,7 +140,7 @@ struct Run {
   Topology topology;
   std::optional<tr::Corpus> corpus;  // gpt on text
   tr::BatchSource batches, held_out;
-  int eval_every = 0;
+  int eval_every = 0, checkpoint_every = 0;
   std::string data;  // what the samples are, in words
 };
 
@@ -176,7 +176,8 @@ Run parse(const TrainArgs& a, const std::string& kind) {
   tr::validate(r.model, r.parallel, r.train);
   const int every = static_cast<int>(integer(a.eval_every, "eval-every", 0, 1 << 24));
   r.eval_every = every > 0 ? every : std::max(1, r.train.steps / 10);
-  integer(a.checkpoint_every, "checkpoint-every", 0, 1 << 24);
+  r.checkpoint_every =
+      static_cast<int>(integer(a.checkpoint_every, "checkpoint-every", 0, 1 << 24));
   if (a.resume && a.checkpoint_dir.empty())
     throw ValidationError("resume", "needs --checkpoint-dir");
   const std::uint64_t seed = r.train.seed;
@@ -452,8 +453,7 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
   opts.held_out = &r.held_out;
   opts.eval_every = r.eval_every;
   opts.checkpoint_dir = a.checkpoint_dir;
-  opts.checkpoint_every =
-      static_cast<int>(integer(a.checkpoint_every, "checkpoint-every", 0, 1 << 24));
+  opts.checkpoint_every = r.checkpoint_every;
   opts.resume = a.resume;
   opts.description = nlohmann::json{{"model", kind}, {"stages", stages_text(r.parallel)}}.dump();
   tr::TrainResult result;

@@ -25,10 +25,6 @@
 namespace meshcast::training {
 namespace {
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 void require(bool ok, const std::string& field, const std::string& why) {
   if (!ok) throw ValidationError(field, why);
 }

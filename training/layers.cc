@@ -7,10 +7,6 @@
 namespace meshcast::training {
 namespace {
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 std::vector<float> buffer(std::int64_t n) {
   return std::vector<float>(static_cast<std::size_t>(n));
 }
@@ -23,11 +19,7 @@ void test_all(std::vector<Collective>& ops) {
 
 }  // namespace
 
-void Exec::wait(Collective& c) {
-  const double t0 = now();
-  c.wait();
-  blocked += now() - t0;
-}
+void Exec::wait(Collective& c) { timed_wait(c, blocked); }
 
 void Exec::all_reduce(const std::vector<int>& group, float* data, std::int64_t n) {
   if (group.size() < 2) return;
@@ -41,7 +33,7 @@ AllReduceSum Exec::feature_sum() {
 }
 
 void Linear::forward(Exec& e, const float* x, float* y, std::int64_t rows) const {
-  const float* weights = w->weights(e.comm, e.blocked);
+  const float* weights = w->weights(e.blocked);
   const bool reduce = spans(forward_sum);
   // Over-decomposition: the partial product of one slice of rows is summed while the next
   // slice's product is computed.
@@ -67,7 +59,7 @@ void Linear::forward(Exec& e, const float* x, float* y, std::int64_t rows) const
 
 void Linear::backward(Exec& e, const float* x, const float* dy, float* dx,
                       std::int64_t rows) const {
-  const float* weights = w->weights(e.comm, e.blocked);
+  const float* weights = w->weights(e.blocked);
   const bool reduce = dx != nullptr && spans(backward_sum);
   const std::int64_t slices = reduce ? std::max(1, e.sub_batches) : 1;
   std::vector<Collective> ops;

@@ -7,18 +7,17 @@
 #include "meshcast/spec.h"
 
 namespace meshcast::training {
-namespace {
-
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Waits for `c` and adds the seconds blocked to `blocked`.
 void timed_wait(Collective& c, double& blocked) {
   const double t0 = now();
   c.wait();
   blocked += now() - t0;
 }
+
+namespace {
 
 // The row-major elements of `block` out of a full tensor of `shape` (rank 1 or 2).
 std::vector<float> extract(const std::vector<float>& full, const std::vector<std::int64_t>& shape,
@@ -36,8 +35,7 @@ std::vector<float> extract(const std::vector<float>& full, const std::vector<std
 
 }  // namespace
 
-const float* Param::weights(Communicator& comm, double& blocked) {
-  (void)comm;
+const float* Param::weights(double& blocked) {
   if (!sharded) return value.data();
   if (!gather.done()) timed_wait(gather, blocked);
   return full.data();

@@ -18,6 +18,11 @@
 
 namespace meshcast::training {
 
+// Seconds on a monotonic clock, and a wait that adds the seconds it blocked to `blocked`: how
+// the engine counts exposed communication.
+double now();
+void timed_wait(Collective& c, double& blocked);
+
 enum class Split { None, Rows, Cols };  // the grid axis that splits a dimension
 
 struct Param {
@@ -39,7 +44,7 @@ struct Param {
 
   std::int64_t block_elements() const { return block.volume(); }
   // The block's values for compute (waits for the gather the first time in a step).
-  const float* weights(Communicator& comm, double& blocked);
+  const float* weights(double& blocked);
 };
 
 enum class Init { Normal, Zeros, Ones };
