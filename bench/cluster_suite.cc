@@ -59,6 +59,9 @@ struct Result {
   // method that strategy auto (the planner's default) picks for the case.
   double predicted = 0, simulated = 0;
   std::string auto_pick;
+  // The case and the plan options, so that a model can be re-evaluated offline
+  // (`meshcast simulate --shape S --dtype D --src SRC --dst DST --strategy --balance`).
+  std::string shape, dtype, src, dst, strategy, balance;
 };
 
 class Suite {
@@ -102,7 +105,7 @@ class Suite {
         PlanOptions po;
         po.strategy = c.strategy;
         po.balance = c.balance;
-        po.chunk_bytes = static_cast<std::int64_t>(b_.cfg().chunk);
+        po.chunk_bytes = chain_chunk();
         Plan p = plan(src, dst, topo_, po);
         model.emplace_back(p.stats().predicted_seconds, simulate(p, topo_, po.chunk_bytes).seconds);
         std::size_t k = 0;
@@ -122,32 +125,42 @@ class Suite {
       std::vector<int> devices = members;
       for (Method& m : peers(part, buf, devices)) ms.push_back(std::move(m));
       PlanOptions auto_options;
-      auto_options.chunk_bytes = static_cast<std::int64_t>(b_.cfg().chunk);
+      auto_options.chunk_bytes = chain_chunk();
       const Strategy picked = plan(src, dst, topo_, auto_options).strategy();
       const std::string auto_pick =
           picked == Strategy::Broadcast ? "broadcast+search" : to_string(picked);
       const auto [t, wrong] = b_.measure(part, ms);
       const double optimum = static_cast<double>(bound_bytes(src, dst)) / topo_.network().bandwidth;
       auto add = [&](const std::string& method, std::size_t j, const std::string& same_as) {
-        Result r{group,
-                 name,
-                 method,
-                 same_as,
-                 src.bytes(),
-                 receivers_outside,
-                 receiver_hosts,
-                 t[j],
-                 optimum,
-                 wrong[j],
-                 0,
-                 0,
-                 ""};
+        Result r;
+        r.group = group;
+        r.name = name;
+        r.method = method;
+        r.same_as = same_as;
+        r.bytes = src.bytes();
+        r.receivers_outside = receivers_outside;
+        r.receiver_hosts = receiver_hosts;
+        r.time = t[j];
+        r.optimum = optimum;
+        r.wrong = wrong[j];
         if (j < plans.size()) {
           const auto i = static_cast<std::size_t>(std::find(labels.begin(), labels.end(), method) -
                                                   labels.begin());
           std::tie(r.predicted, r.simulated) = model[i];
         }
         r.auto_pick = auto_pick;
+        r.dtype = to_string(src.dtype());
+        r.src = src.str();
+        r.dst = dst.str();
+        for (std::int64_t e : src.shape()) {
+          if (!r.shape.empty()) r.shape += ',';
+          r.shape += std::to_string(e);
+        }
+        for (const PlanMethod& c : kPlanMethods)
+          if (method == c.label) {
+            r.strategy = to_string(c.strategy);
+            r.balance = to_string(c.balance);
+          }
         if (r.wrong) failed_ = true;
         results_.push_back(r);
         if (b_.me() == 0) print(r);
@@ -193,6 +206,11 @@ class Suite {
                 r.optimum / r.time, r.wrong,
                 r.same_as.empty() ? "" : ("same plan as " + r.same_as).c_str());
     std::fflush(stdout);
+  }
+
+  // The chunk the chains of these cases travel in: every case crosses hosts.
+  std::int64_t chain_chunk() const {
+    return static_cast<std::int64_t>(std::min(b_.cfg().chunk, b_.cfg().network_chunk));
   }
 
   Bench& b_;
@@ -416,7 +434,8 @@ int main(int argc, char** argv) {
     else if (a == "--filter")
       cfg.filter = next();
     else if (a == "--chunk-kib")
-      cfg.chunk = static_cast<std::size_t>(std::max(1, std::atoi(next().c_str()))) * 1024;
+      cfg.chunk = cfg.network_chunk =
+          static_cast<std::size_t>(std::max(1, std::atoi(next().c_str()))) * 1024;
     else if (a == "--sizes-mib")
       sizes = parse_sizes(next());
     else {
@@ -432,6 +451,7 @@ int main(int argc, char** argv) {
   MpiOptions options;
   options.timeout_seconds = 120;
   options.chunk_bytes = cfg.chunk;
+  options.network_chunk_bytes = cfg.network_chunk;
   MpiSession mpi(&argc, &argv, options);
   int me = 0, world = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -487,6 +507,7 @@ int main(int argc, char** argv) {
         j["machine"] = desc;
         j["topology"] = nlohmann::json::parse(topo.to_json());
         j["link_bytes_per_s"] = topo.network().bandwidth;
+        j["chain_chunk_bytes"] = std::min(cfg.chunk, cfg.network_chunk);
         j["ranks"] = world;
         j["iters"] = cfg.iters;
         j["warmup"] = cfg.warmup;
@@ -506,7 +527,13 @@ int main(int argc, char** argv) {
                                {"wrong", r.wrong},
                                {"predicted_seconds", r.predicted},
                                {"simulated_seconds", r.simulated},
-                               {"auto_pick", r.auto_pick}});
+                               {"auto_pick", r.auto_pick},
+                               {"shape", r.shape},
+                               {"dtype", r.dtype},
+                               {"src", r.src},
+                               {"dst", r.dst},
+                               {"strategy", r.strategy},
+                               {"balance", r.balance}});
         std::ofstream(cfg.json) << j.dump(1) << "\n";
       }
     }

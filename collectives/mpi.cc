@@ -122,6 +122,20 @@ class MpiComm final : public Communicator {
     int found = 0;
     MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &found);
     control_.top_tag = found && ub ? *ub : 32767 + 3;
+    // Each rank's node: the lowest world rank of its shared-memory communicator.
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+    MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    int leader = rank_;
+    MPI_Comm_group(node, &group);
+    MPI_Comm_group(comm_, &world);
+    int zero = 0;
+    MPI_Group_translate_ranks(group, 1, &zero, world, &leader);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+    MPI_Comm_free(&node);
+    node_of_.resize(static_cast<std::size_t>(size_));
+    MPI_Allgather(&leader, 1, MPI_INT, node_of_.data(), 1, MPI_INT, comm_);
   }
   ~MpiComm() override {
     for (auto& [k, c] : groups_) MPI_Comm_free(&c);
@@ -136,8 +150,13 @@ class MpiComm final : public Communicator {
   Request irecv(const Region& to, int src, int tag) override { return p2p(to, src, tag, false); }
 
   Request ibcast(const Region& region, int root, std::span<const int> group, int tag) override {
-    if (opt_.broadcast == MpiOptions::Broadcast::Chain)
-      return ibcast_chain(region, root, group, tag, opt_.chunk_bytes);
+    if (opt_.broadcast == MpiOptions::Broadcast::Chain) {
+      const bool crosses =
+          std::any_of(group.begin(), group.end(), [&](int d) { return !same_node(d, root); });
+      const std::size_t chunk =
+          crosses ? std::min(opt_.chunk_bytes, opt_.network_chunk_bytes) : opt_.chunk_bytes;
+      return ibcast_chain(region, root, group, tag, chunk);
+    }
     std::vector<int> members(group.begin(), group.end());
     std::sort(members.begin(), members.end());
     MPI_Comm sub = group_comm(members);
@@ -268,8 +287,16 @@ class MpiComm final : public Communicator {
     return c;
   }
 
+  // A rank outside the communicator is on no node (its send fails with MPI's error later).
+  bool same_node(int a, int b) const {
+    const auto in = [&](int r) { return r >= 0 && r < size_; };
+    return in(a) && in(b) &&
+           node_of_[static_cast<std::size_t>(a)] == node_of_[static_cast<std::size_t>(b)];
+  }
+
   MPI_Comm comm_;
   int rank_ = 0, size_ = 0;
+  std::vector<int> node_of_;  // rank -> lowest world rank on its shared-memory node
   double timeout_;
   MpiOptions opt_;
   Control control_;

@@ -24,6 +24,13 @@ struct MpiOptions {
   // devices reached 0.81 of the link-bound optimum at 16 MiB with it, 0.53 with 1 MiB; in
   // shared memory the two are within 4% (bench/mpi_reshard group b).
   std::size_t chunk_bytes = std::size_t{256} << 10;
+  // The chunk of a chain that crosses hosts (ranks MPI does not place in one shared-memory
+  // node), when smaller than chunk_bytes. 32 KiB stays below Open MPI's TCP eager limit
+  // (64 KiB with the header), so a chunk needs no rendezvous: its clear-to-send reply would
+  // queue behind the data the next host forwards on its own shaped link, adding ~12 ms per
+  // network hop. On the emulated hosts a chain to 4x2 devices at 16 MiB reached 0.92 of the
+  // link-bound optimum with it, 0.76 with 256 KiB (bench/cluster_suite --chunk-kib).
+  std::size_t network_chunk_bytes = std::size_t{32} << 10;
 };
 
 // Initialises MPI (if nobody did) and finalises it on destruction (if it initialised it and no
