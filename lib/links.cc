@@ -18,7 +18,9 @@ OpTime chain_time(std::int64_t bytes, int net_hops, int intra_hops, const Topolo
   if (intra_hops) slowest = slowest > 0 ? std::min(slowest, intra.bandwidth) : intra.bandwidth;
   // The first chunk crosses every hop; the rest streams at the slowest hop's rate.
   const double fill = net_hops * c / net.bandwidth + intra_hops * c / intra.bandwidth;
-  return {net_hops * net.latency + intra_hops * intra.latency, fill + (b - c) / slowest};
+  const bool chained = net_hops + intra_hops > 1;
+  return {net_hops * net.hop_latency(chained) + intra_hops * intra.hop_latency(chained),
+          fill + (b - c) / slowest};
 }
 
 void check_chunk(std::int64_t chunk) {

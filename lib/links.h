@@ -21,7 +21,8 @@ struct OpTime {
 
 // A pipelined chain of `net_hops` hops between hosts and `intra_hops` inside hosts carrying
 // `bytes` in chunks of `chunk`: every hop's latency, the fill of one chunk per hop, and the rest
-// at the slowest hop's bandwidth. One hop: latency + bytes / bandwidth.
+// at the slowest hop's bandwidth; a hop's latency is the link's chain latency. One hop (a single
+// message, not a chain): latency + bytes / bandwidth.
 OpTime chain_time(std::int64_t bytes, int net_hops, int intra_hops, const Topology& topology,
                   std::int64_t chunk);
 

@@ -105,6 +105,9 @@ void check_link(const LinkClass& l, const std::string& path) {
                           "must be a finite number of bytes/s >= 1 (got " + fmt(l.bandwidth) + ")");
   if (!(l.latency >= 0) || !std::isfinite(l.latency))
     throw ValidationError(path + ".latency", "must be >= 0 seconds (got " + fmt(l.latency) + ")");
+  if (l.chain_latency && (!(*l.chain_latency >= 0) || !std::isfinite(*l.chain_latency)))
+    throw ValidationError(path + ".chain_latency",
+                          "must be >= 0 seconds (got " + fmt(*l.chain_latency) + ")");
 }
 
 // A link class: exactly one of bandwidth_gbyte_s / bandwidth_gbit_s, and latency_us.
@@ -116,11 +119,13 @@ LinkClass link_at(const json& j, const std::string& path, const char* name, int*
                           "ambiguous unit: write bandwidth_gbyte_s (gigabytes/s) or "
                           "bandwidth_gbit_s (gigabits/s)");
   if (nics)
-    only_keys(j, path, {"bandwidth_gbyte_s", "bandwidth_gbit_s", "latency_us", "nics_per_host"});
+    only_keys(j, path,
+              {"bandwidth_gbyte_s", "bandwidth_gbit_s", "latency_us", "chain_latency_us",
+               "nics_per_host"});
   else if (j.contains("nics_per_host"))
     throw ValidationError(path + ".nics_per_host", "only the network link has NICs");
   else
-    only_keys(j, path, {"bandwidth_gbyte_s", "bandwidth_gbit_s", "latency_us"});
+    only_keys(j, path, {"bandwidth_gbyte_s", "bandwidth_gbit_s", "latency_us", "chain_latency_us"});
   const bool gbyte = j.contains("bandwidth_gbyte_s"), gbit = j.contains("bandwidth_gbit_s");
   if (gbyte == gbit)
     throw ValidationError(path, gbyte ? "give one of bandwidth_gbyte_s and bandwidth_gbit_s"
@@ -132,9 +137,14 @@ LinkClass link_at(const json& j, const std::string& path, const char* name, int*
   LinkClass l{name, gbyte ? gbyte_to_bytes(v) : gbit_to_bytes(v), 0};
   if (!std::isfinite(l.bandwidth)) throw ValidationError(path + "." + key, "too large");
   if (l.bandwidth < 1) throw ValidationError(path + "." + key, "too small (below 1 byte/s)");
-  const double us = number_at(require(j, path, "latency_us"), path + ".latency_us");
-  if (!(us >= 0)) throw ValidationError(path + ".latency_us", "must be >= 0 (got " + fmt(us) + ")");
-  l.latency = us_to_seconds(us);
+  const auto microseconds = [&](const char* field) {
+    const double us = number_at(j[field], path + "." + field);
+    if (!(us >= 0)) throw ValidationError(path + "." + field, "must be >= 0 (got " + fmt(us) + ")");
+    return us_to_seconds(us);
+  };
+  require(j, path, "latency_us");
+  l.latency = microseconds("latency_us");
+  if (j.contains("chain_latency_us")) l.chain_latency = microseconds("chain_latency_us");
   if (nics) {
     *nics = 1;
     if (j.contains("nics_per_host"))
@@ -345,22 +355,26 @@ std::string Topology::to_json() const {
   const auto str = [](const std::string& v) {
     return json(v).dump(-1, ' ', false, json::error_handler_t::replace);
   };
-  const auto latency = [](double seconds) {
-    return ", \"latency_us\": " + decimal(seconds, seconds * kMicro, us_to_seconds);
+  const auto us = [](double seconds) { return decimal(seconds, seconds * kMicro, us_to_seconds); };
+  const auto latency = [&](const LinkClass& l) {
+    std::string s = ", \"latency_us\": " + us(l.latency);
+    if (l.chain_latency) s += ", \"chain_latency_us\": " + us(*l.chain_latency);
+    return s;
   };
   std::ostringstream os;
   os << "{\n  \"name\": " << str(name_) << ",\n";
   if (!description_.empty()) os << "  \"description\": " << str(description_) << ",\n";
   os << "  \"links\": {\n    \"intra\": {\"bandwidth_gbyte_s\": "
-     << decimal(intra_.bandwidth, intra_.bandwidth / kGiga, gbyte_to_bytes)
-     << latency(intra_.latency) << "}";
+     << decimal(intra_.bandwidth, intra_.bandwidth / kGiga, gbyte_to_bytes) << latency(intra_)
+     << "}";
   if (!all_on_one_ || network_.bandwidth != intra_.bandwidth ||
-      network_.latency != intra_.latency || nics_per_host_ != 1) {
+      network_.latency != intra_.latency || network_.chain_latency != intra_.chain_latency ||
+      nics_per_host_ != 1) {
     const int nics = nics_per_host_;
     os << ",\n    \"network\": {\"bandwidth_gbit_s\": "
        << decimal(network_.bandwidth, network_.bandwidth * 8 / nics / kGiga,
                   [nics](double x) { return gbit_to_bytes(x) * nics; })
-       << latency(network_.latency) << ", \"nics_per_host\": " << nics << "}";
+       << latency(network_) << ", \"nics_per_host\": " << nics << "}";
   }
   os << "\n  },\n";
   if (all_on_one_) {

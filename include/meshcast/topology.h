@@ -3,16 +3,32 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace meshcast {
 
 struct LinkClass {
+  LinkClass() = default;
+  LinkClass(std::string name_, double bandwidth_, double latency_,
+            std::optional<double> chain_latency_ = {})
+      : name(std::move(name_)),
+        bandwidth(bandwidth_),
+        latency(latency_),
+        chain_latency(chain_latency_) {}
+
   std::string name;
   double bandwidth = 0;  // bytes per second
-  double latency = 0;    // seconds
+  double latency = 0;    // seconds, of one message
+  // Seconds one hop of a pipelined chain adds, when it differs from `latency`: a chain moves
+  // small chunks, which a transport may send without the handshake a large message waits for.
+  std::optional<double> chain_latency;
+  double hop_latency(bool chained) const {
+    return chained && chain_latency ? *chain_latency : latency;
+  }
 };
 
 class Topology {

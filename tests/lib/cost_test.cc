@@ -56,6 +56,44 @@ TEST(Cost, ChainPaysEveryHopsLatencyAndOneChunkPerHop) {
   EXPECT_NEAR(simulate(p, hosts4(), 4096).seconds, predict(p, hosts4(), 4096).seconds, 1e-12);
 }
 
+TEST(Cost, AChainHopPaysTheChainLatencyAndOneMessageItsLatency) {
+  // A transport that sends a chain's small chunks without a handshake: chain hops pay 0.2 ms on
+  // the network, a single message still pays kNetLat. Intra-host links give no chain latency.
+  constexpr double kChainLat = 2e-4;
+  const Topology t = Topology::uniform("h4", 4, 2, LinkClass{"intra", kIntraBw, kIntraLat},
+                                       LinkClass{"network", kNetBw, kNetLat, kChainLat});
+  const Plan one = hand_plan(kN, {send(0, kN, 0, {2})});
+  EXPECT_NEAR(predict(one, t).seconds, kNetLat + kBytes / kNetBw, 1e-12);
+  const Plan chain = hand_plan(kN, {send(0, kN, 0, {1, 2, 4, 6})});
+  const double want = 3 * kChainLat + kIntraLat + 3 * kChunk / kNetBw + kChunk / kIntraBw +
+                      (kBytes - kChunk) / kNetBw;
+  EXPECT_NEAR(predict(chain, t).seconds, want, want * 1e-12);
+  EXPECT_NEAR(simulate(chain, t).seconds, want, want * 1e-12);
+}
+
+TEST(Cost, ChainLatencyInTopologyFiles) {
+  const std::string file = R"({"name": "c", "links": {"intra": {"bandwidth_gbyte_s": 1,
+      "latency_us": 2}, "network": {"bandwidth_gbit_s": 1, "latency_us": 12000,
+      "chain_latency_us": 2500, "nics_per_host": 1}}, "uniform": {"hosts": 2, "devices_per_host": 2}})";
+  const Topology t = Topology::from_json(file);
+  ASSERT_TRUE(t.network().chain_latency.has_value());
+  EXPECT_NEAR(*t.network().chain_latency, 2.5e-3, 1e-15);
+  EXPECT_FALSE(t.intra().chain_latency.has_value());
+  EXPECT_EQ(t.network().hop_latency(true), *t.network().chain_latency);
+  EXPECT_EQ(t.network().hop_latency(false), t.network().latency);
+  const Topology again = Topology::from_json(t.to_json());
+  EXPECT_EQ(again.network().chain_latency, t.network().chain_latency);
+  EXPECT_EQ(again.to_json(), t.to_json());
+  std::string bad = file;
+  bad.replace(bad.find("2500"), 4, "-1");
+  try {
+    (void)Topology::from_json(bad);
+    ADD_FAILURE() << "a negative chain latency was accepted";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.field(), "topology.links.network.chain_latency_us");
+  }
+}
+
 TEST(Cost, ConcurrentSendsShareTheirHostsLinkFairly) {
   // Three sends leave host 0 at once (to hosts 1, 2, 3): each gets a third of its link; one of
   // them is three times larger and finishes alone at full rate after the others.
