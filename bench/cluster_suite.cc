@@ -131,6 +131,11 @@ class Suite {
           picked == Strategy::Broadcast ? "broadcast+search" : to_string(picked);
       const auto [t, wrong] = b_.measure(part, ms);
       const double optimum = static_cast<double>(bound_bytes(src, dst)) / topo_.network().bandwidth;
+      std::string shape;
+      for (std::int64_t e : src.shape()) {
+        if (!shape.empty()) shape += ',';
+        shape += std::to_string(e);
+      }
       auto add = [&](const std::string& method, std::size_t j, const std::string& same_as) {
         Result r;
         r.group = group;
@@ -149,13 +154,10 @@ class Suite {
           std::tie(r.predicted, r.simulated) = model[i];
         }
         r.auto_pick = auto_pick;
+        r.shape = shape;
         r.dtype = to_string(src.dtype());
         r.src = src.str();
         r.dst = dst.str();
-        for (std::int64_t e : src.shape()) {
-          if (!r.shape.empty()) r.shape += ',';
-          r.shape += std::to_string(e);
-        }
         for (const PlanMethod& c : kPlanMethods)
           if (method == c.label) {
             r.strategy = to_string(c.strategy);
@@ -209,9 +211,7 @@ class Suite {
   }
 
   // The chunk the chains of these cases travel in: every case crosses hosts.
-  std::int64_t chain_chunk() const {
-    return static_cast<std::int64_t>(std::min(b_.cfg().chunk, b_.cfg().network_chunk));
-  }
+  std::int64_t chain_chunk() const { return static_cast<std::int64_t>(b_.cfg().chain_chunk()); }
 
   Bench& b_;
   const Topology& topo_;
@@ -507,7 +507,7 @@ int main(int argc, char** argv) {
         j["machine"] = desc;
         j["topology"] = nlohmann::json::parse(topo.to_json());
         j["link_bytes_per_s"] = topo.network().bandwidth;
-        j["chain_chunk_bytes"] = std::min(cfg.chunk, cfg.network_chunk);
+        j["chain_chunk_bytes"] = cfg.chain_chunk();
         j["ranks"] = world;
         j["iters"] = cfg.iters;
         j["warmup"] = cfg.warmup;

@@ -34,6 +34,7 @@ struct Config {
   std::int64_t max_bytes = std::int64_t{1} << 40;
   std::size_t chunk = MpiOptions{}.chunk_bytes;
   std::size_t network_chunk = MpiOptions{}.network_chunk_bytes;  // chains that cross hosts
+  std::size_t chain_chunk() const { return std::min(chunk, network_chunk); }  // across hosts
   std::string backend = "mpi", json, filter;
   bool has(char g) const { return groups.find(g) != std::string::npos; }
   bool wants(const std::string& name) const { return name.find(filter) != std::string::npos; }

@@ -20,9 +20,8 @@ struct MpiOptions {
   // Communicator::ibcast_chain), or `native`, MPI_Ibcast on a sub-communicator cached per
   // device set. The default is the faster of the two in bench/mpi_broadcast.cc here.
   enum class Broadcast { Chain, Native } broadcast = Broadcast::Chain;
-  // 256 KiB: on hosts with one 1 Gbit/s link each (bench/cluster_suite), a chain to 4x2
-  // devices reached 0.81 of the link-bound optimum at 16 MiB with it, 0.53 with 1 MiB; in
-  // shared memory the two are within 4% (bench/mpi_reshard group b).
+  // The chunk of a chain inside one node. 256 KiB: in shared memory it is within 4% of 1 MiB
+  // (bench/mpi_reshard group b).
   std::size_t chunk_bytes = std::size_t{256} << 10;
   // The chunk of a chain that crosses hosts (ranks MPI does not place in one shared-memory
   // node), when smaller than chunk_bytes. 32 KiB stays below Open MPI's TCP eager limit
