@@ -14,8 +14,9 @@
 //   b  1 -> r receivers (r = 1 .. world-1): meshcast's chain broadcast at several chunk sizes
 //      and MPI_Ibcast (MpiOptions::Broadcast::Native); baseline one MPI_Send/MPI_Recv of the
 //      same bytes, and MPI_Bcast measured the same way for reference
-//   c  n-to-m moves of a 3-D f32 tensor at 4 and 8 ranks (broadcast strategy); baselines a
-//      hand-written MPI_Alltoallv and all-gather-then-slice (bench/mpi_baselines.h)
+//   c  n-to-m moves of a 3-D f32 tensor at 4 and 8 ranks: meshcast's default plan (auto
+//      strategy) and, where auto chose another, its broadcast plan; baselines a hand-written
+//      MPI_Alltoallv and all-gather-then-slice (bench/mpi_baselines.h)
 //   d  2-D block layouts at 4 ranks; baseline ScaLAPACK Cpdgemr2d / Cpsgemr2d
 //
 //   mpirun -np N mpi_reshard [--groups a,b,c,d] [--fit] [--iters N] [--warmup N] [--json FILE]
@@ -209,9 +210,12 @@ void group_c(Bench& b) {
       const std::string name = std::string(c.src) + ">" + c.dst + " " + shape_str(shape);
       if (!b.cfg().wants(name)) continue;
       b.on_ranks(c.ranks, name, [&](MPI_Comm part) {
+        // The subject is the plan a user gets by default (auto strategy); the broadcast plan
+        // is timed beside it where auto chose another.
+        const Plan p = plan(src, dst);
         PlanOptions po;
         po.strategy = Strategy::Broadcast;
-        const Plan p = plan(src, dst, Topology::single_host(), po);
+        const Plan pb = plan(src, dst, Topology::single_host(), po);
         Buffers buf(src, dst, b.me());
         std::vector<int> devices(static_cast<std::size_t>(c.ranks));
         for (int i = 0; i < c.ranks; ++i) devices[static_cast<std::size_t>(i)] = i;
@@ -219,11 +223,16 @@ void group_c(Bench& b) {
         mcbench::AllgatherSliceMove ag(src, dst, part, devices, b.me(), buf.src(), buf.dst());
         const Layout* check = &dst;
         std::vector<Method> ms{
-            meshcast_method("meshcast", b.comm(), p, buf.src(), buf.dst(), buf.out.size()),
+            meshcast_method("meshcast auto:" + to_string(p.strategy()), b.comm(), p, buf.src(),
+                            buf.dst(), buf.out.size()),
             {"alltoallv", [&a2a] { a2a.run(); }, buf.dst(), buf.out.size(), check},
             {"allgather+slice", [&ag] { ag.run(); }, buf.dst(), buf.out.size(), check}};
+        if (!(pb == p))
+          ms.push_back(meshcast_method("meshcast broadcast", b.comm(), pb, buf.src(), buf.dst(),
+                                       buf.out.size()));
         const auto [t, wrong] = b.measure(part, ms);
         b.report("c", name, c.ranks, src.bytes(), ms, t, wrong);
+        if (ms.size() > 3) b.report("c", name, c.ranks, src.bytes(), ms, t, wrong, 3, 1);
       });
     }
   }
