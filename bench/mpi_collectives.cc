@@ -49,18 +49,30 @@ double now() {
 }
 
 // Median over iterations of the slowest rank's time.
-double timed(int iters, const std::function<void()>& f) {
-  std::vector<double> t;
-  for (int i = 0; i < iters; ++i) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = now();
-    f();
-    double dt = now() - t0;
-    MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    t.push_back(dt);
+// The median over `iters` iterations of the slowest rank's time of each function. Within an
+// iteration every function runs once, in an order rotated from one iteration to the next, so that
+// a drift of this shared machine's load hits all of them alike (their ratios are the figures).
+std::vector<double> timed(int iters, const std::vector<std::function<void()>>& fs) {
+  std::vector<std::vector<double>> t(fs.size());
+  for (int i = 0; i < iters; ++i)
+    for (std::size_t k = 0; k < fs.size(); ++k) {
+      const std::size_t j = (k + static_cast<std::size_t>(i)) % fs.size();
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double t0 = now();
+      fs[j]();
+      double dt = now() - t0;
+      MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      t[j].push_back(dt);
+    }
+  std::vector<double> median;
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    median.push_back(v[v.size() / 2]);
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median;
+}
+double timed(int iters, const std::function<void()>& f) {
+  return timed(iters, std::vector<std::function<void()>>{f}).front();
 }
 
 // Rank r's element i: a small integer, so every method's sum is exact.
@@ -219,14 +231,24 @@ int main(int argc, char** argv) {
         ours("recursive-doubling", Algorithm::RecursiveDoubling);
         ours("halving-doubling", Algorithm::HalvingDoubling);
         if (topo) ours("hierarchical", Algorithm::Hierarchical);
+      } else if (op == "all_gather") {
+        ours("ring", Algorithm::Ring);
       }
-      double mpi_busbw = 0;
+      // Each method verified once, then all timed together.
+      std::vector<long long> wrongs;
+      std::vector<std::function<void()>> runs;
       for (const M& m : methods) {
         fill();
         m.run();
-        const long long w = wrong();
-        total_wrong += w;
-        const double t = timed(iters, m.run);
+        total_wrong += wrongs.emplace_back(wrong());
+        runs.push_back(m.run);
+      }
+      const std::vector<double> times = timed(iters, runs);
+      double mpi_busbw = 0;
+      for (std::size_t k = 0; k < methods.size(); ++k) {
+        const M& m = methods[k];
+        const double t = times[k];
+        const long long w = wrongs[k];
         Row r{op, m.name, count * 4, t, 0, 0, 0, w};
         r.algbw = static_cast<double>(r.bytes) / t / 1e9;
         r.busbw = r.algbw * factor(op, n);
@@ -281,18 +303,27 @@ int main(int argc, char** argv) {
           }
         std::vector<float> out(static_cast<std::size_t>(rows * width)), ref(out.size());
         sparse_all_reduce(comm, group, mine, ref, SparseMethod::Dense);
-        double dense_t = 0;
-        for (SparseMethod m : {SparseMethod::Dense, SparseMethod::AllGather, SparseMethod::Balanced,
-                               SparseMethod::Auto}) {
-          SparseMethod picked = m;
+        const SparseMethod methods[] = {SparseMethod::Dense, SparseMethod::AllGather,
+                                        SparseMethod::Balanced, SparseMethod::Auto};
+        // Each method verified once, then all timed together (the dense one first in the list).
+        std::vector<SparseMethod> picks;
+        std::vector<long long> wrongs;
+        std::vector<std::function<void()>> runs;
+        for (SparseMethod m : methods) {
           std::fill(out.begin(), out.end(), -1.0f);
-          picked = sparse_all_reduce(comm, group, mine, out, m);
+          picks.push_back(sparse_all_reduce(comm, group, mine, out, m));
           long long bad = 0;
           for (std::size_t i = 0; i < out.size(); ++i) bad += out[i] != ref[i];
           MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-          total_wrong += bad;
-          const double t = timed(iters, [&] { sparse_all_reduce(comm, group, mine, out, m); });
-          if (m == SparseMethod::Dense) dense_t = t;
+          total_wrong += wrongs.emplace_back(bad);
+          runs.push_back([&, m] { sparse_all_reduce(comm, group, mine, out, m); });
+        }
+        const std::vector<double> times = timed(iters, runs);
+        const double dense_t = times[0];
+        for (std::size_t k = 0; k < std::size(methods); ++k) {
+          const SparseMethod m = methods[k], picked = picks[k];
+          const double t = times[k];
+          const long long bad = wrongs[k];
           if (me == 0)
             std::printf("%-9g %-8s %-10s %10.1f %9.2f %7lld %8s  (rank 0: %zu rows)\n", density,
                         zipf ? "zipf" : "uniform", to_string(m).c_str(), t * 1e6, dense_t / t, bad,
