@@ -155,7 +155,7 @@ class MpiComm final : public Communicator {
           std::any_of(group.begin(), group.end(), [&](int d) { return !same_node(d, root); });
       const std::size_t chunk =
           crosses ? std::min(opt_.chunk_bytes, opt_.network_chunk_bytes) : opt_.chunk_bytes;
-      return ibcast_chain(region, root, group, tag, chunk);
+      return ibcast_chain(region, root, group, tag, chunk, opt_.staging_bytes);
     }
     std::vector<int> members(group.begin(), group.end());
     std::sort(members.begin(), members.end());

@@ -44,6 +44,7 @@ class UcxComm final : public Communicator {
   UcxComm(Bootstrap& bootstrap, const UcxOptions& o)
       : timeout_(o.timeout_seconds),
         chunk_(o.chunk_bytes),
+        staging_(o.staging_bytes),
         rank_(bootstrap.rank()),
         size_(bootstrap.size()),
         watchdog_(control_, rank_, size_, o.timeout_seconds) {
@@ -135,7 +136,7 @@ class UcxComm final : public Communicator {
   }
 
   Request ibcast(const Region& region, int root, std::span<const int> group, int tag) override {
-    return ibcast_chain(region, root, group, tag, chunk_);
+    return ibcast_chain(region, root, group, tag, chunk_, staging_);
   }
 
   void barrier() override {
@@ -271,7 +272,7 @@ class UcxComm final : public Communicator {
   }
 
   double timeout_;
-  std::size_t chunk_;
+  std::size_t chunk_, staging_;
   int rank_ = 0, size_ = 0;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;

@@ -1,6 +1,8 @@
 #include "meshcast/region.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "meshcast/error.h"
 
@@ -47,6 +49,55 @@ void for_each_run(const Region& a, const Region& b, F&& f) {
     }
     if (i == static_cast<std::size_t>(-1)) return;
   }
+}
+
+// Walks the parts of r's contiguous runs that hold bytes [lo, hi) of its packed form, starting
+// at the run that holds byte lo (no walk from the first run: a chunk costs what it touches).
+// f(buffer_offset, packed_offset, n) gets byte offsets and a length in bytes.
+template <class F>
+void for_each_run_in(const Region& r, std::size_t lo, std::size_t hi, F&& f) {
+  if (lo >= hi) return;
+  const std::size_t rank = r.count.size();
+  if (rank == 0) return f(lo, lo, hi - lo);  // one element, at the buffer's start
+  std::size_t d = rank - 1;
+  std::int64_t run = r.count[d];
+  while (d > 0 && r.count[d] == r.extent[d]) {
+    --d;
+    run *= r.count[d];
+  }
+  const std::size_t run_bytes = static_cast<std::size_t>(run) * r.elem_size;
+  std::vector<std::int64_t> stride(rank, 1);  // in elements
+  for (std::size_t i = rank - 1; i > 0; --i) stride[i - 1] = stride[i] * r.extent[i];
+  // The first run's index over dims 0..d-1 (the last fastest), and its buffer offset.
+  std::vector<std::int64_t> idx(d, 0);
+  std::int64_t at = 0;
+  for (std::size_t i = 0; i < rank; ++i) at += r.offset[i] * stride[i];
+  std::size_t j = lo / run_bytes;
+  for (std::size_t i = d; i-- > 0;) {
+    idx[i] = static_cast<std::int64_t>(j % static_cast<std::size_t>(r.count[i]));
+    j /= static_cast<std::size_t>(r.count[i]);
+    at += idx[i] * stride[i];
+  }
+  std::size_t pos = lo - lo % run_bytes;  // packed offset of the current run
+  while (pos < hi) {
+    const std::size_t from = std::max(lo, pos), to = std::min(hi, pos + run_bytes);
+    f(static_cast<std::size_t>(at) * r.elem_size + (from - pos), from, to - from);
+    pos += run_bytes;
+    std::size_t i = d;
+    while (i-- > 0) {
+      at += stride[i];
+      if (++idx[i] < r.count[i]) break;
+      at -= stride[i] * r.count[i];
+      idx[i] = 0;
+    }
+  }
+}
+
+void check_range(const Region& r, std::size_t offset, std::size_t bytes) {
+  if (offset > r.bytes() || bytes > r.bytes() - offset)
+    throw ValidationError("region", "byte range [" + std::to_string(offset) + ", " +
+                                        std::to_string(offset + bytes) + ") outside a region of " +
+                                        std::to_string(r.bytes()) + " bytes");
 }
 
 void check_same(const Region& a, const Region& b) {
@@ -132,6 +183,24 @@ void pack(const Region& from, void* out) { copy_region(from, Region::packed_like
 
 void unpack(const void* in, const Region& to) {
   copy_region(Region::packed_like(to, const_cast<void*>(in)), to);
+}
+
+void pack_range(const Region& from, std::size_t offset, std::size_t bytes, void* out) {
+  check_range(from, offset, bytes);
+  const auto* src = static_cast<const std::byte*>(from.base);
+  auto* dst = static_cast<std::byte*>(out);
+  for_each_run_in(from, offset, offset + bytes, [&](std::size_t a, std::size_t p, std::size_t n) {
+    std::memcpy(dst + (p - offset), src + a, n);
+  });
+}
+
+void unpack_range(const void* in, const Region& to, std::size_t offset, std::size_t bytes) {
+  check_range(to, offset, bytes);
+  const auto* src = static_cast<const std::byte*>(in);
+  auto* dst = static_cast<std::byte*>(to.base);
+  for_each_run_in(to, offset, offset + bytes, [&](std::size_t a, std::size_t p, std::size_t n) {
+    std::memcpy(dst + a, src + (p - offset), n);
+  });
 }
 
 void accumulate(const Region& from, const Region& to, DType dtype) {

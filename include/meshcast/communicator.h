@@ -87,14 +87,17 @@ class Communicator {
   // A pipelined chain broadcast over isend/irecv: the box travels root -> group[1] -> group[2]
   // ... in chunks of `chunk` bytes, each member forwarding a chunk as soon as it arrived, so the
   // time is about bytes/bandwidth + (members - 2) * chunk/bandwidth. `group` is in chain order
-  // and must contain the root first. Strided boxes are staged (box bytes of scratch).
+  // and must contain the root first. A strided box is staged through a scratch buffer of at
+  // most max(1, staging_bytes / chunk) chunks (chunks packed and unpacked one at a time as they
+  // pass); a contiguous one moves in place.
   Request ibcast_chain(const Region& region, int root, std::span<const int> group, int tag,
-                       std::size_t chunk);
-  // Forwards the chunks that arrived, on every chain of this device; true if it did anything.
+                       std::size_t chunk, std::size_t staging_bytes);
+  // Moves every chain of this device on (receives, unpacks, forwards); true if it did anything.
   bool advance_chains();
 
  private:
   struct Chain;
+  bool advance_chain(Chain& c);
   std::vector<std::weak_ptr<Chain>> chains_;
   std::unordered_map<std::uint64_t, unsigned> collective_seq_;  // per group (hash of its ids)
 };

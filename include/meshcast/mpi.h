@@ -30,6 +30,10 @@ struct MpiOptions {
   // network hop. On the emulated hosts a chain to 4x2 devices at 16 MiB reached 0.92 of the
   // link-bound optimum with it, 0.76 with 256 KiB (bench/cluster_suite --chunk-kib).
   std::size_t network_chunk_bytes = std::size_t{32} << 10;
+  // The most scratch memory a chain stages a strided box through, per chain and device (at
+  // least one chunk; a contiguous box needs none). Point-to-point transfers stage nothing:
+  // strided regions travel as MPI datatypes.
+  std::size_t staging_bytes = std::size_t{16} << 20;
 };
 
 // Initialises MPI (if nobody did) and finalises it on destruction (if it initialised it and no

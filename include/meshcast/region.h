@@ -38,6 +38,11 @@ void copy_region(const Region& from, const Region& to);
 // Packs a region into a contiguous buffer of from.bytes() bytes, and the inverse.
 void pack(const Region& from, void* out);
 void unpack(const void* in, const Region& to);
+// The same for bytes [offset, offset + bytes) of the packed form only (a chunk of a pipelined
+// transfer staged through a small buffer): pack_range writes them to out[0, bytes),
+// unpack_range reads them from in[0, bytes). Ranges need not align with elements or rows.
+void pack_range(const Region& from, std::size_t offset, std::size_t bytes, void* out);
+void unpack_range(const void* in, const Region& to, std::size_t offset, std::size_t bytes);
 // to += from, element-wise in `dtype` (half types summed in float, rounded once per add).
 void accumulate(const Region& from, const Region& to, DType dtype);
 // Zero-fills a region.

@@ -19,6 +19,9 @@ struct UcxOptions {
   // Multicasts travel as pipelined chains of chunks of this size (Communicator::ibcast_chain);
   // the default is MpiOptions::chunk_bytes', measured there.
   std::size_t chunk_bytes = std::size_t{256} << 10;
+  // The most scratch memory a chain stages a strided box through (as MpiOptions::staging_bytes).
+  // A strided point-to-point transfer is still packed whole into a buffer of its size.
+  std::size_t staging_bytes = std::size_t{16} << 20;
 };
 
 class UcxSession {

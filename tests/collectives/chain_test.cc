@@ -3,7 +3,9 @@
 // at once with its bytes) and the downstream one (a send completes a few polls after it was
 // posted, several at a time, and its bytes are read when it completes, as a real transport
 // reads them). Checked: the bytes forwarded downstream, the bytes landed here, that every send
-// completed before wait() returned, and that at most the window of sends was ever in flight.
+// completed before wait() returned, that at most the window of sends was ever in flight, and
+// that a strided box is staged through no more scratch than the bound (a chunk reused too
+// early would change what a later send reads).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,8 +19,13 @@ namespace {
 
 class Scripted : public Communicator {
  public:
-  Scripted(int rank, std::vector<std::byte> upstream, std::size_t chunk, int delay)
-      : rank_(rank), upstream_(std::move(upstream)), chunk_(chunk), delay_(delay) {}
+  Scripted(int rank, std::vector<std::byte> upstream, std::size_t chunk, std::size_t staging,
+           int delay)
+      : rank_(rank),
+        upstream_(std::move(upstream)),
+        chunk_(chunk),
+        staging_(staging),
+        delay_(delay) {}
   int rank() const override { return rank_; }
   int size() const override { return 3; }
   std::string backend() const override { return "scripted"; }
@@ -37,9 +44,13 @@ class Scripted : public Communicator {
     return Request(op);
   }
   Request ibcast(const Region& region, int root, std::span<const int> group, int tag) override {
-    return ibcast_chain(region, root, group, tag, chunk_);
+    return ibcast_chain(region, root, group, tag, chunk_, staging_);
   }
   void barrier() override {}
+  std::shared_ptr<void> scratch(std::size_t bytes) override {
+    scratch_bytes_ += bytes;
+    return Communicator::scratch(bytes);
+  }
 
   // The bytes the sends carried, in posting order.
   std::vector<std::byte> wire() const {
@@ -53,6 +64,7 @@ class Scripted : public Communicator {
     return true;
   }
   std::size_t most_in_flight() const { return most_in_flight_; }
+  std::size_t scratch_bytes() const { return scratch_bytes_; }
   // Time passes between two polls of a caller that only tests.
   void tick() { ++clock_; }
 
@@ -96,8 +108,9 @@ class Scripted : public Communicator {
 
   int rank_;
   std::vector<std::byte> upstream_;
-  std::size_t chunk_;
+  std::size_t chunk_, staging_;
   int delay_;
+  std::size_t scratch_bytes_ = 0;
   long clock_ = 0;
   std::size_t received_ = 0, in_flight_ = 0, most_in_flight_ = 0;
   std::vector<std::shared_ptr<Op>> sends_, recvs_;
@@ -125,37 +138,44 @@ TEST(Chain, EveryRoleForwardsAndLandsTheBytesAndFinishesItsSends) {
   for (bool by_test : {false, true})
     for (bool strided : {false, true})
       for (std::size_t chunk : {1, 3, 7, 64, 1000})
-        for (int delay : {0, 1, 3, 6})
-          for (int role = 0; role < 3; ++role) {  // root, middle, last of the chain
-            SCOPED_TRACE(testing::Message()
-                         << "by_test " << by_test << " strided " << strided << " chunk " << chunk
-                         << " delay " << delay << " role " << role);
-            Place here;
-            Region r = here.region(strided);
-            const std::vector<std::byte> data = pattern(r.bytes(), static_cast<int>(chunk));
-            const std::vector<int> group = role == 0   ? std::vector<int>{1, 2}
-                                           : role == 1 ? std::vector<int>{0, 1, 2}
-                                                       : std::vector<int>{0, 1};
-            if (role == 0) unpack(data.data(), r);  // the root holds the box
-            Scripted comm(1, role == 0 ? std::vector<std::byte>{} : data, chunk, delay);
-            Request req = comm.ibcast(r, group.front(), group, 5);
-            if (by_test) {
-              int polls = 0;
-              while (!comm.test(req)) {
-                comm.tick();
-                ASSERT_LT(++polls, 100000) << "test() never completes the chain";
+        // Staging: unbounded, then 1, 2 and 5 chunks, and less than one (rounded up to one).
+        for (std::size_t staging : {std::size_t{1} << 30, chunk, 2 * chunk, 5 * chunk, chunk / 2})
+          for (int delay : {0, 1, 3, 6})
+            for (int role = 0; role < 3; ++role) {  // root, middle, last of the chain
+              SCOPED_TRACE(testing::Message()
+                           << "by_test " << by_test << " strided " << strided << " chunk " << chunk
+                           << " staging " << staging << " delay " << delay << " role " << role);
+              Place here;
+              Region r = here.region(strided);
+              const std::vector<std::byte> data = pattern(r.bytes(), static_cast<int>(chunk));
+              const std::vector<int> group = role == 0   ? std::vector<int>{1, 2}
+                                             : role == 1 ? std::vector<int>{0, 1, 2}
+                                                         : std::vector<int>{0, 1};
+              if (role == 0) unpack(data.data(), r);  // the root holds the box
+              Scripted comm(1, role == 0 ? std::vector<std::byte>{} : data, chunk, staging, delay);
+              Request req = comm.ibcast(r, group.front(), group, 5);
+              if (by_test) {
+                int polls = 0;
+                while (!comm.test(req)) {
+                  comm.tick();
+                  ASSERT_LT(++polls, 100000) << "test() never completes the chain";
+                }
+                EXPECT_TRUE(comm.test(req)) << "stays complete";
+              } else {
+                comm.wait(req);
               }
-              EXPECT_TRUE(comm.test(req)) << "stays complete";
-            } else {
-              comm.wait(req);
+              EXPECT_TRUE(comm.all_sends_done());
+              EXPECT_LE(comm.most_in_flight(), 4u);
+              // Scratch: none for a contiguous box, else whole chunks within the bound (at least
+              // one), never more than the box needs.
+              const std::size_t chunks = (r.bytes() + chunk - 1) / chunk;
+              EXPECT_EQ(comm.scratch_bytes(),
+                        strided ? std::clamp<std::size_t>(staging / chunk, 1, chunks) * chunk : 0);
+              std::vector<std::byte> landed(r.bytes());
+              pack(r, landed.data());
+              EXPECT_EQ(landed, data);
+              EXPECT_EQ(comm.wire(), role == 2 ? std::vector<std::byte>{} : data);
             }
-            EXPECT_TRUE(comm.all_sends_done());
-            EXPECT_LE(comm.most_in_flight(), 4u);
-            std::vector<std::byte> landed(r.bytes());
-            pack(r, landed.data());
-            EXPECT_EQ(landed, data);
-            EXPECT_EQ(comm.wire(), role == 2 ? std::vector<std::byte>{} : data);
-          }
 }
 
 }  // namespace

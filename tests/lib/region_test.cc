@@ -150,6 +150,51 @@ TEST(Region, PackUnpackMatchElementLoopAndInvert) {
   }
 }
 
+// pack_range / unpack_range over a random cut of the packed bytes into ranges (not aligned with
+// elements or rows) agree with pack / unpack of the whole, and touch nothing else.
+TEST(Region, RangesAgreeWithWholePackAndUnpack) {
+  Rng rng(0x7a11);
+  for (int i = 0; i < testing::scaled(3000); ++i) {
+    const std::size_t rank = static_cast<std::size_t>(rng.between(1, 4));
+    const std::size_t elem = std::size_t{1} << rng.below(4);
+    Region r = random_region(rng, rank, elem, nullptr, true);
+    Bytes buf = random_bytes(rng, static_cast<std::size_t>(buffer_elems(r)) * elem);
+    r.base = buf.data();
+    Bytes whole(r.bytes());
+    pack(r, whole.data());
+    const std::size_t step = static_cast<std::size_t>(rng.between(1, 40));
+    Bytes pieces(r.bytes());
+    for (std::size_t at = 0; at < r.bytes(); at += step) {
+      const std::size_t n = std::min(step, r.bytes() - at);
+      Bytes out(n + 8, std::byte{0x55});
+      pack_range(r, at, n, out.data());
+      ASSERT_EQ(out[n], std::byte{0x55}) << "wrote past the range: " << describe(r);
+      std::copy(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n),
+                pieces.begin() + static_cast<std::ptrdiff_t>(at));
+    }
+    ASSERT_EQ(pieces, whole) << describe(r) << " step " << step;
+    // Unpacking fresh bytes range by range, in a shuffled order, equals one unpack.
+    const Bytes fresh = random_bytes(rng, r.bytes());
+    Bytes expect = buf;
+    Region e = r;
+    e.base = expect.data();
+    unpack(fresh.data(), e);
+    std::vector<std::size_t> starts;
+    for (std::size_t at = 0; at < r.bytes(); at += step) starts.push_back(at);
+    rng.shuffle(starts);
+    for (std::size_t at : starts)
+      unpack_range(fresh.data() + at, r, at, std::min(step, r.bytes() - at));
+    ASSERT_EQ(buf, expect) << describe(r) << " step " << step;
+  }
+  // A range outside the region is refused.
+  std::vector<std::int32_t> tile(12);
+  const Region r = Region::of(tile.data(), 4, Box({{0, 3}, {0, 4}}), Box({{0, 3}, {1, 3}}));
+  std::byte out[32];
+  EXPECT_THROW(pack_range(r, 20, 8, out), ValidationError);
+  EXPECT_THROW(unpack_range(out, r, 25, 0), ValidationError);
+  EXPECT_NO_THROW(pack_range(r, 24, 0, out));
+}
+
 TEST(Region, ZeroMatchesElementLoop) {
   Rng rng(0x2e70);
   for (int i = 0; i < testing::scaled(2000); ++i) {

@@ -2,7 +2,8 @@
 // draws the same cases from the same seed, executes its part, and checks every element of its
 // target tile against the value each global index must hold. Exit status 1 on any mismatch, 77
 // (ctest's skip) when the backend cannot run here (NCCL without a GPU).
-//   reshard_mpi mpi|ucx|nccl|ucx-tcp [cases] [seed] [chain|native [CHUNK_BYTES]]
+//   reshard_mpi mpi|ucx|nccl|ucx-tcp [cases] [seed] [chain|native [CHUNK_BYTES [STAGING_BYTES]]]
+// STAGING_BYTES bounds a chain's staging of strided boxes (MpiOptions/UcxOptions::staging_bytes).
 // ucx-tcp: UCX started through TcpBootstrap::from_env() (MESHCAST_RENDEZVOUS, MESHCAST_RANK,
 // MESHCAST_SIZE; tests/mpi/ucx_tcp.sh launches the processes), without mpirun; it also checks
 // that MPI was never initialised. Bad bootstrap input or a bootstrap failure: exit status 2 with
@@ -161,12 +162,14 @@ int main(int argc, char** argv) {
   MpiOptions mopt{30};
   if (argc > 4 && std::string(argv[4]) == "native") mopt.broadcast = MpiOptions::Broadcast::Native;
   if (argc > 5) mopt.chunk_bytes = std::stoull(argv[5]);
+  if (argc > 6) mopt.staging_bytes = std::stoull(argv[6]);
   const std::string backend = argc > 1 ? argv[1] : "mpi";
   if (backend == "ucx-tcp") return run_ucx_tcp(mopt.chunk_bytes, argc, argv);
   MpiSession mpi(&argc, &argv, mopt);
 #ifdef MESHCAST_HAS_UCX
   std::unique_ptr<UcxSession> ucx;
-  if (backend == "ucx") ucx = std::make_unique<UcxSession>(mpi, UcxOptions{30, mopt.chunk_bytes});
+  if (backend == "ucx")
+    ucx = std::make_unique<UcxSession>(mpi, UcxOptions{30, mopt.chunk_bytes, mopt.staging_bytes});
 #endif
   void* gpu = nullptr;
 #ifdef MESHCAST_HAS_NCCL
