@@ -67,6 +67,17 @@ Bytes random_bytes(Rng& rng, std::size_t n) {
   return b;
 }
 
+// A random region (rank 1-4, elements of 1-8 bytes, possibly empty) over `buf`, which it fills
+// with random bytes.
+Region random_filled_region(Rng& rng, Bytes& buf) {
+  const std::size_t rank = static_cast<std::size_t>(rng.between(1, 4));
+  const std::size_t elem = std::size_t{1} << rng.below(4);
+  Region r = random_region(rng, rank, elem, nullptr, true);
+  buf = random_bytes(rng, static_cast<std::size_t>(buffer_elems(r)) * elem);
+  r.base = buf.data();
+  return r;
+}
+
 std::string describe(const Region& r) {
   std::ostringstream os;
   os << "elem " << r.elem_size << " extent " << shape_str(r.extent) << " offset "
@@ -120,11 +131,9 @@ TEST(Region, CopyMatchesElementLoop) {
 TEST(Region, PackUnpackMatchElementLoopAndInvert) {
   Rng rng(0x9ac4);
   for (int i = 0; i < testing::scaled(4000); ++i) {
-    const std::size_t rank = static_cast<std::size_t>(rng.between(1, 4));
-    const std::size_t elem = std::size_t{1} << rng.below(4);
-    Region r = random_region(rng, rank, elem, nullptr, true);
-    Bytes buf = random_bytes(rng, static_cast<std::size_t>(buffer_elems(r)) * elem);
-    r.base = buf.data();
+    Bytes buf;
+    Region r = random_filled_region(rng, buf);
+    const std::size_t elem = r.elem_size;
     const auto off = offsets(r);
     ASSERT_EQ(static_cast<std::int64_t>(off.size()), r.elements());
     // pack: the box's elements in row-major order; nothing written past r.bytes().
@@ -155,11 +164,8 @@ TEST(Region, PackUnpackMatchElementLoopAndInvert) {
 TEST(Region, RangesAgreeWithWholePackAndUnpack) {
   Rng rng(0x7a11);
   for (int i = 0; i < testing::scaled(3000); ++i) {
-    const std::size_t rank = static_cast<std::size_t>(rng.between(1, 4));
-    const std::size_t elem = std::size_t{1} << rng.below(4);
-    Region r = random_region(rng, rank, elem, nullptr, true);
-    Bytes buf = random_bytes(rng, static_cast<std::size_t>(buffer_elems(r)) * elem);
-    r.base = buf.data();
+    Bytes buf;
+    Region r = random_filled_region(rng, buf);
     Bytes whole(r.bytes());
     pack(r, whole.data());
     const std::size_t step = static_cast<std::size_t>(rng.between(1, 40));
@@ -198,11 +204,9 @@ TEST(Region, RangesAgreeWithWholePackAndUnpack) {
 TEST(Region, ZeroMatchesElementLoop) {
   Rng rng(0x2e70);
   for (int i = 0; i < testing::scaled(2000); ++i) {
-    const std::size_t rank = static_cast<std::size_t>(rng.between(1, 4));
-    const std::size_t elem = std::size_t{1} << rng.below(4);
-    Region r = random_region(rng, rank, elem, nullptr, true);
-    Bytes buf = random_bytes(rng, static_cast<std::size_t>(buffer_elems(r)) * elem);
-    r.base = buf.data();
+    Bytes buf;
+    Region r = random_filled_region(rng, buf);
+    const std::size_t elem = r.elem_size;
     Bytes want = buf;
     for (auto o : offsets(r))
       for (std::size_t b = 0; b < elem; ++b) want[static_cast<std::size_t>(o) + b] = std::byte{0};
