@@ -67,7 +67,7 @@ Request Communicator::ibcast_chain(const Region& region, int root, std::span<con
   c->staged = !region.is_contiguous();
   if (c->staged) {
     c->slots = std::clamp<std::size_t>(staging_bytes / c->chunk, 1, c->chunks);
-    c->staging = scratch(c->slots * c->chunk);
+    c->staging = scratch(std::min(c->slots * c->chunk, c->bytes));  // a small box: its bytes
     c->buf = static_cast<std::byte*>(c->staging.get());
   } else {
     c->slots = c->chunks;
