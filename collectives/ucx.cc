@@ -1,17 +1,20 @@
 // The UCX backend over the UCP tag API. A message's tag carries (source device, plan tag), and
 // UCX matches messages of one endpoint and tag in order, as the executor needs. Strided regions
-// are packed into a staging buffer owned by the request (unpacked on completion for receives).
+// travel as a UCX generic datatype whose pack and unpack callbacks copy the byte ranges UCX asks
+// for straight from and into the region (pack_range / unpack_range): no staging buffer.
 // Endpoints use peer error handling, so a failed peer turns into a CommError, not a hang.
 #include "meshcast/ucx.h"
 
 #include <sched.h>
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "meshcast/error.h"
 #include "watchdog.h"
@@ -33,11 +36,30 @@ ucp_tag_t make_tag(int src, int tag) {
 struct UcxRequest : Request::Impl {
   void* handle = nullptr;  // UCX request, null once complete
   ucs_status_t status = UCS_OK;
-  std::vector<std::byte> staging;
-  Region unpack_to;  // a strided receive: unpack the staging buffer here when done
-  bool unpack = false;
+  Region region;  // a strided region: what the generic datatype's callbacks read or write
   int peer = -1;
 };
+
+// The generic datatype's callbacks: the buffer UCX is given is the request's Region (count 1),
+// and the packed stream is the region's bytes in row-major order.
+void* start_region(void*, const void* buffer, std::size_t) { return const_cast<void*>(buffer); }
+void* start_region_unpack(void*, void* buffer, std::size_t) { return buffer; }
+std::size_t region_size(void* state) { return static_cast<const Region*>(state)->bytes(); }
+std::size_t pack_region(void* state, std::size_t offset, void* dest, std::size_t max) {
+  const auto& r = *static_cast<const Region*>(state);
+  const std::size_t n = std::min(max, r.bytes() - std::min(offset, r.bytes()));
+  pack_range(r, offset, n, dest);
+  return n;
+}
+ucs_status_t unpack_region(void* state, std::size_t offset, const void* src, std::size_t n) {
+  const auto& r = *static_cast<const Region*>(state);
+  if (offset > r.bytes() || n > r.bytes() - offset) return UCS_ERR_MESSAGE_TRUNCATED;
+  unpack_range(src, r, offset, n);
+  return UCS_OK;
+}
+void finish_region(void*) {}
+const ucp_generic_dt_ops_t kRegionOps{&start_region, &start_region_unpack, &region_size,
+                                      &pack_region,  &unpack_region,       &finish_region};
 
 class UcxComm final : public Communicator {
  public:
@@ -61,6 +83,7 @@ class UcxComm final : public Communicator {
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;
     check(ucp_worker_create(context_, &wp, &worker_), "ucp_worker_create");
+    check(ucp_dt_create_generic(&kRegionOps, nullptr, &region_dt_), "ucp_dt_create_generic");
     ucp_address_t* addr = nullptr;
     std::size_t len = 0;
     check(ucp_worker_get_address(worker_, &addr, &len), "ucp_worker_get_address");
@@ -97,6 +120,7 @@ class UcxComm final : public Communicator {
       }
     }
     ucp_worker_destroy(worker_);
+    ucp_dt_destroy(region_dt_);
     ucp_cleanup(context_);
   }
 
@@ -113,25 +137,19 @@ class UcxComm final : public Communicator {
   }
 
   Request isend(const Region& from, int dst, int tag) override {
-    auto req = prepare(from, dst);
-    const void* buf = req->staging.empty() ? from.origin() : req->staging.data();
-    if (!req->staging.empty()) pack(from, req->staging.data());
+    auto req = prepare(dst);
     ucp_request_param_t prm{};
-    track(*req, ucp_tag_send_nbx(eps_[static_cast<std::size_t>(dst)], buf, from.bytes(),
+    const auto [buf, count] = wire(from, *req, prm);
+    track(*req, ucp_tag_send_nbx(eps_[static_cast<std::size_t>(dst)], buf, count,
                                  make_tag(rank_, tag), &prm));
     return Request(req);
   }
 
   Request irecv(const Region& to, int src, int tag) override {
-    auto req = prepare(to, src);
-    void* buf = req->staging.empty() ? to.origin() : req->staging.data();
-    if (!req->staging.empty()) {
-      req->unpack_to = to;
-      req->unpack = true;
-    }
+    auto req = prepare(src);
     ucp_request_param_t prm{};
-    track(*req,
-          ucp_tag_recv_nbx(worker_, buf, to.bytes(), make_tag(src, tag), ~ucp_tag_t{0}, &prm));
+    const auto [buf, count] = wire(to, *req, prm);
+    track(*req, ucp_tag_recv_nbx(worker_, buf, count, make_tag(src, tag), ~ucp_tag_t{0}, &prm));
     return Request(req);
   }
 
@@ -178,7 +196,7 @@ class UcxComm final : public Communicator {
     }
   }
 
-  // Progresses the worker; a finished request is checked and its staging unpacked.
+  // Progresses the worker; a finished request is checked.
   bool test_one(Request::Impl& impl) override {
     auto& r = static_cast<UcxRequest&>(impl);
     if (r.handle) {
@@ -192,10 +210,6 @@ class UcxComm final : public Communicator {
     if (r.status != UCS_OK)
       throw CommError("device " + std::to_string(r.peer),
                       std::string("transfer failed: ") + ucs_status_string(r.status));
-    if (r.unpack) {
-      unpack(r.staging.data(), r.unpack_to);
-      r.unpack = false;
-    }
     return true;
   }
 
@@ -254,14 +268,25 @@ class UcxComm final : public Communicator {
     }
   };
 
-  std::shared_ptr<UcxRequest> prepare(const Region& r, int peer) {
+  std::shared_ptr<UcxRequest> prepare(int peer) {
     if (peer < 0 || peer >= size_)
       throw ValidationError("peer", "device " + std::to_string(peer) + " is outside the world of " +
                                         std::to_string(size_) + " ranks");
     auto req = std::make_shared<UcxRequest>();
     req->peer = peer;
-    if (!r.is_contiguous()) req->staging.resize(r.bytes());
     return req;
+  }
+
+  // The (buffer, count) UCX is given for the request's region: its bytes when contiguous, else
+  // the region itself as one element of the generic datatype (set in prm). Both sides' streams
+  // are the region's bytes, so a contiguous side matches a strided one.
+  std::pair<void*, std::size_t> wire(const Region& r, UcxRequest& req,
+                                     ucp_request_param_t& prm) const {
+    if (r.is_contiguous()) return {r.origin(), r.bytes()};
+    req.region = r;  // lives as long as the request
+    prm.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    prm.datatype = region_dt_;
+    return {&req.region, 1};
   }
 
   void track(UcxRequest& req, ucs_status_ptr_t p) {
@@ -276,6 +301,7 @@ class UcxComm final : public Communicator {
   int rank_ = 0, size_ = 0;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
+  ucp_datatype_t region_dt_ = 0;  // kRegionOps
   std::vector<ucp_ep_h> eps_;
   std::vector<char> failed_;  // per peer: UCX reported its endpoint broken
   Control control_;

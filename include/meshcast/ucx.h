@@ -20,7 +20,8 @@ struct UcxOptions {
   // the default is MpiOptions::chunk_bytes', measured there.
   std::size_t chunk_bytes = std::size_t{256} << 10;
   // The most scratch memory a chain stages a strided box through (as MpiOptions::staging_bytes).
-  // A strided point-to-point transfer is still packed whole into a buffer of its size.
+  // Point-to-point transfers stage nothing: a strided region travels as a UCX generic datatype
+  // that packs and unpacks the byte ranges UCX asks for.
   std::size_t staging_bytes = std::size_t{16} << 20;
 };
 

@@ -12,7 +12,9 @@ bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 for backend in mpi ucx; do
   for args in "--shape 64,48 --dtype f32 --src 2x2@0-3:S0S1 --dst 4@4-7:RS0" \
               "--shape 9,5,3 --dtype bf16 --src 2x2@[3,1,2,0]:S0RR+P1 --dst 2x4@0-7:RS1S0" \
-              "--shape 33 --dtype i64 --src 1@5:R --dst 2x3@0-5:S0"; do
+              "--shape 33 --dtype i64 --src 1@5:R --dst 2x3@0-5:S0" \
+              "--shape 512,384 --dtype f32 --src 2@0-1:RS0 --dst 3x2@2-7:RS0"; do
+    # (the last: boxes of 128 KiB strided on both sides, which transports split into fragments)
     for strategy in broadcast sendrecv allgather; do
       # shellcheck disable=SC2086
       out=$(timeout 120 "${run[@]}" -np 8 "$mc" reshard $args --strategy $strategy \
