@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The trainers on the emulated cluster (bench/cluster/cluster.sh, 1 Gbit/s per host), each pair
 # of runs alternated ROUNDS times, then docs/training.md:
-#   - U-Transformer, one pipeline stage per host (4 hosts): eager 1F1B vs 1F1B throughput;
+#   - U-Transformer, one pipeline stage per host (4 hosts): eager 1F1B vs 1F1B throughput, and
+#     the same stages in shared memory (no network: the most hiding transfers could gain);
 #   - GPT, two stages of tp=2 on 2 hosts x 2: broadcast vs send/recv stage-boundary reshards;
 #   - GPT on 4 devices (2 hosts x 2): 3D tensor parallelism vs Megatron;
 #   - GPT: a run checkpointed on one mesh and resumed on another vs an uninterrupted one.
@@ -33,6 +34,18 @@ run() {
     >"$results/$name.json" </dev/null
 }
 
+# The same 4 U-Transformer stages on one host (shared memory, same plans): the same processes
+# and cores with no network in the way, the floor that hiding transfers can bring a step to.
+shm() {
+  local name=$1
+  shift
+  echo "== $name" >&2
+  mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader \
+    --mca btl_vader_single_copy_mechanism none --mca mpi_yield_when_idle 1 -np 4 \
+    "$mc" train utransformer --backend mpi --topology meshes/emulated-4x1.json --json \
+    --out "$results/out-$name" --eval-every 4 "$@" >"$results/$name.json" </dev/null
+}
+
 unet=(--layers 8 --seq 64 --d-model 128 --heads 4 --batch 16 --micro-batches 8 --steps "$steps"
       --stages dp=1/dp=1/dp=1/dp=1)
 gpt_pp=(--layers 4 --seq 64 --d-model 256 --heads 8 --batch 16 --micro-batches 4 --steps "$steps"
@@ -41,6 +54,8 @@ gpt_tp=(--layers 4 --seq 64 --d-model 256 --heads 8 --batch 16 --micro-batches 1
 for r in $(seq 1 "$rounds"); do
   run "unet-eager-$r" 4 1 meshes/emulated-4x1.json utransformer "${unet[@]}" --schedule eager-1f1b
   run "unet-1f1b-$r" 4 1 meshes/emulated-4x1.json utransformer "${unet[@]}" --schedule 1f1b
+  shm "unet-shm-eager-$r" "${unet[@]}" --schedule eager-1f1b
+  shm "unet-shm-1f1b-$r" "${unet[@]}" --schedule 1f1b
   run "gpt-broadcast-$r" 2 2 meshes/emulated-2x2.json gpt "${gpt_pp[@]}" --reshard broadcast
   run "gpt-sendrecv-$r" 2 2 meshes/emulated-2x2.json gpt "${gpt_pp[@]}" --reshard sendrecv
   run "gpt-3d-$r" 2 2 meshes/emulated-2x2.json gpt "${gpt_tp[@]}" --stages grid=2x2x1
