@@ -10,6 +10,10 @@
 //   mpirun -np N mpi_collectives [--min-bytes B] [--max-bytes B] [--iters N] [--json FILE]
 //                                [--topology FILE] [--ops
 //                                all_reduce,all_gather,reduce_scatter,sparse]
+//                                [--slices N] [--where TEXT]
+//
+// --slices: the GEMM slices of the overlap test (64), test() after each; --where: where the
+// ranks run, for the report (JSON "where").
 //
 // time: median over iterations of the slowest rank. MESHCAST_BENCH_SMOKE=1: tiny sizes, 2
 // iterations. Exit status 1 if any element was wrong, 2 on bad arguments.
@@ -106,7 +110,8 @@ int main(int argc, char** argv) {
   const bool smoke = std::getenv("MESHCAST_BENCH_SMOKE") != nullptr;
   std::int64_t min_bytes = 4, max_bytes = smoke ? 4096 : std::int64_t{64} << 20;
   int iters = smoke ? 2 : 9;
-  std::string json, ops = "all_reduce,all_gather,reduce_scatter,sparse", topo_path;
+  int slices = 64;  // GEMM slices of the overlap test, test() after each
+  std::string json, ops = "all_reduce,all_gather,reduce_scatter,sparse", topo_path, where;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -138,6 +143,10 @@ int main(int argc, char** argv) {
       json = next();
     else if (a == "--ops")
       ops = next();
+    else if (a == "--slices")
+      slices = static_cast<int>(number());
+    else if (a == "--where")
+      where = next();
     else if (a == "--topology")
       topo_path = next();
     else {
@@ -345,8 +354,10 @@ int main(int argc, char** argv) {
   // Overlap: an all-reduce of 16 MiB (smoke: 64 KiB) against a GEMM sized to take about as long.
   const std::int64_t count = smoke ? 16384 : std::int64_t{4} << 20;
   std::vector<float> buf(static_cast<std::size_t>(count), 1.0f);
+  CollectiveOptions auto_options;  // auto, as the rows' "meshcast auto"
+  auto_options.topology = topo.get();
   const double t_comm = timed(iters, [&] {
-    all_reduce(comm, group, buf.data(), buf.data(), count, DType::f32, ReduceOp::Sum);
+    all_reduce(comm, group, buf.data(), buf.data(), count, DType::f32, ReduceOp::Sum, auto_options);
   });
   int dim = 64;
   std::vector<float> a, b, c;
@@ -364,10 +375,9 @@ int main(int argc, char** argv) {
     t_comp = timed(1, [&] { gemm_rows(a, b, c, dim, 0, dim); });
   }
   t_comp = timed(iters, [&] { gemm_rows(a, b, c, dim, 0, dim); });
-  const int slices = 64;
   const double t_both = timed(iters, [&] {
-    Collective h =
-        iall_reduce(comm, group, buf.data(), buf.data(), count, DType::f32, ReduceOp::Sum);
+    Collective h = iall_reduce(comm, group, buf.data(), buf.data(), count, DType::f32,
+                               ReduceOp::Sum, auto_options);
     for (int s = 0; s < slices; ++s) {
       gemm_rows(a, b, c, dim, dim * s / slices, dim * (s + 1) / slices);
       h.test();
@@ -386,6 +396,7 @@ int main(int argc, char** argv) {
     j["ranks"] = n;
     j["iters"] = iters;
     j["topology"] = topo ? topo->name() : "";
+    j["where"] = where;
     j["rows"] = nlohmann::json::array();
     for (const Row& r : rows)
       j["rows"].push_back({{"op", r.op},
@@ -398,7 +409,8 @@ int main(int argc, char** argv) {
                            {"wrong", r.wrong}});
     j["sparse"] = sparse_rows;
     j["overlap"] = {{"bytes", count * 4}, {"comm_seconds", t_comm}, {"gemm_seconds", t_comp},
-                    {"gemm_dim", dim},    {"both_seconds", t_both}, {"hidden_fraction", hidden}};
+                    {"gemm_dim", dim},    {"both_seconds", t_both}, {"hidden_fraction", hidden},
+                    {"slices", slices}};
     std::ofstream(json) << j.dump(1) << "\n";
   }
   return total_wrong ? 1 : 0;

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Builds bench/mpi_collectives (Release), runs it in shared memory at 4 and 8 ranks and on the
 # emulated cluster (bench/cluster/cluster.sh: 5 hosts x 4 ranks, 1 Gbit/s per host, with
-# meshes/emulated.json so that auto goes hierarchical), and writes docs/collectives.md.
+# meshes/emulated.json so that auto goes hierarchical; then 2 hosts x 1 rank for the overlap
+# with a core per rank), and writes docs/collectives.md.
 #
-#   bench/run-collectives.sh        # ~10 minutes on 2 cores
+#   bench/run-collectives.sh        # ~35 minutes on 2 cores
 #
-# Environment: BUILD_DIR (default build/bench-mpi), ITERS (9; 5 on the cluster), MAX_BYTES
-# (64 MiB; 16 MiB on the cluster), JOBS (2), RANKS ("4 8"), CLUSTER (1; 0 skips it, as it does
-# where namespaces cannot be made). Exits non-zero if a run failed or any element was wrong.
+# Environment: BUILD_DIR (default build/bench-mpi), RUNS (5 launches of each placement),
+# ITERS (9; 5 on the cluster), MAX_BYTES (64 MiB; 16 MiB on the cluster), JOBS (2), RANKS
+# ("4 8"), CLUSTER (1; 0 skips it, as it does where namespaces cannot be made). Exits non-zero if a run failed or any element was wrong.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,22 +19,31 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DMESHCAST
   -DMESHCAST_BUILD_BENCH=ON >/dev/null
 cmake --build "$build" -j"${JOBS:-2}" --target mpi_collectives
 mkdir -p "$results"
-rm -f "$results"/np*.json
+rm -f "$results"/*.json
 status=0
-for np in ${RANKS:-4 8}; do
-  echo "== $np ranks" >&2
-  mpirun --allow-run-as-root --oversubscribe --mca btl self,vader \
-    --mca btl_vader_single_copy_mechanism none --mca mpi_yield_when_idle 1 -np "$np" \
-    "$build/bin/mpi_collectives" --iters "${ITERS:-9}" --max-bytes "${MAX_BYTES:-67108864}" \
-    --json "$results/np$np.json" | tee "$results/np$np.txt" || status=1
+# Each placement RUNS times (launches), alternating: the report takes medians over them.
+for run in $(seq 1 "${RUNS:-5}"); do
+  for np in ${RANKS:-4 8}; do
+    echo "== $np ranks, run $run" >&2
+    mpirun --allow-run-as-root --oversubscribe --mca btl self,vader \
+      --mca btl_vader_single_copy_mechanism none --mca mpi_yield_when_idle 1 -np "$np" \
+      "$build/bin/mpi_collectives" --iters "${ITERS:-9}" --max-bytes "${MAX_BYTES:-67108864}" \
+      --json "$results/np$np-$run.json" | tee "$results/np$np-$run.txt" || status=1
+  done
+  if [[ ${CLUSTER:-1} != 0 ]] && bench/cluster/cluster.sh check >/dev/null 2>&1; then
+    echo "== emulated cluster, 5 hosts x 4 ranks, run $run" >&2
+    bench/cluster/cluster.sh run --hosts 5 --ranks-per-host 4 -- "$build/bin/mpi_collectives" \
+      --topology meshes/emulated.json --iters 5 --max-bytes 16777216 \
+      --json "$results/cluster-$run.json" | tee "$results/cluster-$run.txt" || status=1
+    # The overlap again where each rank has a core of its own (above, 20 ranks share 2 cores).
+    echo "== emulated cluster, 2 hosts x 1 rank, run $run" >&2
+    bench/cluster/cluster.sh run --hosts 2 --ranks-per-host 1 -- "$build/bin/mpi_collectives" \
+      --iters 5 --min-bytes 16777216 --max-bytes 16777216 --ops all_reduce \
+      --where "2 ranks on 2 emulated hosts (1 Gbit/s, a core each)" \
+      --json "$results/overlap-2x1-$run.json" | tee "$results/overlap-2x1-$run.txt" || status=1
+  fi
 done
-if [[ ${CLUSTER:-1} != 0 ]] && bench/cluster/cluster.sh check >/dev/null 2>&1; then
-  echo "== emulated cluster, 5 hosts x 4 ranks" >&2
-  bench/cluster/cluster.sh run --hosts 5 --ranks-per-host 4 -- "$build/bin/mpi_collectives" \
-    --topology meshes/emulated.json --iters 5 --max-bytes 16777216 \
-    --json "$results/cluster.json" | tee "$results/cluster.txt" || status=1
-fi
 source bench/python.sh
 "$python" bench/collectives_report.py "$results"/*.json --doc docs/collectives.md \
-  --command "bench/run-collectives.sh (ITERS=${ITERS:-9})" || status=1
+  --command "bench/run-collectives.sh (RUNS=${RUNS:-5}, ITERS=${ITERS:-9})" || status=1
 exit "$status"
