@@ -1,5 +1,6 @@
 // Sparse gradient synchronisation (meshcast/sparse.h) on top of the collectives: rows travel
-// packed as (index, width floats) records in all-to-all(v) blocks.
+// packed as (index, width floats) records, or an owner's summed rows as a bitmap of the table
+// followed by their values, whichever is smaller.
 #include "meshcast/sparse.h"
 
 #include <algorithm>
@@ -24,6 +25,18 @@ void pack_row(std::vector<std::byte>& out, std::int64_t index, const float* v, s
   std::memcpy(out.data() + at + sizeof index, v, static_cast<std::size_t>(width) * sizeof(float));
 }
 
+// An owner's summed rows in the pull (Zen): `count` records, or, where that is smaller, a
+// bitmap of the table's `rows` (bit i of byte i / 8 for row i) and the values in index order.
+std::int64_t bitmap_bytes(std::int64_t rows) { return (rows + 7) / 8; }
+bool as_bitmap(std::int64_t count, std::int64_t rows) {
+  return count * static_cast<std::int64_t>(sizeof(std::int64_t)) > bitmap_bytes(rows);
+}
+std::int64_t owned_bytes(std::int64_t count, std::int64_t rows, std::int64_t width) {
+  return as_bitmap(count, rows)
+             ? bitmap_bytes(rows) + count * width * static_cast<std::int64_t>(sizeof(float))
+             : count * static_cast<std::int64_t>(record_bytes(width));
+}
+
 // Calls f(index, values) for each record of `bytes`.
 template <class F>
 void for_each_row(const std::byte* bytes, std::size_t n, std::int64_t width, F&& f) {
@@ -42,15 +55,13 @@ CollectiveOptions latency_bound(CollectiveOptions o) {
   return o;
 }
 
-// Every member's records (counts[j] records from member j), in group order.
-std::vector<std::byte> gather_rows(Communicator& comm, std::span<const int> group,
-                                   const std::vector<std::byte>& mine,
-                                   const std::vector<std::int64_t>& counts, std::int64_t rb,
-                                   const CollectiveOptions& o) {
-  std::vector<std::int64_t> bytes;
-  std::int64_t total = 0;
-  for (std::int64_t c : counts) total += bytes.emplace_back(c * rb);
-  std::vector<std::byte> all(static_cast<std::size_t>(total));
+// Every member's block (bytes[j] from member j), in group order.
+std::vector<std::byte> gather_blocks(Communicator& comm, std::span<const int> group,
+                                     const std::vector<std::byte>& mine,
+                                     const std::vector<std::int64_t>& bytes,
+                                     const CollectiveOptions& o) {
+  std::vector<std::byte> all(
+      static_cast<std::size_t>(std::accumulate(bytes.begin(), bytes.end(), std::int64_t{0})));
   all_gatherv(comm, group, mine.data(), all.data(), bytes, DType::i8, o);
   return all;
 }
@@ -164,8 +175,13 @@ double sparse_traffic(SparseMethod m, std::span<const std::int64_t> nonzero_rows
       return 2 * (n - 1) / n * static_cast<double>(rows * width) * sizeof(float);
     case SparseMethod::AllGather:
       return (total - least) * rb;
-    case SparseMethod::Balanced:
-      return (most + static_cast<double>(distinct_rows)) * (n - 1) / n * rb;
+    case SparseMethod::Balanced: {
+      // The pull: every distinct row's values, and each owner's indices as records or a bitmap.
+      const double d = static_cast<double>(distinct_rows);
+      const double indices =
+          n * std::min(d / n * sizeof(std::int64_t), static_cast<double>(bitmap_bytes(rows)));
+      return (most * rb + d * static_cast<double>(width) * sizeof(float) + indices) * (n - 1) / n;
+    }
     case SparseMethod::Auto:
       break;
   }
@@ -217,7 +233,9 @@ SparseMethod sparse_all_reduce(Communicator& comm, std::span<const int> group,
   if (method == SparseMethod::AllGather) {
     for (std::size_t k = 0; k < mine.indices.size(); ++k)
       pack_row(packed, mine.indices[k], mine.values.data() + static_cast<std::int64_t>(k) * w, w);
-    const auto all = gather_rows(comm, group, packed, nnz, rb, o);
+    std::vector<std::int64_t> bytes;
+    for (std::int64_t c : nnz) bytes.push_back(c * rb);
+    const auto all = gather_blocks(comm, group, packed, bytes, o);
     // Members in group order, rows in index order: the same sums on every member.
     std::size_t at = 0;
     for (std::size_t k = 0; k < n; ++k) {
@@ -256,24 +274,51 @@ SparseMethod sparse_all_reduce(Communicator& comm, std::span<const int> group,
   }
   std::stable_sort(recs.begin(), recs.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<std::byte> sums;
-  std::vector<float> acc(static_cast<std::size_t>(w));
+  std::vector<std::int64_t> owned_rows;
+  std::vector<float> sums;  // owned_rows.size() rows
   for (std::size_t i = 0; i < recs.size();) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
     const std::int64_t index = recs[i].first;
+    owned_rows.push_back(index);
+    sums.resize(sums.size() + static_cast<std::size_t>(w), 0.0f);
+    float* acc = sums.data() + sums.size() - static_cast<std::size_t>(w);
     for (; i < recs.size() && recs[i].first == index; ++i) {
       const auto* v = reinterpret_cast<const float*>(got.data() + recs[i].second);
-      for (std::int64_t c = 0; c < w; ++c) acc[static_cast<std::size_t>(c)] += v[c];
+      for (std::int64_t c = 0; c < w; ++c) acc[c] += v[c];
     }
-    pack_row(sums, index, acc.data(), w);
   }
-  const auto owned = gather_counts(comm, group, me, static_cast<std::int64_t>(sums.size()) / rb, o);
-  const auto all = gather_rows(comm, group, sums, owned, rb, o);
-  for_each_row(all.data(), all.size() / static_cast<std::size_t>(rb), w,
-               [&](std::int64_t index, const float* v) {
-                 std::memcpy(out.data() + index * w, v,
-                             static_cast<std::size_t>(w) * sizeof(float));
-               });
+  const auto count = static_cast<std::int64_t>(owned_rows.size());
+  std::vector<std::byte> block;
+  if (as_bitmap(count, mine.rows)) {
+    block.resize(static_cast<std::size_t>(owned_bytes(count, mine.rows, w)), std::byte{0});
+    for (std::int64_t index : owned_rows)
+      block[static_cast<std::size_t>(index / 8)] |= std::byte{1} << (index % 8);
+    std::memcpy(block.data() + bitmap_bytes(mine.rows), sums.data(), sums.size() * sizeof(float));
+  } else {
+    for (std::size_t k = 0; k < owned_rows.size(); ++k)
+      pack_row(block, owned_rows[k], sums.data() + k * static_cast<std::size_t>(w), w);
+  }
+  const auto owned = gather_counts(comm, group, me, count, o);
+  std::vector<std::int64_t> bytes;
+  for (std::int64_t c : owned) bytes.push_back(owned_bytes(c, mine.rows, w));
+  const auto all = gather_blocks(comm, group, block, bytes, o);
+  auto put = [&](std::int64_t index, const float* v) {
+    std::memcpy(out.data() + index * w, v, static_cast<std::size_t>(w) * sizeof(float));
+  };
+  const std::byte* at_block = all.data();
+  for (std::size_t k = 0; k < n; ++k) {
+    if (as_bitmap(owned[k], mine.rows)) {
+      const auto* v = reinterpret_cast<const float*>(at_block + bitmap_bytes(mine.rows));
+      for (std::int64_t index = 0; index < mine.rows; ++index)
+        if ((at_block[static_cast<std::size_t>(index / 8)] >> (index % 8) & std::byte{1}) !=
+            std::byte{0}) {
+          put(index, v);
+          v += w;
+        }
+    } else {
+      for_each_row(at_block, static_cast<std::size_t>(owned[k]), w, put);
+    }
+    at_block += bytes[k];
+  }
   return method;
 }
 

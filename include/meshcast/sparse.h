@@ -8,7 +8,8 @@
 //   owned by one member, chosen by a hash that spreads skewed (Zipf) indices evenly; every
 //   member pushes each row to its owner (all-to-all(v)), owners sum what they received, then
 //   every owner's summed rows go to every member (all-gather(v)) — each row crosses the network
-//   about twice, whatever the number of members that hold it.
+//   about twice, whatever the number of members that hold it. An owner sends its rows' indices
+//   as a bitmap of the table's rows instead where that is smaller (more than rows / 64 rows).
 // - Auto: the cheapest by a cost model of the bytes each method moves (sparse_traffic()); the
 //   rows non-zero anywhere are counted first with an all-reduced sketch of at most 16 KiB
 //   (exact up to 16,384 rows, a linear-counting estimate beyond).
@@ -46,7 +47,7 @@ std::size_t sparse_owner(std::int64_t index, std::size_t members);
 // non-zero row count and the number of rows non-zero anywhere: what Auto compares. Dense: the
 // ring all-reduce's 2(n-1)/n of the table; AllGather (a ring all-gather of the records): all
 // records but its successor's; Balanced: its records to their owners, then (n-1)/n of the
-// summed distinct rows.
+// summed distinct rows, each owner's indices as records or a bitmap, whichever is smaller.
 double sparse_traffic(SparseMethod m, std::span<const std::int64_t> nonzero_rows,
                       std::int64_t distinct_rows, std::int64_t rows, std::int64_t width);
 

@@ -129,6 +129,10 @@ TEST(Sparse, TrafficModelOrdersTheMethods) {
   EXPECT_LT(t(SparseMethod::Balanced, sparse, 200), t(SparseMethod::AllGather, sparse, 200));
   // Every row everywhere: dense wins (records carry their index too).
   EXPECT_LT(t(SparseMethod::Dense, dense, rows), t(SparseMethod::Balanced, dense, rows));
+  // There the owners send bitmaps (rows / 8 bytes each) instead of 8-byte indices.
+  const double records = (100000.0 + rows) * (8 + width * 4) * 7 / 8;
+  EXPECT_DOUBLE_EQ(t(SparseMethod::Balanced, dense, rows),
+                   records - (rows * 8.0 - 8 * (rows / 8.0)) * 7 / 8);
   EXPECT_LT(t(SparseMethod::Dense, dense, rows), t(SparseMethod::AllGather, dense, rows));
 }
 
