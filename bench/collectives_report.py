@@ -22,10 +22,6 @@ def label(r):
     return f"{r['ranks']} ranks in shared memory"
 
 
-def median(xs):
-    return statistics.median(xs)
-
-
 def merge(loaded):
     """One run per placement: repeated runs (same label) become one whose every figure is the
     median over the runs, ratios taken within each run first (each run measures its own
@@ -45,7 +41,7 @@ def merge(loaded):
                 matches = [x for r in same for x in r.get(key) or [] if ident(x) == k]
                 row = dict(first)
                 for f in numeric:
-                    row[f] = median(x[f] for x in matches)
+                    row[f] = statistics.median(x[f] for x in matches)
                 row["wrong"] = sum(x["wrong"] for x in matches)
                 if "picked" in row:
                     picks = [x["picked"] for x in matches]
@@ -61,7 +57,7 @@ def merge(loaded):
             # The GEMM is sized in each run: keep the first run's times, the median share.
             m["overlap"] = dict(same[0]["overlap"])
             m["overlap"]["hidden_all"] = [r["overlap"]["hidden_fraction"] for r in same]
-            m["overlap"]["hidden_fraction"] = median(m["overlap"]["hidden_all"])
+            m["overlap"]["hidden_fraction"] = statistics.median(m["overlap"]["hidden_all"])
         out.append(m)
     return out
 

@@ -4,11 +4,12 @@
 # meshes/emulated.json so that auto goes hierarchical; then 2 hosts x 1 rank for the overlap
 # with a core per rank), and writes docs/collectives.md.
 #
-#   bench/run-collectives.sh        # ~35 minutes on 2 cores
+#   bench/run-collectives.sh        # ~20 minutes on 2 cores
 #
 # Environment: BUILD_DIR (default build/bench-mpi), RUNS (5 launches of each placement),
 # ITERS (9; 5 on the cluster), MAX_BYTES (64 MiB; 16 MiB on the cluster), JOBS (2), RANKS
-# ("4 8"), CLUSTER (1; 0 skips it, as it does where namespaces cannot be made). Exits non-zero if a run failed or any element was wrong.
+# ("4 8"), CLUSTER (1; 0 skips it, as it does where namespaces cannot be made). Exits non-zero
+# if a run failed or any element was wrong.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,14 +22,13 @@ cmake --build "$build" -j"${JOBS:-2}" --target mpi_collectives
 mkdir -p "$results"
 rm -f "$results"/*.json
 status=0
+source bench/mpirun-shm.sh
 # Each placement RUNS times (launches), alternating: the report takes medians over them.
 for run in $(seq 1 "${RUNS:-5}"); do
   for np in ${RANKS:-4 8}; do
     echo "== $np ranks, run $run" >&2
-    mpirun --allow-run-as-root --oversubscribe --mca btl self,vader \
-      --mca btl_vader_single_copy_mechanism none --mca mpi_yield_when_idle 1 -np "$np" \
-      "$build/bin/mpi_collectives" --iters "${ITERS:-9}" --max-bytes "${MAX_BYTES:-67108864}" \
-      --json "$results/np$np-$run.json" | tee "$results/np$np-$run.txt" || status=1
+    mpirun_shm -np "$np" "$build/bin/mpi_collectives" --iters "${ITERS:-9}" \
+      --max-bytes "${MAX_BYTES:-67108864}" --json "$results/np$np-$run.json" | tee "$results/np$np-$run.txt" || status=1
   done
   if [[ ${CLUSTER:-1} != 0 ]] && bench/cluster/cluster.sh check >/dev/null 2>&1; then
     echo "== emulated cluster, 5 hosts x 4 ranks, run $run" >&2

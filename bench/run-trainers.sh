@@ -34,15 +34,14 @@ run() {
     >"$results/$name.json" </dev/null
 }
 
+source bench/mpirun-shm.sh
 # The same 4 U-Transformer stages on one host (shared memory, same plans): the same processes
 # and cores with no network in the way, the floor that hiding transfers can bring a step to.
 shm() {
   local name=$1
   shift
   echo "== $name" >&2
-  mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader \
-    --mca btl_vader_single_copy_mechanism none --mca mpi_yield_when_idle 1 -np 4 \
-    "$mc" train utransformer --backend mpi --topology meshes/emulated-4x1.json --json \
+  mpirun_shm -np 4 "$mc" train utransformer --backend mpi --topology meshes/emulated-4x1.json --json \
     --out "$results/out-$name" --eval-every 4 "$@" >"$results/$name.json" </dev/null
 }
 
