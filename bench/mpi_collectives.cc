@@ -10,10 +10,12 @@
 //   mpirun -np N mpi_collectives [--min-bytes B] [--max-bytes B] [--iters N] [--json FILE]
 //                                [--topology FILE] [--ops
 //                                all_reduce,all_gather,reduce_scatter,sparse]
-//                                [--slices N] [--where TEXT]
+//                                [--slices N] [--where TEXT] [--node-kib K]
 //
 // --slices: the GEMM slices of the overlap test (64), test() after each; --where: where the
-// ranks run, for the report (JSON "where").
+// ranks run, for the report (JSON "where"); --node-kib: node memory per rank (MpiOptions::
+// node_segment_bytes, default 4096; 0: none, so that no collective takes the shared-memory
+// algorithm).
 //
 // time: median over iterations of the slowest rank. MESHCAST_BENCH_SMOKE=1: tiny sizes, 2
 // iterations. Exit status 1 if any element was wrong, 2 on bad arguments.
@@ -104,6 +106,12 @@ void gemm_rows(const std::vector<float>& a, const std::vector<float>& b, std::ve
 int main(int argc, char** argv) {
   MpiOptions mo;
   mo.timeout_seconds = 120;
+  // --node-kib K: node memory per rank (0: none, so that Auto sends in shared memory too); read
+  // before MPI starts, checked with the other arguments below.
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--node-kib")
+      mo.node_segment_bytes = static_cast<std::size_t>(std::strtoull(argv[i + 1], nullptr, 10))
+                              << 10;
   MpiSession mpi(&argc, &argv, mo);
   Communicator& comm = mpi.world();
   const int me = comm.rank(), n = comm.size();
@@ -121,14 +129,14 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    auto number = [&]() {
+    auto number = [&](long long least = 1) {
       const std::string v = next();
       char* end = nullptr;
       const long long x = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end || x < 1) {
+      if (v.empty() || *end || x < least) {
         if (me == 0)
-          std::fprintf(stderr, "mpi_collectives: %s: expected a positive integer, got '%s'\n",
-                       a.c_str(), v.c_str());
+          std::fprintf(stderr, "mpi_collectives: %s: expected an integer >= %lld, got '%s'\n",
+                       a.c_str(), least, v.c_str());
         std::exit(2);
       }
       return static_cast<std::int64_t>(x);
@@ -149,6 +157,8 @@ int main(int argc, char** argv) {
       where = next();
     else if (a == "--topology")
       topo_path = next();
+    else if (a == "--node-kib")
+      number(0);  // read above
     else {
       if (me == 0) std::fprintf(stderr, "mpi_collectives: unknown argument %s\n", a.c_str());
       return 2;

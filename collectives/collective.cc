@@ -6,6 +6,7 @@
 
 #include "meshcast/box.h"
 #include "meshcast/error.h"
+#include "node.h"
 #include "program.h"
 
 namespace meshcast {
@@ -57,6 +58,42 @@ std::vector<std::vector<std::size_t>> host_groups(std::span<const int> group, co
 
 Collective start(Communicator& comm, std::span<const int> group, Program program,
                  const CollectiveOptions& o);
+
+// The node-memory algorithm blocks (collectives/node.h); the non-blocking forms refuse it.
+void check_not_node(const CollectiveOptions& o) {
+  if (o.algorithm == Algorithm::SharedMemory)
+    throw ValidationError("algorithm",
+                          "shared-memory runs only in the blocking forms (all_reduce, "
+                          "reduce_scatter, all_gather, all_gatherv)");
+}
+
+// Whether a blocking collective goes through node memory: asked for, or Auto with every member
+// on this node (then each byte is copied once into node memory and once out, not twice per
+// transfer as a shared-memory transport does; bench/mpi_collectives measures both).
+bool through_node(Communicator& comm, std::span<const int> group, const CollectiveOptions& o) {
+  if (o.algorithm != Algorithm::Auto && o.algorithm != Algorithm::SharedMemory) return false;
+  const bool capable = detail::node_capable(comm, group);
+  if (!capable && o.algorithm == Algorithm::SharedMemory)
+    throw ValidationError("algorithm",
+                          "shared-memory needs 2 to 64 members, all on this device's node, and a "
+                          "backend that maps node memory (MPI; local when asked)");
+  return capable;
+}
+
+// Member pieces of an all-gatherv, from their counts.
+std::vector<Span> gather_pieces(std::span<const int> group, std::span<const std::int64_t> counts) {
+  if (counts.size() != group.size())
+    throw ValidationError("counts", "has " + std::to_string(counts.size()) +
+                                        " entries for a group of " + std::to_string(group.size()));
+  std::vector<Span> pieces;
+  std::int64_t at = 0;
+  for (std::int64_t c : counts) {
+    check_count(c);
+    pieces.push_back({at, at + c});
+    at += c;
+  }
+  return pieces;
+}
 
 }  // namespace
 
@@ -170,6 +207,7 @@ Collective iall_reduce(Communicator& comm, std::span<const int> group, const voi
                        std::int64_t count, DType dtype, ReduceOp op, const CollectiveOptions& o) {
   const std::size_t me = position(comm, group);
   check_count(count);
+  check_not_node(o);
   Program p(dtype, op);
   const std::size_t bytes = static_cast<std::size_t>(count) * p.elem();
   const auto hosts = host_groups(group, o.topology);
@@ -206,6 +244,7 @@ Collective ireduce_scatter(Communicator& comm, std::span<const int> group, const
                            const CollectiveOptions& o) {
   const std::size_t me = position(comm, group);
   check_count(count);
+  check_not_node(o);
   Program p(dtype, op);
   detail::ring_reduce_scatter(p, group, me, send, nullptr, recv,
                               detail::split(count, group.size()));
@@ -224,16 +263,8 @@ Collective iall_gatherv(Communicator& comm, std::span<const int> group, const vo
                         void* recv, std::span<const std::int64_t> counts, DType dtype,
                         const CollectiveOptions& o) {
   const std::size_t me = position(comm, group);
-  if (counts.size() != group.size())
-    throw ValidationError("counts", "has " + std::to_string(counts.size()) +
-                                        " entries for a group of " + std::to_string(group.size()));
-  std::vector<Span> pieces;
-  std::int64_t at = 0;
-  for (std::int64_t c : counts) {
-    check_count(c);
-    pieces.push_back({at, at + c});
-    at += c;
-  }
+  const std::vector<Span> pieces = gather_pieces(group, counts);
+  check_not_node(o);
   Program p(dtype, ReduceOp::Sum);
   p.add_round().copies.push_back({static_cast<const std::byte*>(send), p.at(recv, pieces[me].lo),
                                   static_cast<std::size_t>(pieces[me].size()) * p.elem()});
@@ -286,19 +317,39 @@ Collective iall_to_allv(Communicator& comm, std::span<const int> group, const vo
 
 void all_reduce(Communicator& comm, std::span<const int> group, const void* send, void* recv,
                 std::int64_t count, DType dtype, ReduceOp op, const CollectiveOptions& o) {
-  iall_reduce(comm, group, send, recv, count, dtype, op, o).wait();
+  const std::size_t me = position(comm, group);
+  check_count(count);
+  if (!through_node(comm, group, o))
+    return iall_reduce(comm, group, send, recv, count, dtype, op, o).wait();
+  guarded(comm, [&] { detail::node_all_reduce(comm, group, me, send, recv, count, dtype, op); });
 }
 void reduce_scatter(Communicator& comm, std::span<const int> group, const void* send, void* recv,
                     std::int64_t count, DType dtype, ReduceOp op, const CollectiveOptions& o) {
-  ireduce_scatter(comm, group, send, recv, count, dtype, op, o).wait();
+  const std::size_t me = position(comm, group);
+  check_count(count);
+  if (!through_node(comm, group, o))
+    return ireduce_scatter(comm, group, send, recv, count, dtype, op, o).wait();
+  guarded(comm, [&] {
+    detail::node_reduce_scatter(comm, group, me, send, recv, detail::split(count, group.size()),
+                                dtype, op);
+  });
 }
 void all_gather(Communicator& comm, std::span<const int> group, const void* send, void* recv,
                 std::int64_t count, DType dtype, const CollectiveOptions& o) {
-  iall_gather(comm, group, send, recv, count, dtype, o).wait();
+  check_count(count);
+  std::vector<std::int64_t> counts;
+  for (const Span& s : detail::split(count, group.size())) counts.push_back(s.size());
+  all_gatherv(comm, group, send, recv, counts, dtype, o);
 }
 void all_gatherv(Communicator& comm, std::span<const int> group, const void* send, void* recv,
                  std::span<const std::int64_t> counts, DType dtype, const CollectiveOptions& o) {
-  iall_gatherv(comm, group, send, recv, counts, dtype, o).wait();
+  const std::size_t me = position(comm, group);
+  const std::vector<Span> pieces = gather_pieces(group, counts);
+  if (!through_node(comm, group, o))
+    return iall_gatherv(comm, group, send, recv, counts, dtype, o).wait();
+  guarded(comm, [&] {
+    detail::node_all_gatherv(comm, group, me, send, recv, pieces, dtype_size(dtype));
+  });
 }
 void broadcast(Communicator& comm, std::span<const int> group, int root, void* buf,
                std::int64_t count, DType dtype, const CollectiveOptions& o) {

@@ -1,6 +1,7 @@
 #include "meshcast/communicator.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "meshcast/error.h"
 
@@ -186,12 +187,31 @@ void Communicator::abandon_for(const std::exception& e) {
   }
 }
 
-int Communicator::next_collective_tag(std::span<const int> group) {
-  constexpr std::uint64_t kBase = 32768, kTags = 16384;
+std::pair<std::uint64_t, unsigned> Communicator::next_in_sequence(std::span<const int> group) {
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the device ids
   for (int d : group) h = (h ^ static_cast<std::uint32_t>(d)) * 1099511628211ull;
-  const unsigned seq = collective_seq_[h]++;
+  return {h, collective_seq_[h]++};
+}
+
+int Communicator::next_collective_tag(std::span<const int> group) {
+  constexpr std::uint64_t kBase = 32768, kTags = 16384;
+  const auto [h, seq] = next_in_sequence(group);
   return static_cast<int>(kBase + (h + seq) % kTags);
+}
+
+std::uint64_t Communicator::next_collective_id(std::span<const int> group) {
+  const auto [h, seq] = next_in_sequence(group);
+  std::uint64_t z = h + 0x9e3779b97f4a7c15ull * (seq + 1ull);  // splitmix64's finaliser
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void Communicator::idle(std::span<const int> peers, int polls,
+                        std::chrono::steady_clock::time_point since) {
+  (void)peers;
+  (void)since;
+  if (polls > 64) std::this_thread::yield();
 }
 
 void Communicator::wait_all(std::span<Request> rs) {

@@ -44,7 +44,11 @@ struct LocalWorld::State {
     std::unordered_map<std::uint64_t, std::deque<std::shared_ptr<LocalRequest>>> posted;
     std::vector<std::shared_ptr<LocalRequest>> ready;  // matched receives, to copy
   };
-  explicit State(int n) : inboxes(static_cast<std::size_t>(n)) {}
+  State(int n, std::size_t segment_bytes)
+      : inboxes(static_cast<std::size_t>(n)),
+        segment_bytes(segment_bytes),
+        segments(segment_bytes ? static_cast<std::size_t>(n) : 0,
+                 std::vector<std::uint64_t>((segment_bytes + 7) / 8)) {}
 
   void fail(int rank, const std::string& why) {
     {
@@ -76,6 +80,8 @@ struct LocalWorld::State {
   int participants = 0, arrived = 0;
   std::uint64_t generation = 0;
   std::chrono::milliseconds timeout{60000};
+  std::size_t segment_bytes;
+  std::vector<std::vector<std::uint64_t>> segments;  // node memory, per device
 };
 
 namespace {
@@ -86,6 +92,20 @@ class LocalComm final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(s_.inboxes.size()); }
   std::string backend() const override { return "local"; }
+  std::byte* node_segment(int device) override {
+    if (s_.segments.empty() || device < 0 || device >= size()) return nullptr;
+    return reinterpret_cast<std::byte*>(s_.segments[static_cast<std::size_t>(device)].data());
+  }
+  std::size_t node_segment_bytes() const override { return s_.segment_bytes; }
+  void idle(std::span<const int> peers, int polls, Clock::time_point since) override {
+    progress();  // others may wait on this device's receives
+    s_.check();
+    if (Clock::now() - since > s_.timeout)
+      throw CommError("device " + std::to_string(peers.empty() ? rank_ : peers.front()),
+                      "no progress for " + std::to_string(s_.timeout.count()) +
+                          " ms waiting on its node memory");
+    if (polls > 16) std::this_thread::yield();
+  }
 
   Request isend(const Region& from, int dst, int tag) override {
     auto req = make(from, dst);
@@ -202,9 +222,9 @@ class LocalComm final : public Communicator {
 
 }  // namespace
 
-LocalWorld::LocalWorld(int size) {
+LocalWorld::LocalWorld(int size, std::size_t node_segment_bytes) {
   if (size < 1) throw ValidationError("size", "a world needs at least one device");
-  state_ = std::make_shared<State>(size);
+  state_ = std::make_shared<State>(size, node_segment_bytes);
 }
 
 LocalWorld::~LocalWorld() = default;
@@ -221,7 +241,7 @@ void LocalWorld::run(const std::function<void(Communicator&)>& fn,
       throw ValidationError("devices", "device " + std::to_string(r) + " is outside the world");
   // A fresh world state for each run: nothing left from a failed one.
   const auto timeout = state_->timeout;
-  state_ = std::make_shared<State>(size());
+  state_ = std::make_shared<State>(size(), state_->segment_bytes);
   state_->timeout = timeout;
   state_->participants = static_cast<int>(ranks.size());
   std::vector<std::exception_ptr> errors(ranks.size());

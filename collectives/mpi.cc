@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -133,12 +134,15 @@ class MpiComm final : public Communicator {
     MPI_Group_translate_ranks(group, 1, &zero, world, &leader);
     MPI_Group_free(&group);
     MPI_Group_free(&world);
-    MPI_Comm_free(&node);
     node_of_.resize(static_cast<std::size_t>(size_));
     MPI_Allgather(&leader, 1, MPI_INT, node_of_.data(), 1, MPI_INT, comm_);
+    map_node_memory(node, o.node_segment_bytes);
+    MPI_Comm_free(&node);
   }
   ~MpiComm() override {
     for (auto& [k, c] : groups_) MPI_Comm_free(&c);
+    // Freeing the window is collective on the node: not with a failed peer (it could hang).
+    if (window_ != MPI_WIN_NULL && !watchdog_.failed()) MPI_Win_free(&window_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -166,6 +170,19 @@ class MpiComm final : public Communicator {
     return start(region, root, [&](const Wire& w, MPI_Request* q) {
       check(MPI_Ibcast(w.ptr, w.count, w.type, sub_root, sub, q), "MPI_Ibcast");
     });
+  }
+
+  std::byte* node_segment(int device) override {
+    return segment_bytes_ && same_node(device, rank_) ? segments_[static_cast<std::size_t>(device)]
+                                                      : nullptr;
+  }
+  std::size_t node_segment_bytes() const override { return segment_bytes_; }
+  void idle(std::span<const int> peers, int polls, Clock::time_point since) override {
+    advance_chains();  // also lets MPI move this rank's own messages on
+    if ((polls & 15) == 0) watchdog_.watch();
+    if (Clock::now() - since > std::chrono::duration<double>(timeout_))
+      watchdog_.diagnose(std::vector<int>(peers.begin(), peers.end()));
+    if (polls > 64) sched_yield();
   }
 
   void barrier() override {
@@ -294,9 +311,48 @@ class MpiComm final : public Communicator {
            node_of_[static_cast<std::size_t>(a)] == node_of_[static_cast<std::size_t>(b)];
   }
 
+  // One shared window per node, `bytes` per rank (rounded to cache lines); every rank maps
+  // its node peers' segments. Where MPI cannot make one, there is no node memory.
+  void map_node_memory(MPI_Comm node, std::size_t bytes) {
+    bytes = (bytes + 63) / 64 * 64;
+    unsigned long long least = bytes;  // the same size on every rank, or none
+    MPI_Allreduce(MPI_IN_PLACE, &least, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm_);
+    if (least == 0) return;
+    std::byte* mine = nullptr;
+    MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
+    int ok = MPI_Win_allocate_shared(static_cast<MPI_Aint>(least), 64, MPI_INFO_NULL, node, &mine,
+                                     &window_) == MPI_SUCCESS;
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_);
+    if (!ok) {
+      if (window_ != MPI_WIN_NULL) MPI_Win_free(&window_);
+      return;
+    }
+    std::memset(mine, 0, least);
+    MPI_Group node_group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    MPI_Comm_group(node, &node_group);
+    MPI_Comm_group(comm_, &world);
+    segments_.assign(static_cast<std::size_t>(size_), nullptr);
+    for (int i = 0; i < size_of(node); ++i) {
+      int r = 0;
+      MPI_Group_translate_ranks(node_group, 1, &i, world, &r);
+      MPI_Aint size = 0;
+      int unit = 0;
+      void* base = nullptr;
+      check(MPI_Win_shared_query(window_, i, &size, &unit, &base), "MPI_Win_shared_query");
+      segments_[static_cast<std::size_t>(r)] = static_cast<std::byte*>(base);
+    }
+    MPI_Group_free(&node_group);
+    MPI_Group_free(&world);
+    segment_bytes_ = least;
+    MPI_Barrier(node);  // every segment zeroed before anyone uses it
+  }
+
   MPI_Comm comm_;
   int rank_ = 0, size_ = 0;
   std::vector<int> node_of_;  // rank -> lowest world rank on its shared-memory node
+  MPI_Win window_ = MPI_WIN_NULL;
+  std::vector<std::byte*> segments_;  // rank -> its segment, where on this node
+  std::size_t segment_bytes_ = 0;
   double timeout_;
   MpiOptions opt_;
   Control control_;

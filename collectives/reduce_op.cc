@@ -78,17 +78,20 @@ std::string to_string(Algorithm a) {
       return "halving-doubling";
     case Algorithm::Hierarchical:
       return "hierarchical";
+    case Algorithm::SharedMemory:
+      return "shared-memory";
   }
   return "?";
 }
 
 Algorithm parse_algorithm(std::string_view text, const std::string& field) {
   for (Algorithm a : {Algorithm::Auto, Algorithm::Ring, Algorithm::RecursiveDoubling,
-                      Algorithm::HalvingDoubling, Algorithm::Hierarchical})
+                      Algorithm::HalvingDoubling, Algorithm::Hierarchical, Algorithm::SharedMemory})
     if (text == to_string(a)) return a;
   throw ParseError(
       field, "unknown algorithm '" + std::string(text.substr(0, 32)) +
-                 "' (expected auto, ring, recursive-doubling, halving-doubling or hierarchical)");
+                 "' (expected auto, ring, recursive-doubling, halving-doubling, hierarchical or "
+                 "shared-memory)");
 }
 
 }  // namespace meshcast

@@ -41,6 +41,9 @@ enum class Algorithm {
   RecursiveDoubling,  // log2(n) rounds of whole-vector exchanges: few messages, for small sizes
   HalvingDoubling,    // recursive halving, then doubling: the ring's bytes in 2 log2(n) rounds
   Hierarchical,       // reduce-scatter inside hosts, all-reduce across hosts, all-gather inside
+  SharedMemory,       // blocking forms only: each member copies its data into node memory once
+                      // and the others copy it out (Communicator::node_segment); Auto takes it
+                      // in the blocking forms when every member maps its segment here
 };
 std::string to_string(Algorithm a);
 Algorithm parse_algorithm(std::string_view text, const std::string& field = "algorithm");

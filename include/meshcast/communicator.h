@@ -2,6 +2,9 @@
 // NCCL) implements it. A communicator is one device's endpoint: rank() is its global device id.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -71,11 +74,30 @@ class Communicator {
   // else says that this device failed. reshard() and the collectives call it as they throw.
   void abandon_for(const std::exception& e);
 
+  // Memory shared with the other devices of this node, where the backend maps it: device d's
+  // segment of node_segment_bytes() bytes when d is on this node (this device included), else
+  // nullptr. The blocking collectives copy through it instead of sending (collectives/node.cc
+  // owns its contents). The default has none.
+  virtual std::byte* node_segment(int device) {
+    (void)device;
+    return nullptr;
+  }
+  virtual std::size_t node_segment_bytes() const { return 0; }
+  // One step of spinning on node memory that `peers` will write, the `polls`-th since `since`:
+  // moves this device's own traffic on (its peers may wait on it), yields the core after a
+  // short spin, and throws CommError when a peer failed or the wait outlasted the backend's
+  // timeout. The default yields.
+  virtual void idle(std::span<const int> peers, int polls,
+                    std::chrono::steady_clock::time_point since);
+
   // The tag of this device's next collective on `group` (meshcast/collectives.h): in
   // [32768, 49152), above every plan tag and below the backends' control tags. Each group (its
   // device list) has its own sequence, starting at an offset of its own, so members agree as long
   // as they start their collectives on that group in the same order, whatever else they do.
   int next_collective_tag(std::span<const int> group);
+  // Instead of a tag, for a collective that sends nothing (node memory): a 64-bit name of the
+  // group's next collective, the same on every member, taken from the same sequence.
+  std::uint64_t next_collective_id(std::span<const int> group);
 
  protected:
   // Backend-specific completion and non-blocking check of one of its own requests. A backend
@@ -100,6 +122,7 @@ class Communicator {
   bool advance_chain(Chain& c);
   std::vector<std::weak_ptr<Chain>> chains_;
   std::unordered_map<std::uint64_t, unsigned> collective_seq_;  // per group (hash of its ids)
+  std::pair<std::uint64_t, unsigned> next_in_sequence(std::span<const int> group);
 };
 
 }  // namespace meshcast

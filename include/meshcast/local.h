@@ -2,6 +2,7 @@
 // buffers (one copy per receiver, strided boxes included). Needs no launcher.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -13,8 +14,11 @@ namespace meshcast {
 
 class LocalWorld {
  public:
-  // A world of `size` devices, ids 0..size-1.
-  explicit LocalWorld(int size);
+  // A world of `size` devices, ids 0..size-1. With node_segment_bytes > 0 every device also
+  // maps a node-memory segment of that size (Communicator::node_segment), so that the blocking
+  // collectives run their shared-memory algorithm here too; by default they send (one copy per
+  // transfer here already).
+  explicit LocalWorld(int size, std::size_t node_segment_bytes = 0);
   ~LocalWorld();
   LocalWorld(const LocalWorld&) = delete;
   LocalWorld& operator=(const LocalWorld&) = delete;

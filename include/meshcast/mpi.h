@@ -34,6 +34,10 @@ struct MpiOptions {
   // least one chunk; a contiguous box needs none). Point-to-point transfers stage nothing:
   // strided regions travel as MPI datatypes.
   std::size_t staging_bytes = std::size_t{16} << 20;
+  // Node memory per rank (an MPI shared-memory window on each node, Communicator::node_segment)
+  // that the blocking collectives copy through when a group shares one node; 0: none, every
+  // collective sends. Larger pieces go through it in chunks of about this size.
+  std::size_t node_segment_bytes = std::size_t{4} << 20;
 };
 
 // Initialises MPI (if nobody did) and finalises it on destruction (if it initialised it and no

@@ -1,7 +1,8 @@
 // Collectives on the in-process backend: every collective, dtype, reduction and algorithm at
 // 1-8 devices against the naive reference of support/collectives_check.h; sub-groups in any
 // order; hosts (hierarchical); several collectives in flight at once, progressed by test();
-// random floats within summation-order tolerance; bad arguments.
+// random floats within summation-order tolerance; the shared-memory algorithm (node memory):
+// chunked, across overlapping groups, a failed member; bad arguments.
 #include "meshcast/collectives.h"
 
 #include <gtest/gtest.h>
@@ -17,14 +18,17 @@
 namespace meshcast {
 namespace {
 
-// Runs the check on every device of `group` in a world of `world` devices.
+// Runs the check on every device of `group` in a world of `world` devices (with node memory
+// of `segment` bytes per device when not 0, and the shared-memory algorithm among the cases).
 std::vector<std::string> run_check(int world, const std::vector<int>& group,
                                    const std::vector<std::int64_t>& counts,
-                                   const Topology* topology = nullptr) {
+                                   const Topology* topology = nullptr, std::size_t segment = 0) {
   std::mutex m;
   std::vector<std::string> errors;
-  const auto cases = testing::collective_cases(counts);
-  LocalWorld w(world);
+  const auto cases = segment ? testing::collective_cases(counts, {Algorithm::SharedMemory,
+                                                                  Algorithm::Auto, Algorithm::Ring})
+                             : testing::collective_cases(counts);
+  LocalWorld w(world, segment);
   w.run(
       [&](Communicator& comm) {
         auto e = testing::check_collectives(comm, group, cases, topology);
@@ -47,6 +51,96 @@ TEST(Collectives, EveryCollectiveAt1To8Devices) {
     EXPECT_TRUE(errors.empty()) << n << " devices: " << errors.size()
                                 << " errors, first: " << first(errors);
   }
+}
+
+// Node memory: segments of 4 KiB header + 1 KiB data make every case above a few hundred
+// bytes run in many chunks; 4 MiB ones (MPI's default) in one.
+constexpr std::size_t kSmallSegment = (4 << 10) + 192 + 1024, kLargeSegment = 4 << 20;
+
+TEST(Collectives, SharedMemoryAt2To8Devices) {
+  const std::vector<std::int64_t> counts{0, 1, 2, 3, 7, 13, 101, 1009, 40013};
+  for (std::size_t segment : {kSmallSegment, kLargeSegment})
+    for (int n = 2; n <= 8; ++n) {
+      std::vector<int> group(static_cast<std::size_t>(n));
+      std::iota(group.begin(), group.end(), 0);
+      const auto errors = run_check(n, group, counts, nullptr, segment);
+      EXPECT_TRUE(errors.empty()) << n << " devices, segment " << segment << ": " << errors.size()
+                                  << " errors, first: " << first(errors);
+    }
+  const auto sub = run_check(8, {5, 2, 7}, {0, 5, 333, 20011}, nullptr, kSmallSegment);
+  EXPECT_TRUE(sub.empty()) << first(sub);
+}
+
+// Segments are reused by every group a device belongs to, and different groups' collectives
+// interleave in different orders on different devices: devices 0-1 run their pair's
+// all-reduce before the group of 4, devices 2-3 after; every result stays exact.
+TEST(Collectives, SharedMemoryAcrossOverlappingGroups) {
+  constexpr std::int64_t kCount = 3001;
+  LocalWorld w(4, kSmallSegment);
+  std::mutex m;
+  std::vector<std::string> errors;
+  w.run([&](Communicator& comm) {
+    const int me = comm.rank();
+    const std::vector<int> all{0, 1, 2, 3},
+        pair = me < 2 ? std::vector<int>{0, 1} : std::vector<int>{3, 2};
+    std::vector<std::int32_t> a(kCount), b(kCount);
+    for (int round = 0; round < 20; ++round) {
+      for (std::int64_t i = 0; i < kCount; ++i) {
+        a[static_cast<std::size_t>(i)] = me + static_cast<std::int32_t>(i % 5) + round;
+        b[static_cast<std::size_t>(i)] = me * 2 + round;
+      }
+      auto whole = [&] {
+        all_reduce(comm, all, a.data(), a.data(), kCount, DType::i32, ReduceOp::Sum);
+      };
+      auto two = [&] {
+        all_reduce(comm, pair, b.data(), b.data(), kCount, DType::i32, ReduceOp::Sum);
+      };
+      if (me < 2) {
+        two();
+        whole();
+      } else {
+        whole();
+        two();
+      }
+      for (std::int64_t i = 0; i < kCount; ++i) {
+        const std::int32_t want_a = 6 + 4 * static_cast<std::int32_t>(i % 5 + round);
+        const std::int32_t want_b = (me < 2 ? 2 : 10) + 2 * round;
+        if (a[static_cast<std::size_t>(i)] != want_a || b[static_cast<std::size_t>(i)] != want_b) {
+          std::lock_guard<std::mutex> lock(m);
+          errors.push_back("device " + std::to_string(me) + " round " + std::to_string(round) +
+                           " element " + std::to_string(i));
+          return;
+        }
+      }
+    }
+  });
+  EXPECT_TRUE(errors.empty()) << first(errors);
+}
+
+// A member that fails before it publishes: the others end with its name, not a hang.
+TEST(Collectives, SharedMemoryReportsAFailedMember) {
+  LocalWorld w(3, kSmallSegment);
+  std::mutex m;
+  std::vector<std::string> seen;
+  try {
+    w.run([&](Communicator& comm) {
+      std::vector<float> x(5000, 1.0f);
+      if (comm.rank() == 1) throw std::runtime_error("boom on 1");
+      try {
+        all_reduce(comm, std::vector<int>{0, 1, 2}, x.data(), x.data(), 5000, DType::f32,
+                   ReduceOp::Sum);
+      } catch (const CommError& e) {
+        std::lock_guard<std::mutex> lock(m);
+        seen.push_back(e.what());
+        throw;
+      }
+    });
+    ADD_FAILURE() << "run() returned";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "boom on 1");
+  }
+  EXPECT_EQ(seen.size(), 2u);
+  for (const auto& what : seen) EXPECT_NE(what.find("device 1"), std::string::npos) << what;
 }
 
 TEST(Collectives, SubGroupsInAnyOrder) {
@@ -116,10 +210,10 @@ TEST(Collectives, SeveralInFlightProgressedByTest) {
 
 TEST(Collectives, RandomFloatsWithinSummationOrderTolerance) {
   constexpr std::int64_t kCount = 30011;
-  for (Algorithm a : {Algorithm::Ring, Algorithm::RecursiveDoubling}) {
+  for (Algorithm a : {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::SharedMemory}) {
     std::mutex m;
     double worst = 0;
-    LocalWorld w(5);
+    LocalWorld w(5, a == Algorithm::SharedMemory ? kSmallSegment : 0);
     w.run([&](Communicator& comm) {
       const std::vector<int> group{0, 1, 2, 3, 4};
       auto value = [](int r, std::int64_t i) {
@@ -161,6 +255,8 @@ TEST(Collectives, BadArgumentsNameTheField) {
       }
     };
     const std::vector<int> both{0, 1}, dup{0, 0}, missing{1 - comm.rank()};
+    CollectiveOptions node;
+    node.algorithm = Algorithm::SharedMemory;
     std::vector<std::string> got{
         field([&] { all_reduce(comm, missing, x, x, 4, DType::f32, ReduceOp::Sum); }),
         field([&] { all_reduce(comm, dup, x, x, 4, DType::f32, ReduceOp::Sum); }),
@@ -168,14 +264,20 @@ TEST(Collectives, BadArgumentsNameTheField) {
         field([&] { broadcast(comm, both, 7, x, 4, DType::f32); }),
         field([&] { all_to_allv(comm, both, x, three, x, counts, DType::f32); }),
         field([&] { all_to_allv(comm, both, x, counts, x, other, DType::f32); }),
+        // No node memory in this world; and the non-blocking forms never take it.
+        field([&] { all_reduce(comm, both, x, x, 4, DType::f32, ReduceOp::Sum, node); }),
+        field([&] { iall_reduce(comm, both, x, x, 4, DType::f32, ReduceOp::Sum, node); }),
+        field([&] { iall_gather(comm, both, x, x, 4, DType::f32, node); }),
     };
     std::lock_guard<std::mutex> lock(m);
     if (fields.empty()) fields = got;
   });
-  const std::vector<std::string> want{"group", "group",       "count",
-                                      "root",  "send_counts", "recv_counts"};
+  const std::vector<std::string> want{"group",     "group",       "count",
+                                      "root",      "send_counts", "recv_counts",
+                                      "algorithm", "algorithm",   "algorithm"};
   EXPECT_EQ(fields, want);
   EXPECT_EQ(parse_algorithm("ring"), Algorithm::Ring);
+  EXPECT_EQ(parse_algorithm("shared-memory"), Algorithm::SharedMemory);
   EXPECT_THROW(parse_algorithm("tree"), ParseError);
   EXPECT_EQ(parse_reduce_op("max"), ReduceOp::Max);
   EXPECT_THROW(parse_reduce_op("min"), ParseError);

@@ -87,7 +87,12 @@ struct CollectiveCase {
 
 // The cases each member runs, in the same order everywhere. i8 sums of 8 members overflow
 // (up to 232), so i8 is checked with max only.
-inline std::vector<CollectiveCase> collective_cases(const std::vector<std::int64_t>& counts) {
+inline std::vector<CollectiveCase> collective_cases(const std::vector<std::int64_t>& counts,
+                                                    const std::vector<Algorithm>& algorithms = {
+                                                        Algorithm::Auto, Algorithm::Ring,
+                                                        Algorithm::RecursiveDoubling,
+                                                        Algorithm::HalvingDoubling,
+                                                        Algorithm::Hierarchical}) {
   std::vector<CollectiveCase> out;
   const DType types[] = {DType::f16, DType::bf16, DType::f32, DType::f64,
                          DType::i8,  DType::i32,  DType::i64};
@@ -96,7 +101,7 @@ inline std::vector<CollectiveCase> collective_cases(const std::vector<std::int64
     for (DType t : types)
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
         if (t == DType::i8 && op == ReduceOp::Sum) continue;
-        const Algorithm a = static_cast<Algorithm>(k % 5);
+        const Algorithm a = algorithms[k % algorithms.size()];
         out.push_back({"", t, count, op, a, k % 3 == 0});
         ++k;
       }

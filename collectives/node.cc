@@ -1,0 +1,191 @@
+// Node-memory collectives. Each member owns one segment: a line with the stamp of its current
+// publication, a line recording that publication for the owner, one acknowledgement line per
+// reader position, then the data area. A member publishes by waiting until every reader of its
+// previous publication acknowledged it, writing the data and storing the new stamp (release);
+// a reader waits for the stamp it expects (acquire), copies, and stores that stamp in its
+// acknowledgement line. Stamps name (collective, step) and never repeat, so a stale stamp or
+// acknowledgement is never mistaken for a current one; a publication waits only on
+// acknowledgements and a read only on publications, so members that run the same steps cannot
+// wait on each other in a cycle.
+#include "node.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+
+namespace meshcast::detail {
+namespace {
+
+constexpr std::size_t kLine = 64;  // one writer per cache line
+constexpr std::size_t kMaxMembers = 64;
+constexpr std::size_t kHeader = kLine * (2 + kMaxMembers);
+
+std::atomic_ref<std::uint64_t> word(std::byte* p) {
+  return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(p));
+}
+
+std::size_t capacity(Communicator& comm) {
+  const std::size_t bytes = comm.node_segment_bytes();
+  return bytes > kHeader ? (bytes - kHeader) / kLine * kLine : 0;
+}
+
+template <class Ready>
+void spin_until(Communicator& comm, std::span<const int> peers, Ready&& ready) {
+  if (ready()) return;
+  const auto since = std::chrono::steady_clock::now();
+  for (int polls = 1; !ready(); ++polls) comm.idle(peers, polls, since);
+}
+
+// One member's publications and reads within one collective.
+class Exchange {
+ public:
+  Exchange(Communicator& comm, std::span<const int> group, std::size_t me)
+      : comm_(comm), group_(group), me_(me), id_(comm.next_collective_id(group)) {}
+
+  std::size_t capacity() const { return detail::capacity(comm_); }
+
+  template <class Write>
+  void publish(std::uint64_t step, Write&& write) {
+    std::byte* seg = comm_.node_segment(group_[me_]);
+    auto* last = reinterpret_cast<std::uint64_t*>(seg + kLine);  // stamp, members, position
+    if (last[0] != 0)
+      for (std::size_t i = 0; i < last[1]; ++i)
+        if (i != last[2])
+          spin_until(comm_, group_, [&] { return word(ack(seg, i)).load() == last[0]; });
+    write(seg + kHeader);
+    last[0] = stamp(step);
+    last[1] = group_.size();
+    last[2] = me_;
+    word(seg).store(last[0], std::memory_order_release);
+  }
+
+  template <class Read>
+  void read(std::size_t j, std::uint64_t step, Read&& read) {
+    std::byte* seg = comm_.node_segment(group_[j]);
+    const std::uint64_t s = stamp(step);
+    spin_until(comm_, group_.subspan(j, 1),
+               [&] { return word(seg).load(std::memory_order_acquire) == s; });
+    read(static_cast<const std::byte*>(seg + kHeader));
+    word(ack(seg, me_)).store(s, std::memory_order_release);
+  }
+
+ private:
+  static std::byte* ack(std::byte* seg, std::size_t position) {
+    return seg + kLine * (2 + position);
+  }
+  std::uint64_t stamp(std::uint64_t step) const { return id_ + step == 0 ? 1 : id_ + step; }
+
+  Communicator& comm_;
+  std::span<const int> group_;
+  std::size_t me_;
+  std::uint64_t id_;
+};
+
+std::size_t bytes_of(const Span& s, std::size_t elem) {
+  return static_cast<std::size_t>(s.size()) * elem;
+}
+
+// Steps first, first + 1, ...: every member's piece in chunks of the data area. Returns the
+// number of steps.
+std::uint64_t gather(Exchange& ex, std::uint64_t first, std::size_t me, const std::byte* send,
+                     std::byte* recv, const std::vector<Span>& pieces, std::size_t elem) {
+  const std::size_t cap = ex.capacity(), n = pieces.size(), mine = bytes_of(pieces[me], elem);
+  std::byte* own = recv + static_cast<std::size_t>(pieces[me].lo) * elem;
+  if (own != send && mine) std::memmove(own, send, mine);
+  std::size_t most = 0;
+  for (const Span& s : pieces) most = std::max(most, bytes_of(s, elem));
+  const std::uint64_t steps = (most + cap - 1) / cap;
+  for (std::uint64_t s = 0; s < steps; ++s) {
+    const std::size_t at = s * cap;
+    if (at < mine)
+      ex.publish(first + s,
+                 [&](std::byte* d) { std::memcpy(d, send + at, std::min(cap, mine - at)); });
+    for (std::size_t k = 1; k < n; ++k) {
+      const std::size_t j = (me + k) % n, theirs = bytes_of(pieces[j], elem);
+      if (at < theirs)
+        ex.read(j, first + s, [&](const std::byte* d) {
+          std::memcpy(recv + static_cast<std::size_t>(pieces[j].lo) * elem + at, d,
+                      std::min(cap, theirs - at));
+        });
+    }
+  }
+  return steps;
+}
+
+// Steps first, first + 1, ...: each publishes the next chunk of every member's piece of its
+// input, and each member reduces its own chunk from all. Returns the number of steps.
+std::uint64_t reduce(Exchange& ex, std::uint64_t first, std::size_t me, const std::byte* send,
+                     std::byte* out, const std::vector<Span>& pieces, DType dtype, ReduceOp op) {
+  const std::size_t elem = dtype_size(dtype), n = pieces.size();
+  const auto chunk = static_cast<std::int64_t>(ex.capacity() / (n * elem));  // per member
+  std::int64_t most = 0;
+  for (const Span& s : pieces) most = std::max(most, s.size());
+  const auto steps = static_cast<std::uint64_t>((most + chunk - 1) / chunk);
+  // Member j's elements of step s: [pieces[j].lo + s * chunk, + count_of(j, s)).
+  auto count_of = [&](std::size_t j, std::uint64_t s) {
+    return std::clamp<std::int64_t>(pieces[j].size() - static_cast<std::int64_t>(s) * chunk, 0,
+                                    chunk);
+  };
+  auto at = [&](const std::byte* base, std::size_t j, std::uint64_t s) {
+    return base +
+           static_cast<std::size_t>(pieces[j].lo + static_cast<std::int64_t>(s) * chunk) * elem;
+  };
+  for (std::uint64_t s = 0; s < steps; ++s) {
+    ex.publish(first + s, [&](std::byte* d) {
+      for (std::size_t j = 0; j < n; ++j)
+        std::memcpy(d + j * static_cast<std::size_t>(chunk) * elem, at(send, j, s),
+                    static_cast<std::size_t>(count_of(j, s)) * elem);
+    });
+    const std::int64_t count = count_of(me, s);
+    std::byte* to = out + static_cast<std::size_t>(static_cast<std::int64_t>(s) * chunk) * elem;
+    if (count && to != at(send, me, s))
+      std::memmove(to, at(send, me, s), static_cast<std::size_t>(count) * elem);
+    // Every member reads every publication (its owner waits for all acknowledgements).
+    for (std::size_t k = 1; k < n; ++k)
+      ex.read((me + k) % n, first + s, [&](const std::byte* d) {
+        if (count)
+          reduce_into(d + me * static_cast<std::size_t>(chunk) * elem, to, count, dtype, op);
+      });
+  }
+  return steps;
+}
+
+}  // namespace
+
+bool node_capable(Communicator& comm, std::span<const int> group) {
+  if (group.size() < 2 || group.size() > kMaxMembers) return false;
+  // A chunk of at least a line per member (an element of every dtype).
+  if (capacity(comm) < group.size() * kLine) return false;
+  return std::all_of(group.begin(), group.end(),
+                     [&](int d) { return comm.node_segment(d) != nullptr; });
+}
+
+void node_all_gatherv(Communicator& comm, std::span<const int> group, std::size_t me,
+                      const void* send, void* recv, const std::vector<Span>& pieces,
+                      std::size_t elem) {
+  Exchange ex(comm, group, me);
+  gather(ex, 0, me, static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), pieces,
+         elem);
+}
+
+void node_reduce_scatter(Communicator& comm, std::span<const int> group, std::size_t me,
+                         const void* send, void* recv, const std::vector<Span>& pieces, DType dtype,
+                         ReduceOp op) {
+  Exchange ex(comm, group, me);
+  reduce(ex, 0, me, static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), pieces,
+         dtype, op);
+}
+
+void node_all_reduce(Communicator& comm, std::span<const int> group, std::size_t me,
+                     const void* send, void* recv, std::int64_t count, DType dtype, ReduceOp op) {
+  Exchange ex(comm, group, me);
+  const std::vector<Span> pieces = split(count, group.size());
+  auto* out = static_cast<std::byte*>(recv);
+  std::byte* mine = out + static_cast<std::size_t>(pieces[me].lo) * dtype_size(dtype);
+  const std::uint64_t steps =
+      reduce(ex, 0, me, static_cast<const std::byte*>(send), mine, pieces, dtype, op);
+  gather(ex, steps, me, mine, out, pieces, dtype_size(dtype));
+}
+
+}  // namespace meshcast::detail
