@@ -366,8 +366,10 @@ int main(int argc, char** argv) {
   std::vector<float> buf(static_cast<std::size_t>(count), 1.0f);
   CollectiveOptions auto_options;  // auto, as the rows' "meshcast auto"
   auto_options.topology = topo.get();
+  // Alone through the same handle as below (the blocking form may take node memory instead).
   const double t_comm = timed(iters, [&] {
-    all_reduce(comm, group, buf.data(), buf.data(), count, DType::f32, ReduceOp::Sum, auto_options);
+    iall_reduce(comm, group, buf.data(), buf.data(), count, DType::f32, ReduceOp::Sum, auto_options)
+        .wait();
   });
   int dim = 64;
   std::vector<float> a, b, c;
@@ -378,11 +380,15 @@ int main(int argc, char** argv) {
   };
   size_gemm(dim);
   double t_comp = timed(1, [&] { gemm_rows(a, b, c, dim, 0, dim); });
-  while (t_comp < t_comm && dim < 4096) {  // the same on every rank: sizes from the max time
-    dim = static_cast<int>(dim * std::cbrt(std::max(2.0, t_comm / std::max(t_comp, 1e-6))));
-    dim = std::min(dim, 4096);
+  // Steps of at most 2x in size (8x in time), each timed as a median of 3, until the GEMM takes
+  // 0.8-1.25x the all-reduce's time: one noisy timing of many ranks on 2 cores could otherwise
+  // size it 10x too long, and a GEMM that long hides any all-reduce. The same on every rank:
+  // timed() reports the slowest rank's time.
+  for (int step = 0; step < 12 && (t_comp < 0.8 * t_comm || t_comp > 1.25 * t_comm); ++step) {
+    const double grow = std::cbrt(t_comm / std::max(t_comp, 1e-6));
+    dim = std::clamp(static_cast<int>(dim * std::clamp(grow, 0.5, 2.0)), 16, 4096);
     size_gemm(dim);
-    t_comp = timed(1, [&] { gemm_rows(a, b, c, dim, 0, dim); });
+    t_comp = timed(3, [&] { gemm_rows(a, b, c, dim, 0, dim); });
   }
   t_comp = timed(iters, [&] { gemm_rows(a, b, c, dim, 0, dim); });
   const double t_both = timed(iters, [&] {
