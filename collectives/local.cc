@@ -7,9 +7,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <unordered_map>
 
@@ -45,10 +48,14 @@ struct LocalWorld::State {
     std::vector<std::shared_ptr<LocalRequest>> ready;  // matched receives, to copy
   };
   State(int n, std::size_t segment_bytes)
-      : inboxes(static_cast<std::size_t>(n)),
-        segment_bytes(segment_bytes),
-        segments(segment_bytes ? static_cast<std::size_t>(n) : 0,
-                 std::vector<std::uint64_t>((segment_bytes + 7) / 8)) {}
+      : inboxes(static_cast<std::size_t>(n)), segment_bytes(segment_bytes) {
+    // Zeroed, on cache lines, as node.cc expects of node memory.
+    for (int d = 0; segment_bytes && d < n; ++d) {
+      segments.emplace_back(
+          static_cast<std::byte*>(::operator new[](segment_bytes, std::align_val_t{64})));
+      std::memset(segments.back().get(), 0, segment_bytes);
+    }
+  }
 
   void fail(int rank, const std::string& why) {
     {
@@ -81,7 +88,10 @@ struct LocalWorld::State {
   std::uint64_t generation = 0;
   std::chrono::milliseconds timeout{60000};
   std::size_t segment_bytes;
-  std::vector<std::vector<std::uint64_t>> segments;  // node memory, per device
+  struct AlignedDelete {
+    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::vector<std::unique_ptr<std::byte[], AlignedDelete>> segments;  // node memory, per device
 };
 
 namespace {
@@ -94,7 +104,7 @@ class LocalComm final : public Communicator {
   std::string backend() const override { return "local"; }
   std::byte* node_segment(int device) override {
     if (s_.segments.empty() || device < 0 || device >= size()) return nullptr;
-    return reinterpret_cast<std::byte*>(s_.segments[static_cast<std::size_t>(device)].data());
+    return s_.segments[static_cast<std::size_t>(device)].get();
   }
   std::size_t node_segment_bytes() const override { return s_.segment_bytes; }
   void idle(std::span<const int> peers, int polls, Clock::time_point since) override {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -178,8 +179,8 @@ class MpiComm final : public Communicator {
   }
   std::size_t node_segment_bytes() const override { return segment_bytes_; }
   void idle(std::span<const int> peers, int polls, Clock::time_point since) override {
-    advance_chains();  // also lets MPI move this rank's own messages on
-    if ((polls & 15) == 0) watchdog_.watch();
+    advance_chains();                          // chains forward what arrived
+    if ((polls & 15) == 0) watchdog_.watch();  // (its probe also lets MPI progress)
     if (Clock::now() - since > std::chrono::duration<double>(timeout_))
       watchdog_.diagnose(std::vector<int>(peers.begin(), peers.end()));
     if (polls > 64) sched_yield();
@@ -322,27 +323,32 @@ class MpiComm final : public Communicator {
     MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
     int ok = MPI_Win_allocate_shared(static_cast<MPI_Aint>(least), 64, MPI_INFO_NULL, node, &mine,
                                      &window_) == MPI_SUCCESS;
+    // Every node peer's segment; each must be 64-byte aligned (node.cc's lines and atomics).
+    std::vector<std::byte*> segments(static_cast<std::size_t>(size_), nullptr);
+    if (ok) {
+      MPI_Group node_group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+      MPI_Comm_group(node, &node_group);
+      MPI_Comm_group(comm_, &world);
+      for (int i = 0; i < size_of(node) && ok; ++i) {
+        int r = 0;
+        MPI_Group_translate_ranks(node_group, 1, &i, world, &r);
+        MPI_Aint size = 0;
+        int unit = 0;
+        void* base = nullptr;
+        ok = MPI_Win_shared_query(window_, i, &size, &unit, &base) == MPI_SUCCESS &&
+             reinterpret_cast<std::uintptr_t>(base) % 64 == 0;
+        segments[static_cast<std::size_t>(r)] = static_cast<std::byte*>(base);
+      }
+      MPI_Group_free(&node_group);
+      MPI_Group_free(&world);
+    }
     MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_);
     if (!ok) {
       if (window_ != MPI_WIN_NULL) MPI_Win_free(&window_);
       return;
     }
     std::memset(mine, 0, least);
-    MPI_Group node_group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
-    MPI_Comm_group(node, &node_group);
-    MPI_Comm_group(comm_, &world);
-    segments_.assign(static_cast<std::size_t>(size_), nullptr);
-    for (int i = 0; i < size_of(node); ++i) {
-      int r = 0;
-      MPI_Group_translate_ranks(node_group, 1, &i, world, &r);
-      MPI_Aint size = 0;
-      int unit = 0;
-      void* base = nullptr;
-      check(MPI_Win_shared_query(window_, i, &size, &unit, &base), "MPI_Win_shared_query");
-      segments_[static_cast<std::size_t>(r)] = static_cast<std::byte*>(base);
-    }
-    MPI_Group_free(&node_group);
-    MPI_Group_free(&world);
+    segments_ = std::move(segments);
     segment_bytes_ = least;
     MPI_Barrier(node);  // every segment zeroed before anyone uses it
   }

@@ -1,12 +1,13 @@
 // Node-memory collectives. Each member owns one segment: a line with the stamp of its current
-// publication, a line recording that publication for the owner, one acknowledgement line per
-// reader position, then the data area. A member publishes by waiting until every reader of its
-// previous publication acknowledged it, writing the data and storing the new stamp (release);
-// a reader waits for the stamp it expects (acquire), copies, and stores that stamp in its
-// acknowledgement line. Stamps name (collective, step) and never repeat, so a stale stamp or
-// acknowledgement is never mistaken for a current one; a publication waits only on
-// acknowledgements and a read only on publications, so members that run the same steps cannot
-// wait on each other in a cycle.
+// publication, lines recording that publication for the owner (stamp, readers and their
+// devices), one acknowledgement line per reader position, then the data area. A member
+// publishes by waiting until every reader of its previous publication acknowledged it, writing
+// the data and storing the new stamp (release); a reader waits for the stamp it expects
+// (acquire), copies, and stores that stamp in its acknowledgement line. Stamps name
+// (collective, step) in 64 bits, so a stale stamp or acknowledgement is not mistaken for a
+// current one (short of a hash collision); a publication waits only on acknowledgements and a
+// read only on publications, so members that run the same steps, each group's collectives in
+// the same order, cannot wait on each other in a cycle.
 #include "node.h"
 
 #include <algorithm>
@@ -19,7 +20,13 @@ namespace {
 
 constexpr std::size_t kLine = 64;  // one writer per cache line
 constexpr std::size_t kMaxMembers = 64;
-constexpr std::size_t kHeader = kLine * (2 + kMaxMembers);
+// Line 0: the stamp; line 1: the owner's record (stamp, readers, its position); lines 2-5: the
+// readers' devices (for errors); then one acknowledgement line per reader position.
+constexpr std::size_t kRecord = kLine, kDevices = 2 * kLine, kAcks = 6 * kLine;
+constexpr std::size_t kHeader = kAcks + kLine * kMaxMembers;
+static_assert(kMaxMembers * sizeof(int) <= kAcks - kDevices);
+static_assert(std::atomic_ref<std::uint64_t>::is_always_lock_free,
+              "node memory needs lock-free 64-bit atomics (other processes see them)");
 // Up to this size an all-reduce reduces whole vectors (bench/mpi_collectives: below it the two
 // waits of reduce-scatter + all-gather cost more than reading every member's vector).
 constexpr std::size_t kWholeBytes = std::size_t{16} << 10;
@@ -44,7 +51,7 @@ void spin_until(Communicator& comm, std::span<const int> peers, Ready&& ready) {
 class Exchange {
  public:
   Exchange(Communicator& comm, std::span<const int> group, std::size_t me)
-      : comm_(comm), group_(group), me_(me), id_(comm.next_collective_id(group)) {}
+      : comm_(comm), group_(group), me_(me), id_((comm.next_collective_id(group) >> 1) + 1) {}
 
   std::size_t capacity() const { return detail::capacity(comm_); }
   // This member's data area (what it published last).
@@ -53,15 +60,18 @@ class Exchange {
   template <class Write>
   void publish(std::uint64_t step, Write&& write) {
     std::byte* seg = comm_.node_segment(group_[me_]);
-    auto* last = reinterpret_cast<std::uint64_t*>(seg + kLine);  // stamp, members, position
+    auto* last = reinterpret_cast<std::uint64_t*>(seg + kRecord);  // stamp, readers, position
+    auto* devices = reinterpret_cast<int*>(seg + kDevices);
     if (last[0] != 0)
       for (std::size_t i = 0; i < last[1]; ++i)
         if (i != last[2])
-          spin_until(comm_, group_, [&] { return word(ack(seg, i)).load() == last[0]; });
+          spin_until(comm_, std::span<const int>(devices + i, 1),
+                     [&] { return word(ack(seg, i)).load() == last[0]; });
     write(seg + kHeader);
     last[0] = stamp(step);
     last[1] = group_.size();
     last[2] = me_;
+    std::copy(group_.begin(), group_.end(), devices);
     word(seg).store(last[0], std::memory_order_release);
   }
 
@@ -77,9 +87,10 @@ class Exchange {
 
  private:
   static std::byte* ack(std::byte* seg, std::size_t position) {
-    return seg + kLine * (2 + position);
+    return seg + kAcks + kLine * position;
   }
-  std::uint64_t stamp(std::uint64_t step) const { return id_ + step == 0 ? 1 : id_ + step; }
+  // id_ is in [1, 2^63]: never 0 (a fresh segment's stamp) for any step a collective takes.
+  std::uint64_t stamp(std::uint64_t step) const { return id_ + step; }
 
   Communicator& comm_;
   std::span<const int> group_;
@@ -103,9 +114,9 @@ std::uint64_t gather(Exchange& ex, std::uint64_t first, std::size_t me, const st
   const std::uint64_t steps = (most + cap - 1) / cap;
   for (std::uint64_t s = 0; s < steps; ++s) {
     const std::size_t at = s * cap;
-    if (at < mine)
+    if (at < mine)  // from the caller's place in recv: send may overlap it
       ex.publish(first + s,
-                 [&](std::byte* d) { std::memcpy(d, send + at, std::min(cap, mine - at)); });
+                 [&](std::byte* d) { std::memcpy(d, own + at, std::min(cap, mine - at)); });
     for (std::size_t k = 1; k < n; ++k) {
       const std::size_t j = (me + k) % n, theirs = bytes_of(pieces[j], elem);
       if (at < theirs)
@@ -138,15 +149,19 @@ std::uint64_t reduce(Exchange& ex, std::uint64_t first, std::size_t me, const st
   };
   for (std::uint64_t s = 0; s < steps; ++s) {
     ex.publish(first + s, [&](std::byte* d) {
-      for (std::size_t j = 0; j < n; ++j)
-        std::memcpy(d + j * static_cast<std::size_t>(chunk) * elem, at(send, j, s),
-                    static_cast<std::size_t>(count_of(j, s)) * elem);
+      for (std::size_t j = 0; j < n; ++j)  // the caller's own piece: nobody reads it
+        if (j != me && count_of(j, s))
+          std::memcpy(d + j * static_cast<std::size_t>(chunk) * elem, at(send, j, s),
+                      static_cast<std::size_t>(count_of(j, s)) * elem);
     });
     const std::int64_t count = count_of(me, s);
-    std::byte* to = out + static_cast<std::size_t>(static_cast<std::int64_t>(s) * chunk) * elem;
+    // Every member reads every publication (its owner waits for all acknowledgements), also
+    // when none of the step is the caller's.
+    std::byte* to =
+        count ? out + static_cast<std::size_t>(static_cast<std::int64_t>(s) * chunk) * elem
+              : nullptr;
     if (count && to != at(send, me, s))
       std::memmove(to, at(send, me, s), static_cast<std::size_t>(count) * elem);
-    // Every member reads every publication (its owner waits for all acknowledgements).
     for (std::size_t k = 1; k < n; ++k)
       ex.read((me + k) % n, first + s, [&](const std::byte* d) {
         if (count)

@@ -86,7 +86,7 @@ class Communicator {
   // One step of spinning on node memory that `peers` will write, the `polls`-th since `since`:
   // moves this device's own traffic on (its peers may wait on it), yields the core after a
   // short spin, and throws CommError when a peer failed or the wait outlasted the backend's
-  // timeout. The default yields.
+  // timeout. The default only yields: a backend that maps node memory overrides it.
   virtual void idle(std::span<const int> peers, int polls,
                     std::chrono::steady_clock::time_point since);
 

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -53,8 +54,8 @@ TEST(Collectives, EveryCollectiveAt1To8Devices) {
   }
 }
 
-// Node memory: segments of 4 KiB header + 1 KiB data make every case above a few hundred
-// bytes run in many chunks; 4 MiB ones (MPI's default) in one.
+// Node memory: segments of a ~4 KiB header and under 1 KiB of data make every case above a few
+// hundred bytes run in many chunks; 4 MiB ones (MPI's default) in one.
 constexpr std::size_t kSmallSegment = (4 << 10) + 192 + 1024, kLargeSegment = 4 << 20;
 
 TEST(Collectives, SharedMemoryAt2To8Devices) {
@@ -126,9 +127,11 @@ TEST(Collectives, SharedMemoryReportsAFailedMember) {
     w.run([&](Communicator& comm) {
       std::vector<float> x(5000, 1.0f);
       if (comm.rank() == 1) throw std::runtime_error("boom on 1");
+      CollectiveOptions o;
+      o.algorithm = Algorithm::SharedMemory;
       try {
         all_reduce(comm, std::vector<int>{0, 1, 2}, x.data(), x.data(), 5000, DType::f32,
-                   ReduceOp::Sum);
+                   ReduceOp::Sum, o);
       } catch (const CommError& e) {
         std::lock_guard<std::mutex> lock(m);
         seen.push_back(e.what());
@@ -141,6 +144,32 @@ TEST(Collectives, SharedMemoryReportsAFailedMember) {
   }
   EXPECT_EQ(seen.size(), 2u);
   for (const auto& what : seen) EXPECT_NE(what.find("device 1"), std::string::npos) << what;
+}
+
+// Random floats, where the order of summation shows in the bits: every member must end with the
+// same bits, through whole vectors (up to 16 KiB) and through pieces.
+TEST(Collectives, SharedMemoryAllReduceGivesEveryMemberTheSameBits) {
+  for (std::int64_t count : {1000, 30011}) {
+    LocalWorld w(5, kLargeSegment);
+    std::mutex m;
+    std::vector<std::vector<float>> results;
+    w.run([&](Communicator& comm) {
+      std::mt19937 g(static_cast<unsigned>(comm.rank()) * 7919u + 1);
+      std::uniform_real_distribution<float> u(-1, 1);
+      std::vector<float> x(static_cast<std::size_t>(count));
+      for (float& v : x) v = u(g) * 1e3f + u(g);
+      CollectiveOptions o;
+      o.algorithm = Algorithm::SharedMemory;
+      all_reduce(comm, std::vector<int>{0, 1, 2, 3, 4}, x.data(), x.data(), count, DType::f32,
+                 ReduceOp::Sum, o);
+      std::lock_guard<std::mutex> lock(m);
+      results.push_back(std::move(x));
+    });
+    ASSERT_EQ(results.size(), 5u);
+    for (const auto& r : results)
+      EXPECT_EQ(0, std::memcmp(r.data(), results[0].data(), r.size() * sizeof(float)))
+          << count << " elements";
+  }
 }
 
 TEST(Collectives, SubGroupsInAnyOrder) {

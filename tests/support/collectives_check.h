@@ -102,7 +102,9 @@ inline std::vector<CollectiveCase> collective_cases(const std::vector<std::int64
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
         if (t == DType::i8 && op == ReduceOp::Sum) continue;
         const Algorithm a = algorithms[k % algorithms.size()];
-        out.push_back({"", t, count, op, a, k % 3 == 0});
+        // In place every third case, shifted each pass over the algorithms so that every
+        // algorithm runs both ways.
+        out.push_back({"", t, count, op, a, (k + k / algorithms.size()) % 3 == 0});
         ++k;
       }
   return out;
