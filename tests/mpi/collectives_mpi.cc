@@ -46,8 +46,14 @@ int main(int argc, char** argv) {
   const std::vector<std::int64_t> counts{0, 1, 3, 13, 1009, 40013};
   std::vector<std::string> errors =
       testing::check_collectives(*comm, world, testing::collective_cases(counts));
-  // Not with one rank (no group to share), on UCX (no node memory) or MPI without it.
-  if (n >= 2 && comm->node_segment(me)) {
+  // Not with one rank (no group to share), on UCX (no node memory) or MPI without it; MPI
+  // with a segment size must have mapped node memory (else Auto would silently send).
+  const bool node = backend == "mpi" && opt.node_segment_bytes > 0;
+  if (node && !comm->node_segment(me)) {
+    std::fprintf(stderr, "collectives_mpi: rank %d: MPI mapped no node memory\n", me);
+    return 1;
+  }
+  if (n >= 2 && node) {
     const auto e = testing::check_collectives(
         *comm, world, testing::collective_cases({1, 13, 1009, 40013}, {Algorithm::SharedMemory}));
     errors.insert(errors.end(), e.begin(), e.end());
