@@ -13,11 +13,13 @@ OpTime chain_time(std::int64_t bytes, int net_hops, int intra_hops, const Topolo
   const LinkClass& intra = topology.intra();
   const double b = static_cast<double>(bytes);
   const double c = static_cast<double>(std::min(chunk, bytes));
+  // A hop between hosts goes through one NIC of each.
+  const double nic = topology.nic_bandwidth();
   double slowest = 0;  // the least bandwidth among the classes the chain uses
-  if (net_hops) slowest = net.bandwidth;
+  if (net_hops) slowest = nic;
   if (intra_hops) slowest = slowest > 0 ? std::min(slowest, intra.bandwidth) : intra.bandwidth;
   // The first chunk crosses every hop; the rest streams at the slowest hop's rate.
-  const double fill = net_hops * c / net.bandwidth + intra_hops * c / intra.bandwidth;
+  const double fill = net_hops * c / nic + intra_hops * c / intra.bandwidth;
   const bool chained = net_hops + intra_hops > 1;
   return {net_hops * net.hop_latency(chained) + intra_hops * intra.hop_latency(chained),
           fill + (b - c) / slowest};
@@ -31,13 +33,15 @@ void check_chunk(std::int64_t chunk) {
 Links::Links(const Topology& topology, std::vector<int> devices)
     : topology_(&topology), devices_(std::move(devices)) {
   int hosts = 0;
+  nics_ = static_cast<std::size_t>(topology.nics_per_host());
   for (int d : devices_) {
     host_.push_back(topology.host_of(d));
+    nic_.push_back(topology.nic_of(d));
     hosts = std::max(hosts, host_.back() + 1);
   }
   bandwidth_.assign(2 * devices_.size(), topology.intra().bandwidth);
-  bandwidth_.resize(bandwidth_.size() + 2 * static_cast<std::size_t>(hosts),
-                    topology.network().bandwidth);
+  bandwidth_.resize(bandwidth_.size() + 2 * static_cast<std::size_t>(hosts) * nics_,
+                    topology.nic_bandwidth());
 }
 
 std::size_t Links::slot(int device) const {
@@ -51,9 +55,10 @@ std::size_t Links::slot(int device) const {
 std::string Links::name(std::size_t link) const {
   if (!network(link))
     return "device " + std::to_string(devices_[link / 2]) + (link % 2 ? " recv" : " send");
-  const std::size_t host = (link - 2 * devices_.size()) / 2;
+  const std::size_t nic = (link - 2 * devices_.size()) / 2, host = nic / nics_;
   std::string h = topology_->host_name(static_cast<int>(host));
   if (h.empty()) h = std::to_string(host);
+  if (nics_ > 1) h += " nic " + std::to_string(nic % nics_);
   return "host " + h + (link % 2 ? " in" : " out");
 }
 
@@ -62,8 +67,8 @@ void Links::hop(int from, int to, std::vector<std::size_t>& links) const {
   if (from == to) return;
   links.push_back(send(from));
   if (host(from) != host(to)) {
-    links.push_back(out(host(from)));
-    links.push_back(in(host(to)));
+    links.push_back(out(from));
+    links.push_back(in(to));
   }
 }
 

@@ -36,13 +36,15 @@ class Links {
   Links(const Topology& topology, std::vector<int> devices);
 
   std::size_t size() const { return bandwidth_.size(); }
-  // Link indices: devices' ports first, then hosts' links (hosts as numbered by the topology).
+  // Link indices: devices' ports first, then the hosts' NICs (hosts as numbered by the topology,
+  // nics_per_host() each; a device's traffic to other hosts goes through its NIC, nic_of()).
   std::size_t send(int device) const { return 2 * slot(device); }
   std::size_t recv(int device) const { return 2 * slot(device) + 1; }
-  std::size_t out(int host) const {
-    return 2 * devices_.size() + 2 * static_cast<std::size_t>(host);
+  std::size_t out(int device) const {
+    const std::size_t s = slot(device);
+    return 2 * devices_.size() + 2 * (static_cast<std::size_t>(host_[s]) * nics_ + nic_[s]);
   }
-  std::size_t in(int host) const { return out(host) + 1; }
+  std::size_t in(int device) const { return out(device) + 1; }
   double bandwidth(std::size_t link) const { return bandwidth_[link]; }
   bool network(std::size_t link) const { return link >= 2 * devices_.size(); }
   std::string name(std::size_t link) const;
@@ -74,7 +76,8 @@ class Links {
 
   const Topology* topology_;
   std::vector<int> devices_;
-  std::vector<int> host_;
+  std::vector<int> host_, nic_;  // per device slot
+  std::size_t nics_ = 1;
   std::vector<double> bandwidth_;
 };
 

@@ -5,11 +5,14 @@
 namespace meshcast::detail {
 namespace {
 
-// A chain's order: (not on the root's host, host, id), packed in 64 bits; ids and hosts are
-// >= 0 ints. chain_order sorts by it and the schedule's chain_last takes its maximum.
-std::uint64_t chain_key(int device, int host, int root_host) {
-  return (std::uint64_t{host != root_host} << 62) | (static_cast<std::uint64_t>(host) << 31) |
-         static_cast<std::uint64_t>(device);
+// A chain's order: (not on the root's host, host, rail, id), packed in 64 bits; hosts < 2^21,
+// rails < 1024 (NICs per host), ids >= 0 ints. The rail of a device off the root's host is how
+// many NICs its NIC comes after the root's: a host is entered through the NIC of the root's
+// index (rail 0: on DGX-style hosts, GPU i talks to GPU i) where a receiver has one. chain_order
+// sorts by it and the schedule's chain_last takes its maximum.
+std::uint64_t chain_key(int device, int host, std::uint64_t rail, int root_host) {
+  return (std::uint64_t{host != root_host} << 62) | (static_cast<std::uint64_t>(host) << 41) |
+         (host != root_host ? rail << 31 : 0) | static_cast<std::uint64_t>(device);
 }
 
 }  // namespace
@@ -22,12 +25,15 @@ Schedule::Schedule(const Topology& topology, std::vector<int> devices, std::size
       chunk_(chunk_bytes) {
   check_chunk(chunk_bytes);
   int hosts = 0;
+  const auto nics = nics_ = static_cast<std::size_t>(topology.nics_per_host());
   dev_.resize(devices_.size());
   for (std::size_t i = 0; i < devices_.size(); ++i) {
     dev_[i].host = topology.host_of(devices_[i]);
+    dev_[i].nic = static_cast<std::size_t>(dev_[i].host) * nics +
+                  static_cast<std::size_t>(topology.nic_of(devices_[i]));
     hosts = std::max(hosts, dev_[i].host + 1);
   }
-  out_.assign(static_cast<std::size_t>(hosts), 0);
+  out_.assign(static_cast<std::size_t>(hosts) * nics, 0);
   in_ = out_;
   // The lookup table, where the largest id is not far beyond the device count (ids are >= 0).
   if (!devices_.empty() && static_cast<std::size_t>(devices_.back()) < 4 * devices_.size() + 4096) {
@@ -42,7 +48,7 @@ Schedule::Schedule(const Topology& topology, std::vector<int> devices, std::size
 }
 
 void Schedule::reset() {
-  for (Device& d : dev_) d = Device{0, 0, 0, 0, 0, d.host};
+  for (Device& d : dev_) d = Device{0, 0, 0, 0, 0, d.host, d.nic};
   std::fill(out_.begin(), out_.end(), 0);
   std::fill(in_.begin(), in_.end(), 0);
   makespan_ = total_end_ = 0;
@@ -61,7 +67,22 @@ std::size_t Schedule::index(int device) const {
 
 OpTime Schedule::link_time(std::int64_t bytes, bool remote) const {
   const LinkClass& l = remote ? topology_->network() : topology_->intra();
-  return {l.latency, static_cast<double>(bytes) / l.bandwidth};
+  return {l.latency,
+          static_cast<double>(bytes) / (remote ? topology_->nic_bandwidth() : l.bandwidth)};
+}
+
+void Schedule::entry_nics(const std::vector<int>& peers, int root_host, std::size_t root_nic,
+                          std::vector<std::size_t>& nics) const {
+  std::vector<std::uint64_t> keys;  // the chain keys of the peers off the root's host
+  for (int p : peers) {
+    const std::size_t i = index(p);
+    if (dev_[i].host != root_host)
+      keys.push_back(chain_key(p, dev_[i].host, rail(i, root_nic), root_host));
+  }
+  std::sort(keys.begin(), keys.end());
+  for (std::size_t k = 0; k < keys.size(); ++k)
+    if (k == 0 || keys[k] >> 41 != keys[k - 1] >> 41)  // a host's first: its entry
+      nics.push_back(dev_[index(static_cast<int>(keys[k] & ((std::uint64_t{1} << 31) - 1)))].nic);
 }
 
 OpTime Schedule::multicast_time(std::int64_t bytes, int net_hops, std::size_t peers) const {
@@ -70,12 +91,13 @@ OpTime Schedule::multicast_time(std::int64_t bytes, int net_hops, std::size_t pe
 }
 
 int Schedule::best_root(const Op& op, std::span<const int> candidates) const {
-  // What does not depend on the root: the receivers' readiness, and the two busiest distinct
-  // receiver hosts' inbound links (the root's own host is excluded, so keep a runner-up).
-  // Forwarders are taken as for a root on no receiver's host (the last hop can differ by one).
+  // What does not depend on the root: the receivers' readiness, and (with one NIC per host) the
+  // two busiest distinct receiver hosts' inbound links (the root's own host is excluded, so keep
+  // a runner-up). Forwarders are taken as for a root on no receiver's host (the last hop can
+  // differ by one). With several NICs the entry NICs depend on the root's: computed per root.
   double ready = 0;
   std::vector<int> hosts;
-  const int last = chain_last(op.peers, -1);
+  const int last = chain_last(op.peers, -1, 0);
   for (int r : op.peers) {
     const std::size_t i = index(r);
     ready = std::max({ready, dev_[i].prev, dev_[i].recv, r != last ? dev_[i].send : 0.0});
@@ -83,29 +105,40 @@ int Schedule::best_root(const Op& op, std::span<const int> candidates) const {
   }
   std::sort(hosts.begin(), hosts.end());
   hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+  std::vector<std::size_t> entries;  // per receiving host (in `hosts` order): its entry NIC
   int top_host = -1;
   double top = 0, second = 0;
-  for (int h : hosts) {
-    const double v = in_[static_cast<std::size_t>(h)];
-    if (top_host < 0 || v > top) {
-      second = top_host < 0 ? 0 : top;
-      top = v;
-      top_host = h;
-    } else {
-      second = std::max(second, v);
+  auto inbound = [&](std::size_t root_nic) {
+    entries.clear();
+    if (nics_ == 1)  // hosts' links
+      entries.assign(hosts.begin(), hosts.end());
+    else
+      entry_nics(op.peers, -1, root_nic, entries);
+    top_host = -1;
+    top = second = 0;
+    for (std::size_t k = 0; k < hosts.size(); ++k) {
+      const double v = in_[entries[k]];
+      if (top_host < 0 || v > top) {
+        second = top_host < 0 ? 0 : top;
+        top = v;
+        top_host = hosts[k];
+      } else {
+        second = std::max(second, v);
+      }
     }
-  }
+  };
+  if (nics_ == 1) inbound(0);
   const std::int64_t bytes = op.box.volume() * static_cast<std::int64_t>(elem_size_);
   int best = candidates.front();
   std::pair<double, std::int64_t> best_key{0, 0};
   for (std::size_t k = 0; k < candidates.size(); ++k) {
     const std::size_t s = index(candidates[k]);
     const int hs = dev_[s].host;
+    if (nics_ > 1) inbound(dev_[s].nic);
     const int net = static_cast<int>(hosts.size()) -
                     (std::binary_search(hosts.begin(), hosts.end(), hs) ? 1 : 0);
     double start = std::max({ready, dev_[s].prev, dev_[s].send});
-    if (net)
-      start = std::max({start, out_[static_cast<std::size_t>(hs)], top_host != hs ? top : second});
+    if (net) start = std::max({start, out_[dev_[s].nic], top_host != hs ? top : second});
     const std::pair<double, std::int64_t> key{
         start + multicast_time(bytes, net, op.peers.size()).total(), dev_[s].sent_bytes};
     if (k == 0 || key < best_key) {
@@ -123,8 +156,7 @@ int Schedule::best_contributor(std::span<const int> candidates, int root) const 
     const std::size_t c = index(candidates[k]);
     if (candidates[k] == root) return root;  // holding an addend at the root costs nothing
     double ready = std::max(dev_[c].prev, dev_[c].send);
-    if (dev_[c].host != host(root))
-      ready = std::max(ready, out_[static_cast<std::size_t>(dev_[c].host)]);
+    if (dev_[c].host != host(root)) ready = std::max(ready, out_[dev_[c].nic]);
     const std::pair<double, std::int64_t> key{ready, dev_[c].sent_bytes};
     if (k == 0 || key < best_key) {
       best_key = key;
@@ -134,11 +166,12 @@ int Schedule::best_contributor(std::span<const int> candidates, int root) const 
   return best;
 }
 
-int Schedule::chain_last(const std::vector<int>& peers, int root_host) const {
+int Schedule::chain_last(const std::vector<int>& peers, int root_host, std::size_t root_nic) const {
   int last = -1;
   std::uint64_t best = 0;
   for (int p : peers) {
-    const std::uint64_t key = chain_key(p, host(p), root_host);
+    const std::size_t i = index(p);
+    const std::uint64_t key = chain_key(p, dev_[i].host, rail(i, root_nic), root_host);
     if (last < 0 || key > best) {
       best = key;
       last = p;
@@ -150,10 +183,10 @@ int Schedule::chain_last(const std::vector<int>& peers, int root_host) const {
 double Schedule::place(const Op& op, std::int64_t bytes) {
   const std::size_t root = index(op.root);
   const int hr = dev_[root].host;
-  std::vector<std::size_t>& touched_hosts_in = touched_in_;
-  std::vector<std::size_t>& touched_hosts_out = touched_out_;
-  touched_hosts_in.clear();
-  touched_hosts_out.clear();
+  std::vector<std::size_t>& nics_in = touched_in_;
+  std::vector<std::size_t>& nics_out = touched_out_;
+  nics_in.clear();
+  nics_out.clear();
   double start = dev_[root].prev;
   OpTime time;
   int last = -1;  // a multicast's last chain member: the one that forwards nothing
@@ -165,24 +198,25 @@ double Schedule::place(const Op& op, std::int64_t bytes) {
       break;
     case OpKind::Multicast: {
       start = std::max(start, dev_[root].send);
-      last = chain_last(op.peers, hr);
+      last = chain_last(op.peers, hr, dev_[root].nic);
       for (int r : op.peers) {
         const std::size_t i = index(r);
         start = std::max({start, dev_[i].prev, dev_[i].recv});
         if (r != last) start = std::max(start, dev_[i].send);  // it forwards the chunks
-        if (dev_[i].host != hr) {
-          touched_hosts_in.push_back(static_cast<std::size_t>(dev_[i].host));
-          start = std::max(start, in_[touched_hosts_in.back()]);
-        }
+        if (nics_ == 1 && dev_[i].host != hr) nics_in.push_back(dev_[i].nic);  // its host's link
       }
-      if (!touched_hosts_in.empty()) {
-        touched_hosts_out.push_back(static_cast<std::size_t>(hr));
-        start = std::max(start, out_[static_cast<std::size_t>(hr)]);
-        std::sort(touched_hosts_in.begin(), touched_hosts_in.end());
-        touched_hosts_in.erase(std::unique(touched_hosts_in.begin(), touched_hosts_in.end()),
-                               touched_hosts_in.end());
+      if (nics_ == 1) {
+        std::sort(nics_in.begin(), nics_in.end());
+        nics_in.erase(std::unique(nics_in.begin(), nics_in.end()), nics_in.end());
+      } else {
+        entry_nics(op.peers, hr, dev_[root].nic, nics_in);
       }
-      time = multicast_time(bytes, static_cast<int>(touched_hosts_in.size()), op.peers.size());
+      for (std::size_t n : nics_in) start = std::max(start, in_[n]);
+      if (!nics_in.empty()) {
+        nics_out.push_back(dev_[root].nic);
+        start = std::max(start, out_[dev_[root].nic]);
+      }
+      time = multicast_time(bytes, static_cast<int>(nics_in.size()), op.peers.size());
       break;
     }
     case OpKind::Reduce: {
@@ -194,15 +228,15 @@ double Schedule::place(const Op& op, std::int64_t bytes) {
         start = std::max({start, dev_[i].prev, dev_[i].send});
         if (dev_[i].host != hr) {
           ++remote;
-          touched_hosts_out.push_back(static_cast<std::size_t>(dev_[i].host));
-          start = std::max(start, out_[touched_hosts_out.back()]);
+          nics_out.push_back(dev_[i].nic);
+          start = std::max(start, out_[dev_[i].nic]);
         } else {
           ++local;
         }
       }
       if (remote) {
-        touched_hosts_in.push_back(static_cast<std::size_t>(hr));
-        start = std::max(start, in_[static_cast<std::size_t>(hr)]);
+        nics_in.push_back(dev_[root].nic);
+        start = std::max(start, in_[dev_[root].nic]);
       }
       // Contributions share the root's receive port and, from other hosts, its host's link.
       for (const auto& [n, r] : {std::pair{local, false}, std::pair{remote, true}})
@@ -251,8 +285,8 @@ double Schedule::place(const Op& op, std::int64_t bytes) {
       break;
   }
   finish(root);
-  for (auto h : touched_hosts_in) in_[h] = busy;
-  for (auto h : touched_hosts_out) out_[h] = busy;
+  for (auto h : nics_in) in_[h] = busy;
+  for (auto h : nics_out) out_[h] = busy;
   makespan_ = std::max(makespan_, end);
   total_end_ += end;
   return end;
@@ -261,9 +295,10 @@ double Schedule::place(const Op& op, std::int64_t bytes) {
 void chain_order(std::vector<int>& peers, int root, const Schedule& s) {
   // Sorts by chain_key, computed once per peer rather than per comparison.
   const int hr = s.host(root);
+  const std::size_t root_nic = s.nic(root);
   std::vector<std::uint64_t> keys;
   keys.reserve(peers.size());
-  for (int p : peers) keys.push_back(chain_key(p, s.host(p), hr));
+  for (int p : peers) keys.push_back(chain_key(p, s.host(p), s.rail(s.slot(p), root_nic), hr));
   std::sort(keys.begin(), keys.end());
   for (std::size_t i = 0; i < peers.size(); ++i)
     peers[i] = static_cast<int>(keys[i] & ((std::uint64_t{1} << 31) - 1));

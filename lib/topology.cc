@@ -218,6 +218,7 @@ Topology Topology::uniform(std::string name, int hosts, int devices_per_host, Li
   for (std::int64_t d = 0; d < n; ++d) t.host_of_[d] = static_cast<int>(d / devices_per_host);
   t.placed_ = n;
   for (int h = 0; h < hosts; ++h) t.host_names_.push_back("host" + std::to_string(h));
+  t.rank_devices();
   return t;
 }
 
@@ -323,7 +324,15 @@ Topology Topology::from_json(std::string_view text, const std::string& field) {
       ++t.placed_;
     }
   }
+  t.rank_devices();
   return t;
+}
+
+void Topology::rank_devices() {
+  std::vector<int> seen(host_names_.size(), 0);
+  rank_on_host_.assign(host_of_.size(), -1);
+  for (std::size_t d = 0; d < host_of_.size(); ++d)
+    if (host_of_[d] >= 0) rank_on_host_[d] = seen[static_cast<std::size_t>(host_of_[d])]++;
 }
 
 Topology Topology::load(const std::string& path) {
@@ -414,6 +423,11 @@ int Topology::host_of(int device) const {
                                           " is not placed on any host of topology " +
                                           detail::quote(name_));
   return all_on_one_ ? 0 : host_of_[static_cast<std::size_t>(device)];
+}
+
+int Topology::nic_of(int device) const {
+  host_of(device);  // refuses an unplaced device
+  return all_on_one_ ? 0 : rank_on_host_[static_cast<std::size_t>(device)] % nics_per_host_;
 }
 
 }  // namespace meshcast

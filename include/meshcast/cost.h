@@ -14,10 +14,13 @@ namespace meshcast {
 
 // A link of the model. Every device has a send and a receive port (intra-host class: a transfer
 // between two devices of one host uses the sender's send port and the receiver's receive port);
-// every host has a network link out and one in (network class: a transfer between hosts also
-// uses the sender host's out link and the receiver host's in link).
+// every NIC of a host has a network link out and one in, at Topology::nic_bandwidth() (network
+// class: a transfer between hosts also uses the sender's NIC out and the receiver's NIC in,
+// Topology::nic_of(); with one NIC per host, the host's link).
 struct LinkLoad {
-  std::string name;        // "device 3 send", "device 3 recv", "host p3-1 out", "host p3-1 in"
+  // "device 3 send", "device 3 recv", "host p3-1 out", "host p3-1 in"; with several NICs per
+  // host "host dgx-1 nic 2 out", "host dgx-1 nic 2 in".
+  std::string name;
   bool network = false;    // network class (else intra-host)
   std::int64_t bytes = 0;  // bytes the plan moves over the link
   double seconds = 0;      // bytes / the link's bandwidth: the least time the link needs

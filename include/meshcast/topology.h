@@ -49,6 +49,11 @@ class Topology {
   // The host's network link: bandwidth is the total over its nics_per_host() NICs.
   const LinkClass& network() const { return network_; }
   int nics_per_host() const { return nics_per_host_; }
+  // One NIC's bandwidth: what a single transfer between hosts can reach (it leaves through one).
+  double nic_bandwidth() const { return network_.bandwidth / nics_per_host_; }
+  // The NIC (0 .. nics_per_host() - 1) that `device` sends and receives through: its rank among
+  // its host's device ids, modulo the NICs (on a DGX, GPU i uses NIC i). Throws as host_of().
+  int nic_of(int device) const;
   // Number of hosts; 1 for single_host().
   int hosts() const;
   // A host's name as the file gives it ("host" + index for uniform(), "" for single_host()).
@@ -65,9 +70,11 @@ class Topology {
   LinkClass intra_{"intra", 12e9, 2e-6};
   LinkClass network_{"network", 12e9, 2e-6};
   bool all_on_one_ = true;
-  int nics_per_host_ = 1;     // network_.bandwidth is the host's total over its NICs
-  std::vector<int> host_of_;  // device id -> host, -1 where unplaced
-  std::int64_t placed_ = 0;   // entries of host_of_ that are not -1
+  int nics_per_host_ = 1;          // network_.bandwidth is the host's total over its NICs
+  std::vector<int> host_of_;       // device id -> host, -1 where unplaced
+  std::vector<int> rank_on_host_;  // device id -> rank of its id among its host's, -1 unplaced
+  void rank_devices();             // fills rank_on_host_ from host_of_
+  std::int64_t placed_ = 0;        // entries of host_of_ that are not -1
   std::vector<std::string> host_names_;
 };
 

@@ -109,6 +109,25 @@ TEST(Cost, ConcurrentSendsShareTheirHostsLinkFairly) {
   EXPECT_NEAR(predict(p, hosts4()).seconds, kNetLat + 5 * t, 1e-9);
 }
 
+TEST(Cost, SendsThroughDifferentNicsDoNotShare) {
+  // Two NICs per host (of 2 devices): devices 0 and 1 leave host 0 through NICs of their own,
+  // each at half the host's rate; two sends from device 0 share its NIC.
+  const Topology t = Topology::from_json(R"({"name": "n2", "links": {"intra": {"bandwidth_gbyte_s":
+      10, "latency_us": 1}, "network": {"bandwidth_gbit_s": 8, "latency_us": 1000,
+      "nics_per_host": 2}}, "uniform": {"hosts": 4, "devices_per_host": 2}})");
+  const double nic = t.nic_bandwidth(), t1 = kBytes / nic;
+  ASSERT_DOUBLE_EQ(nic, 1e9);
+  const Plan apart = hand_plan(2 * kN, {send(0, kN, 0, {2}), send(kN, 2 * kN, 1, {5})});
+  EXPECT_NEAR(simulate(apart, t).seconds, kNetLat + t1, 1e-9);
+  EXPECT_NEAR(predict(apart, t).seconds, kNetLat + t1, 1e-9);
+  const Plan shared = hand_plan(2 * kN, {send(0, kN, 0, {2}), send(kN, 2 * kN, 0, {5})});
+  EXPECT_NEAR(simulate(shared, t).seconds, kNetLat + 2 * t1, 1e-9);
+  EXPECT_NEAR(predict(shared, t).seconds, kNetLat + 2 * t1, 1e-9);
+  bool named = false;
+  for (const LinkLoad& l : predict(apart, t).links) named |= l.name == "host host0 nic 1 out";
+  EXPECT_TRUE(named);
+}
+
 TEST(Cost, MaxMinFairnessGivesWhatABottleneckLeavesToOthers) {
   // Host 0's out link carries A (0->2), B (0->4), D (1->6): a third each. Host 1's in link
   // carries A and C (6->3): C gets the two thirds that A leaves, and ends first; after it, A, B

@@ -412,6 +412,60 @@ TEST(Topology, HostNamesAndTheirBounds) {
   }
 }
 
+TEST(Topology, EachDeviceUsesTheNicOfItsRankOnTheHost) {
+  // Devices listed out of order: a device's NIC follows the order of ids on its host, which a
+  // round trip through to_json() (which sorts them) keeps.
+  const std::string file = R"({"name": "n", "links": {"intra": {"bandwidth_gbyte_s": 1,
+      "latency_us": 2}, "network": {"bandwidth_gbit_s": 8, "latency_us": 5, "nics_per_host": 2}},
+      "hosts": [{"devices": [7, 3, 5]}, {"devices": [0, 2]}]})";
+  const Topology t = Topology::from_json(file);
+  EXPECT_DOUBLE_EQ(t.nic_bandwidth(), t.network().bandwidth / 2);
+  EXPECT_DOUBLE_EQ(t.nic_bandwidth(), 8e9 / 8);
+  const std::map<int, int> want{{3, 0}, {5, 1}, {7, 0}, {0, 0}, {2, 1}};
+  const Topology again = Topology::from_json(t.to_json());
+  for (const auto& [d, nic] : want) {
+    EXPECT_EQ(t.nic_of(d), nic) << d;
+    EXPECT_EQ(again.nic_of(d), nic) << d;
+  }
+  const Topology u =
+      Topology::uniform("u", 2, 4, LinkClass{"intra", 1e10, 1e-6}, LinkClass{"network", 1e9, 1e-5});
+  EXPECT_EQ(u.nic_of(6), 0);  // one NIC per host
+  EXPECT_EQ(Topology::single_host().nic_of(12345), 0);
+  EXPECT_THROW((void)t.nic_of(4), ValidationError);
+}
+
+TEST(Planner, ANicPerDeviceSpreadsSendersOverTheHoldersNics) {
+  // With a NIC per device, one holder's NIC carries all its sends: greedy gives a host's boxes
+  // to different holders, and the model sees it (with one NIC per host it cannot matter).
+  const Topology nic = Topology::load(MESHCAST_SOURCE_DIR "/meshes/emulated-nic.json");
+  const Topology one = Topology::load(MESHCAST_SOURCE_DIR "/meshes/emulated.json");
+  const auto src = Layout::parse({256, 256, 64}, DType::f32, "2x4@0-7:RS0R");
+  const auto dst = Layout::parse({256, 256, 64}, DType::f32, "2x4@8-15:S0RR");
+  PlanOptions opt;
+  opt.strategy = Strategy::Broadcast;
+  auto roots = [](const Plan& p) {
+    std::set<int> r;
+    for (const Op& op : p.ops())
+      if (op.kind == OpKind::Multicast) r.insert(op.root);
+    return r;
+  };
+  opt.balance = Balance::None;
+  const Plan none = plan(src, dst, nic, opt);
+  opt.balance = Balance::Greedy;
+  const Plan greedy = plan(src, dst, nic, opt);
+  EXPECT_EQ(simulate(greedy), "");
+  EXPECT_EQ(roots(none).size(), 2u) << none.str(16);  // each host's first holder
+  EXPECT_EQ(roots(greedy).size(), 4u) << greedy.str(16);
+  for (int r : roots(greedy)) EXPECT_LT(r, 8);
+  EXPECT_LT(predict(greedy, nic).seconds, 0.6 * predict(none, nic).seconds);
+  EXPECT_NEAR(predict(plan(src, dst, one, opt), one).seconds, predict(none, one).seconds,
+              1e-9 * predict(none, one).seconds);
+  // A box that every device of a host holds goes fastest split over their NICs (allgather);
+  // pooled into one link, one sender was as good.
+  const auto rep = Layout::parse({256, 256, 64}, DType::f32, "2x4@0-7:S0RR");
+  EXPECT_EQ(plan(rep, dst, nic).strategy(), Strategy::AllGather);
+}
+
 // ---- Topology-aware expected tables -------------------------------------------------------------
 
 struct Expect {
