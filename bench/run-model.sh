@@ -19,8 +19,8 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DMESHCAST
 cmake --build "$build" -j"${JOBS:-2}" --target model
 mkdir -p "$results"
 shopt -s nullglob
-# Not the runs with a NIC per device (*-nic.json): the model pools a host's NICs into one link
-# (Topology::nics_per_host), so it cannot predict what one NIC per sender limits.
+# Not the runs with a NIC per device (*-nic.json): the study predicts every run on
+# meshes/emulated.json, whose hosts have one NIC each.
 cluster=()
 for f in docs/data/cluster-*.json; do [[ $f == *-nic.json ]] || cluster+=("$f"); done
 [[ ${#cluster[@]} -gt 0 ]] || { echo "run-model.sh: no docs/data/cluster-*.json: run bench/run-cluster.sh first" >&2; exit 1; }
