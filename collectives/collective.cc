@@ -17,6 +17,10 @@ using detail::Span;
 
 // Below this, recursive doubling's log2(n) rounds beat the ring's 2(n - 1).
 constexpr std::size_t kSmallBytes = std::size_t{64} << 10;
+// Below this, on several hosts, the hierarchical all-reduce's 2(L - 1) + 2(H - 1) rounds (L
+// devices on each of H hosts) beat a ring's 2(n - 1) (emulated cluster, 5 x 4: 1.8-2x at
+// 64-256 KiB); from about 1 MiB a ring in host order is faster (1.16x at 1 MiB).
+constexpr std::size_t kHierarchicalBytes = std::size_t{512} << 10;
 constexpr std::size_t kBroadcastChunk = std::size_t{256} << 10;
 
 std::size_t position(Communicator& comm, std::span<const int> group) {
@@ -192,6 +196,7 @@ Algorithm choose(Algorithm a, std::size_t bytes, std::span<const int> group,
   if (a != Algorithm::Auto) return a;
   if (bytes < kSmallBytes || group.size() < 3) return Algorithm::RecursiveDoubling;
   if (hosts.empty()) return Algorithm::Ring;
+  if (bytes < kHierarchicalBytes) return Algorithm::Hierarchical;
   // A ring whose members come host by host crosses each host's link once per round, as the
   // hierarchical algorithm does, in fewer steps (measured 1.2-1.5x faster on the emulated
   // cluster); a ring that hops between hosts more often loads their links more.
@@ -246,8 +251,20 @@ Collective ireduce_scatter(Communicator& comm, std::span<const int> group, const
   check_count(count);
   check_not_node(o);
   Program p(dtype, op);
-  detail::ring_reduce_scatter(p, group, me, send, nullptr, recv,
-                              detail::split(count, group.size()));
+  const auto pieces = detail::split(count, group.size());
+  const std::size_t bytes = static_cast<std::size_t>(count) * p.elem();
+  if (o.algorithm == Algorithm::RecursiveDoubling ||
+      (o.algorithm == Algorithm::Auto && bytes < kSmallBytes && group.size() > 2)) {
+    // Small: the whole vector all-reduced in log2(n) rounds, the caller keeps its piece (the
+    // ring takes n - 1 rounds, each a latency where bytes are few).
+    std::byte* whole = p.scratch(bytes);
+    p.add_round().copies.push_back({static_cast<const std::byte*>(send), whole, bytes});
+    detail::recursive_doubling_all_reduce(p, group, me, whole, {0, count});
+    p.add_round().copies.push_back({p.at(whole, pieces[me].lo), static_cast<std::byte*>(recv),
+                                    static_cast<std::size_t>(pieces[me].size()) * p.elem()});
+  } else {
+    detail::ring_reduce_scatter(p, group, me, send, nullptr, recv, pieces);
+  }
   return start(comm, group, std::move(p), o);
 }
 
@@ -268,11 +285,20 @@ Collective iall_gatherv(Communicator& comm, std::span<const int> group, const vo
   Program p(dtype, ReduceOp::Sum);
   p.add_round().copies.push_back({static_cast<const std::byte*>(send), p.at(recv, pieces[me].lo),
                                   static_cast<std::size_t>(pieces[me].size()) * p.elem()});
-  // Recursive doubling where the group is a power of two (log2(n) rounds instead of n - 1), unless
-  // the ring is asked for or the topology has hosts (the ring then crosses each link less).
+  // log2(n) rounds instead of the ring's n - 1 (recursive doubling for a power of two, Bruck's
+  // algorithm otherwise) where asked, where the data are small (rounds of latency cost more than
+  // bytes), and for a power of two without hosts; the ring where the topology has hosts (it
+  // crosses each host's link once per round) or where asked.
   const bool pow2 = (group.size() & (group.size() - 1)) == 0;
-  if (pow2 && o.algorithm != Algorithm::Ring && host_groups(group, o.topology).empty())
+  const std::size_t bytes = static_cast<std::size_t>(pieces.back().hi) * p.elem();
+  const bool logarithmic =
+      o.algorithm == Algorithm::RecursiveDoubling ||
+      (o.algorithm != Algorithm::Ring && ((o.algorithm == Algorithm::Auto && bytes < kSmallBytes) ||
+                                          (pow2 && host_groups(group, o.topology).empty())));
+  if (logarithmic && pow2)
     detail::doubling_all_gather(p, group, me, recv, pieces);
+  else if (logarithmic)
+    detail::bruck_all_gather(p, group, me, recv, pieces);
   else
     detail::ring_all_gather(p, group, me, recv, pieces);
   return start(comm, group, std::move(p), o);

@@ -91,6 +91,11 @@ void recursive_doubling_all_reduce(Program& p, std::span<const int> members, std
 // each exchanging everything gathered so far with the partner.
 void doubling_all_gather(Program& p, std::span<const int> members, std::size_t me, void* buf,
                          const std::vector<Span>& pieces);
+// All-gather in ceil(log2(n)) rounds for any n (Bruck's algorithm, in place): round k passes
+// up to 2^k pieces to the member 2^k before, so a piece travels as many hops as its distance
+// has bits set. More bytes over each link than the ring, far fewer rounds: for small messages.
+void bruck_all_gather(Program& p, std::span<const int> members, std::size_t me, void* buf,
+                      const std::vector<Span>& pieces);
 // All-reduce of src (count elements) into buf by recursive halving (a reduce-scatter in
 // log2(n) rounds, each exchanging half of what is left) and recursive doubling (the all-gather
 // back): the ring's bytes in 2 log2(n) rounds instead of 2(n - 1).

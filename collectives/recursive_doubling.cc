@@ -1,6 +1,8 @@
 // Recursive doubling: log2(n) rounds in which partners exchange the whole piece and combine it,
 // for small messages where the ring's 2(n - 1) rounds of latency dominate. Both partners compute
 // a op b (op is commutative), so every member ends with the same bits.
+#include <algorithm>
+
 #include "program.h"
 
 namespace meshcast::detail {
@@ -50,6 +52,29 @@ void doubling_all_gather(Program& p, std::span<const int> members, std::size_t m
     r.sends.push_back({members[me ^ mask], p.at(buf, mine.lo), bytes(mine)});
     r.recvs.push_back({members[me ^ mask], p.at(buf, theirs.lo), bytes(theirs)});
     lo = base;
+  }
+}
+
+void bruck_all_gather(Program& p, std::span<const int> members, std::size_t me, void* buf,
+                      const std::vector<Span>& pieces) {
+  // Before the round of distance d a member holds the d pieces from its own on (cyclically); it
+  // sends up to n - d of them to the member d before it and gets as many from the member d
+  // after. Pieces stay in place, so a cyclic run of them is one span of buf, or two at the wrap.
+  const std::size_t n = members.size();
+  auto add = [&](std::vector<Transfer>& to, int peer, std::size_t first, std::size_t count) {
+    while (count) {
+      const std::size_t run = std::min(count, n - first);
+      const Span s{pieces[first].lo, pieces[first + run - 1].hi};
+      to.push_back({peer, p.at(buf, s.lo), static_cast<std::size_t>(s.size()) * p.elem()});
+      count -= run;
+      first = 0;
+    }
+  };
+  for (std::size_t d = 1; d < n; d *= 2) {
+    const std::size_t count = std::min(d, n - d);
+    Round& r = p.add_round();
+    add(r.sends, members[(me + n - d) % n], me, count);
+    add(r.recvs, members[(me + d) % n], (me + d) % n, count);
   }
 }
 

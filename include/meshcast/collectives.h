@@ -33,12 +33,16 @@ void reduce_into(const void* from, const void* base, void* to, std::int64_t coun
                  ReduceOp op);
 
 enum class Algorithm {
-  Auto,               // by size and topology: RecursiveDoubling below 64 KiB; Hierarchical when
-                      // the topology puts the group on several hosts with equal devices each
-                      // and the group's order hops between hosts more than once per host;
-                      // else Ring
+  Auto,               // by size and topology: RecursiveDoubling below 64 KiB (of the whole
+                      // vector); above, for the all-reduce, where the topology puts the group on
+                      // several hosts with equal devices (at least 2) each, Hierarchical below
+                      // 512 KiB or when the group's order hops between hosts more than once per
+                      // host, else Ring; for the all-gather Ring, or RecursiveDoubling for a
+                      // power of two without hosts
   Ring,               // bandwidth-optimal: 2(n-1)/n of the data over each link (all-reduce)
-  RecursiveDoubling,  // log2(n) rounds of whole-vector exchanges: few messages, for small sizes
+  RecursiveDoubling,  // log2(n) rounds, for small sizes: whole-vector exchanges (all-reduce;
+                      // the reduce-scatter all-reduces and keeps its piece); the all-gather's
+                      // doubling blocks, or Bruck's algorithm when n is not a power of two
   HalvingDoubling,    // recursive halving, then doubling: the ring's bytes in 2 log2(n) rounds
   Hierarchical,       // reduce-scatter inside hosts, all-reduce across hosts, all-gather inside
   SharedMemory,       // blocking forms only: each member copies its data into node memory once
