@@ -71,6 +71,14 @@ void check_not_node(const CollectiveOptions& o) {
                           "reduce_scatter, all_gather, all_gatherv)");
 }
 
+// Broadcast and all-to-all(v) have one algorithm each (a chain; every block at once): another
+// is refused rather than ignored.
+void check_single_algorithm(const CollectiveOptions& o, const char* what) {
+  if (o.algorithm != Algorithm::Auto)
+    throw ValidationError("algorithm", std::string(what) + " has one algorithm; '" +
+                                           to_string(o.algorithm) + "' does not apply (use auto)");
+}
+
 // Whether a blocking collective goes through node memory: asked for, or Auto with every member
 // on this node (then each byte is copied once into node memory and once out, not twice per
 // transfer as a shared-memory transport does; bench/mpi_collectives measures both).
@@ -308,6 +316,7 @@ Collective ibroadcast(Communicator& comm, std::span<const int> group, int root, 
                       std::int64_t count, DType dtype, const CollectiveOptions& o) {
   const std::size_t me = position(comm, group);
   check_count(count);
+  check_single_algorithm(o, "broadcast");
   const auto it = std::find(group.begin(), group.end(), root);
   if (it == group.end())
     throw ValidationError("root", "device " + std::to_string(root) + " is not in the group");
@@ -336,6 +345,7 @@ Collective iall_to_allv(Communicator& comm, std::span<const int> group, const vo
   }
   if (send_counts[me] != recv_counts[me])
     throw ValidationError("recv_counts", "the caller's own block differs from send_counts");
+  check_single_algorithm(o, "all-to-all(v)");
   Program p(dtype, ReduceOp::Sum);
   detail::all_to_allv(p, group, me, send, send_counts, recv, recv_counts);
   return start(comm, group, std::move(p), o);

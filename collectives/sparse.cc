@@ -254,12 +254,14 @@ SparseMethod sparse_all_reduce(Communicator& comm, std::span<const int> group,
     sc[k] = static_cast<std::int64_t>(to[k].size());
     packed.insert(packed.end(), to[k].begin(), to[k].end());
   }
-  // Block sizes first (one count per pair), then the blocks.
+  // Block sizes first (one count per pair), then the blocks (all-to-all has one algorithm).
+  CollectiveOptions direct = o;
+  direct.algorithm = Algorithm::Auto;
   std::vector<std::int64_t> ones(n, 1);
-  all_to_allv(comm, group, sc.data(), ones, rc.data(), ones, DType::i64, o);
+  all_to_allv(comm, group, sc.data(), ones, rc.data(), ones, DType::i64, direct);
   std::vector<std::byte> got(
       static_cast<std::size_t>(std::accumulate(rc.begin(), rc.end(), std::int64_t{0})));
-  all_to_allv(comm, group, packed.data(), sc, got.data(), rc, DType::i8, o);
+  all_to_allv(comm, group, packed.data(), sc, got.data(), rc, DType::i8, direct);
   // The owner's sums, in index order: records from members in group order, merged by index.
   std::vector<std::pair<std::int64_t, std::size_t>> recs;  // (index, offset of its values)
   std::size_t at = 0;

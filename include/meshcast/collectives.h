@@ -104,11 +104,12 @@ Collective iall_gatherv(Communicator& comm, std::span<const int> group, const vo
                         void* recv, std::span<const std::int64_t> counts, DType dtype,
                         const CollectiveOptions& options = {});
 // buf (count elements) of the group member `root` (a device id) to every member, as a
-// pipelined chain of chunks.
+// pipelined chain of chunks (its one algorithm: options.algorithm other than Auto is refused).
 Collective ibroadcast(Communicator& comm, std::span<const int> group, int root, void* buf,
                       std::int64_t count, DType dtype, const CollectiveOptions& options = {});
 // Member j's block send_counts[k] goes to member k, which receives recv_counts[j] elements from
-// member j; blocks are packed in group order in both buffers.
+// member j; blocks are packed in group order in both buffers. Every block is posted at once (its
+// one algorithm: options.algorithm other than Auto is refused).
 Collective iall_to_allv(Communicator& comm, std::span<const int> group, const void* send,
                         std::span<const std::int64_t> send_counts, void* recv,
                         std::span<const std::int64_t> recv_counts, DType dtype,

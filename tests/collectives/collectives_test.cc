@@ -284,8 +284,9 @@ TEST(Collectives, BadArgumentsNameTheField) {
       }
     };
     const std::vector<int> both{0, 1}, dup{0, 0}, missing{1 - comm.rank()};
-    CollectiveOptions node;
+    CollectiveOptions node, ring;
     node.algorithm = Algorithm::SharedMemory;
+    ring.algorithm = Algorithm::Ring;
     std::vector<std::string> got{
         field([&] { all_reduce(comm, missing, x, x, 4, DType::f32, ReduceOp::Sum); }),
         field([&] { all_reduce(comm, dup, x, x, 4, DType::f32, ReduceOp::Sum); }),
@@ -297,13 +298,16 @@ TEST(Collectives, BadArgumentsNameTheField) {
         field([&] { all_reduce(comm, both, x, x, 4, DType::f32, ReduceOp::Sum, node); }),
         field([&] { iall_reduce(comm, both, x, x, 4, DType::f32, ReduceOp::Sum, node); }),
         field([&] { iall_gather(comm, both, x, x, 4, DType::f32, node); }),
+        // One algorithm each: another is refused, not ignored.
+        field([&] { broadcast(comm, both, 0, x, 4, DType::f32, ring); }),
+        field([&] { all_to_allv(comm, both, x, counts, x, counts, DType::f32, node); }),
     };
     std::lock_guard<std::mutex> lock(m);
     if (fields.empty()) fields = got;
   });
-  const std::vector<std::string> want{"group",     "group",       "count",
-                                      "root",      "send_counts", "recv_counts",
-                                      "algorithm", "algorithm",   "algorithm"};
+  const std::vector<std::string> want{"group",       "group",       "count",     "root",
+                                      "send_counts", "recv_counts", "algorithm", "algorithm",
+                                      "algorithm",   "algorithm",   "algorithm"};
   EXPECT_EQ(fields, want);
   EXPECT_EQ(parse_algorithm("ring"), Algorithm::Ring);
   EXPECT_EQ(parse_algorithm("shared-memory"), Algorithm::SharedMemory);
