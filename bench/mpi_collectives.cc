@@ -285,6 +285,8 @@ int main(int argc, char** argv) {
   // Sparse: a (rows x 16) f32 table, each rank's non-zero rows drawn uniformly or Zipf-skewed.
   std::vector<nlohmann::json> sparse_rows;
   if (ops.find("sparse") != std::string::npos) {
+    CollectiveOptions so;  // every method sees the hosts, as the dense rows' "meshcast auto"
+    so.topology = topo.get();
     const std::int64_t rows = smoke ? 4096 : 262144, width = 16;
     if (me == 0)
       std::printf(
@@ -321,7 +323,7 @@ int main(int argc, char** argv) {
               mine.values.push_back(static_cast<float>((me * 5 + i + c) % 9));
           }
         std::vector<float> out(static_cast<std::size_t>(rows * width)), ref(out.size());
-        sparse_all_reduce(comm, group, mine, ref, SparseMethod::Dense);
+        sparse_all_reduce(comm, group, mine, ref, SparseMethod::Dense, so);
         const SparseMethod methods[] = {SparseMethod::Dense, SparseMethod::AllGather,
                                         SparseMethod::Balanced, SparseMethod::Auto};
         // Each method verified once, then all timed together (the dense one first in the list).
@@ -330,12 +332,12 @@ int main(int argc, char** argv) {
         std::vector<std::function<void()>> runs;
         for (SparseMethod m : methods) {
           std::fill(out.begin(), out.end(), -1.0f);
-          picks.push_back(sparse_all_reduce(comm, group, mine, out, m));
+          picks.push_back(sparse_all_reduce(comm, group, mine, out, m, so));
           long long bad = 0;
           for (std::size_t i = 0; i < out.size(); ++i) bad += out[i] != ref[i];
           MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
           total_wrong += wrongs.emplace_back(bad);
-          runs.push_back([&, m] { sparse_all_reduce(comm, group, mine, out, m); });
+          runs.push_back([&, m] { sparse_all_reduce(comm, group, mine, out, m, so); });
         }
         const std::vector<double> times = timed(iters, runs);
         const double dense_t = times[0];

@@ -92,6 +92,10 @@ bool through_node(Communicator& comm, std::span<const int> group, const Collecti
   return capable;
 }
 
+constexpr const char* kHierarchicalNeeds =
+    "hierarchical needs a topology that puts the group on several hosts with the same number "
+    "of devices (at least 2) each";
+
 // Member pieces of an all-gatherv, from their counts.
 std::vector<Span> gather_pieces(std::span<const int> group, std::span<const std::int64_t> counts) {
   if (counts.size() != group.size())
@@ -237,10 +241,7 @@ Collective iall_reduce(Communicator& comm, std::span<const int> group, const voi
       detail::halving_doubling_all_reduce(p, group, me, send, recv, count);
       break;
     case Algorithm::Hierarchical:
-      if (hosts.empty())
-        throw ValidationError("algorithm",
-                              "hierarchical needs a topology that puts the group on several "
-                              "hosts with the same number of devices (at least 2) each");
+      if (hosts.empty()) throw ValidationError("algorithm", kHierarchicalNeeds);
       detail::hierarchical_all_reduce(p, group, me, recv, count, hosts);
       break;
     default: {
@@ -295,18 +296,24 @@ Collective iall_gatherv(Communicator& comm, std::span<const int> group, const vo
                                   static_cast<std::size_t>(pieces[me].size()) * p.elem()});
   // log2(n) rounds instead of the ring's n - 1 (recursive doubling for a power of two, Bruck's
   // algorithm otherwise) where asked, where the data are small (rounds of latency cost more than
-  // bytes), and for a power of two without hosts; the ring where the topology has hosts (it
-  // crosses each host's link once per round) or where asked.
+  // bytes), and for a power of two without hosts; on several hosts, hierarchical (a host's link
+  // carries what a ring in host order puts on it, in H rounds); else, or where asked, the ring.
   const bool pow2 = (group.size() & (group.size() - 1)) == 0;
   const std::size_t bytes = static_cast<std::size_t>(pieces.back().hi) * p.elem();
+  const auto hosts = host_groups(group, o.topology);
+  if (o.algorithm == Algorithm::Hierarchical && hosts.empty())
+    throw ValidationError("algorithm", kHierarchicalNeeds);
   const bool logarithmic =
       o.algorithm == Algorithm::RecursiveDoubling ||
-      (o.algorithm != Algorithm::Ring && ((o.algorithm == Algorithm::Auto && bytes < kSmallBytes) ||
-                                          (pow2 && host_groups(group, o.topology).empty())));
+      (o.algorithm == Algorithm::Auto && bytes < kSmallBytes) ||
+      (pow2 && hosts.empty() &&
+       (o.algorithm == Algorithm::Auto || o.algorithm == Algorithm::HalvingDoubling));
   if (logarithmic && pow2)
     detail::doubling_all_gather(p, group, me, recv, pieces);
   else if (logarithmic)
     detail::bruck_all_gather(p, group, me, recv, pieces);
+  else if (o.algorithm != Algorithm::Ring && !hosts.empty())
+    detail::hierarchical_all_gather(p, group, me, recv, pieces, hosts);
   else
     detail::ring_all_gather(p, group, me, recv, pieces);
   return start(comm, group, std::move(p), o);

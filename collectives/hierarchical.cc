@@ -1,23 +1,32 @@
-// Hierarchical all-reduce: the fast links inside a host carry the reduce-scatter and the
-// all-gather; each host's network link carries only 2(H - 1)/H of one local piece per device,
-// instead of a ring that crosses hosts with the whole vector.
+// Hierarchical collectives. The all-reduce: the fast links inside a host carry the
+// reduce-scatter and the all-gather; each host's network link carries only 2(H - 1)/H of one
+// local piece per device, instead of a ring that crosses hosts with the whole vector. The
+// all-gather: a ring across hosts among the devices of each local index (a rail), then one
+// exchange inside each host: the bytes over each host's link of a ring in host order, in
+// H rounds instead of n - 1.
 #include <algorithm>
 
 #include "program.h"
 
 namespace meshcast::detail {
+namespace {
+
+// The caller's host and its index there.
+std::pair<std::size_t, std::size_t> place_of(const std::vector<std::vector<std::size_t>>& hosts,
+                                             std::size_t me) {
+  for (std::size_t h = 0; h < hosts.size(); ++h) {
+    const auto it = std::find(hosts[h].begin(), hosts[h].end(), me);
+    if (it != hosts[h].end()) return {h, static_cast<std::size_t>(it - hosts[h].begin())};
+  }
+  return {0, 0};
+}
+
+}  // namespace
 
 void hierarchical_all_reduce(Program& p, std::span<const int> members, std::size_t me, void* buf,
                              std::int64_t count,
                              const std::vector<std::vector<std::size_t>>& hosts) {
-  std::size_t host = 0, local = 0;
-  for (std::size_t h = 0; h < hosts.size(); ++h) {
-    const auto it = std::find(hosts[h].begin(), hosts[h].end(), me);
-    if (it != hosts[h].end()) {
-      host = h;
-      local = static_cast<std::size_t>(it - hosts[h].begin());
-    }
-  }
+  const auto [host, local] = place_of(hosts, me);
   std::vector<int> inside, across;
   for (std::size_t pos : hosts[host]) inside.push_back(members[pos]);
   for (const auto& h : hosts) across.push_back(members[h[local]]);
@@ -28,6 +37,33 @@ void hierarchical_all_reduce(Program& p, std::span<const int> members, std::size
   ring_reduce_scatter(p, across, host, buf, buf, p.at(buf, sub[host].lo), sub);
   ring_all_gather(p, across, host, buf, sub);
   ring_all_gather(p, inside, local, buf, pieces);
+}
+
+void hierarchical_all_gather(Program& p, std::span<const int> members, std::size_t me, void* buf,
+                             const std::vector<Span>& pieces,
+                             const std::vector<std::vector<std::size_t>>& hosts) {
+  const auto [host, local] = place_of(hosts, me);
+  std::vector<int> rail;
+  std::vector<Span> rail_pieces;
+  for (const auto& h : hosts) {
+    rail.push_back(members[h[local]]);
+    rail_pieces.push_back(pieces[h[local]]);
+  }
+  ring_all_gather(p, rail, host, buf, rail_pieces);
+  // Every member of the host now holds its rail's pieces: it sends them to each other member
+  // and receives theirs, in host order on both sides (messages between two members match in
+  // the order they are posted).
+  Round& r = p.add_round();
+  const auto bytes = [&](Span s) { return static_cast<std::size_t>(s.size()) * p.elem(); };
+  for (std::size_t l = 0; l < hosts[host].size(); ++l) {
+    if (l == local) continue;
+    const int peer = members[hosts[host][l]];
+    for (const auto& h : hosts) {
+      const Span mine = pieces[h[local]], theirs = pieces[h[l]];
+      r.sends.push_back({peer, p.at(buf, mine.lo), bytes(mine)});
+      r.recvs.push_back({peer, p.at(buf, theirs.lo), bytes(theirs)});
+    }
+  }
 }
 
 }  // namespace meshcast::detail

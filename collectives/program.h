@@ -107,6 +107,12 @@ void halving_doubling_all_reduce(Program& p, std::span<const int> members, std::
 void hierarchical_all_reduce(Program& p, std::span<const int> members, std::size_t me, void* buf,
                              std::int64_t count,
                              const std::vector<std::vector<std::size_t>>& hosts);
+// All-gather across hosts, then inside them: a ring among the devices of each local index
+// (H - 1 rounds; a host's link carries what a ring in host order puts on it), then one round in
+// which the devices of a host exchange what their rings gathered. `hosts` as above.
+void hierarchical_all_gather(Program& p, std::span<const int> members, std::size_t me, void* buf,
+                             const std::vector<Span>& pieces,
+                             const std::vector<std::vector<std::size_t>>& hosts);
 // Broadcast of buf[0, bytes) from members[0] along the chain members[0] -> members[1] -> ...,
 // in chunks, each member forwarding chunk k while it receives chunk k + 1.
 void chain_broadcast(Program& p, std::span<const int> members, std::size_t me, void* buf,
