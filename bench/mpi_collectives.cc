@@ -9,9 +9,12 @@
 //
 //   mpirun -np N mpi_collectives [--min-bytes B] [--max-bytes B] [--iters N] [--json FILE]
 //                                [--topology FILE] [--ops
-//                                all_reduce,all_gather,reduce_scatter,sparse]
-//                                [--slices N] [--where TEXT] [--node-kib K]
+//                                all_reduce,all_gather,reduce_scatter,sparse,overlap]
+//                                [--slices N] [--where TEXT] [--node-kib K] [--sparse-rows R]
+//                                [--sparse-densities D,D,...]
 //
+// --sparse-rows: rows of the sparse test's table (262144: 16 MiB of f32 rows of 16);
+// --sparse-densities: its densities (0.001,0.01,0.1);
 // --slices: the GEMM slices of the overlap test (64), test() after each; --where: where the
 // ranks run, for the report (JSON "where"); --node-kib: node memory per rank (MpiOptions::
 // node_segment_bytes, default 4096; 0: none, so that no collective takes the shared-memory
@@ -33,6 +36,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -119,7 +123,9 @@ int main(int argc, char** argv) {
   std::int64_t min_bytes = 4, max_bytes = smoke ? 4096 : std::int64_t{64} << 20;
   int iters = smoke ? 2 : 9;
   int slices = 64;  // GEMM slices of the overlap test, test() after each
-  std::string json, ops = "all_reduce,all_gather,reduce_scatter,sparse", topo_path, where;
+  std::int64_t sparse_rows_arg = smoke ? 4096 : 262144;
+  std::string json, ops = "all_reduce,all_gather,reduce_scatter,sparse,overlap", topo_path, where;
+  std::vector<double> densities{0.001, 0.01, 0.1};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -159,7 +165,26 @@ int main(int argc, char** argv) {
       topo_path = next();
     else if (a == "--node-kib")
       number(0);  // read above
-    else {
+    else if (a == "--sparse-rows")
+      sparse_rows_arg = number();
+    else if (a == "--sparse-densities") {
+      const std::string v = next();
+      densities.clear();
+      std::stringstream in(v);
+      for (std::string item; std::getline(in, item, ',');) {
+        char* end = nullptr;
+        const double d = std::strtod(item.c_str(), &end);
+        if (item.empty() || *end || !(d > 0 && d <= 1)) {
+          if (me == 0)
+            std::fprintf(stderr,
+                         "mpi_collectives: --sparse-densities: want numbers in (0, 1], "
+                         "got '%s'\n",
+                         item.c_str());
+          std::exit(2);
+        }
+        densities.push_back(d);
+      }
+    } else {
       if (me == 0) std::fprintf(stderr, "mpi_collectives: unknown argument %s\n", a.c_str());
       return 2;
     }
@@ -287,7 +312,7 @@ int main(int argc, char** argv) {
   if (ops.find("sparse") != std::string::npos) {
     CollectiveOptions so;  // every method sees the hosts, as the dense rows' "meshcast auto"
     so.topology = topo.get();
-    const std::int64_t rows = smoke ? 4096 : 262144, width = 16;
+    const std::int64_t rows = sparse_rows_arg, width = 16;
     if (me == 0)
       std::printf(
           "# sparse: %lld x %lld f32 table (%lld bytes dense)\n%-9s %-8s %-10s %10s %9s %7s %8s\n",
@@ -299,7 +324,7 @@ int main(int argc, char** argv) {
     for (std::int64_t i = 0; i < rows; ++i)
       cdf[static_cast<std::size_t>(i)] = acc += 1 / std::pow(i + 1.0, 1.1);
     for (double& c : cdf) c /= acc;
-    for (double density : {0.001, 0.01, 0.1})
+    for (double density : densities)
       for (bool zipf : {false, true}) {
         std::mt19937_64 g(static_cast<std::uint64_t>(me) * 104729 + (zipf ? 1 : 0));
         std::vector<char> on(static_cast<std::size_t>(rows), 0);
@@ -364,51 +389,58 @@ int main(int argc, char** argv) {
   }
 
   // Overlap: an all-reduce of 16 MiB (smoke: 64 KiB) against a GEMM sized to take about as long.
-  const std::int64_t count = smoke ? 16384 : std::int64_t{4} << 20;
-  std::vector<float> buf(static_cast<std::size_t>(count), 1.0f);
-  CollectiveOptions auto_options;  // auto, as the rows' "meshcast auto"
-  auto_options.topology = topo.get();
-  // Alone through the same handle as below (the blocking form may take node memory instead).
-  const double t_comm = timed(iters, [&] {
-    iall_reduce(comm, group, buf.data(), buf.data(), count, DType::f32, ReduceOp::Sum, auto_options)
-        .wait();
-  });
-  int dim = 64;
-  std::vector<float> a, b, c;
-  auto size_gemm = [&](int d) {
-    a.assign(static_cast<std::size_t>(d) * d, 0.5f);
-    b = a;
-    c.assign(a.size(), 0.0f);
-  };
-  size_gemm(dim);
-  double t_comp = timed(1, [&] { gemm_rows(a, b, c, dim, 0, dim); });
-  // Steps of at most 2x in size (8x in time), each timed as a median of 3, until the GEMM takes
-  // 0.8-1.25x the all-reduce's time: one noisy timing of many ranks on 2 cores could otherwise
-  // size it 10x too long, and a GEMM that long hides any all-reduce. The same on every rank:
-  // timed() reports the slowest rank's time.
-  for (int step = 0; step < 12 && (t_comp < 0.8 * t_comm || t_comp > 1.25 * t_comm); ++step) {
-    const double grow = std::cbrt(t_comm / std::max(t_comp, 1e-6));
-    dim = std::clamp(static_cast<int>(dim * std::clamp(grow, 0.5, 2.0)), 16, 4096);
+  nlohmann::json overlap;
+  if (ops.find("overlap") != std::string::npos) {
+    const std::int64_t count = smoke ? 16384 : std::int64_t{4} << 20;
+    std::vector<float> buf(static_cast<std::size_t>(count), 1.0f);
+    CollectiveOptions auto_options;  // auto, as the rows' "meshcast auto"
+    auto_options.topology = topo.get();
+    // Alone through the same handle as below (the blocking form may take node memory instead).
+    const double t_comm = timed(iters, [&] {
+      iall_reduce(comm, group, buf.data(), buf.data(), count, DType::f32, ReduceOp::Sum,
+                  auto_options)
+          .wait();
+    });
+    int dim = 64;
+    std::vector<float> a, b, c;
+    auto size_gemm = [&](int d) {
+      a.assign(static_cast<std::size_t>(d) * d, 0.5f);
+      b = a;
+      c.assign(a.size(), 0.0f);
+    };
     size_gemm(dim);
-    t_comp = timed(3, [&] { gemm_rows(a, b, c, dim, 0, dim); });
-  }
-  t_comp = timed(iters, [&] { gemm_rows(a, b, c, dim, 0, dim); });
-  const double t_both = timed(iters, [&] {
-    Collective h = iall_reduce(comm, group, buf.data(), buf.data(), count, DType::f32,
-                               ReduceOp::Sum, auto_options);
-    for (int s = 0; s < slices; ++s) {
-      gemm_rows(a, b, c, dim, dim * s / slices, dim * (s + 1) / slices);
-      h.test();
+    double t_comp = timed(1, [&] { gemm_rows(a, b, c, dim, 0, dim); });
+    // Steps of at most 2x in size (8x in time), each timed as a median of 3, until the GEMM takes
+    // 0.8-1.25x the all-reduce's time: one noisy timing of many ranks on 2 cores could otherwise
+    // size it 10x too long, and a GEMM that long hides any all-reduce. The same on every rank:
+    // timed() reports the slowest rank's time.
+    for (int step = 0; step < 12 && (t_comp < 0.8 * t_comm || t_comp > 1.25 * t_comm); ++step) {
+      const double grow = std::cbrt(t_comm / std::max(t_comp, 1e-6));
+      dim = std::clamp(static_cast<int>(dim * std::clamp(grow, 0.5, 2.0)), 16, 4096);
+      size_gemm(dim);
+      t_comp = timed(3, [&] { gemm_rows(a, b, c, dim, 0, dim); });
     }
-    h.wait();
-  });
-  const double hidden = std::clamp((t_comm + t_comp - t_both) / t_comm, 0.0, 1.0);
-  if (me == 0)
-    std::printf(
-        "# overlap: all_reduce %lld bytes %.1f ms alone, GEMM %dx%d %.1f ms alone, both %.1f ms: "
-        "%.0f%% of the all-reduce hidden\n",
-        static_cast<long long>(count * 4), t_comm * 1e3, dim, dim, t_comp * 1e3, t_both * 1e3,
-        hidden * 100);
+    t_comp = timed(iters, [&] { gemm_rows(a, b, c, dim, 0, dim); });
+    const double t_both = timed(iters, [&] {
+      Collective h = iall_reduce(comm, group, buf.data(), buf.data(), count, DType::f32,
+                                 ReduceOp::Sum, auto_options);
+      for (int s = 0; s < slices; ++s) {
+        gemm_rows(a, b, c, dim, dim * s / slices, dim * (s + 1) / slices);
+        h.test();
+      }
+      h.wait();
+    });
+    const double hidden = std::clamp((t_comm + t_comp - t_both) / t_comm, 0.0, 1.0);
+    if (me == 0)
+      std::printf(
+          "# overlap: all_reduce %lld bytes %.1f ms alone, GEMM %dx%d %.1f ms alone, both %.1f ms: "
+          "%.0f%% of the all-reduce hidden\n",
+          static_cast<long long>(count * 4), t_comm * 1e3, dim, dim, t_comp * 1e3, t_both * 1e3,
+          hidden * 100);
+    overlap = {{"bytes", count * 4}, {"comm_seconds", t_comm}, {"gemm_seconds", t_comp},
+               {"gemm_dim", dim},    {"both_seconds", t_both}, {"hidden_fraction", hidden},
+               {"slices", slices}};
+  }
   if (me == 0 && !json.empty()) {
     nlohmann::json j;
     j["ranks"] = n;
@@ -426,9 +458,7 @@ int main(int argc, char** argv) {
                            {"vs_mpi", r.vs_mpi},
                            {"wrong", r.wrong}});
     j["sparse"] = sparse_rows;
-    j["overlap"] = {{"bytes", count * 4}, {"comm_seconds", t_comm}, {"gemm_seconds", t_comp},
-                    {"gemm_dim", dim},    {"both_seconds", t_both}, {"hidden_fraction", hidden},
-                    {"slices", slices}};
+    if (!overlap.is_null()) j["overlap"] = overlap;
     std::ofstream(json) << j.dump(1) << "\n";
   }
   return total_wrong ? 1 : 0;
