@@ -275,8 +275,9 @@ int main(int argc, char** argv) {
         ours("recursive-doubling", Algorithm::RecursiveDoubling);
         ours("halving-doubling", Algorithm::HalvingDoubling);
         if (topo) ours("hierarchical", Algorithm::Hierarchical);
-      } else if (op == "all_gather") {
+      } else {  // all-gather, reduce-scatter
         ours("ring", Algorithm::Ring);
+        if (topo) ours("hierarchical", Algorithm::Hierarchical);
       }
       // Each method verified once, then all timed together.
       std::vector<long long> wrongs;

@@ -3,7 +3,7 @@
 // local piece per device, instead of a ring that crosses hosts with the whole vector. The
 // all-gather: a ring across hosts among the devices of each local index (a rail), then one
 // exchange inside each host: the bytes over each host's link of a ring in host order, in
-// H rounds instead of n - 1.
+// H rounds instead of n - 1. The reduce-scatter: the same in reverse.
 #include <algorithm>
 
 #include "program.h"
@@ -64,6 +64,47 @@ void hierarchical_all_gather(Program& p, std::span<const int> members, std::size
       r.recvs.push_back({peer, p.at(buf, theirs.lo), bytes(theirs)});
     }
   }
+}
+
+void hierarchical_reduce_scatter(Program& p, std::span<const int> members, std::size_t me,
+                                 const void* src, void* mine, const std::vector<Span>& pieces,
+                                 const std::vector<std::vector<std::size_t>>& hosts) {
+  const auto [host, local] = place_of(hosts, me);
+  const std::size_t l_count = hosts[host].size();
+  const auto bytes = [&](Span s) { return static_cast<std::size_t>(s.size()) * p.elem(); };
+  // The caller's rail's pieces (those of the devices of its local index, host by host), packed:
+  // `sum` gathers the host's contributions to them, `in` what each other device sends.
+  std::vector<Span> packed;
+  std::int64_t at = 0;
+  for (const auto& h : hosts) {
+    packed.push_back({at, at + pieces[h[local]].size()});
+    at += packed.back().size();
+  }
+  auto* from = static_cast<std::byte*>(const_cast<void*>(src));
+  std::byte* sum = p.scratch(static_cast<std::size_t>(at) * p.elem());
+  std::byte* in = p.scratch(static_cast<std::size_t>(at) * p.elem() * (l_count - 1));
+  // One exchange inside the host: each device sends every other one its share of that one's
+  // rail, in host order on both sides (messages between two devices match in posting order).
+  Round& r = p.add_round();
+  for (std::size_t h = 0; h < hosts.size(); ++h)
+    r.copies.push_back(
+        {p.at(from, pieces[hosts[h][local]].lo), p.at(sum, packed[h].lo), bytes(packed[h])});
+  std::size_t slot = 0;
+  for (std::size_t l = 0; l < l_count; ++l) {
+    if (l == local) continue;
+    const int peer = members[hosts[host][l]];
+    std::byte* base = in + slot++ * static_cast<std::size_t>(at) * p.elem();
+    for (std::size_t h = 0; h < hosts.size(); ++h) {
+      const Span theirs = pieces[hosts[h][l]];
+      r.sends.push_back({peer, p.at(from, theirs.lo), bytes(theirs)});
+      r.recvs.push_back({peer, p.at(base, packed[h].lo), bytes(packed[h])});
+    }
+    r.combines.push_back({base, sum, sum, at});
+  }
+  // Then a ring across hosts along the rail: each device ends with its own piece.
+  std::vector<int> rail;
+  for (const auto& h : hosts) rail.push_back(members[h[local]]);
+  ring_reduce_scatter(p, rail, host, sum, nullptr, mine, packed);
 }
 
 }  // namespace meshcast::detail

@@ -113,6 +113,13 @@ void hierarchical_all_reduce(Program& p, std::span<const int> members, std::size
 void hierarchical_all_gather(Program& p, std::span<const int> members, std::size_t me, void* buf,
                              const std::vector<Span>& pieces,
                              const std::vector<std::vector<std::size_t>>& hosts);
+// Reduce-scatter inside hosts, then across them: one round in which each device sends every
+// other device of its host that device's rail's pieces of src and sums what it receives for its
+// own rail, then a ring among the devices of each local index (H - 1 rounds). The caller's
+// piece (pieces[me] of src's layout) ends in `mine`. `hosts` as above.
+void hierarchical_reduce_scatter(Program& p, std::span<const int> members, std::size_t me,
+                                 const void* src, void* mine, const std::vector<Span>& pieces,
+                                 const std::vector<std::vector<std::size_t>>& hosts);
 // Broadcast of buf[0, bytes) from members[0] along the chain members[0] -> members[1] -> ...,
 // in chunks, each member forwarding chunk k while it receives chunk k + 1.
 void chain_broadcast(Program& p, std::span<const int> members, std::size_t me, void* buf,

@@ -34,17 +34,20 @@ void reduce_into(const void* from, const void* base, void* to, std::int64_t coun
 
 enum class Algorithm {
   Auto,               // by size and topology: RecursiveDoubling below 64 KiB (of the whole
-                      // vector); above, for the all-reduce, where the topology puts the group on
-                      // several hosts with equal devices (at least 2) each, Hierarchical below
-                      // 512 KiB or when the group's order hops between hosts more than once per
-                      // host, else Ring; for the all-gather Ring, or RecursiveDoubling for a
-                      // power of two without hosts
+                      // vector); above, for the all-reduce and the reduce-scatter, where the
+                      // topology puts the group on several hosts with equal devices (at least
+                      // 2) each, Hierarchical below 512 KiB or when the group's order hops
+                      // between hosts more than once per host, else Ring; for the all-gather
+                      // Hierarchical on several hosts, RecursiveDoubling for a power of two
+                      // without them, else Ring
   Ring,               // bandwidth-optimal: 2(n-1)/n of the data over each link (all-reduce)
   RecursiveDoubling,  // log2(n) rounds, for small sizes: whole-vector exchanges (all-reduce;
                       // the reduce-scatter all-reduces and keeps its piece); the all-gather's
                       // doubling blocks, or Bruck's algorithm when n is not a power of two
   HalvingDoubling,    // recursive halving, then doubling: the ring's bytes in 2 log2(n) rounds
-  Hierarchical,       // reduce-scatter inside hosts, all-reduce across hosts, all-gather inside
+  Hierarchical,       // all-reduce: reduce-scatter inside hosts, all-reduce across hosts,
+                      // all-gather inside; all-gather: across hosts, then inside; reduce-scatter:
+                      // inside hosts, then across
   SharedMemory,       // blocking forms only: each member copies its data into node memory once
                       // and the others copy it out (Communicator::node_segment); Auto takes it
                       // in the blocking forms when every member maps its segment here
