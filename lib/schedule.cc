@@ -213,8 +213,18 @@ double Schedule::place(const Op& op, std::int64_t bytes) {
       }
       for (std::size_t n : nics_in) start = std::max(start, in_[n]);
       if (!nics_in.empty()) {
-        nics_out.push_back(dev_[root].nic);
-        start = std::max(start, out_[dev_[root].nic]);
+        // The chain leaves the root's host from its last member there (chain_order: the root's
+        // host first, by id), the root itself when it has no receiver there. (Later hops leave
+        // their hosts from other NICs; the list schedule does not place those.)
+        std::size_t leaves = root;
+        bool local = false;
+        for (int r : op.peers)
+          if (const std::size_t i = index(r); dev_[i].host == hr && (!local || i > leaves)) {
+            leaves = i;  // slots are in id order
+            local = true;
+          }
+        nics_out.push_back(dev_[leaves].nic);
+        start = std::max(start, out_[dev_[leaves].nic]);
       }
       time = multicast_time(bytes, static_cast<int>(nics_in.size()), op.peers.size());
       break;

@@ -110,7 +110,7 @@ up() {  # up HOSTS RATE NICS (0: one shaped link per host; K: K shaped NIC names
     fi
   done
   echo "cluster.sh: $hosts hosts up (${prefix}0..$prefix$((hosts - 1)), $net.10+, egress $rate" \
-    "$( ((nics == 0)) && echo "per host" || echo "per NIC, $nics NICs per host")" >&2
+    "$( ((nics == 0)) && echo "per host" || echo "per NIC, $nics NICs per host"))" >&2
 }
 
 status() {
