@@ -9,6 +9,7 @@
 #include "links.h"
 #include "meshcast/error.h"
 #include "meshcast/plan.h"
+#include "meshcast/plan_size.h"
 #include "meshcast/task.h"
 #include "schedule.h"
 
@@ -377,13 +378,17 @@ Plan plan_with(const Layout& src, const Layout& dst, const std::vector<Task>& ts
 
 Plan plan(const Layout& src, const Layout& dst, const Topology& topology,
           const PlanOptions& options) {
+  // Refused before any work when even the smallest candidate would not fit.
+  check_plan_size(estimate_plan_size(src, dst, options.strategy));
   const std::vector<Task> ts = tasks(src, dst);
   Schedule s(topology, union_devices(src, dst), dtype_size(src.dtype()), options.chunk_bytes);
   if (options.strategy != Strategy::Auto)
     return plan_with(src, dst, ts, s, options.strategy, options);
   // Auto: the cheapest by the schedule model; ties go to the earlier (fewer bytes) strategy.
+  // Strategies whose plan would exceed the limits are not candidates.
   std::optional<Plan> best;
   for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
+    if (!within_limits(estimate_plan_size(src, dst, st))) continue;
     bool fans_out = true;
     Plan p = plan_with(src, dst, ts, s, st, options, &fans_out);
     // Every box has at most one receiver: the three strategies build the same ops, so their

@@ -9,6 +9,7 @@
 #include "links.h"
 #include "meshcast/cost.h"
 #include "meshcast/error.h"
+#include "meshcast/limits.h"
 
 namespace meshcast {
 namespace {
@@ -172,6 +173,10 @@ class Simulator {
   // its flows at that share, which leaves the other links they cross with less.
   void share() {
     ++out_.events;
+    // Each event re-shares among every active flow: bounded, as a plan with many concurrent
+    // flows would otherwise take time quadratic in its ops.
+    work_ += static_cast<std::int64_t>(active_.size());
+    check_limit("simulate work", work_, limits().simulate_work, "SIMULATE_WORK");
     if (cap_.empty()) {
       cap_.assign(links_.size(), 0);
       level_.assign(links_.size(), 0);
@@ -240,12 +245,16 @@ class Simulator {
   std::vector<double> cap_, level_;
   std::vector<std::size_t> cnt_, begin_, end_, on_, touched_;
   Simulation out_;
+  std::int64_t work_ = 0;  // flow-rate updates so far
 };
 
 }  // namespace
 
 Simulation simulate(const Plan& plan, const Topology& topology, std::int64_t chunk_bytes) {
   detail::check_chunk(chunk_bytes);
+  // At least two events per op (its start and its end), each updating at least its own flows.
+  check_limit("simulate work", 2 * static_cast<std::int64_t>(plan.ops().size()),
+              limits().simulate_work, "SIMULATE_WORK");
   Simulator sim(plan, topology, chunk_bytes);
   Simulation s = sim.run();
   s.links = sim.links().loads(plan);

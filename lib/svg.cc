@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "meshcast/limits.h"
 #include "meshcast/plan.h"
 #include "meshcast/units.h"
 
@@ -26,6 +27,7 @@ constexpr double kBand = 110;       // vertical space between the two grids, for
 constexpr double kCharW = 6.7;      // width of one 11px monospace character
 constexpr std::int64_t kWrap = 16;  // boxes per row at most
 constexpr std::size_t kMaxLines = 4000;
+constexpr std::size_t kMaxStripes = 8;  // senders drawn in a destination box; the rest as one
 
 // Length of the valid UTF-8 sequence starting at s[i], or 0.
 std::size_t utf8_length(const std::string& s, std::size_t i) {
@@ -121,12 +123,12 @@ struct Grid {
   std::int64_t per_row = 1;  // drawn rows per mesh row
   std::int64_t mesh_cols = 1;
 };
-Grid grid_of(const Mesh& m) {
+Grid grid_of(std::int64_t boxes, std::int64_t row_length) {
   Grid g;
-  g.mesh_cols = m.shape().back();
+  g.mesh_cols = row_length;
   g.cols = std::min(g.mesh_cols, kWrap);
   g.per_row = (g.mesh_cols + kWrap - 1) / kWrap;
-  g.rows = (m.size() / g.mesh_cols) * g.per_row;
+  g.rows = (boxes / g.mesh_cols) * g.per_row;
   return g;
 }
 
@@ -134,6 +136,40 @@ std::string tile_label(const Layout& l, std::int64_t index) {
   std::string s = l.tile_at(index).str();
   if (l.spec().is_partial()) s += " addend " + std::to_string(l.partial_group(index));
   return s;
+}
+
+// A mesh drawn as boxes: one per device, or, when it has more devices than a picture should
+// draw, one per run of `per_box` consecutive devices (mesh order), named by its first device.
+struct Panel {
+  const Layout& layout;
+  std::int64_t per_box = 1;
+  std::int64_t boxes() const { return (layout.mesh().size() + per_box - 1) / per_box; }
+  int first(std::int64_t box) const { return layout.mesh().device(box * per_box); }
+  std::int64_t size(std::int64_t box) const {
+    return std::min(per_box, layout.mesh().size() - box * per_box);
+  }
+  // The box of a device of this mesh, by its first device.
+  int box_of(int device) const {
+    return per_box == 1 ? device : first(*layout.mesh().index_of(device) / per_box);
+  }
+  std::string title(std::int64_t box) const {
+    if (per_box == 1) return "device " + std::to_string(first(box));
+    return "devices " + std::to_string(first(box)) + ".." +
+           std::to_string(layout.mesh().device(box * per_box + size(box) - 1));
+  }
+  std::string label(std::int64_t box) const {
+    if (per_box == 1) return tile_label(layout, box);
+    return std::to_string(size(box)) + " tiles from " + layout.tile_at(box * per_box).str();
+  }
+  Grid grid() const {  // aggregated boxes in one (wrapped) row
+    return grid_of(boxes(), per_box == 1 ? layout.mesh().shape().back() : boxes());
+  }
+};
+
+Panel panel_of(const Layout& l) {
+  // Elements of a box: about 6 plus up to kMaxStripes stripes; lines come on top (max_lines).
+  const std::int64_t max_boxes = std::max<std::int64_t>(16, limits().svg_elements / 80);
+  return Panel{l, (l.mesh().size() + max_boxes - 1) / max_boxes};
 }
 
 }  // namespace
@@ -146,6 +182,7 @@ std::string plan_svg(const Plan& plan) {
   for (std::size_t i = 0; i < devices.size(); ++i) colour_index[devices[i]] = i;
   const auto fill = [&](int d) { return colour(colour_index[d], 0.78); };
   const auto ink = [&](int d) { return colour(colour_index[d], 0.38); };
+  const Panel ps = panel_of(src), pd = panel_of(dst);
 
   // Bytes per (sender, receiver, sender reads its destination buffer).
   const auto elem = static_cast<std::int64_t>(dtype_size(dst.dtype()));
@@ -154,34 +191,48 @@ std::string plan_svg(const Plan& plan) {
     const std::int64_t bytes = op.box.volume() * elem;
     switch (op.kind) {
       case OpKind::Copy:
-        flows[{op.root, op.root, op.from_dst}] += bytes;
+      case OpKind::Multicast: {
+        const int from = op.from_dst ? pd.box_of(op.root) : ps.box_of(op.root);
+        if (op.kind == OpKind::Copy) flows[{from, pd.box_of(op.root), op.from_dst}] += bytes;
+        for (int p : op.peers) flows[{from, pd.box_of(p), op.from_dst}] += bytes;
         break;
-      case OpKind::Multicast:
-        for (int p : op.peers) flows[{op.root, p, op.from_dst}] += bytes;
-        break;
+      }
       case OpKind::Reduce:
-        for (int p : op.peers) flows[{p, op.root, false}] += bytes;
+        for (int p : op.peers) flows[{ps.box_of(p), pd.box_of(op.root), false}] += bytes;
         break;
       case OpKind::Zero:
         break;
     }
   }
-  std::map<int, std::map<int, std::int64_t>> received;  // receiver -> sender -> bytes
+  std::map<int, std::map<int, std::int64_t>> by_sender;  // receiver -> sender -> bytes
   std::int64_t max_flow = 1;
   for (const auto& [key, bytes] : flows) {
-    received[std::get<1>(key)][std::get<0>(key)] += bytes;
+    by_sender[std::get<1>(key)][std::get<0>(key)] += bytes;
     max_flow = std::max(max_flow, bytes);
+  }
+  // Per receiver, its largest senders in sender order; the others merged as sender -1.
+  std::map<int, std::vector<std::pair<int, std::int64_t>>> received;
+  for (const auto& [to, senders] : by_sender) {
+    auto& list = received[to];
+    list.assign(senders.begin(), senders.end());
+    if (list.size() <= kMaxStripes) continue;
+    std::stable_sort(list.begin(), list.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::int64_t rest = 0;
+    for (std::size_t i = kMaxStripes - 1; i < list.size(); ++i) rest += list[i].second;
+    list.resize(kMaxStripes - 1);
+    std::sort(list.begin(), list.end());
+    list.emplace_back(-1, rest);
   }
 
   // Box size from the longest label.
   std::size_t longest = 12;
-  for (std::int64_t i = 0; i < src.mesh().size(); ++i)
-    longest = std::max(longest, tile_label(src, i).size());
-  for (std::int64_t i = 0; i < dst.mesh().size(); ++i)
-    longest = std::max(longest, tile_label(dst, i).size());
+  for (const Panel* panel : {&ps, &pd})
+    for (std::int64_t i = 0; i < panel->boxes(); ++i)
+      longest = std::max({longest, panel->label(i).size(), panel->title(i).size()});
   const double box_w = std::max(96.0, static_cast<double>(longest) * kCharW + 16);
 
-  const Grid gs = grid_of(src.mesh()), gd = grid_of(dst.mesh());
+  const Grid gs = ps.grid(), gd = pd.grid();
   const auto grid_w = [&](const Grid& g) {
     return static_cast<double>(g.cols) * (box_w + kGap) - kGap;
   };
@@ -206,13 +257,21 @@ std::string plan_svg(const Plan& plan) {
         " \u00b7 predicted " + pred + (st.search_truncated ? " (search truncated)" : ""));
     footer.push_back(
         "Each device has its own colour. A destination tile is striped by the devices that send "
-        "to it (width \u221d bytes).");
+        "to it (width \u221d bytes; beyond " +
+        std::to_string(kMaxStripes - 1) + " senders the smaller ones in grey).");
     footer.push_back(
         "Lines run from sender to receiver, width \u221d bytes; dashed: a copy inside one "
         "device; curved: sent from a destination buffer.");
   }
-  const std::size_t hidden = flows.size() > kMaxLines ? flows.size() - kMaxLines : 0;
+  // A line is a path and its tooltip; its sender's arrow head is two more.
+  const std::size_t max_lines =
+      std::min<std::size_t>(kMaxLines, static_cast<std::size_t>(limits().svg_elements / 8));
+  const std::size_t hidden = flows.size() > max_lines ? flows.size() - max_lines : 0;
   if (hidden > 0) footer.push_back(std::to_string(hidden) + " smaller transfers not drawn.");
+  if (ps.per_box > 1 || pd.per_box > 1)
+    footer.push_back("Too many devices to draw one by one: a box stands for up to " +
+                     std::to_string(std::max(ps.per_box, pd.per_box)) +
+                     " consecutive devices of its mesh, and lines for their bytes together.");
   std::size_t footer_chars = 0;
   for (const auto& f : footer) footer_chars = std::max(footer_chars, f.size());
 
@@ -225,17 +284,17 @@ std::string plan_svg(const Plan& plan) {
   const double height = footer_top + 20.0 * static_cast<double>(footer.size()) + kMargin;
 
   std::map<int, Rect> src_box, dst_box;
-  const auto place = [&](const Grid& g, const Mesh& m, double top, std::map<int, Rect>& out) {
+  const auto place = [&](const Grid& g, const Panel& panel, double top, std::map<int, Rect>& out) {
     const double left = kMargin + (content_w - grid_w(g)) / 2;
-    for (std::int64_t i = 0; i < m.size(); ++i) {
+    for (std::int64_t i = 0; i < panel.boxes(); ++i) {
       const std::int64_t row = (i / g.mesh_cols) * g.per_row + (i % g.mesh_cols) / kWrap;
       const std::int64_t col = (i % g.mesh_cols) % kWrap;
-      out[m.device(i)] = Rect{left + static_cast<double>(col) * (box_w + kGap),
-                              top + static_cast<double>(row) * (kBoxH + kGap), box_w, kBoxH};
+      out[panel.first(i)] = Rect{left + static_cast<double>(col) * (box_w + kGap),
+                                 top + static_cast<double>(row) * (kBoxH + kGap), box_w, kBoxH};
     }
   };
-  place(gs, src.mesh(), src_top, src_box);
-  place(gd, dst.mesh(), dst_top, dst_box);
+  place(gs, ps, src_top, src_box);
+  place(gd, pd, dst_top, dst_box);
 
   std::ostringstream os;
   os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -329,7 +388,8 @@ std::string plan_svg(const Plan& plan) {
        << "orient=\"auto\"><path d=\"M0,0 L10,5 L0,10 z\" fill=\"" << ink(d) << "\"/></marker>";
   os << "</defs>\n";
 
-  const auto draw_box = [&](const Rect& r, int device, const std::string& label, bool is_src) {
+  const auto draw_box = [&](const Rect& r, int device, const std::string& title,
+                            const std::string& label, bool is_src) {
     os << "<g>";
     if (is_src) {
       os << "<rect x=\"" << num(r.x) << "\" y=\"" << num(r.y) << "\" width=\"" << num(r.w)
@@ -342,7 +402,7 @@ std::string plan_svg(const Plan& plan) {
         const double w =
             r.w * static_cast<double>(b) / static_cast<double>(std::max<std::int64_t>(total, 1));
         os << "<rect x=\"" << num(x) << "\" y=\"" << num(r.y) << "\" width=\"" << num(w)
-           << "\" height=\"" << num(r.h) << "\" fill=\"" << fill(s) << "\"/>";
+           << "\" height=\"" << num(r.h) << "\" fill=\"" << (s < 0 ? "#bbbbbb" : fill(s)) << "\"/>";
         x += w;
       }
     }
@@ -351,27 +411,27 @@ std::string plan_svg(const Plan& plan) {
        << "<rect x=\"" << num(r.x + 4) << "\" y=\"" << num(r.y + 5) << "\" width=\"10\" "
        << "height=\"10\" fill=\"" << ink(device) << "\"/>"
        << "<text x=\"" << num(r.x + 19) << "\" y=\"" << num(r.y + 15) << "\" font-weight=\"bold\">"
-       << esc("device " + std::to_string(device)) << "</text>"
+       << esc(title) << "</text>"
        << "<text x=\"" << num(r.x + 6) << "\" y=\"" << num(r.y + 36)
        << "\" font-family=\"DejaVu Sans Mono, Menlo, monospace\" font-size=\"11\">" << esc(label)
        << "</text>";
     if (!is_src) {
-      std::string tip = "device " + std::to_string(device) + " receives";
+      std::string tip = title + " receive" + (title.starts_with("devices") ? "" : "s");
       if (const auto rec = received.find(device); rec != received.end())
         for (const auto& [s, b] : rec->second)
           tip.append(" ")
               .append(human_bytes(b))
               .append(" from ")
-              .append(std::to_string(s))
+              .append(s < 0 ? std::string("the others") : std::to_string(s))
               .append(";");
       os << "<title>" << esc(tip) << "</title>";
     }
     os << "</g>\n";
   };
-  for (std::int64_t i = 0; i < src.mesh().size(); ++i)
-    draw_box(src_box[src.mesh().device(i)], src.mesh().device(i), tile_label(src, i), true);
-  for (std::int64_t i = 0; i < dst.mesh().size(); ++i)
-    draw_box(dst_box[dst.mesh().device(i)], dst.mesh().device(i), tile_label(dst, i), false);
+  for (std::int64_t i = 0; i < ps.boxes(); ++i)
+    draw_box(src_box[ps.first(i)], ps.first(i), ps.title(i), ps.label(i), true);
+  for (std::int64_t i = 0; i < pd.boxes(); ++i)
+    draw_box(dst_box[pd.first(i)], pd.first(i), pd.title(i), pd.label(i), false);
 
   os << ls.str();
   // Panel labels over the lines, with a white halo.

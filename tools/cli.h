@@ -2,10 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "meshcast/layout.h"
 #include "meshcast/local.h"
 #include "meshcast/plan.h"
 #include "meshcast/topology.h"
@@ -77,6 +79,13 @@ void add_train_options(CLI::App& cmd, TrainArgs& args, const std::string& model)
 int run_train(const TrainArgs& args, const std::string& model, const CLI::App& cmd);
 
 // Shared helpers (cli_common.cc).
+// The plan options of `args`, parsed and validated (throws meshcast::Error naming the field).
+struct PlanInputs {
+  Layout src, dst;
+  Topology topology;
+  PlanOptions options;
+};
+PlanInputs parse_plan_inputs(const PlanArgs& args);
 // Parses and validates every option of `args`, then plans. Throws meshcast::Error naming the
 // field ("shape", "dtype", "src", "dst", "topology", "strategy", "balance", "chunk-bytes").
 // `topology`, when given, receives the topology planned on.
@@ -108,12 +117,22 @@ struct ProcessSession {
   NcclSession* nccl = nullptr;
 #endif
 };
+// Checks that every rank of the job was given the same settings (name, value), in the same
+// order on every rank; collective. Throws ValidationError naming the first setting that differs
+// and the ranks that differ from the majority.
+void agree(Bootstrap& boot, const std::vector<std::pair<std::string, std::string>>& settings);
 // Starts `backend` (mpi under mpirun; ucx, nccl also by TCP rendezvous), runs fn, shuts down.
+// If starting or fn fails, the error is reported at once and the process exits with its status
+// (exit_status) without shutting the backend down: after a peer failed, freeing windows or
+// finalizing MPI could wait forever on it.
 void with_process_backend(const std::string& backend,
                           const std::function<void(ProcessSession&)>& fn);
-// Refuses a plan the in-process backend cannot run on this machine: too many device threads, or
-// buffers that do not fit in memory.
-void check_local_capacity(const Plan& plan);
+// Refuses, before planning, a move the in-process backend cannot run on this machine: too many
+// device threads, or buffers over limits().buffer_bytes or most of the machine's memory.
+void check_local_capacity(const Layout& src, const Layout& dst);
+// Refuses (IoError naming `field`, the path and the OS reason) an output file that cannot be
+// written, before any work starts; an empty path is no file. Creates it, never truncates it.
+void check_writable(const std::string& path, const std::string& field);
 // Writes a text file; throws IoError(field) when it cannot.
 void write_file(const std::string& path, const std::string& text, const std::string& field);
 
@@ -121,4 +140,14 @@ void write_file(const std::string& path, const std::string& text, const std::str
 Topology builtin_aws_p3();
 
 double median(std::vector<double> v);
+
+// Exit status by kind of error (docs/cli.md): 2 bad input (ParseError, ValidationError), 3 a
+// peer failed (CommError), 4 I/O (IoError), 1 anything else (internal). 1 also means that a
+// reshard delivered wrong elements.
+int exit_status(const std::exception& e);
+// Prints "meshcast: <what>" as one bounded line on stderr.
+void report_error(const std::exception& e);
+// `s` on one line of at most kMaxMessageChars characters (longer ones end in "...").
+inline constexpr std::size_t kMaxMessageChars = 1000;
+std::string one_line(std::string s);
 }  // namespace meshcast::cli

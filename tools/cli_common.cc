@@ -1,4 +1,5 @@
 // Helpers shared by the subcommands of `meshcast`: option parsing, capacity checks, formatting.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,15 +8,17 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iostream>
+#include <new>
 
 #include "cli.h"
 #include "meshcast/error.h"
+#include "meshcast/limits.h"
 
 namespace meshcast::cli {
 namespace {
 
 // The in-process backend runs one thread per device.
-constexpr std::size_t kMaxLocalDevices = 1024;
 constexpr int kMaxLocalDeviceId = 65535;
 // Share of the machine's memory that the local backend's buffers may take.
 constexpr double kMemoryShare = 0.75;
@@ -44,19 +47,22 @@ std::int64_t parse_int_in(const std::string& text, const std::string& field, std
 
 }  // namespace
 
-Plan make_plan(const PlanArgs& args, Topology* topology_out) {
+PlanInputs parse_plan_inputs(const PlanArgs& args) {
   PlanOptions options;
   options.strategy = parse_strategy(args.strategy, "strategy");
   options.balance = parse_balance(args.balance, "balance");
   options.chunk_bytes = parse_chunk(args.chunk);
   const Shape shape = parse_shape(args.shape, "shape");
   const DType dtype = parse_dtype(args.dtype, "dtype");
-  const Layout src = Layout::parse(shape, dtype, args.src, "src");
-  const Layout dst = Layout::parse(shape, dtype, args.dst, "dst");
-  const Topology topology =
-      args.topology.empty() ? Topology::single_host() : Topology::load(args.topology);
-  Plan p = plan(src, dst, topology, options);
-  if (topology_out) *topology_out = topology;
+  return PlanInputs{
+      Layout::parse(shape, dtype, args.src, "src"), Layout::parse(shape, dtype, args.dst, "dst"),
+      args.topology.empty() ? Topology::single_host() : Topology::load(args.topology), options};
+}
+
+Plan make_plan(const PlanArgs& args, Topology* topology_out) {
+  const PlanInputs in = parse_plan_inputs(args);
+  Plan p = plan(in.src, in.dst, in.topology, in.options);
+  if (topology_out) *topology_out = in.topology;
   return p;
 }
 
@@ -85,21 +91,34 @@ void check_backend(const std::string& backend) {
       "backend", "unknown backend '" + printable(backend) + "' (expected local, mpi, ucx or nccl)");
 }
 
-void check_local_capacity(const Plan& plan) {
-  const std::vector<int> devices = plan.devices();
-  if (devices.size() > kMaxLocalDevices || (!devices.empty() && devices.back() > kMaxLocalDeviceId))
-    throw ValidationError(
-        "backend", "the local backend runs one thread per device: at most " +
-                       std::to_string(kMaxLocalDevices) +
-                       " devices with ids <= " + std::to_string(kMaxLocalDeviceId) + " (got " +
-                       std::to_string(devices.size()) + " devices, largest id " +
-                       std::to_string(devices.back()) + ")");
+void check_local_capacity(const Layout& src, const Layout& dst) {
+  // The union of both meshes' devices (when one mesh alone is over the bound, its size).
+  const std::int64_t bound = limits().local_threads;
+  std::int64_t largest = 0;
+  for (const Layout* l : {&src, &dst})
+    for (int d : l->mesh().devices()) largest = std::max<std::int64_t>(largest, d);
+  std::vector<int> devices;
+  if (src.mesh().size() <= bound && dst.mesh().size() <= bound) {
+    devices = src.mesh().devices();
+    devices.insert(devices.end(), dst.mesh().devices().begin(), dst.mesh().devices().end());
+    std::sort(devices.begin(), devices.end());
+    devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+  }
+  const std::int64_t count = devices.empty() ? std::max(src.mesh().size(), dst.mesh().size())
+                                             : static_cast<std::int64_t>(devices.size());
+  check_limit("local devices", count, bound, "LOCAL_THREADS");
+  if (largest > kMaxLocalDeviceId)
+    throw ValidationError("backend", "the local backend runs one thread per device id up to " +
+                                         std::to_string(kMaxLocalDeviceId) + " (largest id " +
+                                         std::to_string(largest) + ")");
   // Every device holds its source and destination tiles (sums in double: no overflow).
   double need = 0;
-  const double elem = static_cast<double>(dtype_size(plan.src().dtype()));
-  for (const Layout* l : {&plan.src(), &plan.dst()})
+  const double elem = static_cast<double>(dtype_size(src.dtype()));
+  for (const Layout* l : {&src, &dst})
     for (std::int64_t i = 0; i < l->mesh().size(); ++i)
       need += static_cast<double>(l->tile_at(i).volume()) * elem;
+  check_limit("buffer bytes", static_cast<std::int64_t>(std::min(need, 9e18)),
+              limits().buffer_bytes, "BUFFER_BYTES");
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page <= 0) return;
   const double have = static_cast<double>(pages) * static_cast<double>(page);
@@ -110,6 +129,14 @@ void check_local_capacity(const Plan& plan) {
                      " of tile buffers, more than " +
                      std::to_string(static_cast<int>(kMemoryShare * 100)) + "% of this machine's " +
                      human_bytes(static_cast<std::int64_t>(have)) + " memory");
+}
+
+void check_writable(const std::string& path, const std::string& field) {
+  if (path.empty()) return;
+  // Opened (created if need be) but not truncated: what is there survives a later failure.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+  if (fd < 0) throw IoError(field, "cannot write " + path + ": " + std::strerror(errno));
+  ::close(fd);
 }
 
 void write_file(const std::string& path, const std::string& text, const std::string& field) {
@@ -124,6 +151,34 @@ Topology builtin_aws_p3() {
   // Keep in step with meshes/aws-p3.8xlarge.json (tests/tools/cli_test.sh compares them).
   return Topology::uniform("aws-p3.8xlarge", 8, 4, LinkClass{"intra", 50e9, 5e-6},
                            LinkClass{"network", 10e9 / 8, 30e-6});
+}
+
+int exit_status(const std::exception& e) {
+  if (dynamic_cast<const ParseError*>(&e) || dynamic_cast<const ValidationError*>(&e)) return 2;
+  if (dynamic_cast<const CommError*>(&e)) return 3;
+  if (dynamic_cast<const IoError*>(&e)) return 4;
+  return 1;
+}
+
+void report_error(const std::exception& e) {
+  const bool known = dynamic_cast<const Error*>(&e) != nullptr;
+  const bool memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
+  const std::string line = "meshcast: " +
+                           (memory  ? std::string("internal error: out of memory")
+                            : known ? one_line(e.what())
+                                    : "internal error: " + one_line(e.what())) +
+                           "\n";
+  // One write: the ranks of a job share a stderr, and their lines must not interleave.
+  std::cerr.flush();
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+}
+
+std::string one_line(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  if (s.size() > kMaxMessageChars) s = s.substr(0, kMaxMessageChars - 3) + "...";
+  return s;
 }
 
 double median(std::vector<double> v) {

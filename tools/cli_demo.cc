@@ -66,8 +66,8 @@ int run_demo(const DemoArgs& args) {
     const Layout dst = Layout::parse(shape, dtype, c.dst, "dst");
     std::cout << "\n== case " << n << " (" << c.title << "): " << kShape << ' ' << kDType << " ("
               << human_bytes(src.bytes()) << ") from " << src.str() << " to " << dst.str() << '\n';
+    check_local_capacity(src, dst);
     const Plan chosen = plan(src, dst, topology);
-    check_local_capacity(chosen);
     std::cout << chosen.str(8);
     const LocalRun r = run_local(chosen, iters, true);
     const double seconds = median(r.seconds);

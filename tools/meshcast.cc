@@ -7,8 +7,8 @@
 //   meshcast demo
 //   meshcast train gpt|utransformer [--stages dp=2,tp=2/grid=2x1x2] [--schedule eager-1f1b] ...
 //
-// Exit status: 0 success; 1 a reshard delivered wrong elements; 2 bad input (one line on
-// stderr, "meshcast: <field>: <cause>"); 3 an internal error.
+// Exit status: 0 success; 1 a reshard delivered wrong elements, or an internal error; 2 bad
+// input (one line on stderr, "meshcast: <field>: <cause>"); 3 a peer failed; 4 I/O.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <new>
@@ -33,8 +33,9 @@ Formats:
   topology  a JSON file of hosts and links (see docs/topology.md and meshes/*.json); without
           it every device is on one host.
 
-Exit status: 0 success; 1 reshard --verify found wrong elements; 2 bad input (one line on
-stderr, "meshcast: <field>: <cause>"); 3 internal error.
+Exit status: 0 success; 1 reshard --verify found wrong elements, or an internal error; 2 bad
+input (one line on stderr, "meshcast: <field>: <cause>"); 3 a peer failed (named); 4 I/O (the
+path and the OS reason). Limits on what one request may cost: docs/cli.md, "Limits".
 )";
 
 void add_run_options(CLI::App& cmd, RunArgs& run) {
@@ -85,13 +86,6 @@ nlohmann::json report_json(const Plan& p, const std::string& backend, int iters,
   return j;
 }
 
-std::string one_line(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-  for (char& c : s)
-    if (c == '\n' || c == '\r') c = ' ';
-  return s;
-}
-
 // The chain chunk the cost model assumes (plan and simulate only: the backends take theirs from
 // their options).
 void add_chunk_option(CLI::App& cmd, PlanArgs& args) {
@@ -135,6 +129,7 @@ void add_plan_options(CLI::App& cmd, PlanArgs& args) {
 }
 
 int run_plan(const PlanArgs& args) {
+  check_writable(args.svg, "svg");
   Topology topology;
   const Plan p = make_plan(args, &topology);
   if (!args.svg.empty()) write_file(args.svg, plan_svg(p), "svg");
@@ -150,10 +145,12 @@ int run_plan(const PlanArgs& args) {
 int run_reshard(const PlanArgs& args, const RunArgs& run) {
   check_backend(run.backend);
   const int iters = parse_iters(run.iters);
-  const Plan p = make_plan(args);
+  check_writable(args.svg, "svg");
+  const PlanInputs in = parse_plan_inputs(args);
+  if (run.backend == "local") check_local_capacity(in.src, in.dst);
+  const Plan p = plan(in.src, in.dst, in.topology, in.options);
   LocalRun r;
   if (run.backend == "local") {
-    check_local_capacity(p);
     if (!args.svg.empty()) write_file(args.svg, plan_svg(p), "svg");
     r = run_local(p, iters, run.verify);
   }
@@ -204,8 +201,9 @@ int main(int argc, char** argv) {
   app.name("meshcast");
   app.require_subcommand(1);
   app.footer(
-      "Exit status: 0 success, 1 a reshard delivered wrong elements, 2 bad input (one line on "
-      "stderr naming the field), 3 internal error.\nRun 'meshcast demo' for a quick start.");
+      "Exit status: 0 success, 1 a reshard delivered wrong elements or an internal error, 2 bad "
+      "input (one line on stderr naming the field), 3 a peer failed, 4 I/O.\nRun 'meshcast "
+      "demo' for a quick start.");
 
   PlanArgs plan_args;
   RunArgs run_args;
@@ -295,14 +293,8 @@ int main(int argc, char** argv) {
     if (*unet_cmd) return run_train(unet_args, "utransformer", *unet_cmd);
     std::cerr << "meshcast: a subcommand is required: plan, reshard, simulate or demo" << std::endl;
     return 2;
-  } catch (const meshcast::Error& e) {
-    std::cerr << "meshcast: " << one_line(e.what()) << std::endl;
-    return 2;
-  } catch (const std::bad_alloc&) {
-    std::cerr << "meshcast: out of memory" << std::endl;
-    return 2;
   } catch (const std::exception& e) {
-    std::cerr << "meshcast: internal error: " << one_line(e.what()) << std::endl;
-    return 3;
+    report_error(e);
+    return exit_status(e);
   }
 }

@@ -89,13 +89,13 @@ if [ "$rc" -eq 0 ] && grep -q "strategy" "$TMP/out" && grep -q "bytes moved" "$T
 else bad_result "reshard human report: rc=$rc $(cat "$TMP/out" "$TMP/err")"; fi
 
 # ---- bad inputs: exit 2, one line on stderr naming the field -------------------------------
-bad() {  # field, then args of `reshard` (of $CMD when set)
+bad() {  # field, then args of `reshard` (of $CMD when set); the status is $STATUS (default 2)
   local want=$1
   shift
   run "${CMD:-reshard}" "$@"
   local lines
   lines=$(wc -l <"$TMP/err")
-  if [ "$rc" -eq 2 ] && [ "$lines" -eq 1 ] && grep -qi -- "$want" "$TMP/err" && [ ! -s "$TMP/out" ]; then
+  if [ "$rc" -eq "${STATUS:-2}" ] && [ "$lines" -eq 1 ] && grep -qi -- "$want" "$TMP/err" && [ ! -s "$TMP/out" ]; then
     ok
   else
     bad_result "bad input ($want) reshard $* -> rc=$rc, $lines stderr lines: $(head -c 300 "$TMP/err")"
@@ -122,7 +122,7 @@ bad shape --shape 99999999999999999999,4 --dtype f32 --src 2x2@0-3:S0R --dst 4@0
 bad shape --shape 4,,4 --dtype f32 --src 2x2@0-3:S0RR --dst 4@0-3:S0RR --verify
 bad shape --shape 4x4 --dtype f32 --src 2x2@0-3:S0R --dst 4@0-3:S0R --verify
 bad dtype --shape 8,8 --dtype f33 --src 2x2@0-3:S0R --dst 4@0-3:S0R --verify
-bad topology "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/missing.json" --verify
+STATUS=4 bad "topology: cannot read .*No such file" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/missing.json" --verify
 bad topology "${S[@]}" --src 2x2@0-3:S0R --dst 4@40-43:S0R --topology meshes/aws-p3.8xlarge.json
 bad strategy "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --strategy fastest --verify
 bad balance "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --balance best --verify
@@ -143,7 +143,7 @@ CMD=simulate bad chunk-bytes "${S[@]}" --src 2x2@0-3:S0R --dst 4@4-7:RS0 --chunk
 CMD=plan bad chunk-bytes "${S[@]}" --src 2x2@0-3:S0R --dst 4@4-7:RS0 --chunk-bytes 2147483648
 CMD=simulate bad topology "${S[@]}" --src 2x2@0-3:S0R --dst 4@40-43:S0R --topology meshes/aws-p3.8xlarge.json
 CMD=simulate bad dst.spec "${S[@]}" --src 2x2@0-3:S0R --dst 4@4-7:S0S0
-bad shape --shape 1000000,1000000 --dtype f64 --src 2x2@0-3:S0R --dst 4@0-3:S0R --verify
+bad "buffer bytes" --shape 1000000,1000000 --dtype f64 --src 2x2@0-3:S0R --dst 4@0-3:S0R --verify
 
 # A malformed topology file names the JSON path.
 printf '{"name": "x", "links": {"intra": {"bandwidth_gbyte_s": 1, "latency_us": 1}, "network": {"bandwidth_gbit_s": 1, "latency_us": 1}}, "hosts": [{"devices": [0, 1]}, {"devices": [2, 1]}]}' >"$TMP/dup.json"
@@ -154,12 +154,71 @@ printf '{"name": "x", ' >"$TMP/trunc.json"
 bad "topology" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/trunc.json"
 bad "topology" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP"
 
+# Only regular files are read, bounded: /dev/zero, a FIFO, a file over the bound.
+bad "topology: .*not a regular file" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology /dev/zero
+mkfifo "$TMP/fifo"
+bad "topology: .*not a regular file" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/fifo"
+head -c 2048 /dev/zero >"$TMP/big.json"
+MESHCAST_MAX_INPUT_FILE_BYTES=1024 bad "topology size: 2048 exceeds the limit of 1024" \
+  "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/big.json"
+MESHCAST_MAX_PLAN_OPS=lots bad MESHCAST_MAX_PLAN_OPS "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R
+# The output path is checked before any work: an unwritable --svg fails at once, with status 4.
+STATUS=4 bad "svg: cannot write /nonexistent-dir/x.svg" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R \
+  --svg /nonexistent-dir/x.svg --iters 1000000
+
+# ---- limits: every bound asked to exceed itself is refused at once, in bounded memory --------
+# peak_kib COMMAND...: runs it (stdout/stderr/rc as run()), sets $kib to its peak RSS in KiB.
+peak_kib() {
+  kib=$(python3 -c '
+import resource, subprocess, sys
+tmp, limit, cmd = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+with open(tmp + "/out", "wb") as o, open(tmp + "/err", "wb") as e:
+    try:
+        rc = subprocess.run(cmd, stdout=o, stderr=e, timeout=limit).returncode
+    except subprocess.TimeoutExpired:
+        rc = 124
+open(tmp + "/rc", "w").write(str(rc))
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+' "$TMP" "$LIMIT" "$@")
+  rc=$(cat "$TMP/rc")
+}
+# limit_case WANT STATUS MAX_KIB ARGS...: status, one line naming WANT, peak RSS under MAX_KIB.
+limit_case() {
+  local want=$1 status=$2 max=$3
+  shift 3
+  peak_kib "$MC" "$@"
+  if [ "$rc" -eq "$status" ] && { [ -z "$want" ] || grep -q -- "$want" "$TMP/err"; } && [ "$kib" -lt "$max" ]; then ok
+  else bad_result "limit ($want): $* -> rc=$rc, peak ${kib} KiB (bound $max), $(head -c 300 "$TMP/err")"; fi
+}
+R65K=(--shape 1 --dtype f32 --src 65536@0-65535:R --dst 65536@65536-131071:R)
+# auto leaves out the strategies whose candidate lists are quadratic in the devices; asked for
+# by name they are refused before planning.
+limit_case "" 0 1000000 plan "${R65K[@]}"
+if grep -q "strategy broadcast" "$TMP/out"; then ok; else bad_result "65536 R>R auto: $(head -3 "$TMP/out")"; fi
+limit_case "plan memory: .* exceeds the limit" 2 200000 plan "${R65K[@]}" --strategy sendrecv
+limit_case "plan memory: .* exceeds the limit" 2 200000 plan "${R65K[@]}" --strategy allgather
+limit_case "local devices: 4096 exceeds the limit of 1024" 2 200000 \
+  reshard --shape 4096,4096 --dtype f32 --src 4096@0-4095:S0R --dst 4096@4096-8191:RS0
+MESHCAST_MAX_PLAN_OPS=100 limit_case "plan ops: .* exceeds the limit of 100" 2 200000 \
+  plan --shape 64,64 --dtype f32 --src 64@0-63:S0R --dst 64@64-127:RS0
+MESHCAST_MAX_SIMULATE_WORK=100 limit_case "simulate work: .* exceeds the limit of 100" 2 200000 \
+  simulate --shape 256,256 --dtype f32 --src 16x16@0-255:S0S1 --dst 16x16@256-511:S1S0
+MESHCAST_MAX_BUFFER_BYTES=100 limit_case "buffer bytes: .* exceeds the limit of 100" 2 200000 \
+  reshard "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:RS0
+# A picture of 8,192 devices is aggregated: bounded in size, and says so.
+limit_case "" 0 1000000 plan --shape 8192,64 --dtype f32 --src 4096@0-4095:S0R \
+  --dst 4096@4096-8191:RS0 --strategy broadcast --svg "$TMP/big.svg"
+if grep -q "consecutive devices" "$TMP/big.svg" && python3 -c '
+import xml.etree.ElementTree as E, sys
+sys.exit(not len(list(E.parse(sys.argv[1]).getroot().iter())) <= 20000)' "$TMP/big.svg"; then ok
+else bad_result "aggregated svg: $(grep -c . "$TMP/big.svg") lines, $(stat -c %s "$TMP/big.svg") bytes"; fi
+
 # plan refuses the same inputs the same way.
 run plan --shape 8,8 --dtype f32 --src 2x2@0-4:S0R --dst 4@0-3:S0R --json
 if [ "$rc" -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q src.mesh "$TMP/err"; then ok
 else bad_result "plan with a bad mesh: rc=$rc $(cat "$TMP/err")"; fi
 run plan --shape 8,8 --dtype f32 --src 2x2@0-3:S0R --dst 4@0-3:S0R --svg /nonexistent-dir/x.svg
-if [ "$rc" -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q svg "$TMP/err"; then ok
+if [ "$rc" -eq 4 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q svg "$TMP/err"; then ok
 else bad_result "plan --svg to an unwritable path: rc=$rc $(cat "$TMP/err")"; fi
 run
 if [ "$rc" -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ]; then ok
