@@ -137,19 +137,26 @@ class MpiComm final : public Communicator {
     MPI_Group_free(&world);
     node_of_.resize(static_cast<std::size_t>(size_));
     MPI_Allgather(&leader, 1, MPI_INT, node_of_.data(), 1, MPI_INT, comm_);
+    std::vector<detail::ProcessId> processes(static_cast<std::size_t>(size_));
+    const detail::ProcessId me = detail::this_process();
+    MPI_Allgather(me.data(), 3, MPI_UINT64_T, processes.data(), 3, MPI_UINT64_T, comm_);
+    watchdog_.set_processes(processes);
     map_node_memory(node, o.node_segment_bytes);
     MPI_Comm_free(&node);
   }
   ~MpiComm() override {
     for (auto& [k, c] : groups_) MPI_Comm_free(&c);
-    // Freeing the window is collective on the node: not with a failed peer (it could hang).
-    if (window_ != MPI_WIN_NULL && !watchdog_.failed()) MPI_Win_free(&window_);
+    // Freeing the window is collective on the node: not with a failed peer (it could hang),
+    // whichever transport of this process saw the failure.
+    if (window_ != MPI_WIN_NULL && !failed()) MPI_Win_free(&window_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
   // After a failure MPI_Finalize may wait forever on a dead rank: the session skips it.
-  bool failed() const { return watchdog_.failed(); }
+  bool failed() const { return watchdog_.failed() || peer_failed_; }
+  // Another transport of this process (UCX, NCCL) saw a peer fail.
+  void mark_failed() { peer_failed_ = true; }
 
   Request isend(const Region& from, int dst, int tag) override { return p2p(from, dst, tag, true); }
   Request irecv(const Region& to, int src, int tag) override { return p2p(to, src, tag, false); }
@@ -222,10 +229,7 @@ class MpiComm final : public Communicator {
 
   void abandon(const std::string& field, const std::string& cause) override {
     watchdog_.abandon(field, cause);
-    // Small messages leave at once; do not wait long for ranks that are gone.
-    const auto until = Clock::now() + std::chrono::seconds(1);
-    while (!control_.drain() && Clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    detail::linger([&] { return control_.drain(); });
   }
 
  private:
@@ -370,6 +374,7 @@ class MpiComm final : public Communicator {
   Control control_;
   detail::Watchdog watchdog_;
   std::map<std::vector<int>, MPI_Comm> groups_;
+  bool peer_failed_ = false;
 };
 
 }  // namespace
@@ -393,7 +398,8 @@ MpiSession::MpiSession(int* argc, char*** argv, MpiOptions options)
 }
 
 MpiSession::~MpiSession() {
-  const bool failed = impl_->world->failed() || impl_->skip_finalize;
+  if (impl_->skip_finalize) impl_->world->mark_failed();
+  const bool failed = impl_->world->failed();
   impl_->world.reset();
   // With a failed peer, finalizing could hang: leave it to process exit (mpirun reports it).
   if (impl_->owns && !failed) MPI_Finalize();

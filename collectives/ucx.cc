@@ -88,8 +88,21 @@ class UcxComm final : public Communicator {
     std::size_t len = 0;
     check(ucp_worker_get_address(worker_, &addr, &len), "ucp_worker_get_address");
     const auto* bytes = reinterpret_cast<const unsigned char*>(addr);
-    const auto all = bootstrap.allgather(std::vector<unsigned char>(bytes, bytes + len));
+    // Each rank's worker address, followed by its process identity (the watchdog's).
+    const detail::ProcessId me = detail::this_process();
+    std::vector<unsigned char> mine(bytes, bytes + len);
+    const auto* id = reinterpret_cast<const unsigned char*>(me.data());
+    mine.insert(mine.end(), id, id + sizeof me);
+    const auto all = bootstrap.allgather(mine);
     ucp_worker_release_address(worker_, addr);
+    std::vector<detail::ProcessId> processes(all.size());
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      if (all[r].size() < sizeof(detail::ProcessId))
+        throw CommError("ucx", "rank " + std::to_string(r) + " sent a malformed worker address");
+      std::memcpy(processes[r].data(), all[r].data() + all[r].size() - sizeof(detail::ProcessId),
+                  sizeof(detail::ProcessId));
+    }
+    watchdog_.set_processes(processes);
     eps_.resize(static_cast<std::size_t>(size_), nullptr);
     failed_.assign(static_cast<std::size_t>(size_), 0);
     for (int p = 0; p < size_; ++p) {
@@ -131,9 +144,7 @@ class UcxComm final : public Communicator {
 
   void abandon(const std::string& field, const std::string& cause) override {
     watchdog_.abandon(field, cause);
-    const auto until = Clock::now() + std::chrono::seconds(1);
-    while (!control_.drain() && Clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    detail::linger([&] { return control_.drain(); });
   }
 
   Request isend(const Region& from, int dst, int tag) override {
@@ -174,21 +185,10 @@ class UcxComm final : public Communicator {
     auto& r = static_cast<UcxRequest&>(impl);
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_);
     int idle = 0;
-    while (!test_one(r)) {
+    while (!completed(r)) {
       if (advance_chains()) idle = 0;
       if ((idle & 15) == 0) watchdog_.watch();
-      if (failed_[static_cast<std::size_t>(r.peer)]) {
-        // The peer may have left after another device's failure: a notice naming the device
-        // that failed first, if one comes within a moment, is the better answer.
-        const auto grace = Clock::now() + std::chrono::milliseconds(500);
-        while (Clock::now() < grace) {
-          watchdog_.watch();
-          std::this_thread::sleep_for(std::chrono::microseconds(200));
-        }
-        const std::string who = "device " + std::to_string(r.peer);
-        watchdog_.abandon(who, "failed (UCX found it unreachable)");
-        throw CommError(who, "failed (UCX found it unreachable)");
-      }
+      if (failed_[static_cast<std::size_t>(r.peer)] || r.status != UCS_OK) peer_failed(r);
       if (Clock::now() > deadline) watchdog_.diagnose({r.peer});
       // Yield, not sleep: a sleep costs ~80 us here, and UCX's shared-memory transports move
       // data only while both sides progress (see mpi.cc).
@@ -199,6 +199,30 @@ class UcxComm final : public Communicator {
   // Progresses the worker; a finished request is checked.
   bool test_one(Request::Impl& impl) override {
     auto& r = static_cast<UcxRequest&>(impl);
+    completed(r);
+    if (r.status != UCS_OK) peer_failed(r);
+    return r.handle == nullptr;
+  }
+
+  // A transfer with r.peer failed. The peer may have left after another device's failure: a
+  // notice naming the device that failed first, if one comes within a moment, is the better
+  // answer (watch() throws it); else the peer is named.
+  [[noreturn]] void peer_failed(const UcxRequest& r) {
+    const auto grace = Clock::now() + std::chrono::milliseconds(500);
+    while (Clock::now() < grace) {
+      watchdog_.watch();
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    const std::string who = "device " + std::to_string(r.peer);
+    const std::string why = r.status != UCS_OK
+                                ? std::string("transfer failed: ") + ucs_status_string(r.status)
+                                : "failed (UCX found it unreachable)";
+    watchdog_.abandon(who, why);
+    throw CommError(who, why);
+  }
+
+  // Whether the request finished successfully; a failed one keeps its status in r.status.
+  bool completed(UcxRequest& r) {
     if (r.handle) {
       ucp_worker_progress(worker_);
       const ucs_status_t st = ucp_request_check_status(r.handle);
@@ -207,10 +231,7 @@ class UcxComm final : public Communicator {
       ucp_request_free(r.handle);
       r.handle = nullptr;
     }
-    if (r.status != UCS_OK)
-      throw CommError("device " + std::to_string(r.peer),
-                      std::string("transfer failed: ") + ucs_status_string(r.status));
-    return true;
+    return r.status == UCS_OK;
   }
 
  private:
@@ -289,10 +310,12 @@ class UcxComm final : public Communicator {
     return {&req.region, 1};
   }
 
+  // A post that failed at once fails the request, which its test or wait reports (peer_failed).
   void track(UcxRequest& req, ucs_status_ptr_t p) {
-    if (UCS_PTR_IS_ERR(p))
-      throw CommError("device " + std::to_string(req.peer),
-                      std::string("post failed: ") + ucs_status_string(UCS_PTR_STATUS(p)));
+    if (UCS_PTR_IS_ERR(p)) {
+      req.status = UCS_PTR_STATUS(p);
+      return;
+    }
     req.handle = p;  // null: completed at once
   }
 

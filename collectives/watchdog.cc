@@ -1,7 +1,15 @@
 #include "watchdog.h"
 
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <fstream>
+#include <functional>
+#include <string>
 #include <thread>
 
 #include "meshcast/error.h"
@@ -10,7 +18,68 @@ namespace meshcast::detail {
 
 using Clock = std::chrono::steady_clock;
 
+ProcessId this_process() {
+  std::string boot;
+  std::getline(std::ifstream("/proc/sys/kernel/random/boot_id"), boot);
+  struct stat ns {};
+  const bool have_ns = ::stat("/proc/self/ns/pid", &ns) == 0;
+  // Without both, no peer matches (a zero boot hash is taken as unknown).
+  return {boot.empty() || !have_ns ? 0 : std::hash<std::string>{}(boot) | 1,
+          have_ns ? static_cast<std::uint64_t>(ns.st_ino) : 0,
+          static_cast<std::uint64_t>(::getpid())};
+}
+
+void Watchdog::set_processes(const std::vector<ProcessId>& all) {
+  visible_.clear();
+  if (static_cast<std::size_t>(rank_) >= all.size()) return;
+  const ProcessId& me = all[static_cast<std::size_t>(rank_)];
+  if (me[0] == 0) return;
+  for (std::size_t r = 0; r < all.size(); ++r)
+    if (static_cast<int>(r) != rank_ && all[r][0] == me[0] && all[r][1] == me[1])
+      visible_.emplace_back(static_cast<int>(r), static_cast<long>(all[r][2]));
+}
+
+// A peer process that no longer exists, or is a zombie (killed, not yet reaped by its launcher).
+void Watchdog::check_processes() {
+  const auto now = Clock::now();
+  if (visible_.empty() || now < next_check_) return;
+  next_check_ = now + std::chrono::milliseconds(250);
+  for (const auto& [rank, pid] : visible_) {
+    bool gone = ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+    if (!gone) {
+      std::string stat;
+      std::getline(std::ifstream("/proc/" + std::to_string(pid) + "/stat"), stat);
+      const auto close = stat.rfind(')');
+      gone = close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
+    }
+    if (gone) {
+      failed_ = true;
+      throw CommError("device " + std::to_string(rank),
+                      "failed: its process (pid " + std::to_string(pid) + ") ended");
+    }
+  }
+}
+
+void linger(const std::function<bool()>& drained) {
+  const auto start = Clock::now();
+  const auto least = start + std::chrono::milliseconds(500), most = start + std::chrono::seconds(1);
+  while (true) {
+    const bool done = drained();
+    const auto now = Clock::now();
+    if ((done && now >= least) || now >= most) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(done ? 1000 : 100));
+  }
+}
+
 void Watchdog::watch() {
+  // Notices first: a peer that gave up (and named the device that failed first) announced it
+  // before its process ended, so its exit must not be taken for the failure.
+  poll_notices();
+  check_processes();
+  poll_notices();
+}
+
+void Watchdog::poll_notices() {
   while (auto m = ch_.poll()) {
     switch (m->kind) {
       case ControlChannel::Kind::Fail: {

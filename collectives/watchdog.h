@@ -2,6 +2,10 @@
 // travel beside the data on a backend's control channel. Internal to collectives/.
 #pragma once
 
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,12 +28,30 @@ class ControlChannel {
   virtual std::optional<Message> poll() = 0;
 };
 
+// Who this process is, as far as a peer on the same machine can check it: a hash of the
+// kernel's boot id, the inode of its PID namespace, its pid. Two processes with the same first
+// two can see each other's pid (kill(pid, 0)), so a peer killed by a signal is noticed at once
+// instead of after the timeout; peers elsewhere are left to the timeout and the transports'
+// own errors (closed connections).
+using ProcessId = std::array<std::uint64_t, 3>;
+ProcessId this_process();
+
+// After Watchdog::abandon(): keeps this process, and its transport through `drained` (which
+// moves the notices on and says whether all left), alive for half a second, and up to a second
+// more for notices still in flight. Peers then hear the notice before they can see this process
+// end and take it for the device that failed.
+void linger(const std::function<bool()>& drained);
+
 class Watchdog {
  public:
   Watchdog(ControlChannel& channel, int rank, int size, double timeout_seconds)
       : ch_(channel), rank_(rank), size_(size), timeout_(timeout_seconds) {}
 
-  // Call while waiting: answers pings; throws the CommError another device abandoned with.
+  // Every rank's this_process(), in rank order: the peers whose process this one can see are
+  // then checked for life in watch() (a few times a second).
+  void set_processes(const std::vector<ProcessId>& all);
+  // Call while waiting: answers pings; throws the CommError another device abandoned with, or
+  // one naming a peer whose process ended.
   void watch();
   // Call when a wait saw no progress for the timeout: pings every rank and throws a CommError
   // naming those that do not answer within a grace period (or, if all answer, `peers`).
@@ -45,7 +67,11 @@ class Watchdog {
   int rank_, size_;
   double timeout_;
   bool failed_ = false;
-  std::vector<char> answered_;  // during diagnose(): pongs received
+  std::vector<char> answered_;                 // during diagnose(): pongs received
+  std::vector<std::pair<int, long>> visible_;  // (rank, pid) of peers on this machine
+  std::chrono::steady_clock::time_point next_check_{};
+  void check_processes();
+  void poll_notices();
 };
 
 }  // namespace meshcast::detail

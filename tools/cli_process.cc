@@ -4,9 +4,15 @@
 // same options and plans; the ranks first check that their plans agree (a rank given other
 // options would otherwise hang or corrupt), then run, time and verify together. Only rank 0
 // prints. Built only when the MPI backend is.
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
+#include <iostream>
+#include <map>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "cli.h"
 #include "meshcast/bootstrap.h"
@@ -27,30 +33,114 @@ namespace {
 ProcessRun run_plan_on(const Plan& p, ProcessSession& session, int iters, bool verify);
 }  // namespace
 
-void with_process_backend(const std::string& backend,
-                          const std::function<void(ProcessSession&)>& fn) {
-  // The bootstrap: a TCP rendezvous when MESHCAST_RENDEZVOUS is set (ucx, nccl), else MPI.
+void agree(Bootstrap& boot, const std::vector<std::pair<std::string, std::string>>& settings) {
+  // One short record per rank, a line per setting (values are bounded: numbers, words, hashes).
+  std::string mine;
+  for (const auto& [name, value] : settings) mine += value + '\n';
+  const auto all = boot.allgather(std::vector<unsigned char>(mine.begin(), mine.end()));
+  std::vector<std::vector<std::string>> values;  // [rank][setting]
+  for (const auto& record : all) {
+    values.emplace_back();
+    std::string line;
+    for (unsigned char c : record)
+      if (c == '\n')
+        values.back().push_back(std::exchange(line, {}));
+      else
+        line += static_cast<char>(c);
+  }
+  for (std::size_t i = 0; i < settings.size(); ++i) {
+    std::map<std::string, std::vector<int>> holders;  // value -> ranks
+    for (std::size_t r = 0; r < values.size(); ++r)
+      holders[i < values[r].size() ? values[r][i] : "?"].push_back(static_cast<int>(r));
+    if (holders.size() < 2) continue;
+    // The value most ranks have is taken as meant; the others are named (a bounded list).
+    const auto most = std::max_element(holders.begin(), holders.end(), [](auto& x, auto& y) {
+      return x.second.size() < y.second.size();
+    });
+    std::vector<int> odd;
+    for (auto it = holders.begin(); it != holders.end(); ++it)
+      if (it != most) odd.insert(odd.end(), it->second.begin(), it->second.end());
+    std::sort(odd.begin(), odd.end());
+    std::string list;
+    for (std::size_t k = 0; k < std::min<std::size_t>(odd.size(), 8); ++k)
+      list += (k ? "," : "") + std::to_string(odd[k]);
+    if (odd.size() > 8) list += " and " + std::to_string(odd.size() - 8) + " more";
+    const std::string& name = settings[i].first;
+    throw ValidationError(name,
+                          (odd.size() > 1 ? "ranks " + list + " were" : "rank " + list + " was") +
+                              " started with a different " + name + " than the " +
+                              std::to_string(most->second.size()) +
+                              " others (every rank must be given the same options)");
+  }
+}
+
+namespace {
+// MESHCAST_TIMEOUT: seconds without progress after which a wait checks its peers and fails
+// naming the silent ones (a stopped process); default 60. A process that ended is named sooner.
+double peer_timeout() {
+  const char* text = std::getenv("MESHCAST_TIMEOUT");
+  if (!text) return 60;
+  char* end = nullptr;
+  const double t = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(t >= 1 && t <= 86400))
+    throw ValidationError("MESHCAST_TIMEOUT", "expected seconds in [1, 86400], got '" +
+                                                  std::string(text).substr(0, 32) + "'");
+  return t;
+}
+
+// The started backends, torn down in reverse order of their start.
+struct Sessions {
   std::unique_ptr<TcpBootstrap> tcp;
-  if (backend != "mpi") tcp = TcpBootstrap::from_env();
   std::unique_ptr<MpiSession> mpi;
-  if (!tcp) mpi = std::make_unique<MpiSession>(nullptr, nullptr);
-  Bootstrap& boot = tcp ? static_cast<Bootstrap&>(*tcp) : *mpi;
-  Communicator* comm = mpi ? &mpi->world() : nullptr;
 #ifdef MESHCAST_HAS_UCX
   std::unique_ptr<UcxSession> ucx;
-  if (backend == "ucx") comm = &(ucx = std::make_unique<UcxSession>(boot))->world();
 #endif
 #ifdef MESHCAST_HAS_NCCL
   std::unique_ptr<NcclSession> nccl;
-  if (backend == "nccl") comm = &(nccl = std::make_unique<NcclSession>(boot))->world();
+#endif
+};
+
+void start_and_run(const std::string& backend, const std::function<void(ProcessSession&)>& fn,
+                   Sessions& s) {
+  // The bootstrap: a TCP rendezvous when MESHCAST_RENDEZVOUS is set (ucx, nccl), else MPI.
+  if (backend != "mpi") s.tcp = TcpBootstrap::from_env();
+  const double timeout = peer_timeout();
+  MpiOptions mpi_options;
+  mpi_options.timeout_seconds = timeout;
+  if (!s.tcp) s.mpi = std::make_unique<MpiSession>(nullptr, nullptr, mpi_options);
+  Bootstrap& boot = s.tcp ? static_cast<Bootstrap&>(*s.tcp) : *s.mpi;
+  Communicator* comm = s.mpi ? &s.mpi->world() : nullptr;
+#ifdef MESHCAST_HAS_UCX
+  UcxOptions ucx_options;
+  ucx_options.timeout_seconds = timeout;
+  if (backend == "ucx") comm = &(s.ucx = std::make_unique<UcxSession>(boot, ucx_options))->world();
+#endif
+#ifdef MESHCAST_HAS_NCCL
+  if (backend == "nccl") comm = &(s.nccl = std::make_unique<NcclSession>(boot))->world();
 #endif
   if (!comm || comm->backend() != backend)
     throw ValidationError("backend", backend + " is not built into this meshcast");
-  ProcessSession session{*comm, boot, tcp != nullptr};
+  ProcessSession session{*comm, boot, s.tcp != nullptr};
 #ifdef MESHCAST_HAS_NCCL
-  session.nccl = nccl.get();
+  session.nccl = s.nccl.get();
 #endif
   fn(session);
+}
+}  // namespace
+
+void with_process_backend(const std::string& backend,
+                          const std::function<void(ProcessSession&)>& fn) {
+  Sessions sessions;  // outside the try: alive while a failure is reported
+  try {
+    start_and_run(backend, fn, sessions);
+  } catch (const std::exception& e) {
+    // Reported and ended here, with every session still standing: destroying one after a peer
+    // failed would free shared windows or finalize MPI, which could wait forever on that peer
+    // (and the error would never show).
+    report_error(e);
+    std::cout.flush();
+    std::_Exit(exit_status(e));
+  }
 }
 
 ProcessRun run_process(const Plan& p, const std::string& backend, int iters, bool verify) {
@@ -82,16 +172,10 @@ ProcessRun run_plan_on(const Plan& p, ProcessSession& session, int iters, bool v
                           "the meshes use device ids up to " + std::to_string(needed - 1) +
                               ", so mpirun must start at least " + std::to_string(needed) +
                               " ranks (it started " + std::to_string(comm->size()) + ")");
-  // Every rank must run the same plan.
-  const std::size_t h = std::hash<std::string>{}(p.to_json());
-  std::vector<unsigned char> mine(reinterpret_cast<const unsigned char*>(&h),
-                                  reinterpret_cast<const unsigned char*>(&h) + sizeof h);
-  const auto all = boot.allgather(mine);
-  for (std::size_t r = 0; r < all.size(); ++r)
-    if (all[r] != all[0])
-      throw ValidationError("plan", "rank " + std::to_string(r) +
-                                        " planned a different move than rank 0 (the ranks were "
-                                        "given different options)");
+  agree(boot, {{"plan", std::to_string(std::hash<std::string>{}(p.to_json()))},
+               {"iters", std::to_string(iters)},
+               {"verify", verify ? "on" : "off"},
+               {"backend", session.comm.backend()}});
 
   const int me = comm->rank();
   const Layout& src = p.src();
