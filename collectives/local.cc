@@ -25,11 +25,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A send's region is read by the receiving thread; its owner may leave (and free the region) only
+// once no receiver can still be reading it: states move Posted -> Copying -> Done under the
+// receiver, or Posted -> Cancelled under the owner when it abandons the operation.
+enum class SendState : int { Posted, Copying, Done, Cancelled };
+
 struct LocalRequest : Request::Impl {
   Region region;
   int owner = -1;
   std::atomic<bool> done{false};
-  std::shared_ptr<LocalRequest> send;  // a matched receive: its send
+  std::atomic<SendState> state{SendState::Posted};  // sends only
+  std::shared_ptr<LocalRequest> send;               // a matched receive: its send
 };
 
 std::uint64_t key(int peer, int tag) {
@@ -99,6 +105,7 @@ namespace {
 class LocalComm final : public Communicator {
  public:
   LocalComm(LocalWorld::State& s, int rank) : s_(s), rank_(rank) {}
+  ~LocalComm() override { retract_sends(); }
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(s_.inboxes.size()); }
   std::string backend() const override { return "local"; }
@@ -119,6 +126,14 @@ class LocalComm final : public Communicator {
 
   Request isend(const Region& from, int dst, int tag) override {
     auto req = make(from, dst);
+    if (sends_.size() >= prune_at_) {  // amortised: a plan posts many sends per device
+      std::erase_if(sends_, [](const auto& w) {
+        const auto r = w.lock();
+        return !r || r->state.load() == SendState::Done;
+      });
+      prune_at_ = std::max<std::size_t>(64, 2 * sends_.size());
+    }
+    sends_.push_back(req);
     auto& ib = s_.inboxes[static_cast<std::size_t>(dst)];
     std::lock_guard<std::mutex> g(ib.m);
     auto& q = ib.posted[key(rank_, tag)];
@@ -146,6 +161,14 @@ class LocalComm final : public Communicator {
       ib.ready.push_back(req);
     }
     return Request(req);
+  }
+
+  // Before the caller unwinds and frees its buffers: no receiver may start reading them, and
+  // the one that may be reading now has finished.
+  void abandon(const std::string& field, const std::string& cause) override {
+    (void)field;
+    (void)cause;
+    retract_sends();
   }
 
   void barrier() override {
@@ -205,10 +228,15 @@ class LocalComm final : public Communicator {
       todo.swap(ib.ready);
     }
     for (auto& r : todo) {
-      if (r->send->region.bytes() != r->region.bytes())
+      auto posted = SendState::Posted;
+      if (!r->send->state.compare_exchange_strong(posted, SendState::Copying))
+        continue;  // its sender gave up: the failure it reports ends this wait
+      if (r->send->region.bytes() != r->region.bytes()) {
+        r->send->state = SendState::Posted;
         throw CommError("device " + std::to_string(r->owner),
                         "sent " + std::to_string(r->send->region.bytes()) + " bytes where " +
                             std::to_string(r->region.bytes()) + " were expected");
+      }
       if (r->send->region.count == r->region.count &&
           r->send->region.elem_size == r->region.elem_size) {
         copy_region(r->send->region, r->region);
@@ -220,14 +248,27 @@ class LocalComm final : public Communicator {
       r->done = true;
       auto& sender = s_.inboxes[static_cast<std::size_t>(r->owner)];
       r->send->done = true;
+      r->send->state = SendState::Done;
       std::lock_guard<std::mutex> g(sender.m);
       sender.cv.notify_all();
     }
     return !todo.empty();
   }
 
+  void retract_sends() {
+    for (auto& w : sends_)
+      if (auto r = w.lock()) {
+        auto posted = SendState::Posted;
+        if (r->state.compare_exchange_strong(posted, SendState::Cancelled)) continue;
+        while (r->state.load() == SendState::Copying) std::this_thread::yield();
+      }
+    sends_.clear();
+  }
+
   LocalWorld::State& s_;
   int rank_;
+  std::vector<std::weak_ptr<LocalRequest>> sends_;  // this device's sends not seen complete
+  std::size_t prune_at_ = 64;
 };
 
 }  // namespace

@@ -168,9 +168,26 @@ class Transfer::Executor {
 };
 
 Transfer::Transfer() = default;
-Transfer::~Transfer() = default;
+// Dropping a transfer in flight gives it up: the peers end with an error instead of waiting, and
+// none of them may still read this device's buffers once it returns.
+Transfer::~Transfer() { give_up(); }
 Transfer::Transfer(Transfer&&) noexcept = default;
-Transfer& Transfer::operator=(Transfer&&) noexcept = default;
+Transfer& Transfer::operator=(Transfer&& other) noexcept {
+  give_up();
+  exec_ = std::move(other.exec_);
+  comm_ = other.comm_;
+  return *this;
+}
+
+void Transfer::give_up() noexcept {
+  if (!exec_) return;
+  try {
+    comm_->abandon("device " + std::to_string(comm_->rank()),
+                   "dropped a reshard before it completed");
+  } catch (...) {  // best effort, as abandon() itself is
+  }
+  exec_.reset();
+}
 
 bool Transfer::step(bool block) {
   if (!exec_) return true;

@@ -19,7 +19,8 @@ void reshard(const Plan& plan, Communicator& comm, const void* src_local, void* 
 // A reshard in flight. test() moves it on as far as it can without blocking (posting each
 // phase once the previous one completed) and says whether it finished; wait() finishes it.
 // Progress happens only inside these calls. The plan, the communicator and both buffers must
-// outlive it. A failed peer makes them throw CommError naming it.
+// outlive it. A failed peer makes them throw CommError naming it. Destroying it before it
+// completed abandons the move (the peers fail with an error naming this device).
 class Transfer {
  public:
   Transfer();
@@ -35,6 +36,7 @@ class Transfer {
  private:
   friend Transfer ireshard(const Plan&, Communicator&, const void*, void*, int);
   bool step(bool block);
+  void give_up() noexcept;
   std::unique_ptr<Executor> exec_;
   Communicator* comm_ = nullptr;
 };

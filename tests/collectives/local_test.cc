@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "meshcast/error.h"
+#include "meshcast/plan.h"
+#include "meshcast/reshard.h"
 
 namespace meshcast {
 namespace {
@@ -285,6 +287,32 @@ TEST(LocalWorld, FailingDeviceFailsTheOthersWaitsAndRunRethrows) {
       ++ok;
     });
     EXPECT_EQ(ok.load(), 5);
+  }
+}
+
+// A device that fails a reshard (here: no source buffer) must not leave peers reading buffers
+// that the others free as they unwind: run under ASan, this was a heap-use-after-free in most
+// runs. The failing device's own ValidationError is what run() rethrows.
+TEST(LocalWorld, FailedReshardLeavesNoPeerReadingFreedBuffers) {
+  const Layout src = Layout::parse({256, 256}, DType::f32, "4@0-3:S0R");
+  const Layout dst = Layout::parse({256, 256}, DType::f32, "4@4-7:RS0");
+  const Plan plan = meshcast::plan(src, dst);
+  for (int round = 0; round < 20; ++round) {
+    const int culprit = round % 4;
+    LocalWorld w(8);
+    try {
+      w.run([&](Communicator& c) {
+        const int me = c.rank();
+        std::vector<float> in, out;
+        if (src.mesh().contains(me)) in.assign(static_cast<std::size_t>(src.local_elements(me)), 1);
+        if (dst.mesh().contains(me)) out.resize(static_cast<std::size_t>(dst.local_elements(me)));
+        reshard(plan, c, me == culprit || in.empty() ? nullptr : in.data(),
+                out.empty() ? nullptr : out.data());
+      });
+      ADD_FAILURE() << "run() returned";
+    } catch (const ValidationError& e) {
+      EXPECT_EQ(e.field(), "src_local") << e.what();
+    }
   }
 }
 
