@@ -6,23 +6,29 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli.h"
+#include "lib/json_text.h"
 #include "meshcast/error.h"
+#include "meshcast/limits.h"
 #include "meshcast/training/chart.h"
 #include "meshcast/training/data.h"
 #include "meshcast/training/engine.h"
 #include "meshcast/training/ops.h"
 #include "meshcast/training/planner.h"
+#include "training/checkpoint.h"
 
 namespace meshcast::cli {
 namespace {
@@ -98,14 +104,8 @@ constexpr ConfigKey kConfigKeys[] = {
 // Fills the options not given on the command line from the --config JSON object.
 TrainArgs with_config(TrainArgs a, const CLI::App& cmd) {
   if (a.config.empty()) return a;
-  std::ifstream in(a.config);
-  if (!in) throw IoError("config", a.config + ": cannot be read");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw ParseError("config", a.config + ": not JSON (" + std::string(e.what()) + ")");
-  }
+  const nlohmann::json j =
+      detail::parse_json(read_input_file(a.config, "config", limits().input_file_bytes), "config");
   if (!j.is_object()) throw ParseError("config", a.config + ": expected a JSON object");
   for (const auto& [key, value] : j.items()) {
     const auto* k = std::find_if(std::begin(kConfigKeys), std::end(kConfigKeys),
@@ -138,12 +138,29 @@ struct Run {
   tr::ParallelConfig parallel;
   tr::TrainConfig train;
   Topology topology;
-  std::optional<tr::Corpus> corpus;  // gpt on text
-  tr::BatchSource batches, held_out;
+  std::optional<tr::Corpus> corpus;   // gpt on text
+  tr::BatchSource batches, held_out;  // empty until read_corpus() for gpt on text
   int eval_every = 0, checkpoint_every = 0;
   std::string data;  // what the samples are, in words
 };
 
+// The --stages text: stage shapes separated by '/', none of them empty.
+std::vector<tr::StageShape> parse_stages(const std::string& text) {
+  std::vector<tr::StageShape> stages;
+  for (std::size_t at = 0;;) {
+    const auto slash = text.find('/', at);
+    const std::string item = text.substr(at, slash - at),
+                      field = "stages[" + std::to_string(stages.size()) + "]";
+    if (item.empty())
+      throw ParseError(
+          field, "empty stage in " + detail::quote(text) + " (expected e.g. dp=2/grid=2x1x2)");
+    stages.push_back(tr::parse_stage_shape(item, field));
+    if (slash == std::string::npos) return stages;
+    at = slash + 1;
+  }
+}
+
+// Everything but the corpus, parsed and validated: no work done yet.
 Run parse(const TrainArgs& a, const std::string& kind) {
   Run r;
   r.model.vocab = positive(a.vocab, "vocab", 1 << 20);
@@ -152,13 +169,7 @@ Run parse(const TrainArgs& a, const std::string& kind) {
   r.model.heads = positive(a.heads, "heads", 1 << 12);
   r.model.layers = positive(a.layers, "layers", 1 << 12);
   if (kind == "utransformer") tr::make_u_shaped(r.model);
-  r.parallel.stages.clear();
-  std::stringstream in(a.stages);
-  std::string item;
-  int i = 0;
-  while (std::getline(in, item, '/'))
-    r.parallel.stages.push_back(tr::parse_stage_shape(item, "stages[" + std::to_string(i++) + "]"));
-  if (r.parallel.stages.empty()) throw ValidationError("stages", "give at least one stage");
+  r.parallel.stages = parse_stages(a.stages);
   r.parallel.chunks = positive(a.chunks, "chunks", 64);
   r.parallel.micro_batches = positive(a.micro_batches, "micro-batches", 1 << 16);
   r.parallel.schedule = tr::parse_schedule(a.schedule, "schedule");
@@ -192,20 +203,135 @@ Run parse(const TrainArgs& a, const std::string& kind) {
     r.batches = tr::random_batches(r.model, r.train.batch, seed);
     r.held_out = tr::random_batches(r.model, r.train.batch, seed + 0x5eed);
     r.data = "uniformly random tokens";
-  } else {
-    r.corpus = tr::Corpus::load(a.data.empty() ? tr::kDebianCorpus : a.data, 0.1,
-                                static_cast<std::size_t>(r.model.seq) + 2);
-    r.batches = tr::text_batches(r.corpus->train, r.model, r.train.batch, seed);
-    r.held_out = tr::text_batches(r.corpus->held_out, r.model, r.train.batch, seed + 0x5eed);
-    r.data = r.corpus->source + " (" + std::to_string(r.corpus->train.size()) + " training, " +
-             std::to_string(r.corpus->held_out.size()) + " held-out bytes)";
   }
   return r;
 }
 
+// GPT on text: reads the corpus into `r` (which the batch sources then point into).
+void read_corpus(Run& r, const TrainArgs& a) {
+  r.corpus = tr::Corpus::load(a.data.empty() ? tr::kDebianCorpus : a.data, 0.1,
+                              static_cast<std::size_t>(r.model.seq) + 2);
+  r.batches = tr::text_batches(r.corpus->train, r.model, r.train.batch, r.train.seed);
+  r.held_out = tr::text_batches(r.corpus->held_out, r.model, r.train.batch, r.train.seed + 0x5eed);
+  r.data = r.corpus->source + " (" + std::to_string(r.corpus->train.size()) + " training, " +
+           std::to_string(r.corpus->held_out.size()) + " held-out bytes)";
+}
+
+// A conservative estimate of the bytes one process needs to train: on every device it runs (all
+// of them on the local backend, one under mpi), f32 values, gradients and AdamW's m and v of its
+// stage's share of the parameters, the all-gathered weights of its blocks, and the activations
+// the backward pass keeps for every micro-batch of the step at once (as in GPipe) plus one
+// block's temporaries. Layers per stage rounded up, the full sequence in every block (a
+// U-Transformer's are shorter), and a quarter more for what is not modelled (the backward pass's
+// other temporaries, communication buffers, the allocator's overhead: measured, the sum above
+// came within 10% of the peak RSS). In double: the largest options overflow 64 bits.
+double train_memory(const Run& r, bool one_device) {
+  constexpr double kUnmodelled = 1.25;
+  const tr::ModelConfig& m = r.model;
+  const double d = m.d_model, f = m.ffn_width(), vocab = m.vocab, seq = m.seq;
+  const double micro = r.parallel.micro_batches;
+  const std::size_t stages = r.parallel.stages.size();
+  const double blocks = std::ceil(static_cast<double>(m.layers) / static_cast<double>(stages));
+  double total = 0, most = 0;
+  for (std::size_t s = 0; s < stages; ++s) {
+    const tr::StageShape& g = r.parallel.stages[s];
+    const double rows = g.rows, cols = g.cols;
+    // Linear weights split over R x C (the embedding and head tables over R), vectors whole.
+    const double weights = blocks * (4 * d * d + 2 * d * f) / (rows * cols);
+    double params = weights + blocks * (9 * d + f);
+    if (s == 0) params += (vocab + seq) * d / rows;
+    const bool last = s + 1 == stages;
+    if (last) params += d * vocab / rows + 2 * d;
+    const double samples = std::ceil(r.train.batch / micro / (g.dp * g.depth));
+    const double tokens = samples * seq;
+    const double block = tokens * (4 * d / rows + (4 * d + 2 * f) / cols + 4) +
+                         samples * std::ceil(m.heads / cols) * seq * seq;
+    const double activations =
+        micro * (blocks * block + tokens * d + (last ? 2 * tokens * vocab : 0)) + block;
+    const double device = 4 * (4 * params + weights + activations);
+    total += device * g.devices();
+    most = std::max(most, device);
+  }
+  return kUnmodelled * (one_device ? most : total);
+}
+
+// Refuses a run whose estimated memory exceeds limits().train_memory_bytes, before anything is
+// allocated.
+void check_train_memory(const Run& r, const std::string& backend) {
+  const double bytes = train_memory(r, backend != "local");
+  const auto bound = limits().train_memory_bytes;
+  check_limit(
+      "train memory",
+      bytes >= 0x1p62 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(bytes),
+      bound, "TRAIN_MEMORY_BYTES");
+}
+
+// Creates `dir` if need be and proves it writable (a file created and removed in it) before any
+// work: a run must not be lost at its end to an output it cannot write.
+void require_writable_dir(const std::string& dir, const std::string& field) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw IoError(field, "cannot create " + dir + ": " + ec.message());
+  std::string probe = dir + "/.meshcast-write-test-XXXXXX";
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) throw IoError(field, "cannot write in " + dir + ": " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+// What identifies the model in its checkpoints' manifests: its kind and the options that decide
+// its parameters' shapes (not the stages: a checkpoint reshards onto any).
+nlohmann::json model_identity(const std::string& kind, const tr::ModelConfig& m) {
+  return {{"model", kind},
+          {"config",
+           {{"vocab", m.vocab},
+            {"seq", m.seq},
+            {"d_model", m.d_model},
+            {"heads", m.heads},
+            {"layers", m.layers}}}};
+}
+
+// Refuses, before any work, a --checkpoint-dir whose checkpoints the run would harm: without
+// --resume it would save over them; with it, it must be the same model and configuration.
+// Returns the warning to print when the newest checkpoint is not the one DIR/latest names.
+std::string check_checkpoints(const TrainArgs& a, const nlohmann::json& identity) {
+  if (a.checkpoint_dir.empty()) return "";
+  const tr::SavedCheckpoint saved = tr::find_checkpoint(a.checkpoint_dir);
+  if (saved.step < 0) return "";
+  if (!a.resume)
+    throw ValidationError("checkpoint-dir",
+                          a.checkpoint_dir + " holds a checkpoint of step " +
+                              std::to_string(saved.step) +
+                              ": continue it with --resume, or give another directory");
+  // The manifest's checksum held, so the description is the JSON a run wrote.
+  const auto description = nlohmann::json::parse(saved.description);
+  const auto member = [](const nlohmann::json& j, const std::string& key) {
+    return j.is_object() && j.contains(key) ? j[key] : nlohmann::json();
+  };
+  const auto text = [](const nlohmann::json& j) {
+    return detail::quote(j.is_string() ? j.get<std::string>() : j.dump());
+  };
+  const auto expect = [&](const std::string& field, const std::string& key,
+                          const nlohmann::json& got, const nlohmann::json& want) {
+    if (got != want)
+      throw ValidationError(field, saved.path + " was saved with " + key + " " + text(got) +
+                                       ", this run has " + text(want));
+  };
+  expect("checkpoint.model", "model", member(description, "model"), identity["model"]);
+  const nlohmann::json config = member(description, "config");
+  for (const auto& [key, value] : identity["config"].items())
+    expect("checkpoint.config." + key, key, member(config, key), value);
+  return saved.fallback.empty()
+             ? ""
+             : saved.fallback + "; resuming from the newest checkpoint, " + saved.path;
+}
+
 std::string stages_text(const tr::ParallelConfig& p) {
   std::string out;
-  for (const auto& s : p.stages) out += (out.empty() ? "" : "/") + tr::to_string(s);
+  for (const auto& s : p.stages) {
+    if (!out.empty()) out += '/';
+    out += tr::to_string(s);
+  }
   return out;
 }
 
@@ -247,10 +373,9 @@ class Progress {
   double done_ = 0;
 };
 
-// The loss curve, the step breakdown and the summary, into `out`.
+// The loss curve, the step breakdown and the summary, into `out` (made writable before the run).
 nlohmann::json report(const std::string& kind, const Run& r, const TrainArgs& a,
                       const tr::TrainResult& res, const std::string& out) {
-  std::filesystem::create_directories(out);
   tr::Series train{"train", {}, {}, tr::chart_color(0)},
       held{"held-out", {}, {}, tr::chart_color(1)};
   std::vector<std::string> steps;
@@ -310,7 +435,7 @@ nlohmann::json report(const std::string& kind, const Run& r, const TrainArgs& a,
   if (r.corpus) j["unigram_entropy"] = r.corpus->unigram_entropy;
   j["loss_png"] = base + "-loss.png";
   j["steps_png"] = base + "-steps.png";
-  std::ofstream(base + "-run.json") << j.dump(1) << '\n';
+  write_file(base + "-run.json", j.dump(1) + '\n', "out");
   return j;
 }
 
@@ -318,6 +443,8 @@ nlohmann::json report(const std::string& kind, const Run& r, const TrainArgs& a,
 double measure_flops(const tr::ModelConfig& m, int batch) {
   tr::use_single_threaded_blas();
   const std::int64_t t = static_cast<std::int64_t>(batch) * m.seq, d = m.d_model, f = m.ffn_width();
+  check_limit("train memory", (t * d + d * f + t * f) * 4, limits().train_memory_bytes,
+              "TRAIN_MEMORY_BYTES");
   std::vector<float> x(static_cast<std::size_t>(t * d), 0.5f),
       w(static_cast<std::size_t>(d * f), 0.25f), y(static_cast<std::size_t>(t * f));
   double flops = 0, seconds = 0;
@@ -445,9 +572,18 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
   if (a.backend != "local" && a.backend != "mpi")
     throw ValidationError("backend", "expected local or mpi, got '" + a.backend + "'");
   check_backend(a.backend);
-  const Run r = parse(a, kind);
+  Run r = parse(a, kind);
   if (a.plan) return run_plan(a, r);
   const int devices = r.parallel.devices();
+  if (a.backend == "local" && devices > 256)
+    throw ValidationError("stages", "the local backend runs at most 256 device threads");
+  check_train_memory(r, a.backend);
+  // Before any work: the outputs, and what the checkpoint directory holds.
+  require_writable_dir(a.out, "out");
+  if (!a.checkpoint_dir.empty()) require_writable_dir(a.checkpoint_dir, "checkpoint-dir");
+  nlohmann::json description = model_identity(kind, r.model);
+  const std::string fallback = check_checkpoints(a, description);
+  if (!r.batches) read_corpus(r, a);
   const double tokens = static_cast<double>(r.train.batch) * r.model.seq;
   tr::RunOptions opts;
   opts.held_out = &r.held_out;
@@ -455,12 +591,14 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
   opts.checkpoint_dir = a.checkpoint_dir;
   opts.checkpoint_every = r.checkpoint_every;
   opts.resume = a.resume;
-  opts.description = nlohmann::json{{"model", kind}, {"stages", stages_text(r.parallel)}}.dump();
+  description["stages"] = stages_text(r.parallel);
+  opts.description = description.dump();
   tr::TrainResult result;
   bool root = true;
   auto body = [&](Communicator& comm) {
     tr::RunOptions mine = opts;
     std::optional<Progress> progress;
+    if (comm.rank() == 0 && !fallback.empty()) std::cerr << "meshcast train: " << fallback << '\n';
     if (comm.rank() == 0 && !a.json) {
       progress.emplace(r.train.steps, tokens);
       std::cout << kind << ": " << devices << " devices (" << stages_text(r.parallel) << "), "
@@ -479,8 +617,6 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
     if (comm.rank() == 0) result = std::move(res);
   };
   if (a.backend == "local") {
-    if (devices > 256)
-      throw ValidationError("stages", "the local backend runs at most 256 device threads");
     LocalWorld world(devices);
     world.run(body);
   }

@@ -10,14 +10,17 @@
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <system_error>
 #include <utility>
 
+#include "lib/json_text.h"
 #include "meshcast/collectives.h"
 #include "meshcast/error.h"
+#include "meshcast/limits.h"
 #include "meshcast/plan.h"
 #include "meshcast/region.h"
 
@@ -27,7 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr const char* kFormat = "meshcast-checkpoint-1";
+constexpr const char* kFormat = "meshcast-checkpoint-2";
 constexpr std::int64_t kF32 = 4;
 constexpr std::size_t kMessageBytes = 2048;  // an error as broadcast to the other devices
 
@@ -39,18 +42,24 @@ struct Failure {
   std::string field, cause;
 };
 
-// Runs `body`; what it throws becomes this device's failure. ValidationErrors stay so, anything
-// else is reported as IoError when `io` (saving) and as ValidationError otherwise (loading: the
-// contract names every unreadable part of a checkpoint a validation failure).
+[[noreturn]] void rethrow(const Failure& f) {
+  if (f.io) throw IoError(f.field, f.cause);
+  throw ValidationError(f.field, f.cause);
+}
+
+// Runs `body`; what it throws becomes this device's failure. Bad input (ValidationError,
+// ParseError) stays so; anything else is reported as IoError when `io` (saving) and as
+// ValidationError otherwise (loading: the contract names every unreadable part of a checkpoint a
+// validation failure).
 template <class F>
 std::optional<Failure> attempt(bool io, F&& body) {
   try {
     body();
     return std::nullopt;
-  } catch (const ValidationError& e) {
-    return Failure{false, e.field(), std::string(e.what()).substr(e.field().size() + 2)};
   } catch (const Error& e) {
-    return Failure{io, e.field(), std::string(e.what()).substr(e.field().size() + 2)};
+    const bool input = dynamic_cast<const ValidationError*>(&e) != nullptr ||
+                       dynamic_cast<const ParseError*>(&e) != nullptr;
+    return Failure{io && !input, e.field(), std::string(e.what()).substr(e.field().size() + 2)};
   } catch (const std::exception& e) {
     return Failure{io, "checkpoint", e.what()};
   }
@@ -73,9 +82,7 @@ void settle(Communicator& comm, const std::vector<int>& world, const std::option
   broadcast(comm, world, root, text.data(), static_cast<std::int64_t>(text.size()), DType::i8);
   const std::string s(text.data());
   const auto nl = s.find('\n');
-  const std::string field = s.substr(1, nl - 1), cause = s.substr(nl + 1);
-  if (s[0] == 'i') throw IoError(field, cause);
-  throw ValidationError(field, cause);
+  rethrow({s[0] == 'i', s.substr(1, nl - 1), s.substr(nl + 1)});
 }
 
 template <class F>
@@ -89,6 +96,10 @@ void phase(Communicator& comm, const std::vector<int>& world, bool io, F&& body)
   throw IoError("checkpoint",
                 path + ": " + std::error_code(errno, std::generic_category()).message());
 }
+
+// Flags to open a checkpoint's file for reading: a FIFO planted under its name must not block
+// the open (require_regular() then refuses it).
+constexpr int kRead = O_RDONLY | O_NONBLOCK;
 
 // An open file descriptor (POSIX, for fsync), closed when it dies.
 class File {
@@ -127,10 +138,11 @@ class File {
     }
     return done;
   }
-  std::int64_t size() const {
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) fail(path_);
-    return st.st_size;
+  std::int64_t size() const { return status().st_size; }
+  // A directory, FIFO or device in a checkpoint is damage, not data.
+  void require_regular() const {
+    if (!S_ISREG(status().st_mode))
+      throw ValidationError("checkpoint", path_ + ": not a regular file");
   }
   void sync() {
     if (::fsync(fd_) != 0) fail(path_);
@@ -141,6 +153,12 @@ class File {
   }
 
  private:
+  struct stat status() const {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) fail(path_);
+    return st;
+  }
+
   std::string path_;
   int fd_ = -1;
 };
@@ -156,29 +174,22 @@ void write_text(const fs::path& path, const std::string& text) {
   f.close();
 }
 
+// The text of a small regular file (a manifest, DIR/latest), no larger than an input file may be.
 std::string read_text(const fs::path& path) {
-  File f(path.string(), O_RDONLY);
-  std::string text(static_cast<std::size_t>(f.size()), '\0');
+  File f(path.string(), kRead);
+  f.require_regular();
+  const std::int64_t size = f.size(), bound = limits().input_file_bytes;
+  if (size > bound)
+    throw ValidationError("checkpoint", path.string() + ": " + std::to_string(size) +
+                                            " bytes exceed the limit of " + std::to_string(bound) +
+                                            " (raise it with MESHCAST_MAX_INPUT_FILE_BYTES)");
+  std::string text(static_cast<std::size_t>(size), '\0');
   text.resize(f.read(text.data(), text.size(), 0));
   return text;
 }
 
 void rename_path(const fs::path& from, const fs::path& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) fail(to.string());
-}
-
-// Moves directory `from` to `to`, atomically replacing an existing `to`: a re-saved step must
-// not leave DIR/latest naming a missing directory at any moment.
-void replace_dir(const fs::path& from, const fs::path& to) {
-  if (!fs::exists(to)) return rename_path(from, to);
-  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0) {
-    fs::remove_all(from);
-    return;
-  }
-  if (errno != EINVAL && errno != ENOSYS) fail(to.string());
-  // The file system cannot exchange (NFS): a crash between these two leaves no step `to`.
-  fs::remove_all(to);
-  rename_path(from, to);
 }
 
 // FNV-1a 64, fed in pieces.
@@ -195,24 +206,88 @@ struct Fnv {
   }
 };
 
+// The manifest's own checksum: FNV-1a 64 of its canonical text (compact, keys sorted) without
+// the "checksum" key, so that any edit of a key, a value or the structure shows, however the
+// file is laid out.
+std::string manifest_checksum(json manifest) {
+  manifest.erase("checksum");
+  const std::string text = manifest.dump();
+  Fnv fnv;
+  fnv.add(text.data(), text.size());
+  return fnv.hex();
+}
+
 std::string step_name(std::int64_t step) {
   char s[32];
   std::snprintf(s, sizeof s, "step-%08lld", static_cast<long long>(step));
   return s;
 }
 
-// The step of a directory named step-<digits> (nothing after), if it is one.
+// The step of a directory named as step_name() names it (step-5 or step--1 are not), if it is
+// one: two names for one step would make "the newest" ambiguous.
 std::optional<std::int64_t> step_of(const std::string& name) {
   constexpr std::string_view prefix = "step-";
-  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return {};
+  if (!name.starts_with(prefix)) return {};
   std::int64_t step = 0;
   const char* end = name.data() + name.size();
   const auto [p, ec] = std::from_chars(name.data() + prefix.size(), end, step);
-  if (ec != std::errc{} || p != end) return {};
+  if (ec != std::errc{} || p != end || step < 0 || step_name(step) != name) return {};
   return step;
 }
 
+// The steps of DIR's checkpoint directories, ascending; none when DIR does not exist.
+std::vector<std::int64_t> saved_steps(const fs::path& dir) {
+  std::vector<std::int64_t> steps;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec == std::errc::no_such_file_or_directory) return steps;
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec))
+    if (const auto s = step_of(it->path().filename().string()); s && it->is_directory(ec))
+      steps.push_back(*s);
+  if (ec) throw IoError("checkpoint", dir.string() + ": " + ec.message());
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
 std::string device_file(int device) { return "device-" + std::to_string(device) + ".bin"; }
+
+// The checkpoint a resume continues from: always the newest, so that the resumed run saves no
+// step that exists already. DIR/latest names it after every complete save; when it does not
+// (missing: the first save was killed before writing it; older: a save was killed between its
+// two renames; or edited), `fallback` says so.
+struct Newest {
+  std::int64_t step = -1;  // -1: DIR holds no checkpoint
+  fs::path path;
+  std::string fallback;
+};
+
+Newest find_newest(const fs::path& root) {
+  const auto steps = saved_steps(root);
+  const fs::path latest = root / "latest";
+  std::error_code ec;
+  const bool pointer = fs::symlink_status(latest, ec).type() != fs::file_type::not_found;
+  if (steps.empty()) {
+    // Its checkpoints were removed: starting afresh would silently lose the run.
+    if (pointer)
+      throw ValidationError("checkpoint", latest.string() + " exists but " + root.string() +
+                                              " holds no checkpoint directory");
+    return {};
+  }
+  Newest n{steps.back(), root / step_name(steps.back()), ""};
+  if (!pointer) {
+    n.fallback = latest.string() + " is missing";
+    return n;
+  }
+  try {
+    std::string named = read_text(latest);
+    if (named.ends_with('\n')) named.pop_back();
+    if (named != step_name(n.step))
+      n.fallback = latest.string() + " names " + detail::quote(named) + ", not the newest";
+  } catch (const Error& e) {
+    n.fallback = e.what();
+  }
+  return n;
+}
 
 // ---- Saving ------------------------------------------------------------------------------------
 
@@ -264,7 +339,8 @@ std::vector<std::string> gather_entries(Communicator& comm, const std::vector<in
   return out;
 }
 
-// The manifest from the devices' entries: parameters in order of first appearance.
+// The manifest from the devices' entries: parameters in order of first appearance; sealed with
+// its checksum.
 json make_manifest(std::int64_t step, const json& description,
                    const std::vector<std::string>& entries) {
   json params = json::array(), files = json::array();
@@ -290,19 +366,19 @@ json make_manifest(std::int64_t step, const json& description,
                      {"fnv1a64", e["fnv1a64"]},
                      {"offsets", offsets}});
   }
-  return {{"format", kFormat},
-          {"step", step},
-          {"description", description},
-          {"parameters", params},
-          {"files", files}};
+  json manifest{{"format", kFormat},
+                {"step", step},
+                {"description", description},
+                {"parameters", params},
+                {"files", files}};
+  manifest["checksum"] = manifest_checksum(manifest);
+  return manifest;
 }
 
-// Deletes every complete checkpoint but `kept` and the newest other one.
+// Deletes every checkpoint but `kept` and the newest other one.
 void prune(const fs::path& dir, std::int64_t kept) {
-  std::vector<std::int64_t> steps;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (const auto s = step_of(e.path().filename().string()); s && *s != kept) steps.push_back(*s);
-  std::sort(steps.begin(), steps.end());
+  auto steps = saved_steps(dir);
+  std::erase(steps, kept);
   if (!steps.empty()) steps.pop_back();
   for (auto s : steps) fs::remove_all(dir / step_name(s));
 }
@@ -316,66 +392,122 @@ struct SavedFile {
   std::map<std::string, std::int64_t> offsets;
 };
 
-struct SavedParam {
-  Shape shape;
-  std::string layout;
-};
-
 struct Manifest {
   std::string path;  // of manifest.json
   std::int64_t step = 0;
+  std::string description;         // JSON text
   std::vector<std::string> order;  // parameter names as listed
-  std::map<std::string, SavedParam> params;
+  std::map<std::string, Layout> params;
   std::map<int, SavedFile> files;  // by device
 };
 
+// Reads and checks a manifest: its checksum first (so that nothing an edit changed is used),
+// then the type and range of every value.
 Manifest read_manifest(const fs::path& checkpoint, std::int64_t step) {
   Manifest m;
   m.path = (checkpoint / "manifest.json").string();
+  const auto bad = [&](const std::string& why) {
+    return ValidationError("checkpoint", m.path + ": " + why);
+  };
+  json j;
   try {
-    const json j = json::parse(read_text(m.path));
-    if (j.at("format") != kFormat || j.at("step") != step)
-      throw ValidationError("checkpoint", m.path + ": not the manifest of a " + kFormat + " " +
-                                              checkpoint.filename().string());
+    j = detail::parse_json(read_text(m.path), "manifest");
+  } catch (const ParseError& e) {
+    throw bad(e.what());
+  }
+  const auto integer = [&](const json& v, const std::string& what, std::int64_t hi) {
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > hi)
+      throw bad(what + " " + v.dump().substr(0, 64) + " is not an integer in 0.." +
+                std::to_string(hi));
+    return v.get<std::int64_t>();
+  };
+  const auto layout_of = [&](const json& p, const std::string& name) {
+    try {
+      return Layout::parse(p.at("shape").get<Shape>(), DType::f32,
+                           p.at("layout").get<std::string>(), "layout");
+    } catch (const Error& e) {
+      throw bad("parameter " + name + ": " + e.what());
+    }
+  };
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  try {
+    if (!j.is_object() || j.value("format", "") != kFormat)
+      throw bad(std::string("not a ") + kFormat + " manifest");
+    if (j.value("checksum", "") != manifest_checksum(j))
+      throw bad("checksum mismatch: the manifest changed after it was written");
+    if (integer(j.at("step"), "step", kMax) != step)
+      throw bad("its step is not " + std::to_string(step) + ", the step of its directory");
     m.step = step;
+    m.description = j.at("description").dump();
     for (const auto& p : j.at("parameters")) {
       const std::string name = p.at("name");
+      if (!m.params.emplace(name, layout_of(p, name)).second)
+        throw bad("parameter " + name + " is listed twice");
       m.order.push_back(name);
-      m.params[name] = {p.at("shape").get<Shape>(), p.at("layout")};
     }
     for (const auto& f : j.at("files")) {
-      SavedFile& s = m.files[f.at("device").get<int>()];
-      s.path = (checkpoint / f.at("name").get<std::string>()).string();
-      s.bytes = f.at("bytes");
+      const int device =
+          static_cast<int>(integer(f.at("device"), "device", std::numeric_limits<int>::max()));
+      const std::string name = device_file(device);
+      // Only the name the device's file has: a manifest must not point outside its directory.
+      if (f.at("name") != name)
+        throw bad("the file of device " + std::to_string(device) + " is not named " + name);
+      SavedFile& s = m.files[device];
+      if (!s.path.empty()) throw bad(name + " is listed twice");
+      s.path = (checkpoint / name).string();
+      s.bytes = integer(f.at("bytes"), name + " bytes", kMax);
       s.fnv = f.at("fnv1a64");
-      s.offsets = f.at("offsets").get<std::map<std::string, std::int64_t>>();
+      for (const auto& [param, offset] : f.at("offsets").items()) {
+        if (!m.params.count(param))
+          throw bad(name + ": parameter " + param + " is not in the manifest");
+        s.offsets[param] = integer(offset, name + " offset of " + param, kMax);
+      }
     }
   } catch (const json::exception& e) {
-    throw ValidationError("checkpoint", m.path + ": " + e.what());
+    throw bad(e.what());
   }
   return m;
 }
 
-Layout saved_layout(const Manifest& m, const std::string& name) {
-  const SavedParam& p = m.params.at(name);
-  return Layout::parse(p.shape, DType::f32, p.layout, "checkpoint");
-}
-
 // The device whose file has the tile that `device` holds in `old`: the tile's first holder.
 int file_device(const Layout& old, int device) {
-  const auto index = *old.mesh().index_of(device);
+  const auto index = old.mesh().index_of(device);
+  if (!index)
+    throw ValidationError("checkpoint",
+                          "device " + std::to_string(device) + " is not in " + old.mesh().str());
   std::vector<std::int64_t> shard;
-  for (std::size_t i = 0; i < old.rank(); ++i) shard.push_back(old.shard_index(i, index));
+  for (std::size_t i = 0; i < old.rank(); ++i) shard.push_back(old.shard_index(i, *index));
   return old.mesh().device(old.holders(shard).front());
 }
 
-// Checks a file's size, checksum and that every tile it lists lies inside it.
+// Checks that a file is regular, of its size, that its tiles (each the device's own, as first
+// holder) fill it exactly one after the other, and its checksum.
 void verify_file(const Manifest& m, int device, const SavedFile& f) {
-  File file(f.path, O_RDONLY);
+  File file(f.path, kRead);
+  file.require_regular();
   const std::int64_t size = file.size();
   if (size != f.bytes)
     throw ValidationError("checkpoint", f.path + ": size " + std::to_string(size) +
                                             ", the manifest says " + std::to_string(f.bytes));
+  std::vector<std::pair<std::int64_t, std::int64_t>> spans;  // offset, bytes
+  for (const auto& [name, offset] : f.offsets) {
+    const Layout& old = m.params.at(name);
+    if (file_device(old, device) != device)
+      throw ValidationError("checkpoint", f.path + ": has a tile of " + name + " that device " +
+                                              std::to_string(device) + " does not write");
+    spans.emplace_back(offset, 3 * old.tile_of(device).volume() * kF32);
+  }
+  std::sort(spans.begin(), spans.end());
+  std::int64_t end = 0;
+  for (const auto& [offset, bytes] : spans) {
+    if (offset != end)
+      throw ValidationError("checkpoint", f.path + ": its tiles leave a gap or overlap at byte " +
+                                              std::to_string(std::min(offset, end)));
+    end += bytes;
+  }
+  if (end != size)
+    throw ValidationError("checkpoint", f.path + ": its tiles take " + std::to_string(end) +
+                                            " of its " + std::to_string(size) + " bytes");
   Fnv fnv;
   std::vector<char> buf(std::size_t{1} << 20);
   for (std::int64_t at = 0; at < size;) {
@@ -385,20 +517,23 @@ void verify_file(const Manifest& m, int device, const SavedFile& f) {
     at += static_cast<std::int64_t>(n);
   }
   if (fnv.hex() != f.fnv) throw ValidationError("checkpoint", f.path + ": checksum mismatch");
-  for (const auto& [name, offset] : f.offsets) {
-    if (!m.params.count(name))
-      throw ValidationError("checkpoint", f.path + ": parameter " + name + " not in the manifest");
-    const std::int64_t tile = saved_layout(m, name).tile_of(device).volume() * kF32;
-    if (offset < 0 || offset + 3 * tile > size)
-      throw ValidationError("checkpoint", f.path + ": parameter " + name + " runs past its end");
-  }
+}
+
+// Device k of the n in `world` verifies every n-th file of `m`.
+void verify_files(Communicator& comm, const std::vector<int>& world, const Manifest& m) {
+  const auto n = world.size();
+  const auto me =
+      static_cast<std::size_t>(std::find(world.begin(), world.end(), comm.rank()) - world.begin());
+  std::size_t i = 0;
+  for (const auto& [device, f] : m.files)
+    if (i++ % n == me) verify_file(m, device, f);
 }
 
 // The new value, m and v of `p` (its shard) read from the files, by the part of the plan from
 // the saved layout to p.layout that this device receives.
 std::array<std::vector<float>, 3> read_param(const Manifest& m, const Param& p, int me,
                                              std::map<int, File>& files) {
-  const Layout old = saved_layout(m, p.name);
+  const Layout& old = m.params.at(p.name);
   const Plan pl = plan(old, p.layout, Topology::single_host(), {Strategy::SendRecv, Balance::None});
   const auto n = static_cast<std::size_t>(p.shard.volume());
   std::array<std::vector<float>, 3> out{std::vector<float>(n), std::vector<float>(n),
@@ -417,7 +552,7 @@ std::array<std::vector<float>, 3> read_param(const Manifest& m, const Param& p, 
       throw ValidationError("checkpoint",
                             m.path + ": no tile of " + p.name + " in " + device_file(source));
     const std::int64_t offset = saved->second.offsets.at(p.name);
-    File& file = files.try_emplace(source, saved->second.path, O_RDONLY).first->second;
+    File& file = files.try_emplace(source, saved->second.path, kRead).first->second;
     // Read the rows of the tile that the box spans (contiguous in the file), not the whole tile.
     const Box tile = old.tile_of(source);
     auto ranges = tile.ranges();
@@ -454,29 +589,41 @@ void save_checkpoint(Communicator& comm, const std::vector<int>& world, Paramete
   // No save is in flight (saving is collective), so every temporary is a killed save's remains.
   phase(comm, world, true, [&] {
     if (!leader) return;
-    try {
-      desc = description.empty() ? json() : json::parse(description);
-    } catch (const json::exception& e) {
-      throw ValidationError("checkpoint.description", e.what());
-    }
+    desc = description.empty() ? json() : detail::parse_json(description, "checkpoint.description");
     fs::create_directories(root);
     for (const auto& e : fs::directory_iterator(root)) {
       const std::string name = e.path().filename().string();
       if (name == "latest.tmp" || (name.ends_with(".tmp") && name.starts_with("step-")))
         fs::remove_all(e.path());
     }
+    if (fs::exists(fs::symlink_status(dest)))
+      throw ValidationError("checkpoint.step",
+                            dest.string() + " exists: a checkpoint is never overwritten");
     fs::create_directory(tmp);
   });
 
   std::string entry;
   phase(comm, world, true, [&] { entry = write_device_file(params, comm.rank(), tmp); });
   const auto entries = gather_entries(comm, world, entry);
-
   phase(comm, world, true, [&] {
     if (!leader) return;
     write_text(tmp / "manifest.json", make_manifest(step, desc, entries).dump(2) + "\n");
     sync_dir(tmp);
-    replace_dir(tmp, dest);
+  });
+
+  // Read everything back before the checkpoint becomes the newest and older ones are pruned: one
+  // that does not verify must replace nothing.
+  phase(comm, world, true, [&] {
+    try {
+      verify_files(comm, world, read_manifest(tmp, step));
+    } catch (const ValidationError& e) {
+      throw IoError("checkpoint", "does not read back as written: " + std::string(e.what()));
+    }
+  });
+
+  phase(comm, world, true, [&] {
+    if (!leader) return;
+    rename_path(tmp, dest);
     sync_dir(root);
     write_text(root / "latest.tmp", step_name(step) + "\n");
     rename_path(root / "latest.tmp", root / "latest");
@@ -485,34 +632,35 @@ void save_checkpoint(Communicator& comm, const std::vector<int>& world, Paramete
   });
 }
 
+SavedCheckpoint find_checkpoint(const std::string& dir) {
+  SavedCheckpoint found;
+  // Refused as load_checkpoint refuses: every failure is a ValidationError.
+  if (const auto failure = attempt(false, [&] {
+        const Newest n = find_newest(dir);
+        if (n.step < 0) return;
+        found = {n.step, n.path.string(), read_manifest(n.path, n.step).description, n.fallback};
+      }))
+    rethrow(*failure);
+  return found;
+}
+
 std::int64_t load_checkpoint(Communicator& comm, const std::vector<int>& world, Parameters& params,
                              const std::string& dir) {
-  const fs::path root(dir);
-  std::error_code ec;
-  std::int32_t present = fs::exists(root / "latest", ec) ? 1 : 0;
-  all_reduce(comm, world, &present, &present, 1, DType::i32, ReduceOp::Max);
-  if (present == 0) return -1;
-
   Manifest m;
+  std::int64_t step = -1;
   phase(comm, world, false, [&] {
-    const fs::path latest = root / "latest";
-    std::string name = read_text(latest);
-    if (name.ends_with('\n')) name.pop_back();
-    const auto step = step_of(name);
-    if (!step)
-      throw ValidationError("checkpoint", latest.string() + ": names no checkpoint: " + name);
-    m = read_manifest(root / name, *step);
+    const Newest n = find_newest(dir);
+    step = n.step;
+    if (step >= 0) m = read_manifest(n.path, step);
   });
+  // Every device must have found the same one (a directory not shared by all would differ).
+  std::array<std::int64_t, 2> seen{step, -step};
+  all_reduce(comm, world, seen.data(), seen.data(), 2, DType::i64, ReduceOp::Max);
+  if (seen[0] != -seen[1])
+    throw ValidationError("checkpoint", dir + ": the devices see different newest checkpoints");
+  if (step < 0) return -1;
 
-  // Device k of n verifies every n-th file.
-  const auto n = world.size();
-  const auto me =
-      static_cast<std::size_t>(std::find(world.begin(), world.end(), comm.rank()) - world.begin());
-  phase(comm, world, false, [&] {
-    std::size_t i = 0;
-    for (const auto& [device, f] : m.files)
-      if (i++ % n == me) verify_file(m, device, f);
-  });
+  phase(comm, world, false, [&] { verify_files(comm, world, m); });
 
   // The checkpoint and the model must hold the same parameters.
   std::vector<std::int32_t> used(m.order.size(), 0);
@@ -530,7 +678,7 @@ std::int64_t load_checkpoint(Communicator& comm, const std::vector<int>& world, 
                               m.path + ": parameter " + m.order[i] + " is not in the model");
     for (const Param& p : params.all()) {
       const auto it = m.params.find(p.name);
-      if (it == m.params.end() || it->second.shape != p.shape)
+      if (it == m.params.end() || it->second.shape() != p.shape)
         throw ValidationError(
             "checkpoint", m.path + ": no parameter " + p.name + " of shape " + shape_str(p.shape));
     }
@@ -546,7 +694,7 @@ std::int64_t load_checkpoint(Communicator& comm, const std::vector<int>& world, 
     p.m = std::move(m1);
     p.v = std::move(v);
   }
-  return m.step;
+  return step;
 }
 
 }  // namespace meshcast::training

@@ -5,18 +5,31 @@
 // device's parameter order, the tile's values, then m, then v, f32 row-major, native byte order)
 // and manifest.json (format, step, the caller's description of the run, every parameter's name,
 // shape and layout text "MESH:SPEC", every file's size, FNV-1a 64 checksum and per-parameter byte
-// offsets). DIR/latest names the newest complete one. Saving writes everything into
-// DIR/step-N.tmp, flushes it to disk, renames it to DIR/step-N (re-saving a step exchanges the
-// two directories atomically where the file system can) and only then replaces DIR/latest
-// (itself through a temporary file and a rename): a process killed at any point leaves the
-// previous checkpoint and DIR/latest intact. The first device of `world` writes the manifest and
-// does the renames. Two checkpoints are kept: the one just saved and the highest-numbered other.
+// offsets, and "checksum": the FNV-1a 64 of the manifest's own canonical JSON text, compact with
+// sorted keys, without that key). DIR/latest names the newest one.
+//
+// Saving writes everything into DIR/step-N.tmp, flushes it to disk, reads it all back (the
+// manifest's checksum and every file's size, tiles and checksum), renames it to DIR/step-N and
+// only then replaces DIR/latest (itself through a temporary file and a rename) and prunes: a
+// process killed at any point leaves the previous checkpoints intact, and a checkpoint that does
+// not read back replaces nothing. A checkpoint is never overwritten: saving a step whose
+// directory exists is refused. The first device of `world` writes the manifest and does the
+// renames. Two checkpoints are kept: the one just saved and the highest-numbered other.
+//
+// Loading takes the newest checkpoint, the highest-numbered DIR/step-N, so that the steps the run
+// saves next exist nowhere yet. DIR/latest names it after every complete save; when it does not
+// (missing: the first save was killed between its renames; naming an older one: a later save was;
+// or edited by hand), the newest is loaded all the same and find_checkpoint() says why. To resume
+// from an older checkpoint, move the newer ones away. Nothing of the manifest is used before its
+// checksum and the type and range of every value are checked; then device k of n checks the size,
+// tiles and checksum of every n-th file.
 //
 // Loading reshards: every parameter is planned from its saved layout to this run's layout with
 // meshcast (send/recv, each box from its first holder: the device whose file has it), and each
 // device executes its part of that plan as reads from the files (only the rows of a saved tile
 // that a box spans), so a checkpoint resumes on any mesh and parallel configuration of the same
-// model. Device k of n checks the sizes and checksums of every n-th file first.
+// model. Which model it is (beyond its parameters' names and shapes) is the caller's to check
+// against the description: see find_checkpoint().
 #pragma once
 
 #include <cstdint>
@@ -30,18 +43,33 @@ namespace meshcast::training {
 
 // Saves `params` (this device's) as step `step`. Collective over `world` (every device of the
 // run, each with its own Parameters, this device included). `description` (JSON text; empty:
-// null) goes into the manifest; invalid JSON throws ValidationError("checkpoint.description").
-// Throws IoError("checkpoint", ...) when the directory cannot be written (every device throws).
+// null) goes into the manifest; invalid JSON throws ValidationError("checkpoint.description"),
+// an existing DIR/step-N ValidationError("checkpoint.step"). Throws IoError("checkpoint", ...)
+// when the directory cannot be written or what was written does not read back (every device
+// throws).
 void save_checkpoint(Communicator& comm, const std::vector<int>& world, Parameters& params,
                      std::int64_t step, const std::string& dir, const std::string& description);
 
-// Loads DIR/latest into `params` (values, m, v; gradients untouched) and returns its step, or
-// -1 when DIR has no checkpoint (no DIR/latest). Collective over `world`. Throws
-// ValidationError("checkpoint", ...) naming the file for a corrupt or partial checkpoint
-// (missing file, size or checksum mismatch, unreadable manifest) or one of another model (a
-// parameter missing on either side or of another shape); every device throws, and neither the
-// disk nor `params` is modified.
+// Loads DIR's newest checkpoint into `params` (values, m, v; gradients untouched) and returns
+// its step, or -1 when DIR has none (no step directory and no DIR/latest). Collective over
+// `world`. Throws ValidationError("checkpoint", ...) naming the file for a corrupt or partial
+// checkpoint (missing file, size, tile or checksum mismatch, an edited or unreadable manifest, a
+// DIR/latest whose checkpoints are gone) or one of another model (a parameter missing on either
+// side or of another shape); every device throws, and neither the disk nor `params` is modified.
 std::int64_t load_checkpoint(Communicator& comm, const std::vector<int>& world, Parameters& params,
                              const std::string& dir);
+
+// The checkpoint load_checkpoint() would load, its manifest checked (not its data files).
+struct SavedCheckpoint {
+  std::int64_t step = -1;   // -1: DIR holds no checkpoint
+  std::string path;         // DIR/step-NNNNNNNN
+  std::string description;  // as given to save_checkpoint() (JSON text)
+  std::string fallback;     // why DIR/latest does not name it, in words; "" when it does
+};
+
+// Reads DIR without loading anything (one process, no communicator), so that a trainer can
+// compare the description with its own run before it allocates or trains. Throws as
+// load_checkpoint() does for the manifest.
+SavedCheckpoint find_checkpoint(const std::string& dir);
 
 }  // namespace meshcast::training

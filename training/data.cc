@@ -1,13 +1,17 @@
 #include "meshcast/training/data.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
+#include "lib/text.h"
 #include "meshcast/error.h"
+#include "meshcast/limits.h"
 #include "meshcast/training/ops.h"
 
 namespace meshcast::training {
@@ -15,10 +19,25 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void append_file(const fs::path& p, std::vector<std::uint8_t>& out) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw IoError("data", p.string() + ": cannot be read");
-  out.insert(out.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+// The files of a corpus: `path` itself when it is a regular file, else the regular files directly
+// in the directory `path`, sorted by name, symbolic links skipped (so that aliases count once).
+// Anything else (a FIFO, a device such as /dev/zero) is refused: it could block or never end.
+std::vector<fs::path> corpus_files(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw IoError("data", "cannot read " + detail::quote(path) + ": " + std::strerror(errno));
+  if (S_ISREG(st.st_mode)) return {path};
+  if (!S_ISDIR(st.st_mode))
+    throw ValidationError("data",
+                          detail::quote(path) + " is neither a regular file nor a directory");
+  std::vector<fs::path> files;
+  std::error_code ec;
+  fs::directory_iterator it(path, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec))
+    if (!it->is_symlink(ec) && it->is_regular_file(ec)) files.push_back(it->path());
+  if (ec) throw IoError("data", "cannot list " + detail::quote(path) + ": " + ec.message());
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 std::uint64_t mix(std::uint64_t seed, int step) {
@@ -30,21 +49,22 @@ std::uint64_t mix(std::uint64_t seed, int step) {
 Corpus Corpus::load(const std::string& path, double held_out_fraction, std::size_t min_bytes) {
   Corpus c;
   c.source = path;
-  std::vector<std::uint8_t> all;
-  std::error_code ec;
   if (!(held_out_fraction >= 0.01 && held_out_fraction <= 0.5))
     throw ValidationError("data", "the held-out fraction must be in [0.01, 0.5]");
-  if (fs::is_directory(path, ec)) {
-    std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(path, ec))
-      if (!e.is_symlink() && e.is_regular_file()) files.push_back(e.path());
-    std::sort(files.begin(), files.end());
-    for (const auto& f : files) append_file(f, all);
-  } else if (fs::is_regular_file(path, ec)) {
-    append_file(path, all);
-  } else {
-    throw IoError("data", path + ": no such file or directory");
+  const auto files = corpus_files(path);
+  // The whole corpus is held in memory: bound it before reading any of it.
+  std::int64_t total = 0;
+  for (const auto& f : files) {
+    std::error_code ec;
+    const auto size = fs::file_size(f, ec);
+    if (ec) throw IoError("data", "cannot read " + detail::quote(f.string()) + ": " + ec.message());
+    total += static_cast<std::int64_t>(size);
   }
+  const std::int64_t bound = limits().data_file_bytes;
+  check_limit("data size", total, bound, "DATA_FILE_BYTES");
+  std::string all;
+  for (const auto& f : files)
+    all += read_input_file(f.string(), "data", bound - static_cast<std::int64_t>(all.size()));
   // Every k-th block of 1 KiB is held out, so that both parts sample every text (a tail would
   // be one license, unlike the rest).
   const std::size_t block = 1024;

@@ -17,3 +17,13 @@ b = [float(x) for x in sys.argv[2].split()]
 sys.exit(0 if a and len(a) == len(b) and all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip(a, b)) else 1)
 PY
 }
+# expect_exit RC NEEDLE CMD...: CMD exits with status RC and one line on stderr containing NEEDLE.
+expect_exit() {
+  local want=$1 needle=$2
+  shift 2
+  local err rc
+  err=$("$@" 2>&1 >/dev/null)
+  rc=$?
+  if [[ $rc -eq $want && $(printf '%s\n' "$err" | wc -l) -eq 1 && $err == *"$needle"* ]]; then ok; else
+    bad "$* -> rc=$rc: $err (wanted rc $want and '$needle')"; fi
+}

@@ -1,9 +1,11 @@
 // Checkpoints: saved under one parallel configuration and loaded under another, every element of
-// the values and AdamW moments comes back exactly; saving is atomic and keeps the two newest;
-// loading refuses a corrupt, partial or foreign checkpoint on every device and changes nothing.
+// the values and AdamW moments comes back exactly; saving is atomic, keeps the two newest and
+// never overwrites one; loading takes the newest (saying why when DIR/latest does not name it) and
+// refuses a corrupt, partial, edited or foreign checkpoint on every device and changes nothing.
 #include "training/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -207,6 +209,36 @@ void write_file(const fs::path& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
+nlohmann::json read_json(const fs::path& path) { return nlohmann::json::parse(read_file(path)); }
+
+// The manifest's checksum as the format defines it: FNV-1a 64 of the compact JSON text (keys
+// sorted) without the "checksum" key. Recomputed after an edit, it forges a manifest that only
+// the checks of its values can refuse.
+std::string checksum_of(nlohmann::json manifest) {
+  manifest.erase("checksum");
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const unsigned char c : manifest.dump()) h = (h ^ c) * 0x100000001b3ULL;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+// Edits the manifest of checkpoint `c` with `edit`; `reseal` recomputes its checksum.
+void edit_manifest(const fs::path& c, const std::function<void(nlohmann::json&)>& edit,
+                   bool reseal) {
+  auto j = read_json(c / "manifest.json");
+  edit(j);
+  if (reseal) j["checksum"] = checksum_of(j);
+  write_file(c / "manifest.json", j.dump(2) + "\n");
+}
+
+// The first parameter of the first file in the manifest `j` with a non-zero offset.
+nlohmann::json& some_offset(nlohmann::json& j) {
+  for (auto& [name, offset] : j["files"][0]["offsets"].items())
+    if (offset != 0) return offset;
+  throw std::logic_error("no offset to edit");
+}
+
 class Checkpoint : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -309,10 +341,16 @@ TEST_F(Checkpoint, SavesAtomicallyAndKeepsTheTwoNewest) {
   EXPECT_EQ(entries(where), (std::vector<std::string>{"latest", "step-00000002", "step-00000003"}));
   expect_loads(config, where, 3, 3);
 
-  // Saving a step again replaces it and keeps the one before.
-  save(config, where, 3, 4);
-  EXPECT_EQ(entries(where), (std::vector<std::string>{"latest", "step-00000002", "step-00000003"}));
-  expect_loads(config, where, 3, 4);
+  // Saving a step again is refused on every device and changes nothing.
+  const auto before = snapshot(where);
+  expect_all_threw(run(config,
+                       [&](Communicator& comm, const std::vector<int>& world) {
+                         Device dev(comm.rank(), config, model());
+                         mt::save_checkpoint(comm, world, dev.params, 3, where, "");
+                       }),
+                   "V ", "checkpoint.step: " + where + "/step-00000003 exists");
+  EXPECT_EQ(snapshot(where), before);
+  expect_loads(config, where, 3, 3);
 }
 
 TEST_F(Checkpoint, RefusesACorruptCheckpointOnEveryDevice) {
@@ -337,7 +375,53 @@ TEST_F(Checkpoint, RefusesACorruptCheckpointOnEveryDevice) {
        "manifest.json"},
       {"garbled manifest", [](const fs::path& c) { write_file(c / "manifest.json", "{\"for"); },
        "manifest.json"},
-      {"missing checkpoint", [](const fs::path& c) { fs::remove_all(c); }, "manifest.json"},
+      {"missing checkpoint", [](const fs::path& c) { fs::remove_all(c); },
+       "holds no checkpoint directory"},
+      {"a directory for a file",
+       [](const fs::path& c) {
+         fs::remove(c / "device-0.bin");
+         fs::create_directory(c / "device-0.bin");
+       },
+       "device-0.bin: not a regular file"},
+      // A FIFO would block a reader that opened it plainly.
+      {"a FIFO for the manifest",
+       [](const fs::path& c) {
+         fs::remove(c / "manifest.json");
+         ASSERT_EQ(mkfifo((c / "manifest.json").c_str(), 0644), 0);
+       },
+       "manifest.json: not a regular file"},
+      {"duplicate key in the manifest",
+       [](const fs::path& c) {
+         std::string s = read_file(c / "manifest.json");
+         s.insert(s.find('{') + 1, "\"step\": 5,");
+         write_file(c / "manifest.json", s);
+       },
+       "key 'step' appears twice"},
+      // One character of the manifest: the data would be read from 4 bytes further on.
+      {"shifted offset",
+       [](const fs::path& c) {
+         edit_manifest(
+             c, [](nlohmann::json& j) { some_offset(j) = some_offset(j).get<int>() + 4; }, false);
+       },
+       "manifest.json: checksum mismatch"},
+      {"swapped offsets",
+       [](const fs::path& c) {
+         edit_manifest(
+             c,
+             [](nlohmann::json& j) {
+               auto& offsets = j["files"][1]["offsets"];
+               auto first = offsets.begin(), second = std::next(first);
+               std::swap(*first, *second);
+             },
+             false);
+       },
+       "manifest.json: checksum mismatch"},
+      {"edited description",
+       [](const fs::path& c) {
+         edit_manifest(
+             c, [](nlohmann::json& j) { j["description"]["run"] = "another"; }, false);
+       },
+       "manifest.json: checksum mismatch"},
   };
   int i = 0;
   for (const Case& c : cases) {
@@ -362,6 +446,80 @@ TEST_F(Checkpoint, RefusesACorruptCheckpointOnEveryDevice) {
   }
 }
 
+// A manifest whose checksum was recomputed after an edit (a tool's bug, or a forgery): every value
+// is checked before it is used.
+TEST_F(Checkpoint, RefusesAResealedInconsistentManifest) {
+  const auto config = parallel({"dp=1,grid=2x2x1"});
+  using Json = nlohmann::json;
+  const std::vector<std::pair<std::function<void(Json&)>, std::string>> cases = {
+      {[](Json& j) { some_offset(j) = some_offset(j).get<int>() + 4; }, "a gap or overlap"},
+      {[](Json& j) { some_offset(j) = 1 << 30; }, "a gap or overlap"},
+      {[](Json& j) { some_offset(j) = -4; }, "is not an integer in 0.."},
+      {[](Json& j) { j["files"][0]["bytes"] = j["files"][0]["bytes"].get<int>() + 12; },
+       "the manifest says"},
+      {[](Json& j) { j["files"][0]["name"] = "../device-0.bin"; }, "is not named device-"},
+      {[](Json& j) { j["files"][1] = j["files"][0]; }, "device-0.bin is listed twice"},
+      {[](Json& j) { j["files"][0]["offsets"]["nowhere"] = 0; },
+       "parameter nowhere is not in the manifest"},
+      {[](Json& j) { j["parameters"].push_back(j["parameters"][0]); },
+       "parameter embed.table is listed twice"},
+      {[](Json& j) { j["parameters"][0]["layout"] = "2x2@0-3:S0S0"; }, "parameter embed.table"},
+      {[](Json& j) { j["step"] = 6; }, "its step is not 5"},
+      {[](Json& j) { j["step"] = "5"; }, "is not an integer"},
+      {[](Json& j) { j["format"] = "meshcast-checkpoint-1"; }, "not a meshcast-checkpoint-2"},
+      {[](Json& j) { j.erase("files"); }, "manifest.json"},
+  };
+  int i = 0;
+  for (const auto& [edit, needle] : cases) {
+    SCOPED_TRACE(needle);
+    const std::string where = dir("forged" + std::to_string(i++));
+    save(config, where, 5, 1);
+    edit_manifest(fs::path(where) / "step-00000005", edit, true);
+    expect_all_threw(run(config,
+                         [&](Communicator& comm, const std::vector<int>& world) {
+                           Device dev(comm.rank(), config, model());
+                           mt::load_checkpoint(comm, world, dev.params, where);
+                         }),
+                     "V ", needle);
+  }
+}
+
+// DIR/latest names the newest checkpoint after every save; when it does not, the newest is loaded
+// all the same (a resumed run then saves no step that exists) and find_checkpoint() says why.
+TEST_F(Checkpoint, LoadsTheNewestAndSaysWhyWhenLatestDoesNot) {
+  const auto config = parallel({"dp=1,grid=2x1x1"});
+  const std::string where = dir("newest");
+  save(config, where, 4, 1);
+  save(config, where, 5, 2);
+  const fs::path latest = fs::path(where) / "latest";
+  const auto found = mt::find_checkpoint(where);
+  EXPECT_EQ(found.step, 5);
+  EXPECT_EQ(found.path, where + "/step-00000005");
+  EXPECT_EQ(found.fallback, "");
+  EXPECT_EQ(nlohmann::json::parse(found.description)["run"], "checkpoint_test");
+
+  const std::vector<std::pair<std::function<void()>, std::string>> cases = {
+      {[&] { fs::remove(latest); }, "latest is missing"},
+      {[&] { write_file(latest, "step-00000004\n"); }, "names 'step-00000004', not the newest"},
+      {[&] { write_file(latest, "garbage"); }, "names 'garbage', not the newest"},
+      {[&] {
+         fs::remove(latest);
+         fs::create_directory(latest);
+       },
+       "latest: not a regular file"},
+  };
+  for (const auto& [damage, needle] : cases) {
+    SCOPED_TRACE(needle);
+    damage();
+    const auto f = mt::find_checkpoint(where);
+    EXPECT_EQ(f.step, 5);
+    EXPECT_NE(f.fallback.find(needle), std::string::npos) << f.fallback;
+    expect_loads(config, where, 5, 2);
+    fs::remove_all(latest);
+    write_file(latest, "step-00000005\n");
+  }
+}
+
 TEST_F(Checkpoint, NoCheckpointLoadsNothing) {
   const auto config = parallel({"dp=1,grid=2x1x1"});
   fs::create_directory(dir("empty"));
@@ -372,6 +530,8 @@ TEST_F(Checkpoint, NoCheckpointLoadsNothing) {
       EXPECT_EQ(mt::load_checkpoint(comm, world, dev.params, where), -1);
       EXPECT_EQ(dev.params.all().front().value, untouched);
     }));
+  EXPECT_EQ(mt::find_checkpoint(dir("empty")).step, -1);
+  EXPECT_EQ(mt::find_checkpoint(dir("absent")).step, -1);
   EXPECT_FALSE(fs::exists(dir("absent")));
 }
 

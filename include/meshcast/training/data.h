@@ -18,10 +18,12 @@ struct Corpus {
   // knows only how often each byte occurs (what training must beat).
   double unigram_entropy = 0;
 
-  // Reads a file, or every regular file of a directory (sorted by name, symbolic links skipped
-  // so that aliases count once), and holds out `held_out_fraction` (0.01..0.5) of it. Throws
-  // IoError("data", ...) when nothing can be read, ValidationError("data", ...) when the text
-  // is too short for a sample of `min_bytes` in each part.
+  // Reads a regular file, or every regular file of a directory (sorted by name, symbolic links
+  // skipped so that aliases count once), and holds out `held_out_fraction` (0.01..0.5) of it.
+  // Throws IoError("data", ...) naming the path and the OS's reason when it cannot be read,
+  // ValidationError("data", ...) when it is neither a regular file nor a directory (a FIFO, a
+  // device), when its files exceed limits().data_file_bytes in all (checked before reading), or
+  // when the text is too short for a sample of `min_bytes` in each part.
   static Corpus load(const std::string& path, double held_out_fraction = 0.1,
                      std::size_t min_bytes = 64);
 };

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# `meshcast train` against a damaged or foreign checkpoint directory, bad paths and its limits:
+# an edited manifest, another model or configuration, or checkpoints without --resume are refused
+# (exit 2) before any work and change nothing; a missing or stale DIR/latest resumes from the
+# newest checkpoint with a line on stderr saying why; outputs that cannot be written are refused
+# (exit 4) before training; a directory as --config, a device or FIFO as --data, a corpus over
+# its limit, malformed --stages and a model over the memory limit exit 2 at once (the last with
+# little memory used).
+# Usage: checkpoint_faults_test.sh MESHCAST
+set -u
+mc=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/../support/train_helpers.sh"
+
+small=(--batch 8 --seq 16 --d-model 32 --layers 2 --heads 4 --json --out "$tmp/out")
+ck=$tmp/ck
+# Every file under a directory and its contents, to show that a refused run changed nothing.
+digest() { (cd "$1" && find . -type f -exec md5sum {} + | sort | md5sum); }
+# A fresh $ck holding the checkpoints of steps 2 and 4 of a small GPT.
+fresh() {
+  rm -rf "$ck"
+  "$mc" train gpt "${small[@]}" --steps 4 --checkpoint-every 2 --checkpoint-dir "$ck" >/dev/null
+}
+resume() { "$mc" train "$@" "${small[@]}" --checkpoint-dir "$ck" --resume; }
+unchanged() {
+  [[ $(digest "$ck") == "$before" ]] && ok || bad "$1: the refused run changed $ck"
+}
+
+# An edited manifest: one character of it (an offset 4 bytes on: the values would be read
+# shifted) is refused by the manifest's checksum.
+fresh
+python3 - "$ck/step-00000004/manifest.json" <<'PY'
+import re, sys
+path = sys.argv[1]
+text = open(path).read()
+start = text.index('"offsets"')
+for m in re.finditer(r': (\d+)', text[start:]):
+    if int(m.group(1)) > 0 and m.group(1)[-1] in "012345":
+        at = start + m.start(1)
+        text = text[:at] + str(int(m.group(1)) + 4) + text[at + len(m.group(1)):]
+        break
+else:
+    sys.exit("no offset to edit")
+open(path, "w").write(text)
+PY
+before=$(digest "$ck")
+expect_exit 2 "step-00000004/manifest.json: checksum mismatch" resume gpt --steps 6
+unchanged "edited manifest"
+
+# Another model of the same parameter shapes, another configuration, or no --resume: refused.
+fresh
+before=$(digest "$ck")
+expect_exit 2 "checkpoint.model: $ck/step-00000004 was saved with model 'gpt', this run has 'utransformer'" \
+  resume utransformer --steps 6
+expect_exit 2 "checkpoint.config.vocab: $ck/step-00000004 was saved with vocab '256', this run has '300'" \
+  resume gpt --steps 6 --vocab 300
+expect_exit 2 "checkpoint-dir: $ck holds a checkpoint of step 4: continue it with --resume" \
+  "$mc" train gpt "${small[@]}" --steps 6 --checkpoint-dir "$ck"
+unchanged "foreign run"
+
+# DIR/latest missing, or naming an older checkpoint: the newest resumes, and stderr says why. The
+# resumed steps are those of the uninterrupted run.
+full=$("$mc" train gpt "${small[@]}" --steps 6 | losses)
+for damage in missing older; do
+  fresh
+  if [[ $damage == missing ]]; then rm "$ck/latest"; else echo step-00000002 >"$ck/latest"; fi
+  resume gpt --steps 6 >"$tmp/stdout" 2>"$tmp/stderr"
+  rc=$?
+  rest=$(losses <"$tmp/stdout")
+  err=$(cat "$tmp/stderr")
+  [[ $rc -eq 0 && $err == *"resuming from the newest checkpoint, $ck/step-00000004"* ]] &&
+    ok || bad "latest $damage: rc=$rc, stderr: $err"
+  if [[ $damage == missing ]]; then [[ $err == *"latest is missing"* ]]; else
+    [[ $err == *"latest names 'step-00000002', not the newest"* ]]; fi && ok ||
+    bad "latest $damage: stderr does not say why: $err"
+  close "$(echo "$full" | cut -d' ' -f5-)" "$rest" && ok ||
+    bad "latest $damage: resumed losses [$rest], uninterrupted [$full]"
+  [[ $(cat "$ck/latest") == step-00000006 && -d $ck/step-00000004 ]] && ok ||
+    bad "latest $damage: after the run: $(ls "$ck")"
+done
+# DIR/latest without any checkpoint: they were removed, starting afresh would lose the run.
+fresh
+rm -r "$ck"/step-*
+expect_exit 2 "holds no checkpoint directory" resume gpt --steps 6
+
+# Outputs that cannot be written: exit 4 naming the path and the reason, before training (the
+# progress header, printed when training starts, never appears).
+touch "$tmp/file"
+for option in --out --checkpoint-dir; do
+  field=${option#--}
+  expect_exit 4 "$field: cannot create $tmp/file/x: Not a directory" \
+    "$mc" train gpt --steps 50 "$option" "$tmp/file/x"
+  out=$("$mc" train gpt --steps 50 "$option" "$tmp/file/x" 2>/dev/null)
+  [[ -z $out ]] && ok || bad "$option unwritable: trained first: $out"
+done
+if [[ $(id -u) -ne 0 ]]; then  # root writes into a read-only directory
+  mkdir "$tmp/ro" && chmod 555 "$tmp/ro"
+  expect_exit 4 "out: cannot write in $tmp/ro: Permission denied" "$mc" train gpt --out "$tmp/ro"
+fi
+
+# Inputs: only regular JSON files as --config, strict JSON; only regular files or directories
+# of them as --data, within the data limit; well-formed --stages.
+mkdir "$tmp/dir"
+expect_exit 2 "config: '$tmp/dir' is not a regular file" "$mc" train gpt --config "$tmp/dir"
+printf '{"steps": 2, "steps": 3}' >"$tmp/twice.json"
+expect_exit 2 "config: key 'steps' appears twice" "$mc" train gpt --config "$tmp/twice.json"
+expect_exit 2 "data: '/dev/zero' is neither a regular file nor a directory" \
+  "$mc" train gpt --data /dev/zero --out "$tmp/out"
+mkfifo "$tmp/fifo"
+expect_exit 2 "is neither a regular file nor a directory" \
+  timeout 60 "$mc" train gpt --data "$tmp/fifo" --out "$tmp/out"
+expect_exit 2 "data size: " env MESHCAST_MAX_DATA_FILE_BYTES=1000 "$mc" train gpt --out "$tmp/out"
+expect_exit 2 "exceeds the limit of 1000 (raise it with MESHCAST_MAX_DATA_FILE_BYTES)" \
+  env MESHCAST_MAX_DATA_FILE_BYTES=1000 "$mc" train gpt --out "$tmp/out"
+for stages in "//" "dp=1/" "/dp=1" "dp=1//dp=1" ""; do
+  expect_exit 2 "stages[" "$mc" train gpt --stages "$stages" --out "$tmp/out"
+done
+
+# A model far over the memory limit is refused from its configuration: exit 2 naming the limit,
+# with little memory used (peak RSS of the process, not time).
+got=$(python3 - "$mc" "$tmp/out" <<'PY'
+import resource, subprocess, sys
+p = subprocess.run([sys.argv[1], "train", "gpt", "--d-model", "16384", "--layers", "64",
+                    "--out", sys.argv[2]], capture_output=True, text=True)
+kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(p.returncode, kib, p.stderr.strip())
+PY
+)
+read -r rc kib err <<<"$got"
+[[ $rc -eq 2 && $err == *"train memory: "*"exceeds the limit of"*"MESHCAST_MAX_TRAIN_MEMORY_BYTES"* ]] &&
+  ok || bad "huge model: $got"
+[[ $kib -lt 200000 ]] && ok || bad "huge model: refused with a peak RSS of $kib KiB"
+# The limit applies to small models too when set below them.
+expect_exit 2 "train memory: " env MESHCAST_MAX_TRAIN_MEMORY_BYTES=100000 \
+  "$mc" train gpt "${small[@]}" --steps 1
+
+echo "checkpoint_faults_test: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
