@@ -284,17 +284,20 @@ std::string plan_svg(const Plan& plan) {
   const double height = footer_top + 20.0 * static_cast<double>(footer.size()) + kMargin;
 
   std::map<int, Rect> src_box, dst_box;
-  const auto place = [&](const Grid& g, const Panel& panel, double top, std::map<int, Rect>& out) {
+  std::map<int, std::string> src_title, dst_title;  // of a box, by its first device
+  const auto place = [&](const Grid& g, const Panel& panel, double top, std::map<int, Rect>& out,
+                         std::map<int, std::string>& titles) {
     const double left = kMargin + (content_w - grid_w(g)) / 2;
     for (std::int64_t i = 0; i < panel.boxes(); ++i) {
       const std::int64_t row = (i / g.mesh_cols) * g.per_row + (i % g.mesh_cols) / kWrap;
       const std::int64_t col = (i % g.mesh_cols) % kWrap;
+      titles[panel.first(i)] = panel.title(i);
       out[panel.first(i)] = Rect{left + static_cast<double>(col) * (box_w + kGap),
                                  top + static_cast<double>(row) * (kBoxH + kGap), box_w, kBoxH};
     }
   };
-  place(gs, ps, src_top, src_box);
-  place(gd, pd, dst_top, dst_box);
+  place(gs, ps, src_top, src_box, src_title);
+  place(gd, pd, dst_top, dst_box, dst_title);
 
   std::ostringstream os;
   os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -376,7 +379,7 @@ std::string plan_svg(const Plan& plan) {
          << num(l.b.y) << "\"";
     }
     ls << " marker-end=\"url(#arrow" << l.from << ")\"><title>"
-       << esc("device " + std::to_string(l.from) + " -> device " + std::to_string(l.to) + ": " +
+       << esc((l.from_dst ? dst_title : src_title)[l.from] + " -> " + dst_title[l.to] + ": " +
               human_bytes(l.bytes) + (l.from_dst ? " (from its destination buffer)" : ""))
        << "</title></path>\n";
   }
