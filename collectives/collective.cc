@@ -2,6 +2,7 @@
 // of rounds (program.h) and runs it round by round as test() and wait() are called.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <set>
 
 #include "meshcast/box.h"
@@ -37,8 +38,51 @@ std::size_t position(Communicator& comm, std::span<const int> group) {
   return static_cast<std::size_t>(it - group.begin());
 }
 
-void check_count(std::int64_t count) {
-  if (count < 0) throw ValidationError("count", "must be >= 0 (got " + std::to_string(count) + ")");
+void check_count(std::int64_t count, const char* field = "count") {
+  if (count < 0) throw ValidationError(field, "must be >= 0 (got " + std::to_string(count) + ")");
+}
+
+// The element type is one of DType's, and `count` elements of it fit in 64-bit byte counts.
+void check_size(std::int64_t count, DType dtype, const char* field = "count") {
+  const auto elem = static_cast<std::int64_t>(dtype_size(dtype));
+  if (elem == 0)
+    throw ValidationError("dtype", "unknown dtype " + std::to_string(static_cast<int>(dtype)));
+  if (count > std::numeric_limits<std::int64_t>::max() / elem)
+    throw ValidationError(field, std::to_string(count) + " elements of " + to_string(dtype) +
+                                     " overflow 64-bit byte counts");
+}
+
+void check_op(ReduceOp op) {
+  if (op != ReduceOp::Sum && op != ReduceOp::Max)
+    throw ValidationError("op", "unknown reduction " + std::to_string(static_cast<int>(op)));
+}
+
+// A buffer that must hold `count` elements: null only when there are none.
+void check_buffer(const void* p, std::int64_t count, const char* field) {
+  if (!p && count > 0)
+    throw ValidationError(field, "is null but must hold " + std::to_string(count) + " elements");
+}
+
+// Sum of block counts, each >= 0, without overflowing.
+std::int64_t total(std::span<const std::int64_t> counts, const char* field) {
+  std::int64_t sum = 0;
+  for (std::int64_t c : counts) {
+    check_count(c, field);
+    if (c > std::numeric_limits<std::int64_t>::max() - sum)
+      throw ValidationError(field, "the counts add up past 64 bits");
+    sum += c;
+  }
+  return sum;
+}
+
+// The arguments of an all-reduce / reduce-scatter (send: count elements; recv: `recv_count`).
+void check_reduction(const void* send, void* recv, std::int64_t count, std::int64_t recv_count,
+                     DType dtype, ReduceOp op) {
+  check_count(count);
+  check_size(count, dtype);
+  check_op(op);
+  check_buffer(send, count, "send");
+  check_buffer(recv, recv_count, "recv");
 }
 
 // The hosts of the group's positions, when the topology puts the group on several hosts with
@@ -96,15 +140,20 @@ constexpr const char* kHierarchicalNeeds =
     "hierarchical needs a topology that puts the group on several hosts with the same number "
     "of devices (at least 2) each";
 
-// Member pieces of an all-gatherv, from their counts.
-std::vector<Span> gather_pieces(std::span<const int> group, std::span<const std::int64_t> counts) {
+// Member pieces of an all-gatherv, from their counts; checks the buffers (the caller's piece in
+// send, all of them in recv).
+std::vector<Span> gather_pieces(std::span<const int> group, std::span<const std::int64_t> counts,
+                                const void* send, const void* recv, std::size_t me, DType dtype) {
   if (counts.size() != group.size())
     throw ValidationError("counts", "has " + std::to_string(counts.size()) +
                                         " entries for a group of " + std::to_string(group.size()));
+  const std::int64_t sum = total(counts, "counts");
+  check_size(sum, dtype, "counts");
+  check_buffer(send, counts[me], "send");
+  check_buffer(recv, sum, "recv");
   std::vector<Span> pieces;
   std::int64_t at = 0;
   for (std::int64_t c : counts) {
-    check_count(c);
     pieces.push_back({at, at + c});
     at += c;
   }
@@ -223,7 +272,7 @@ Algorithm choose(Algorithm a, std::size_t bytes, std::span<const int> group,
 Collective iall_reduce(Communicator& comm, std::span<const int> group, const void* send, void* recv,
                        std::int64_t count, DType dtype, ReduceOp op, const CollectiveOptions& o) {
   const std::size_t me = position(comm, group);
-  check_count(count);
+  check_reduction(send, recv, count, count, dtype, op);
   check_not_node(o);
   Program p(dtype, op);
   const std::size_t bytes = static_cast<std::size_t>(count) * p.elem();
@@ -258,9 +307,10 @@ Collective ireduce_scatter(Communicator& comm, std::span<const int> group, const
                            const CollectiveOptions& o) {
   const std::size_t me = position(comm, group);
   check_count(count);
+  const auto pieces = detail::split(count, group.size());
+  check_reduction(send, recv, count, pieces[me].size(), dtype, op);
   check_not_node(o);
   Program p(dtype, op);
-  const auto pieces = detail::split(count, group.size());
   const std::size_t bytes = static_cast<std::size_t>(count) * p.elem();
   const auto hosts = host_groups(group, o.topology);
   // As the all-reduce chooses (with 2 members the ring is one round too, of half the bytes).
@@ -299,7 +349,7 @@ Collective iall_gatherv(Communicator& comm, std::span<const int> group, const vo
                         void* recv, std::span<const std::int64_t> counts, DType dtype,
                         const CollectiveOptions& o) {
   const std::size_t me = position(comm, group);
-  const std::vector<Span> pieces = gather_pieces(group, counts);
+  const std::vector<Span> pieces = gather_pieces(group, counts, send, recv, me, dtype);
   check_not_node(o);
   Program p(dtype, ReduceOp::Sum);
   p.add_round().copies.push_back({static_cast<const std::byte*>(send), p.at(recv, pieces[me].lo),
@@ -333,6 +383,8 @@ Collective ibroadcast(Communicator& comm, std::span<const int> group, int root, 
                       std::int64_t count, DType dtype, const CollectiveOptions& o) {
   const std::size_t me = position(comm, group);
   check_count(count);
+  check_size(count, dtype);
+  check_buffer(buf, count, "buf");
   check_single_algorithm(o, "broadcast");
   const auto it = std::find(group.begin(), group.end(), root);
   if (it == group.end())
@@ -358,8 +410,10 @@ Collective iall_to_allv(Communicator& comm, std::span<const int> group, const vo
     if (c->size() != group.size())
       throw ValidationError(field, "has " + std::to_string(c->size()) + " entries for a group of " +
                                        std::to_string(group.size()));
-    for (std::int64_t n : *c) check_count(n);
+    check_size(total(*c, field), dtype, field);
   }
+  check_buffer(send, total(send_counts, "send_counts"), "send");
+  check_buffer(recv, total(recv_counts, "recv_counts"), "recv");
   if (send_counts[me] != recv_counts[me])
     throw ValidationError("recv_counts", "the caller's own block differs from send_counts");
   check_single_algorithm(o, "all-to-all(v)");
@@ -371,7 +425,7 @@ Collective iall_to_allv(Communicator& comm, std::span<const int> group, const vo
 void all_reduce(Communicator& comm, std::span<const int> group, const void* send, void* recv,
                 std::int64_t count, DType dtype, ReduceOp op, const CollectiveOptions& o) {
   const std::size_t me = position(comm, group);
-  check_count(count);
+  check_reduction(send, recv, count, count, dtype, op);
   if (!through_node(comm, group, o))
     return iall_reduce(comm, group, send, recv, count, dtype, op, o).wait();
   guarded(comm, [&] { detail::node_all_reduce(comm, group, me, send, recv, count, dtype, op); });
@@ -380,6 +434,7 @@ void reduce_scatter(Communicator& comm, std::span<const int> group, const void* 
                     std::int64_t count, DType dtype, ReduceOp op, const CollectiveOptions& o) {
   const std::size_t me = position(comm, group);
   check_count(count);
+  check_reduction(send, recv, count, detail::split(count, group.size())[me].size(), dtype, op);
   if (!through_node(comm, group, o))
     return ireduce_scatter(comm, group, send, recv, count, dtype, op, o).wait();
   guarded(comm, [&] {
@@ -397,7 +452,7 @@ void all_gather(Communicator& comm, std::span<const int> group, const void* send
 void all_gatherv(Communicator& comm, std::span<const int> group, const void* send, void* recv,
                  std::span<const std::int64_t> counts, DType dtype, const CollectiveOptions& o) {
   const std::size_t me = position(comm, group);
-  const std::vector<Span> pieces = gather_pieces(group, counts);
+  const std::vector<Span> pieces = gather_pieces(group, counts, send, recv, me, dtype);
   if (!through_node(comm, group, o))
     return iall_gatherv(comm, group, send, recv, counts, dtype, o).wait();
   guarded(comm, [&] {

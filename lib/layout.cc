@@ -8,6 +8,14 @@
 #include "text.h"
 
 namespace meshcast {
+namespace {
+
+// Text for a one-line message, cut at 64 characters: a mesh of 20,000 listed ids or a shape of
+// many dimensions is not printed whole.
+std::string brief(std::string s) { return s.size() > 64 ? s.substr(0, 61) + "..." : s; }
+std::string brief(const Mesh& m) { return brief(m.str()); }
+
+}  // namespace
 
 Shape parse_shape(std::string_view text, const std::string& field) {
   Shape shape;
@@ -42,21 +50,21 @@ Layout::Layout(Shape shape, DType dtype, Mesh mesh, ShardingSpec spec, const std
     std::int64_t bytes = static_cast<std::int64_t>(dtype_size(dtype_));
     for (auto n : shape_) {
       if (bytes > std::numeric_limits<std::int64_t>::max() / n)
-        throw ValidationError(field + ".shape", "tensor of shape " + shape_str(shape_) +
+        throw ValidationError(field + ".shape", "tensor of shape " + brief(shape_str(shape_)) +
                                                     " overflows 64-bit byte counts");
       bytes *= n;
     }
   }
   if (spec_.rank() != shape_.size())
     throw ValidationError(field + ".spec",
-                          "spec " + spec_.str() + " has " + std::to_string(spec_.rank()) +
+                          "spec " + brief(spec_.str()) + " has " + std::to_string(spec_.rank()) +
                               " dimensions but the tensor has " + std::to_string(shape_.size()));
   std::vector<bool> used(mesh_.ndim(), false);
   auto use = [&](int a) {
     if (a < 0 || static_cast<std::size_t>(a) >= mesh_.ndim())
       throw ValidationError(field + ".spec",
                             "mesh axis " + std::to_string(a) + " is out of range for the " +
-                                std::to_string(mesh_.ndim()) + "-D mesh " + mesh_.str());
+                                std::to_string(mesh_.ndim()) + "-D mesh " + brief(mesh_));
     if (used[static_cast<std::size_t>(a)])
       throw ValidationError(field + ".spec", "mesh axis " + std::to_string(a) + " used twice");
     used[static_cast<std::size_t>(a)] = true;
@@ -116,7 +124,7 @@ Box Layout::tile_of(int device) const {
   const auto i = mesh_.index_of(device);
   if (!i)
     throw ValidationError("device",
-                          "device " + std::to_string(device) + " is not in mesh " + mesh_.str());
+                          "device " + std::to_string(device) + " is not in mesh " + brief(mesh_));
   return tile_at(*i);
 }
 

@@ -15,18 +15,22 @@ namespace {
 constexpr std::int64_t kMaxDevices = std::int64_t{1} << 20;
 constexpr std::int64_t kMaxId = std::numeric_limits<int>::max();
 
-// "8-15" or "5" appended to out.
-void parse_id_range(std::string_view s, std::vector<int>& out, const std::string& field) {
+// "8-15" or "5": the number of ids it names. Appends them to `out` only while `out` holds at
+// most `keep` ids, so that a list far longer than the mesh is counted, not materialised.
+std::int64_t parse_id_range(std::string_view s, std::vector<int>& out, std::size_t keep,
+                            const std::string& field) {
   const auto dash = s.find('-');
+  std::int64_t lo = 0, hi = 0;
   if (dash == std::string_view::npos) {
-    out.push_back(static_cast<int>(detail::parse_uint(s, kMaxId, field, "device id")));
-    return;
+    lo = hi = detail::parse_uint(s, kMaxId, field, "device id");
+  } else {
+    lo = detail::parse_uint(s.substr(0, dash), kMaxId, field, "device id");
+    hi = detail::parse_uint(s.substr(dash + 1), kMaxId, field, "device id");
+    if (hi < lo) throw ParseError(field, "device range " + detail::quote(s) + " runs backwards");
+    if (hi - lo + 1 > kMaxDevices) throw ParseError(field, "device range too large");
   }
-  const auto lo = detail::parse_uint(s.substr(0, dash), kMaxId, field, "device id");
-  const auto hi = detail::parse_uint(s.substr(dash + 1), kMaxId, field, "device id");
-  if (hi < lo) throw ParseError(field, "device range " + detail::quote(s) + " runs backwards");
-  if (hi - lo + 1 > kMaxDevices) throw ParseError(field, "device range too large");
-  for (auto d = lo; d <= hi; ++d) out.push_back(static_cast<int>(d));
+  for (auto d = lo; d <= hi && out.size() <= keep; ++d) out.push_back(static_cast<int>(d));
+  return hi - lo + 1;
 }
 
 // Number of devices of a mesh of this shape; validates the extents.
@@ -82,6 +86,8 @@ Mesh Mesh::parse(std::string_view text, const std::string& field) {
   } else {
     std::string_view ids = text.substr(at + 1);
     if (ids.empty()) throw ParseError(field, "missing device ids after '@'");
+    const auto keep = static_cast<std::size_t>(n);
+    std::int64_t given = 0;  // ids named, counted past the mesh's size without storing them
     if (ids.front() == '[') {
       if (ids.size() < 2 || ids.back() != ']')
         throw ParseError(field, "device list " + detail::quote(ids) + " lacks a closing ']'");
@@ -89,19 +95,33 @@ Mesh Mesh::parse(std::string_view text, const std::string& field) {
       std::size_t s = 0;
       while (true) {
         const auto comma = ids.find(',', s);
-        parse_id_range(ids.substr(s, comma - s), devices, field);
-        if (static_cast<std::int64_t>(devices.size()) > n) break;  // the constructor reports it
+        given += parse_id_range(ids.substr(s, comma - s), devices, keep, field);
         if (comma == std::string_view::npos) break;
         s = comma + 1;
       }
     } else {
-      parse_id_range(ids, devices, field);
+      given = parse_id_range(ids, devices, keep, field);
     }
+    if (given != n)
+      throw ValidationError(field, "mesh has " + std::to_string(n) + " devices but " +
+                                       std::to_string(given) + " device ids given");
   }
   return Mesh(std::move(shape), std::move(devices), field);
 }
 
+void Mesh::bad_index(std::int64_t index) const {
+  throw ValidationError("mesh", "device index " + std::to_string(index) +
+                                    " is out of range for a mesh of " +
+                                    std::to_string(devices_.size()) + " devices");
+}
+
+void Mesh::bad_axis(std::size_t axis) const {
+  throw ValidationError("mesh", "axis " + std::to_string(axis) + " is out of range for a " +
+                                    std::to_string(shape_.size()) + "-D mesh");
+}
+
 std::vector<std::int64_t> Mesh::coord(std::int64_t index) const {
+  check_index(index);
   std::vector<std::int64_t> c(shape_.size());
   for (std::size_t a = shape_.size(); a-- > 0;) {
     c[a] = index % shape_[a];
@@ -111,8 +131,17 @@ std::vector<std::int64_t> Mesh::coord(std::int64_t index) const {
 }
 
 std::int64_t Mesh::index(const std::vector<std::int64_t>& coord) const {
+  if (coord.size() != shape_.size())
+    throw ValidationError("mesh", "a coordinate of " + std::to_string(coord.size()) +
+                                      " axes for a " + std::to_string(shape_.size()) + "-D mesh");
   std::int64_t i = 0;
-  for (std::size_t a = 0; a < shape_.size(); ++a) i = i * shape_[a] + coord[a];
+  for (std::size_t a = 0; a < shape_.size(); ++a) {
+    if (coord[a] < 0 || coord[a] >= shape_[a])
+      throw ValidationError("mesh", "coordinate " + std::to_string(coord[a]) + " of axis " +
+                                        std::to_string(a) + " is out of range for extent " +
+                                        std::to_string(shape_[a]));
+    i = i * shape_[a] + coord[a];
+  }
   return i;
 }
 

@@ -1,13 +1,17 @@
-// The Plan value: naming, JSON round trip and the readable print.
+// The Plan value: naming, the JSON round trip (validated by lib/plan_check.cc) and the print.
 #include "meshcast/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iomanip>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "lib/json_text.h"
+#include "lib/plan_check.h"
 #include "meshcast/error.h"
+#include "meshcast/limits.h"
 #include "text.h"
 
 namespace meshcast {
@@ -45,6 +49,33 @@ E value_of(const std::pair<E, const char*> (&table)[N], std::string_view text,
   throw ParseError(field, "unknown value " + detail::quote(text) + " (expected " + choices + ")");
 }
 
+// Reading a plan document: every value checked for its type, every error a ParseError naming
+// the JSON path ("plan.ops[3].box[1]").
+
+const json& member(const json& obj, const char* key, const std::string& field) {
+  if (!obj.is_object()) throw ParseError(field, "expected an object");
+  const auto it = obj.find(key);
+  if (it == obj.end()) throw ParseError(field + "." + key, "missing");
+  return *it;
+}
+
+std::string text_at(const json& j, const std::string& field) {
+  if (!j.is_string()) throw ParseError(field, "expected a string");
+  return j.get<std::string>();
+}
+
+bool flag_at(const json& j, const std::string& field) {
+  if (!j.is_boolean()) throw ParseError(field, "expected true or false");
+  return j.get<bool>();
+}
+
+const json& array_at(const json& j, const std::string& field) {
+  if (!j.is_array()) throw ParseError(field, "expected an array");
+  return j;
+}
+
+using detail::at_index;
+
 // Integers must be JSON integers in range: 1.5 or 1e30 are refused, not truncated.
 template <class T>
 T integer(const json& j, const std::string& field) {
@@ -59,18 +90,26 @@ T integer(const json& j, const std::string& field) {
 
 template <class T>
 std::vector<T> integers(const json& j, const std::string& field) {
-  if (!j.is_array()) throw ParseError(field, "expected an array of integers");
   std::vector<T> v;
-  for (const auto& x : j) v.push_back(integer<T>(x, field));
+  for (std::size_t i = 0; i < array_at(j, field).size(); ++i)
+    v.push_back(integer<T>(j[i], at_index(field, i)));
+  return v;
+}
+
+// A byte count or a duration of the stats: >= 0.
+std::int64_t count_at(const json& j, const std::string& field) {
+  const auto v = integer<std::int64_t>(j, field);
+  if (v < 0) throw ValidationError(field, "must be >= 0");
   return v;
 }
 
 // {"3": 1024, ...}: per-device byte counts.
 std::map<int, std::int64_t> per_device(const json& j, const std::string& field) {
+  if (!j.is_object()) throw ParseError(field, "expected an object");
   std::map<int, std::int64_t> m;
   for (const auto& [k, v] : j.items())
     m[static_cast<int>(detail::parse_uint(k, std::numeric_limits<int>::max(), field,
-                                          "device id"))] = integer<std::int64_t>(v, field);
+                                          "device id"))] = count_at(v, field);
   return m;
 }
 
@@ -80,11 +119,26 @@ json box_json(const Box& b) {
   return a;
 }
 
+// [[lo, hi], ...]: one pair per dimension (validate() checks them against the tensor).
 Box box_from(const json& j, const std::string& field) {
   std::vector<Range> r;
-  for (const auto& x : j.at("box"))
-    r.push_back({integer<std::int64_t>(x.at(0), field), integer<std::int64_t>(x.at(1), field)});
+  for (std::size_t d = 0; d < array_at(j, field).size(); ++d) {
+    const std::string f = at_index(field, d);
+    if (!j[d].is_array() || j[d].size() != 2) throw ParseError(f, "expected [lo, hi]");
+    r.push_back({integer<std::int64_t>(j[d][0], f), integer<std::int64_t>(j[d][1], f)});
+  }
   return Box(std::move(r));
+}
+
+Op op_from(const json& o, const std::string& field) {
+  Op op;
+  op.kind = value_of(kOpKinds, text_at(member(o, "kind", field), field + ".kind"), field + ".kind");
+  op.phase = integer<int>(member(o, "phase", field), field + ".phase");
+  op.box = box_from(member(o, "box", field), field + ".box");
+  op.root = integer<int>(member(o, "root", field), field + ".root");
+  op.peers = integers<int>(member(o, "peers", field), field + ".peers");
+  op.from_dst = flag_at(member(o, "from_dst", field), field + ".from_dst");
+  return op;
 }
 
 json layout_json(const Layout& l) {
@@ -92,9 +146,10 @@ json layout_json(const Layout& l) {
 }
 
 Layout layout_from(const json& j, const std::string& field) {
-  return Layout::parse(integers<std::int64_t>(j.at("shape"), field + ".shape"),
-                       parse_dtype(j.at("dtype").get<std::string>(), field + ".dtype"),
-                       j.at("layout").get<std::string>(), field);
+  const Shape shape = integers<std::int64_t>(member(j, "shape", field), field + ".shape");
+  const DType dtype =
+      parse_dtype(text_at(member(j, "dtype", field), field + ".dtype"), field + ".dtype");
+  return Layout::parse(shape, dtype, text_at(member(j, "layout", field), field + ".layout"), field);
 }
 
 }  // namespace
@@ -167,28 +222,48 @@ std::string Plan::to_json() const {
 
 Plan Plan::from_json(std::string_view text) {
   try {
-    const json j = json::parse(text);
-    std::vector<Op> ops;
-    for (const auto& o : j.at("ops"))
-      ops.push_back({value_of(kOpKinds, o.at("kind").get<std::string>(), "plan.ops.kind"),
-                     integer<int>(o.at("phase"), "plan.ops.phase"), box_from(o, "plan.ops.box"),
-                     integer<int>(o.at("root"), "plan.ops.root"),
-                     integers<int>(o.at("peers"), "plan.ops.peers"), o.at("from_dst").get<bool>()});
-    const json& s = j.at("stats");
+    json j;
+    try {
+      j = detail::parse_json(std::string(text), "plan");
+    } catch (const ParseError& e) {  // one bounded line: nlohmann quotes the token it read
+      const std::string what = e.what();
+      if (what.size() <= 300) throw;
+      throw ParseError(e.field(), what.substr(e.field().size() + 2, 280) + "...");
+    }
+    if (!j.is_object()) throw ParseError("plan", "expected a JSON object");
+    const Layout src = layout_from(member(j, "src", "plan"), "plan.src");
+    const Layout dst = layout_from(member(j, "dst", "plan"), "plan.dst");
+    const Strategy strategy = value_of(
+        kStrategies, text_at(member(j, "strategy", "plan"), "plan.strategy"), "plan.strategy");
+    const Balance balance =
+        value_of(kBalances, text_at(member(j, "balance", "plan"), "plan.balance"), "plan.balance");
+    std::string topology = text_at(member(j, "topology", "plan"), "plan.topology");
+    const json& s = member(j, "stats", "plan");
     PlanStats st;
-    st.bytes_moved = integer<std::int64_t>(s.at("bytes_moved"), "plan.stats.bytes_moved");
-    st.bytes_local = integer<std::int64_t>(s.at("bytes_local"), "plan.stats.bytes_local");
+    st.bytes_moved = count_at(member(s, "bytes_moved", "plan.stats"), "plan.stats.bytes_moved");
+    st.bytes_local = count_at(member(s, "bytes_local", "plan.stats"), "plan.stats.bytes_local");
     st.bytes_intra_host =
-        integer<std::int64_t>(s.at("bytes_intra_host"), "plan.stats.bytes_intra_host");
-    st.bytes_network = integer<std::int64_t>(s.at("bytes_network"), "plan.stats.bytes_network");
-    st.sent = per_device(s.at("sent"), "plan.stats.sent");
-    st.received = per_device(s.at("received"), "plan.stats.received");
-    st.predicted_seconds = s.at("predicted_seconds").get<double>();
-    st.search_truncated = s.at("search_truncated").get<bool>();
-    Plan p(layout_from(j.at("src"), "plan.src"), layout_from(j.at("dst"), "plan.dst"),
-           value_of(kStrategies, j.at("strategy").get<std::string>(), "plan.strategy"),
-           value_of(kBalances, j.at("balance").get<std::string>(), "plan.balance"),
-           j.at("topology").get<std::string>(), std::move(ops), std::move(st));
+        count_at(member(s, "bytes_intra_host", "plan.stats"), "plan.stats.bytes_intra_host");
+    st.bytes_network =
+        count_at(member(s, "bytes_network", "plan.stats"), "plan.stats.bytes_network");
+    st.sent = per_device(member(s, "sent", "plan.stats"), "plan.stats.sent");
+    st.received = per_device(member(s, "received", "plan.stats"), "plan.stats.received");
+    const json& predicted = member(s, "predicted_seconds", "plan.stats");
+    if (!predicted.is_number())
+      throw ParseError("plan.stats.predicted_seconds", "expected a number");
+    st.predicted_seconds = predicted.get<double>();
+    if (!(st.predicted_seconds >= 0) || !std::isfinite(st.predicted_seconds))
+      throw ValidationError("plan.stats.predicted_seconds", "must be a finite number >= 0");
+    st.search_truncated =
+        flag_at(member(s, "search_truncated", "plan.stats"), "plan.stats.search_truncated");
+    // Bounded before anything proportional to the ops (validate() is near linear in them).
+    const json& o = array_at(member(j, "ops", "plan"), "plan.ops");
+    check_limit("plan.ops", static_cast<std::int64_t>(o.size()), limits().plan_ops, "PLAN_OPS");
+    std::vector<Op> ops;
+    ops.reserve(o.size());
+    for (std::size_t i = 0; i < o.size(); ++i)
+      ops.push_back(op_from(o[i], at_index("plan.ops", i)));
+    Plan p(src, dst, strategy, balance, std::move(topology), std::move(ops), std::move(st));
     p.validate();
     return p;
   } catch (const json::exception& e) {
@@ -196,22 +271,7 @@ Plan Plan::from_json(std::string_view text) {
   }
 }
 
-void Plan::validate() const {
-  const auto devs = devices();
-  auto known = [&](int d) { return std::binary_search(devs.begin(), devs.end(), d); };
-  for (std::size_t i = 0; i < ops_.size(); ++i) {
-    const Op& op = ops_[i];
-    const std::string field = "plan.ops[" + std::to_string(i) + "]";
-    if (op.box.rank() != src_.rank())
-      throw ValidationError(field + ".box", "rank differs from the tensor's");
-    if (!Box::whole(src_.shape()).contains(op.box))
-      throw ValidationError(field + ".box", op.box.str() + " lies outside the tensor");
-    if (op.phase < 0) throw ValidationError(field + ".phase", "negative phase");
-    if (!known(op.root)) throw ValidationError(field + ".root", "device not in either mesh");
-    for (int p : op.peers)
-      if (!known(p)) throw ValidationError(field + ".peers", "device not in either mesh");
-  }
-}
+void Plan::validate() const { detail::check_plan(*this); }
 
 std::string Plan::str(std::size_t max_ops) const {
   std::ostringstream os;

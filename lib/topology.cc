@@ -2,19 +2,17 @@
 // docs/topology.md. Every error names the offending JSON path ("topology.hosts[2].devices[1]").
 #include "meshcast/topology.h"
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
+#include "lib/json_text.h"
 #include "meshcast/error.h"
+#include "meshcast/limits.h"
 #include "text.h"
 
 namespace meshcast {
@@ -223,16 +221,18 @@ Topology Topology::uniform(std::string name, int hosts, int devices_per_host, Li
 }
 
 Topology Topology::from_json(std::string_view text, const std::string& field) {
+  // Strict: malformed text and a key repeated in one object are ParseErrors naming the field.
   json doc;
   try {
-    doc = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> one line.
-    std::string what = e.what();
-    if (const auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
-    for (char& c : what)
-      if (c == '\n' || c == '\r') c = ' ';
-    throw ParseError(field, "invalid JSON: " + what);
+    doc = detail::parse_json(std::string(text), field);
+  } catch (const ParseError& e) {
+    // "not valid JSON: [json.exception.parse_error.101] parse error at ..." -> without the tag.
+    std::string what = std::string(e.what()).substr(e.field().size() + 2);
+    const auto tag = what.find("[json.exception");
+    if (const auto end = what.find("] ", tag); tag != std::string::npos && end != std::string::npos)
+      what.erase(tag, end + 2 - tag);
+    if (what.size() > 200) what = what.substr(0, 197) + "...";  // a long token read before it
+    throw ParseError(e.field(), what);
   }
   object_at(doc, field);
   only_keys(doc, field, {"name", "description", "links", "single_host", "uniform", "hosts"});
@@ -336,20 +336,15 @@ void Topology::rank_devices() {
 }
 
 Topology Topology::load(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw IoError("topology", "cannot read " + path + ": is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError("topology", "cannot read " + path + ": " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw IoError("topology", "cannot read " + path + ": " + std::strerror(errno));
-  const std::string suffix = " (in " + path + ")";
+  // Only a regular file, and only up to the bound: /dev/zero, a FIFO or a huge file is refused
+  // before it is read rather than read until memory runs out (or forever).
+  const std::string text = read_input_file(path, "topology", limits().input_file_bytes);
+  const std::string suffix = " (in " + detail::quote(path) + ")";
   const auto cause = [](const Error& e) {
     return std::string(e.what()).substr(e.field().size() + 2);
   };
   try {
-    return from_json(text.str());
+    return from_json(text);
   } catch (const ParseError& e) {
     throw ParseError(e.field(), cause(e) + suffix);
   } catch (const ValidationError& e) {

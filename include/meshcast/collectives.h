@@ -7,6 +7,12 @@
 // that group. Buffers are contiguous, hold `dtype` elements, and stay valid until the handle
 // completes. A count that the group size does not divide is fine: rank k of n owns the range
 // [floor(k*count/n), floor((k+1)*count/n)) (meshcast's uneven split).
+//
+// Every entry point checks its arguments before it sends anything, and throws ValidationError
+// naming the argument: "group" (empty, a device twice, the caller not in it), "count" /
+// "counts" / "send_counts" / "recv_counts" (negative, sizes whose bytes overflow 64 bits, a
+// count list of the wrong length), "dtype" / "op" (not one of the enumerators), and "send",
+// "recv" or "buf" when null while it must hold elements (null is fine for zero elements).
 #pragma once
 
 #include <cstdint>

@@ -23,12 +23,20 @@ class Mesh {
 
   std::size_t ndim() const { return shape_.size(); }
   const std::vector<std::int64_t>& shape() const { return shape_; }
-  std::int64_t extent(std::size_t axis) const { return shape_[axis]; }
+  // Accessors taking an axis, an index or a coordinate throw ValidationError("mesh") when it is
+  // out of range.
+  std::int64_t extent(std::size_t axis) const {
+    if (axis >= shape_.size()) bad_axis(axis);
+    return shape_[axis];
+  }
   std::int64_t size() const { return static_cast<std::int64_t>(devices_.size()); }
   const std::vector<int>& devices() const { return devices_; }
 
   // Device at a row-major linear index, and the coordinate of a linear index.
-  int device(std::int64_t index) const { return devices_[static_cast<std::size_t>(index)]; }
+  int device(std::int64_t index) const {
+    check_index(index);
+    return devices_[static_cast<std::size_t>(index)];
+  }
   std::vector<std::int64_t> coord(std::int64_t index) const;
   std::int64_t index(const std::vector<std::int64_t>& coord) const;
   // Linear index of a device id, if it is in the mesh.
@@ -42,6 +50,12 @@ class Mesh {
   }
 
  private:
+  void check_index(std::int64_t index) const {
+    if (index < 0 || index >= size()) bad_index(index);
+  }
+  [[noreturn]] void bad_index(std::int64_t index) const;
+  [[noreturn]] void bad_axis(std::size_t axis) const;
+
   std::vector<std::int64_t> shape_;
   std::vector<int> devices_;
   std::vector<int> sorted_;        // device ids, sorted, for index_of

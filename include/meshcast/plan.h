@@ -96,17 +96,43 @@ class Plan {
   // Every device id of either mesh, sorted.
   std::vector<int> devices() const;
 
-  // One JSON document; from_json(to_json()) == *this. Throws ParseError("plan...").
+  // One JSON document; from_json(to_json()) == *this. from_json throws ParseError("plan...")
+  // for malformed text (a duplicate key included), a ValidationError("plan.ops", ...) for more
+  // than limits().plan_ops ops, and validates the plan (below) before returning it.
   std::string to_json() const;
   static Plan from_json(std::string_view text);
+
+  // Checks everything the executor relies on, throwing ValidationError naming the field
+  // ("plan.ops[3].box", "plan.ops[3].peers[1]", "plan.ops" for coverage):
+  //  - the strategy is not Auto; both layouts have one shape and dtype; at most plan_ops ops;
+  //  - ops are listed in phase order: phases start at 0 and never skip one;
+  //  - every box has the tensor's rank, lo < hi in every dimension, and lies in the tensor;
+  //  - Copy: no peers; the root holds the box in both layouts and the source is complete.
+  //    Zero: no peers; the root's target tile holds the box and the root is an addend other
+  //    than the first of a partial target. Multicast: at least one receiver, none twice, not
+  //    the root (no self-send); from_dst: the root's target tile holds the box and the root
+  //    received all of it in earlier phases; else the root's source tile holds it and the
+  //    source is complete; receivers' target tiles hold the box. Reduce: one contributor per
+  //    addend of the source, in addend order, each holding the box; the root's target tile
+  //    holds it;
+  //  - coverage: every element of every target device's tile is written exactly once, with the
+  //    value (Copy, Reduce, a multicast of the value) on a complete target or addend 0 of a
+  //    partial one, with zeros (Zero, or a multicast forwarding them) on the other addends.
+  // Near linear in the ops: per target device, its boxes lie in its tile, their volumes add up
+  // to the tile's and they are pairwise disjoint (a grid of the boxes' bounds, or a sweep); a
+  // plan too fragmented to check within a work bound of 2^24 + 64 per write is refused.
+  // Example: moving a 4x6 tensor from 2@0-1:RR to 1@2:RR, the ops "multicast [0:4,0:4] 0 -> 2"
+  // and "multicast [0:4,4:6] 1 -> 2" are valid; with the second's box [0:4,3:6] validate()
+  // throws "plan.ops[1]: writes [0:4,3:4] of device 2, which plan.ops[0] also writes", with
+  // [0:4,5:6] "plan.ops: 4 of the 24 elements of device 2's target tile [0:4,0:6] are never
+  // written".
+  void validate() const;
+
   // Human-readable summary and op list (at most `max_ops` ops listed).
   std::string str(std::size_t max_ops = 32) const;
   friend bool operator==(const Plan&, const Plan&) = default;
 
  private:
-  // Checks that every op lies inside the tensor and names devices of the meshes (from_json).
-  void validate() const;
-
   Layout src_;
   Layout dst_;
   Strategy strategy_;

@@ -38,8 +38,12 @@ class Topology {
   // `hosts` hosts of `devices_per_host` devices each: device d lives on host d / devices_per_host.
   static Topology uniform(std::string name, int hosts, int devices_per_host, LinkClass intra,
                           LinkClass network);
-  // Throws IoError("topology") when unreadable, ParseError/ValidationError naming the field.
+  // Reads a regular file of at most limits().input_file_bytes (meshcast/limits.h): IoError
+  // ("topology") when missing or unreadable; ValidationError("topology") for a directory, FIFO
+  // or device, or a larger file (refused before reading); then as from_json().
   static Topology load(const std::string& path);
+  // Strict JSON (a key repeated in one object is a ParseError); throws ParseError /
+  // ValidationError naming the JSON path ("topology.hosts[2].devices[1]").
   static Topology from_json(std::string_view text, const std::string& field = "topology");
   std::string to_json() const;
 

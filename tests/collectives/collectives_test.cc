@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -314,6 +315,73 @@ TEST(Collectives, BadArgumentsNameTheField) {
   EXPECT_THROW(parse_algorithm("tree"), ParseError);
   EXPECT_EQ(parse_reduce_op("max"), ReduceOp::Max);
   EXPECT_THROW(parse_reduce_op("min"), ParseError);
+}
+
+// A null buffer that must hold elements, an unknown dtype or reduction, counts whose bytes
+// overflow: refused before anything is sent, naming the argument (all_reduce(nullptr, nullptr,
+// 4) used to crash); null buffers of zero elements are fine.
+TEST(Collectives, BuffersAreCheckedBeforeAnythingIsSent) {
+  LocalWorld w(2);
+  std::mutex m;
+  std::vector<std::string> fields;
+  std::vector<std::string> failures;
+  w.run([&](Communicator& comm) {
+    float x[4] = {1, 2, 3, 4}, y[4] = {};
+    const std::int64_t counts[2] = {2, 2}, zeros[2] = {0, 0};
+    const std::int64_t huge = std::numeric_limits<std::int64_t>::max() / 2;
+    const std::int64_t overflow[2] = {huge, huge};
+    const std::vector<int> both{0, 1};
+    auto field = [&](auto&& f) {
+      try {
+        f();
+        return std::string("none");
+      } catch (const ValidationError& e) {
+        return e.field();
+      }
+    };
+    const auto sum = ReduceOp::Sum;
+    const auto f32 = DType::f32;
+    const auto bad_dtype = static_cast<DType>(99);
+    const auto bad_op = static_cast<ReduceOp>(7);
+    std::vector<std::string> got{
+        field([&] { all_reduce(comm, both, nullptr, nullptr, 4, f32, sum); }),
+        field([&] { all_reduce(comm, both, x, nullptr, 4, f32, sum); }),
+        field([&] { iall_reduce(comm, both, nullptr, y, 4, f32, sum); }),
+        field([&] { all_reduce(comm, both, x, y, huge, f32, sum); }),
+        field([&] { all_reduce(comm, both, x, y, 4, bad_dtype, sum); }),
+        field([&] { all_reduce(comm, both, x, y, 4, f32, bad_op); }),
+        field([&] { reduce_scatter(comm, both, nullptr, y, 4, f32, sum); }),
+        field([&] { ireduce_scatter(comm, both, x, nullptr, 4, f32, sum); }),
+        field([&] { all_gather(comm, both, nullptr, y, 4, f32); }),
+        field([&] { iall_gather(comm, both, x, nullptr, 4, f32); }),
+        field([&] { all_gatherv(comm, both, x, y, overflow, f32); }),
+        field([&] { iall_gatherv(comm, both, x, nullptr, counts, f32); }),
+        field([&] { broadcast(comm, both, 0, nullptr, 4, f32); }),
+        field([&] { ibroadcast(comm, both, 0, x, 4, bad_dtype); }),
+        field([&] { all_to_allv(comm, both, nullptr, counts, y, counts, f32); }),
+        field([&] { iall_to_allv(comm, both, x, counts, nullptr, counts, f32); }),
+        field([&] { all_to_allv(comm, both, x, overflow, y, overflow, f32); }),
+    };
+    // Zero elements: null buffers are fine, and the group is still usable after the refusals.
+    all_reduce(comm, both, nullptr, nullptr, 0, f32, sum);
+    all_gatherv(comm, both, nullptr, nullptr, zeros, f32);
+    broadcast(comm, both, 1, nullptr, 0, f32);
+    all_to_allv(comm, both, nullptr, zeros, nullptr, zeros, f32);
+    // reduce_scatter of 1 element over 2: device 0's piece is empty, so its recv may be null.
+    float one = 1, mine = 0;
+    reduce_scatter(comm, both, &one, comm.rank() == 0 ? nullptr : &mine, 1, f32, sum);
+    all_reduce(comm, both, x, y, 4, f32, sum);
+    std::lock_guard<std::mutex> lock(m);
+    if (comm.rank() == 1 && mine != 2)
+      failures.push_back("reduce_scatter gave " + std::to_string(mine));
+    if (y[0] != 2 || y[3] != 8) failures.push_back("all_reduce after the refusals is wrong");
+    if (fields.empty()) fields = got;
+  });
+  const std::vector<std::string> want{"send", "recv",  "send", "count", "dtype",      "op",
+                                      "send", "recv",  "send", "recv",  "counts",     "recv",
+                                      "buf",  "dtype", "send", "recv",  "send_counts"};
+  EXPECT_EQ(fields, want);
+  EXPECT_TRUE(failures.empty()) << failures.front();
 }
 
 }  // namespace

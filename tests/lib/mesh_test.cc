@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "meshcast/error.h"
+#include "meshcast/layout.h"
 #include "support/testing.h"
 
 namespace meshcast {
@@ -221,6 +222,75 @@ TEST(Mesh, ConstructorValidates) {
     ADD_FAILURE();
   } catch (const ValidationError& e) {
     EXPECT_EQ(e.field(), "src.mesh");
+  }
+}
+
+TEST(Mesh, AccessorsRefuseOutOfRangeArguments) {
+  const Mesh m = Mesh::parse("2x2@0-3");
+  auto field = [](auto&& f) {
+    try {
+      f();
+      return std::string("none");
+    } catch (const ValidationError& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      return e.field();
+    }
+  };
+  EXPECT_EQ(field([&] { (void)m.device(100); }), "mesh");
+  EXPECT_EQ(field([&] { (void)m.device(4); }), "mesh");
+  EXPECT_EQ(field([&] { (void)m.device(-1); }), "mesh");
+  EXPECT_EQ(field([&] { (void)m.coord(4); }), "mesh");
+  EXPECT_EQ(field([&] { (void)m.coord(-1); }), "mesh");
+  EXPECT_EQ(field([&] { (void)m.extent(2); }), "mesh");
+  EXPECT_EQ(field([&] { (void)m.index({0}); }), "mesh");
+  EXPECT_EQ(field([&] { (void)m.index({0, 0, 0}); }), "mesh");
+  EXPECT_EQ(field([&] { (void)m.index({2, 0}); }), "mesh");
+  EXPECT_EQ(field([&] { (void)m.index({0, -1}); }), "mesh");
+  try {
+    (void)m.device(100);
+  } catch (const ValidationError& e) {
+    EXPECT_NE(std::string(e.what()).find("device index 100"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(m.device(3), 3);
+  EXPECT_EQ(m.index({1, 1}), 3);
+  EXPECT_EQ(m.coord(3), (std::vector<std::int64_t>{1, 1}));
+  EXPECT_EQ(m.extent(1), 2);
+}
+
+// A device list longer than the mesh is counted whole (not "5 ids given" for 20,001), in a
+// message of one bounded line.
+TEST(Mesh, TooManyIdsAreCountedInABoundedMessage) {
+  std::string list;
+  for (int i = 0; i <= 20000; ++i) list += (i ? "," : "") + std::to_string(i);
+  for (const std::string& text : {"4@[" + list + "]", std::string("4@[0-9999,10000-20000]"),
+                                  std::string("4@[0,1,2,3,4-20000]")}) {
+    try {
+      (void)Mesh::parse(text, "src.mesh");
+      ADD_FAILURE() << "accepted";
+    } catch (const ValidationError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.field(), "src.mesh");
+      EXPECT_NE(what.find("mesh has 4 devices but 20001 device ids given"), std::string::npos)
+          << what;
+      EXPECT_LT(what.size(), 200u);
+    }
+  }
+  try {
+    (void)Mesh::parse("2x2@[0,1,2]", "m");
+    ADD_FAILURE();
+  } catch (const ValidationError& e) {
+    EXPECT_NE(std::string(e.what()).find("but 3 device ids given"), std::string::npos);
+  }
+  // Layouts over a mesh of 20,000 listed ids print a bounded mesh in their messages.
+  std::string ids;
+  for (int i = 0; i < 20000; ++i) ids += (i ? "," : "") + std::to_string(2 * i);
+  for (const char* spec : {"S1", "RR"}) {
+    try {
+      (void)Layout::parse({8}, DType::f32, "20000@[" + ids + "]:" + spec, "src");
+      ADD_FAILURE() << spec;
+    } catch (const ValidationError& e) {
+      EXPECT_LT(std::string(e.what()).size(), 300u) << e.what();
+    }
   }
 }
 

@@ -639,5 +639,109 @@ TEST(Planner, SimulatorCatchesBrokenPlans) {
   EXPECT_NE(simulate(with_ops(red, ops)), "") << "an addend multicast";
 }
 
+// One random change to a plan's ops (an op dropped, repeated or moved; a root, peer, box bound,
+// phase, kind or from_dst changed), the kind of hand edit Plan::validate must judge.
+void mutate(Rng& rng, std::vector<Op>& ops) {
+  auto pick = [&]() -> Op& { return ops[static_cast<std::size_t>(rng.below(std::ssize(ops)))]; };
+  auto at = [&] { return static_cast<std::ptrdiff_t>(rng.below(std::ssize(ops))); };
+  switch (rng.below(11)) {
+    case 0:
+      ops.erase(ops.begin() + at());
+      break;
+    case 1: {
+      const auto i = at();
+      ops.insert(ops.begin() + i, ops[static_cast<std::size_t>(i)]);
+      break;
+    }
+    case 2:
+      pick().root = static_cast<int>(rng.below(16));
+      break;
+    case 3: {
+      Op& op = pick();
+      if (op.peers.empty() || rng.chance(1, 3))
+        op.peers.push_back(static_cast<int>(rng.below(16)));
+      else
+        op.peers[static_cast<std::size_t>(rng.below(std::ssize(op.peers)))] =
+            static_cast<int>(rng.below(16));
+      break;
+    }
+    case 4: {
+      Op& op = pick();
+      if (!op.peers.empty()) op.peers.erase(op.peers.begin() + rng.below(std::ssize(op.peers)));
+      break;
+    }
+    case 5: {
+      Op& op = pick();
+      auto r = op.box.ranges();
+      Range& x = r[static_cast<std::size_t>(rng.below(std::ssize(r)))];
+      (rng.chance(1, 2) ? x.lo : x.hi) += rng.chance(1, 2) ? 1 : -1;
+      op.box = Box(std::move(r));
+      break;
+    }
+    case 6:
+      pick().phase += rng.chance(1, 2) ? 1 : -1;
+      break;
+    case 7:
+      pick().from_dst ^= true;
+      break;
+    case 8:
+      pick().kind = static_cast<OpKind>(rng.below(4));
+      break;
+    case 9:
+      std::swap(pick(), pick());
+      break;
+    default: {
+      Op& op = pick();
+      if (op.peers.size() > 1) std::swap(op.peers.front(), op.peers.back());
+    }
+  }
+}
+
+// The validator (box arithmetic) against the simulator (element by element) on planner plans
+// and random mutations of them: validate() accepts exactly the plans the simulator finds
+// correct, but for two forms the executor would run right that the validator refuses as
+// malformed (a phase skipped; peers named on a copy or a zero-fill).
+TEST(Planner, ValidatorAgreesWithTheSimulator) {
+  Rng rng(0x7a1d);
+  testing::Limits lim;
+  lim.max_volume = 64;
+  lim.max_extent = 5;
+  const Topology topo = four_hosts();
+  int correct = 0, broken = 0;
+  for (int i = 0; i < testing::scaled(4000); ++i) {
+    const auto c = testing::random_case(rng, lim);
+    PlanOptions opt;
+    opt.strategy = static_cast<Strategy>(rng.between(1, 3));
+    opt.search_moves = 50;
+    opt.search_seconds = 1e9;
+    const Plan p = plan(c.src, c.dst, topo, opt);
+    std::vector<Op> ops = p.ops();
+    const int edits = static_cast<int>(rng.below(3));
+    for (int e = 0; e < edits && !ops.empty(); ++e) mutate(rng, ops);
+    const Plan m(p.src(), p.dst(), p.strategy(), p.balance(), p.topology(), ops, p.stats());
+    const std::string sim = simulate(m);
+    std::string val;
+    try {
+      m.validate();
+    } catch (const ValidationError& e) {
+      val = e.what();
+    }
+    const std::string ctx = "case " + std::to_string(i) + ": " + c.str() + "\nsimulator: " + sim +
+                            "\nvalidator: " + val + "\n" + m.str(64);
+    if (sim.empty()) {
+      const bool malformed = val.find("skips phase") != std::string::npos ||
+                             val.find("has no peers") != std::string::npos;
+      ASSERT_TRUE(val.empty() || malformed) << ctx;
+      correct += val.empty();
+    } else {
+      ASSERT_FALSE(val.empty()) << ctx;
+      ++broken;
+    }
+  }
+  // Both outcomes are exercised.
+  EXPECT_GT(correct, testing::scaled(4000) / 5);
+  EXPECT_GT(broken, testing::scaled(4000) / 5);
+}
+
 }  // namespace
 }  // namespace meshcast

@@ -1,0 +1,192 @@
+// Topology::load reads only regular files of bounded size: a FIFO, /dev/zero, a directory or a
+// huge file is refused at once, without reading it and without memory (peak resident size of a
+// child process, from wait4's rusage); from_json refuses a key given twice in one object.
+#include "meshcast/topology.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "meshcast/error.h"
+#include "meshcast/limits.h"
+
+namespace meshcast {
+namespace {
+
+// A scratch directory, removed with its files at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/meshcast-topology-XXXXXX";
+    if (const char* d = mkdtemp(tmpl)) path_ = d;
+  }
+  ~TempDir() {
+    if (!path_.empty()) std::system(("rm -rf '" + path_ + "'").c_str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// What a call ended with, run in a child process: the exception it threw, and how far it raised
+// the peak resident size above the parent's current one. A call that does not end within 60 s
+// (a read that blocks, a read of an endless file) is killed and reported as "hung".
+struct Outcome {
+  std::string result;  // "accepted", "ValidationError", "IoError", "ParseError", "other", "hung"
+  std::int64_t growth = -1;
+};
+
+Outcome in_child(const std::function<void()>& f) {
+  long pages = 0, resident = 0;
+  if (FILE* statm = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(statm, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(statm);
+  }
+  const std::int64_t before = std::int64_t{resident} * sysconf(_SC_PAGESIZE);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(60);
+    int code = 0;
+    try {
+      f();
+    } catch (const ValidationError&) {
+      code = 1;
+    } catch (const IoError&) {
+      code = 2;
+    } catch (const ParseError&) {
+      code = 3;
+    } catch (...) {
+      code = 4;
+    }
+    _exit(code);
+  }
+  int status = 0;
+  rusage ru{};
+  Outcome o;
+  if (pid < 0 || wait4(pid, &status, 0, &ru) != pid) return {"fork failed", -1};
+  o.growth = std::int64_t{ru.ru_maxrss} * 1024 - before;
+  if (WIFSIGNALED(status)) {
+    o.result = WTERMSIG(status) == SIGALRM ? "hung" : "signal " + std::to_string(WTERMSIG(status));
+    return o;
+  }
+  const char* names[] = {"accepted", "ValidationError", "IoError", "ParseError", "other"};
+  const int code = WEXITSTATUS(status);
+  o.result = code >= 0 && code <= 4 ? names[code] : "exit " + std::to_string(code);
+  return o;
+}
+
+constexpr std::int64_t kSmallGrowth = std::int64_t{32} << 20;
+
+TEST(TopologyLoad, NonRegularFilesAreRefusedAtOnce) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string fifo = dir.path() + "/fifo.json";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);  // no writer: opening it would block forever
+  for (const std::string& path : {fifo, std::string("/dev/zero"), dir.path()}) {
+    SCOPED_TRACE(path);
+    const Outcome o = in_child([&] { (void)Topology::load(path); });
+    EXPECT_EQ(o.result, "ValidationError");
+    EXPECT_NE(o.growth, -1);
+    EXPECT_LT(o.growth, kSmallGrowth) << "peak memory grew by " << (o.growth >> 20) << " MiB";
+    if (o.result != "ValidationError") continue;
+    try {
+      (void)Topology::load(path);  // here too, now that it is known to end
+      ADD_FAILURE() << "accepted";
+    } catch (const ValidationError& e) {
+      EXPECT_EQ(e.field(), "topology");
+      EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW((void)Topology::load(dir.path() + "/missing.json"), IoError);
+}
+
+TEST(TopologyLoad, LargeFilesAreRefusedBeforeReading) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  // 1 GiB, sparse: it costs no disk, and reading it would cost 1 GiB of memory (2 in a string
+  // stream).
+  const std::string big = dir.path() + "/big.json";
+  const int fd = open(big.c_str(), O_CREAT | O_WRONLY, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, std::int64_t{1} << 30), 0);
+  close(fd);
+  ASSERT_LE(limits().input_file_bytes, std::int64_t{1} << 29) << "set the bound below 1 GiB";
+  const Outcome o = in_child([&] { (void)Topology::load(big); });
+  EXPECT_EQ(o.result, "ValidationError");
+  EXPECT_LT(o.growth, kSmallGrowth) << "peak memory grew by " << (o.growth >> 20) << " MiB";
+  if (o.result == "ValidationError") {  // here too, now that it is known to end
+    try {
+      (void)Topology::load(big);
+      ADD_FAILURE() << "accepted";
+    } catch (const ValidationError& e) {
+      EXPECT_EQ(e.field(), "topology size");
+      EXPECT_NE(std::string(e.what()).find("exceeds the limit"), std::string::npos) << e.what();
+    }
+  }
+  // The bound itself, given explicitly: a shipped topology is fine at its size, not below it.
+  const std::string shipped = MESHCAST_SOURCE_DIR "/meshes/aws-p3.8xlarge.json";
+  const std::string text = read_input_file(shipped, "topology", 1 << 20);
+  EXPECT_NO_THROW((void)Topology::from_json(text));
+  const auto size = static_cast<std::int64_t>(text.size());
+  EXPECT_EQ(read_input_file(shipped, "topology", size), text);
+  EXPECT_THROW((void)read_input_file(shipped, "topology", size - 1), ValidationError);
+}
+
+TEST(TopologyLoad, ShippedFilesStillLoad) {
+  for (const char* f :
+       {"single-host", "aws-p3.8xlarge", "dgx-a100", "emulated", "cluster-1024x8"}) {
+    SCOPED_TRACE(f);
+    const Topology t = Topology::load(std::string(MESHCAST_SOURCE_DIR "/meshes/") + f + ".json");
+    EXPECT_EQ(t.name(), f);
+  }
+}
+
+TEST(TopologyJson, DuplicateKeysAreRefused) {
+  const std::string good = R"({"name": "t", "links": {"intra": {"bandwidth_gbyte_s": 1,
+      "latency_us": 1}}, "single_host": true})";
+  EXPECT_NO_THROW((void)Topology::from_json(good));
+  for (const std::string& bad :
+       {std::string(R"({"name": "t", "name": "u", "links": {"intra": {"bandwidth_gbyte_s": 1,
+           "latency_us": 1}}, "single_host": true})"),
+        std::string(R"({"name": "t", "links": {"intra": {"bandwidth_gbyte_s": 1,
+           "bandwidth_gbyte_s": 100, "latency_us": 1}}, "single_host": true})"),
+        std::string(R"({"name": "t", "links": {"intra": {"bandwidth_gbyte_s": 1, "latency_us": 1},
+           "network": {"bandwidth_gbit_s": 1, "latency_us": 1}}, "hosts": [
+           {"name": "a", "devices": [0], "devices": [1]}]})")}) {
+    try {
+      (void)Topology::from_json(bad);
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const ParseError& e) {
+      EXPECT_EQ(e.field(), "topology");
+      EXPECT_NE(std::string(e.what()).find("appears twice"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    (void)Topology::from_json("{\"name\": \"" + std::string(100000, 'x') + "\x01\"}");
+    ADD_FAILURE();
+  } catch (const ParseError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 300u) << "a long token quoted whole";
+  }
+  try {
+    (void)Topology::from_json("{\"name\": ");
+    ADD_FAILURE();
+  } catch (const ParseError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("topology: not valid JSON: parse error", 0), 0u) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace meshcast
