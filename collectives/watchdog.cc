@@ -40,23 +40,42 @@ void Watchdog::set_processes(const std::vector<ProcessId>& all) {
 }
 
 // A peer process that no longer exists, or is a zombie (killed, not yet reaped by its launcher).
+namespace {
+// Whether a process no longer runs: gone, or a zombie (killed, not yet reaped by its launcher).
+bool ended(long pid) {
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  std::string stat;
+  std::getline(std::ifstream("/proc/" + std::to_string(pid) + "/stat"), stat);
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
+}
+
+// "3,5,8" naming at most 8 ranks, then how many more.
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size() && i < 8; ++i)
+    s += (i ? "," : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 8) s += " and " + std::to_string(ranks.size() - 8) + " more";
+  return s;
+}
+}  // namespace
+
 void Watchdog::check_processes() {
   const auto now = Clock::now();
   if (visible_.empty() || now < next_check_) return;
   next_check_ = now + std::chrono::milliseconds(250);
   for (const auto& [rank, pid] : visible_) {
-    bool gone = ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
-    if (!gone) {
-      std::string stat;
-      std::getline(std::ifstream("/proc/" + std::to_string(pid) + "/stat"), stat);
-      const auto close = stat.rfind(')');
-      gone = close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
+    if (!ended(pid)) continue;
+    // A peer that gave up first told us before it ended: a notice still on its way names the
+    // device that failed first (poll_notices throws it), and wins over this exit.
+    const auto until = Clock::now() + std::chrono::milliseconds(300);
+    while (Clock::now() < until) {
+      poll_notices();
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
-    if (gone) {
-      failed_ = true;
-      throw CommError("device " + std::to_string(rank),
-                      "failed: its process (pid " + std::to_string(pid) + ") ended");
-    }
+    failed_ = true;
+    throw CommError("device " + std::to_string(rank),
+                    "failed: its process (pid " + std::to_string(pid) + ") ended");
   }
 }
 
@@ -105,21 +124,30 @@ void Watchdog::diagnose(const std::vector<int>& peers) {
   for (int p = 0; p < size_; ++p)
     if (p != rank_) ch_.post(p, ControlChannel::Kind::Ping, "");
   const auto until = Clock::now() + std::chrono::duration<double>(std::min(5.0, timeout_));
+  // Notices only: a peer that ends meanwhile (it gave up on the same silent device) must not
+  // be named for it.
   while (Clock::now() < until &&
          std::find(answered_.begin(), answered_.end(), 0) != answered_.end()) {
-    watch();
+    poll_notices();
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   failed_ = true;
-  std::string dead, waited;
-  for (int p = 0; p < size_; ++p)
-    if (!answered_[static_cast<std::size_t>(p)])
-      dead += (dead.empty() ? "" : ",") + std::to_string(p);
-  for (int p : peers) waited += (waited.empty() ? "" : ",") + std::to_string(p);
+  // Silent peers: those still running (stopped, stuck) are the cause; those whose process
+  // ended are named only when no running one is silent.
+  std::vector<int> silent, gone;
+  for (int p = 0; p < size_; ++p) {
+    if (answered_[static_cast<std::size_t>(p)]) continue;
+    const auto v = std::find_if(visible_.begin(), visible_.end(),
+                                [p](const auto& rp) { return rp.first == p; });
+    (v != visible_.end() && ended(v->second) ? gone : silent).push_back(p);
+  }
+  if (silent.empty()) silent = gone;
   const std::string after = "no progress for " + std::to_string(timeout_) + " s";
-  if (!dead.empty())
-    throw CommError("device " + dead, "failed: " + after + " and no answer to a liveness check");
-  throw CommError("device " + waited, after + " although every device is alive (plans disagree?)");
+  if (!silent.empty())
+    throw CommError("device " + rank_list(silent),
+                    "failed: " + after + " and no answer to a liveness check");
+  throw CommError("device " + rank_list(peers),
+                  after + " although every device is alive (plans disagree?)");
 }
 
 void Watchdog::abandon(const std::string& field, const std::string& cause) {

@@ -21,6 +21,7 @@
 
 #include "cli.h"
 #include "lib/json_text.h"
+#include "lib/text.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
 #include "meshcast/training/chart.h"

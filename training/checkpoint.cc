@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "lib/json_text.h"
+#include "lib/text.h"
 #include "meshcast/collectives.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"

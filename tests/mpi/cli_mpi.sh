@@ -41,7 +41,7 @@ err=$(timeout 120 "${run[@]}" -np 2 "$mc" reshard --shape 8 --dtype f32 --src 2@
       --dst 2@0-1:R --backend mpi --verify : -np 2 "$mc" reshard --shape 8 --dtype f32 \
       --src 2@0-1:R --dst 2@0-1:S0 --backend mpi --verify 2>&1 >/dev/null)
 rc=$?
-if [[ $rc -eq 2 ]] && grep -q "plan: rank 2 planned a different move" <<<"$err"; then ok; else
+if [[ $rc -eq 2 ]] && grep -q "plan: ranks 2,3 were started with a different plan" <<<"$err"; then ok; else
   bad "disagreeing ranks: rc=$rc: $err"; fi
 
 echo "$pass passed, $fail failed"

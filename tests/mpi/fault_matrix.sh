@@ -56,7 +56,11 @@ for backend in ${BACKENDS:-mpi}; do
       t=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
       kill -CONT "$pid" 2>/dev/null
       for ((i = 0; i < 30; ++i)); do  # each survivor exits right after its line
-        survivors=$(pgrep -f "$cli reshard" | grep -vx "$pid" | wc -l)
+        survivors=0
+        for p in $(pgrep -f "$cli reshard"); do  # ranks only (mpirun's command line matches too)
+          [[ $p != "$pid" ]] && grep -qz OMPI_COMM_WORLD_RANK= "/proc/$p/environ" 2>/dev/null &&
+            survivors=$((survivors + 1))
+        done
         [[ $survivors -eq 0 ]] && break
         sleep 0.1
       done
