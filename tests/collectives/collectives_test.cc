@@ -20,6 +20,17 @@
 namespace meshcast {
 namespace {
 
+// The field a refused call names ("none" when it is accepted).
+template <class F>
+std::string field(F&& f) {
+  try {
+    f();
+    return "none";
+  } catch (const ValidationError& e) {
+    return e.field();
+  }
+}
+
 // Runs the check on every device of `group` in a world of `world` devices (with node memory
 // of `segment` bytes per device when not 0, and the shared-memory algorithm among the cases).
 std::vector<std::string> run_check(int world, const std::vector<int>& group,
@@ -276,14 +287,6 @@ TEST(Collectives, BadArgumentsNameTheField) {
   w.run([&](Communicator& comm) {
     float x[4] = {};
     const std::int64_t counts[2] = {1, 1}, three[3] = {1, 1, 1}, other[2] = {2, 2};
-    auto field = [&](auto&& f) {
-      try {
-        f();
-        return std::string("none");
-      } catch (const ValidationError& e) {
-        return e.field();
-      }
-    };
     const std::vector<int> both{0, 1}, dup{0, 0}, missing{1 - comm.rank()};
     CollectiveOptions node, ring;
     node.algorithm = Algorithm::SharedMemory;
@@ -331,14 +334,6 @@ TEST(Collectives, BuffersAreCheckedBeforeAnythingIsSent) {
     const std::int64_t huge = std::numeric_limits<std::int64_t>::max() / 2;
     const std::int64_t overflow[2] = {huge, huge};
     const std::vector<int> both{0, 1};
-    auto field = [&](auto&& f) {
-      try {
-        f();
-        return std::string("none");
-      } catch (const ValidationError& e) {
-        return e.field();
-      }
-    };
     const auto sum = ReduceOp::Sum;
     const auto f32 = DType::f32;
     const auto bad_dtype = static_cast<DType>(99);

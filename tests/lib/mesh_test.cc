@@ -297,12 +297,7 @@ TEST(Mesh, TooManyIdsAreCountedInABoundedMessage) {
 // How far f() raises peak memory above what this process holds: run in a child process, whose
 // peak resident size the kernel reports when it ends.
 std::int64_t peak_growth(const std::function<void()>& f) {
-  long pages = 0, resident = 0;
-  if (FILE* statm = std::fopen("/proc/self/statm", "r")) {
-    if (std::fscanf(statm, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    std::fclose(statm);
-  }
-  const std::int64_t before = std::int64_t{resident} * sysconf(_SC_PAGESIZE);
+  const std::int64_t before = testing::resident_bytes();
   const pid_t pid = fork();
   if (pid == 0) {
     try {

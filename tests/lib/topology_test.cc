@@ -19,6 +19,7 @@
 
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
+#include "support/testing.h"
 
 namespace meshcast {
 namespace {
@@ -48,12 +49,7 @@ struct Outcome {
 };
 
 Outcome in_child(const std::function<void()>& f) {
-  long pages = 0, resident = 0;
-  if (FILE* statm = std::fopen("/proc/self/statm", "r")) {
-    if (std::fscanf(statm, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    std::fclose(statm);
-  }
-  const std::int64_t before = std::int64_t{resident} * sysconf(_SC_PAGESIZE);
+  const std::int64_t before = testing::resident_bytes();
   const pid_t pid = fork();
   if (pid == 0) {
     alarm(60);

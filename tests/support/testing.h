@@ -4,8 +4,11 @@
 // plain values (shape, devices, axes); tiles and addends come from the ref_* functions.
 #pragma once
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -17,6 +20,16 @@
 #include "meshcast/meshcast.h"
 
 namespace meshcast::testing {
+
+// This process's resident memory now, from /proc/self/statm (0 where it cannot be read).
+inline std::int64_t resident_bytes() {
+  long pages = 0, resident = 0;
+  if (FILE* statm = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(statm, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(statm);
+  }
+  return std::int64_t{resident} * sysconf(_SC_PAGESIZE);
+}
 
 __extension__ typedef __int128 i128;
 
