@@ -120,8 +120,8 @@ class Suite {
       std::vector<Method> ms;
       for (std::size_t i = 0, k = 0; i < labels.size(); ++i)
         if (same[i].empty())
-          ms.push_back(meshcast_method(labels[i], b_.comm(), plans[k++], buf.src(), buf.dst(),
-                                       buf.out.size()));
+          ms.push_back(meshcast_method(labels[i], b_.group(b_.comm()), plans[k++], buf.src(),
+                                       buf.dst(), buf.out.size()));
       std::vector<int> devices = members;
       for (Method& m : peers(part, buf, devices)) ms.push_back(std::move(m));
       PlanOptions auto_options;

@@ -34,7 +34,6 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
@@ -191,8 +190,7 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<Topology> topo;
   if (!topo_path.empty()) topo = std::make_unique<Topology>(Topology::load(topo_path));
-  std::vector<int> group(static_cast<std::size_t>(n));
-  std::iota(group.begin(), group.end(), 0);
+  const Group& group = comm.world();
   std::vector<Row> rows;
   if (me == 0)
     std::printf(
@@ -245,17 +243,15 @@ int main(int argc, char** argv) {
         CollectiveOptions o;
         o.algorithm = a;
         o.topology = topo.get();
-        methods.push_back({"meshcast " + label, [&, o] {
-                             if (op == "all_reduce")
-                               all_reduce(comm, group, in.data(), out.data(), count, DType::f32,
-                                          ReduceOp::Sum, o);
-                             else if (op == "reduce_scatter")
-                               reduce_scatter(comm, group, in.data(), out.data(), count, DType::f32,
-                                              ReduceOp::Sum, o);
-                             else
-                               all_gather(comm, group, in.data() + mine.lo, out.data(), count,
-                                          DType::f32, o);
-                           }});
+        methods.push_back(
+            {"meshcast " + label, [&, o] {
+               if (op == "all_reduce")
+                 all_reduce(group, in.data(), out.data(), count, DType::f32, ReduceOp::Sum, o);
+               else if (op == "reduce_scatter")
+                 reduce_scatter(group, in.data(), out.data(), count, DType::f32, ReduceOp::Sum, o);
+               else
+                 all_gather(group, in.data() + mine.lo, out.data(), count, DType::f32, o);
+             }});
       };
       methods.push_back({"MPI", [&] {
                            if (op == "all_reduce")
@@ -349,7 +345,7 @@ int main(int argc, char** argv) {
               mine.values.push_back(static_cast<float>((me * 5 + i + c) % 9));
           }
         std::vector<float> out(static_cast<std::size_t>(rows * width)), ref(out.size());
-        sparse_all_reduce(comm, group, mine, ref, SparseMethod::Dense, so);
+        sparse_all_reduce(group, mine, ref, SparseMethod::Dense, so);
         const SparseMethod methods[] = {SparseMethod::Dense, SparseMethod::AllGather,
                                         SparseMethod::Balanced, SparseMethod::Auto};
         // Each method verified once, then all timed together (the dense one first in the list).
@@ -358,12 +354,12 @@ int main(int argc, char** argv) {
         std::vector<std::function<void()>> runs;
         for (SparseMethod m : methods) {
           std::fill(out.begin(), out.end(), -1.0f);
-          picks.push_back(sparse_all_reduce(comm, group, mine, out, m, so));
+          picks.push_back(sparse_all_reduce(group, mine, out, m, so));
           long long bad = 0;
           for (std::size_t i = 0; i < out.size(); ++i) bad += out[i] != ref[i];
           MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
           total_wrong += wrongs.emplace_back(bad);
-          runs.push_back([&, m] { sparse_all_reduce(comm, group, mine, out, m, so); });
+          runs.push_back([&, m] { sparse_all_reduce(group, mine, out, m, so); });
         }
         const std::vector<double> times = timed(iters, runs);
         const double dense_t = times[0];
@@ -398,8 +394,7 @@ int main(int argc, char** argv) {
     auto_options.topology = topo.get();
     // Alone through the same handle as below (the blocking form may take node memory instead).
     const double t_comm = timed(iters, [&] {
-      iall_reduce(comm, group, buf.data(), buf.data(), count, DType::f32, ReduceOp::Sum,
-                  auto_options)
+      iall_reduce(group, buf.data(), buf.data(), count, DType::f32, ReduceOp::Sum, auto_options)
           .wait();
     });
     int dim = 64;
@@ -423,8 +418,8 @@ int main(int argc, char** argv) {
     }
     t_comp = timed(iters, [&] { gemm_rows(a, b, c, dim, 0, dim); });
     const double t_both = timed(iters, [&] {
-      Collective h = iall_reduce(comm, group, buf.data(), buf.data(), count, DType::f32,
-                                 ReduceOp::Sum, auto_options);
+      Collective h = iall_reduce(group, buf.data(), buf.data(), count, DType::f32, ReduceOp::Sum,
+                                 auto_options);
       for (int s = 0; s < slices; ++s) {
         gemm_rows(a, b, c, dim, dim * s / slices, dim * (s + 1) / slices);
         h.test();

@@ -87,6 +87,16 @@ class Bench {
       : mpi_(mpi), comm_(comm), cfg_(std::move(cfg)) {
     MPI_Comm_rank(MPI_COMM_WORLD, &me_);
     MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    comms_.push_back(&comm_);
+  }
+  // Another communicator whose reshards run in cases (on_ranks gives it a group); collective.
+  void add_comm(Communicator& c) { comms_.push_back(&c); }
+  void drop_added_comms() { comms_.resize(1); }
+  // The group of the running case's ranks on `c` (a reshard is started by every member).
+  const Group& group(Communicator& c) const {
+    for (std::size_t i = 0; i < comms_.size(); ++i)
+      if (comms_[i] == &c) return groups_[i];
+    throw std::logic_error("bench: a communicator that was not added");
   }
   int me() const { return me_; }
   int world() const { return world_; }
@@ -110,6 +120,9 @@ class Bench {
   void on_ranks(const std::vector<int>& members, const std::string& what,
                 const std::function<void(MPI_Comm)>& body) {
     const bool in = std::find(members.begin(), members.end(), me_) != members.end();
+    // Every rank makes the case's groups, in the same order (Communicator::group's rule).
+    groups_.clear();
+    for (Communicator* c : comms_) groups_.push_back(c->group(members));
     MPI_Comm part = MPI_COMM_NULL;
     mpi_check(MPI_Comm_split(MPI_COMM_WORLD, in ? 0 : MPI_UNDEFINED, me_, &part), "MPI_Comm_split");
     if (part != MPI_COMM_NULL) {
@@ -122,6 +135,7 @@ class Bench {
       }
       MPI_Comm_free(&part);
     }
+    groups_.clear();
     quiet_barrier(MPI_COMM_WORLD);
   }
 
@@ -197,6 +211,8 @@ class Bench {
  private:
   MpiSession& mpi_;
   Communicator& comm_;
+  std::vector<Communicator*> comms_;  // those whose case groups on_ranks makes
+  std::vector<Group> groups_;         // the running case's, one per communicator
   Config cfg_;
   int me_ = 0, world_ = 1;
   std::vector<Row> rows_;
@@ -242,11 +258,11 @@ inline std::string utc_now() {
   return stamp;
 }
 
-// The subject: meshcast's reshard of `src` -> `dst` on `comm`.
-inline Method meshcast_method(std::string name, Communicator& comm, const Plan& p, const void* in,
+// The subject: meshcast's reshard of `src` -> `dst` on `group` (the case's ranks).
+inline Method meshcast_method(std::string name, const Group& group, const Plan& p, const void* in,
                               void* out, std::size_t out_bytes) {
   const Layout* check = &p.dst();
-  return {std::move(name), [&comm, &p, in, out] { reshard(p, comm, in, out); }, out, out_bytes,
+  return {std::move(name), [&group, &p, in, out] { reshard(p, group, in, out); }, out, out_bytes,
           check};
 }
 

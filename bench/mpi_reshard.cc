@@ -113,7 +113,7 @@ void group_a(Bench& b) {
         const Plan p = plan(src, dst);
         Buffers buf(src, dst, b.me());
         std::vector<Method> ms{
-            meshcast_method("meshcast", b.comm(), p, buf.src(), buf.dst(), buf.out.size()),
+            meshcast_method("meshcast", b.group(b.comm()), p, buf.src(), buf.dst(), buf.out.size()),
             {"send/recv", p2p(part, b.me(), buf.src(), buf.dst(), bytes), buf.dst(), buf.out.size(),
              &dst}};
         const auto [t, wrong] = b.measure(part, ms);
@@ -140,6 +140,7 @@ void group_b(Bench& b, int* argc, char*** argv) {
   for (const Mode& m : modes)
     backends.push_back(
         make_backend(b.mpi(), b.cfg().backend, m.native, m.native ? kMiB : m.chunk, argc, argv));
+  for (auto& backend : backends) b.add_comm(*backend->comm);
   for (int r = 1; r < b.world(); ++r) {
     const Shape shape{bytes / 4};
     const Layout src = Layout::parse(shape, DType::f32, "1@0:R");
@@ -165,8 +166,8 @@ void group_b(Bench& b, int* argc, char*** argv) {
                    buf.dst(), buf.out.size(), &dst};
       for (std::size_t k = 0; k < modes.size(); ++k) {
         std::vector<Method> ms{
-            meshcast_method(b.cfg().backend + " " + modes[k].name, *backends[k]->comm, p, buf.src(),
-                            buf.dst(), buf.out.size()),
+            meshcast_method(b.cfg().backend + " " + modes[k].name, b.group(*backends[k]->comm), p,
+                            buf.src(), buf.dst(), buf.out.size()),
             send};
         if (k == 0) ms.push_back(bcast);  // MPI's own broadcast, once per r, for reference
         const auto [t, wrong] = b.measure(part, ms);
@@ -175,6 +176,7 @@ void group_b(Bench& b, int* argc, char*** argv) {
       }
     });
   }
+  b.drop_added_comms();  // the backends end here
 }
 
 // c: n-to-m moves of a 3-D tensor (the paper's microbenchmark shapes, scaled down).
@@ -223,13 +225,13 @@ void group_c(Bench& b) {
         mcbench::AllgatherSliceMove ag(src, dst, part, devices, b.me(), buf.src(), buf.dst());
         const Layout* check = &dst;
         std::vector<Method> ms{
-            meshcast_method("meshcast auto:" + to_string(p.strategy()), b.comm(), p, buf.src(),
-                            buf.dst(), buf.out.size()),
+            meshcast_method("meshcast auto:" + to_string(p.strategy()), b.group(b.comm()), p,
+                            buf.src(), buf.dst(), buf.out.size()),
             {"alltoallv", [&a2a] { a2a.run(); }, buf.dst(), buf.out.size(), check},
             {"allgather+slice", [&ag] { ag.run(); }, buf.dst(), buf.out.size(), check}};
         if (!(pb == p))
-          ms.push_back(meshcast_method("meshcast broadcast", b.comm(), pb, buf.src(), buf.dst(),
-                                       buf.out.size()));
+          ms.push_back(meshcast_method("meshcast broadcast", b.group(b.comm()), pb, buf.src(),
+                                       buf.dst(), buf.out.size()));
         const auto [t, wrong] = b.measure(part, ms);
         b.report("c", name, c.ranks, src.bytes(), ms, t, wrong);
         if (ms.size() > 3) b.report("c", name, c.ranks, src.bytes(), ms, t, wrong, 3, 1);
@@ -271,13 +273,14 @@ void group_d(Bench& b) {
         {
           mcbench::ScalapackGrid gs(src, b.me(), system), gd(dst, b.me(), system);
           const Layout* check = &dst;
-          std::vector<Method> ms{
-              meshcast_method("meshcast", b.comm(), p, buf.src(), buf.dst(), buf.out.size()),
-              {"scalapack gemr2d",
-               [&, t = t] {
-                 mcbench::scalapack_gemr2d(t, src, gs, buf.src(), gd, theirs.data(), all);
-               },
-               theirs.data(), theirs.size(), check}};
+          std::vector<Method> ms{meshcast_method("meshcast", b.group(b.comm()), p, buf.src(),
+                                                 buf.dst(), buf.out.size()),
+                                 {"scalapack gemr2d",
+                                  [&, t = t] {
+                                    mcbench::scalapack_gemr2d(t, src, gs, buf.src(), gd,
+                                                              theirs.data(), all);
+                                  },
+                                  theirs.data(), theirs.size(), check}};
           const auto [times, wrong] = b.measure(part, ms);
           // Both results, bit for bit.
           long long differ =

@@ -64,7 +64,7 @@ struct TrainArgs {
   std::string out = "meshcast-out";
   std::string backend = "local";
   bool json = false;
-  bool plan = false;  // rank configurations instead of training
+  bool plan = false;  // search the parallel configurations instead of training
   std::string devices = "8", top = "5";
 };
 
@@ -141,9 +141,9 @@ Topology builtin_aws_p3();
 
 double median(std::vector<double> v);
 
-// Exit status by kind of error (docs/cli.md): 2 bad input (ParseError, ValidationError), 3 a
-// peer failed (CommError), 4 I/O (IoError), 1 anything else (internal). 1 also means that a
-// reshard delivered wrong elements.
+// Exit status by kind of error (Error::kind(), docs/cli.md): 2 BadInput, 3 PeerFailure, 4 Io,
+// 1 Internal and anything that is not an Error. 1 also means that a reshard delivered wrong
+// elements.
 int exit_status(const std::exception& e);
 // Prints "meshcast: <what>" as one bounded line on stderr.
 void report_error(const std::exception& e);

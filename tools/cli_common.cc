@@ -154,9 +154,18 @@ Topology builtin_aws_p3() {
 }
 
 int exit_status(const std::exception& e) {
-  if (dynamic_cast<const ParseError*>(&e) || dynamic_cast<const ValidationError*>(&e)) return 2;
-  if (dynamic_cast<const CommError*>(&e)) return 3;
-  if (dynamic_cast<const IoError*>(&e)) return 4;
+  const auto* error = dynamic_cast<const Error*>(&e);
+  if (error == nullptr) return 1;
+  switch (error->kind()) {
+    case ErrorKind::BadInput:
+      return 2;
+    case ErrorKind::PeerFailure:
+      return 3;
+    case ErrorKind::Io:
+      return 4;
+    case ErrorKind::Internal:
+      return 1;
+  }
   return 1;
 }
 

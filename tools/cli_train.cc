@@ -20,15 +20,15 @@
 #include <sstream>
 
 #include "cli.h"
-#include "lib/json_text.h"
-#include "lib/text.h"
+#include "lib/support/json_text.h"
+#include "lib/support/text.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
 #include "meshcast/training/chart.h"
+#include "meshcast/training/config_search.h"
 #include "meshcast/training/data.h"
 #include "meshcast/training/engine.h"
 #include "meshcast/training/ops.h"
-#include "meshcast/training/planner.h"
 #include "training/checkpoint.h"
 
 namespace meshcast::cli {
@@ -458,18 +458,19 @@ double measure_flops(const tr::ModelConfig& m, int batch) {
   return flops / seconds;
 }
 
-int run_plan(const TrainArgs& a, const Run& r) {
+// `train --plan`: the configuration search, nothing trained.
+int run_config_search(const TrainArgs& a, const Run& r) {
   const int devices = positive(a.devices, "devices", 1 << 20);
   const int top = positive(a.top, "top", 1000);
   const Topology topology = a.topology.empty() ? Topology::single_host() : r.topology;
   const tr::Machine machine{measure_flops(r.model, r.train.batch)};
-  const auto ranked = tr::rank_configurations(r.model, r.train, devices, topology, machine, top);
+  const auto best = tr::search_configurations(r.model, r.train, devices, topology, machine, top);
   if (a.json) {
     nlohmann::json j;
     j["devices"] = devices;
     j["gemm_flops_per_second"] = machine.flops;
     j["topology"] = topology.name();
-    for (const auto& p : ranked)
+    for (const auto& p : best)
       j["configurations"].push_back({{"stages", stages_text(p.parallel)},
                                      {"micro_batches", p.parallel.micro_batches},
                                      {"schedule", tr::to_string(p.parallel.schedule)},
@@ -482,10 +483,10 @@ int run_plan(const TrainArgs& a, const Run& r) {
     std::cout << j.dump() << '\n';
     return 0;
   }
-  std::cout << "top " << ranked.size() << " configurations of " << devices << " devices on "
+  std::cout << "top " << best.size() << " configurations of " << devices << " devices on "
             << topology.name() << " (GEMM rate measured: " << std::setprecision(3)
-            << machine.flops / 1e9 << " GFLOP/s; predicted step time, no overlap assumed):\n";
-  for (const auto& p : ranked) std::cout << "  " << p.str() << '\n';
+            << machine.flops / 1e9 << " GFLOP/s; estimated step time, no overlap assumed):\n";
+  for (const auto& p : best) std::cout << "  " << p.str() << '\n';
   return 0;
 }
 
@@ -561,9 +562,9 @@ void add_train_options(CLI::App& cmd, TrainArgs& a, const std::string& model) {
       ->capture_default_str();
   cmd.add_flag("--json", a.json, "print the run's JSON summary instead of progress");
   cmd.add_flag("--plan", a.plan,
-               "train nothing: rank every parallel configuration of --devices devices on "
-               "--topology by the analytic model (AxoNN style) and print the --top best with "
-               "their predicted step-time breakdown");
+               "train nothing: estimate the step time of every parallel configuration of "
+               "--devices devices on --topology by the analytic model (AxoNN style) and print "
+               "the --top best with their step-time breakdown");
   cmd.add_option("--devices", a.devices, "devices to plan for (--plan)")->capture_default_str();
   cmd.add_option("--top", a.top, "configurations to print (--plan)")->capture_default_str();
 }
@@ -574,7 +575,7 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
     throw ValidationError("backend", "expected local or mpi, got '" + a.backend + "'");
   check_backend(a.backend);
   Run r = parse(a, kind);
-  if (a.plan) return run_plan(a, r);
+  if (a.plan) return run_config_search(a, r);
   const int devices = r.parallel.devices();
   if (a.backend == "local" && devices > 256)
     throw ValidationError("stages", "the local backend runs at most 256 device threads");

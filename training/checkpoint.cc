@@ -9,21 +9,25 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <system_error>
 #include <utility>
 
-#include "lib/json_text.h"
-#include "lib/text.h"
+#include "lib/support/json_text.h"
+#include "lib/support/text.h"
 #include "meshcast/collectives.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
 #include "meshcast/plan.h"
 #include "meshcast/region.h"
+#include "meshcast/reshard.h"
 
 namespace meshcast::training {
 namespace {
@@ -33,62 +37,45 @@ using nlohmann::json;
 
 constexpr const char* kFormat = "meshcast-checkpoint-2";
 constexpr std::int64_t kF32 = 4;
-constexpr std::size_t kMessageBytes = 2048;  // an error as broadcast to the other devices
+// The bytes of source tiles a load holds in flight at once (beyond: it waits for the oldest move),
+// and the files it keeps open.
+constexpr std::int64_t kInFlightBytes = std::int64_t{256} << 20;
+constexpr std::size_t kOpenFiles = 64;
 
 // ---- Agreeing on failures ----------------------------------------------------------------------
 
-// What stopped this device in a phase; rethrown on every device.
-struct Failure {
-  bool io = false;  // IoError, else ValidationError
-  std::string field, cause;
-};
-
-[[noreturn]] void rethrow(const Failure& f) {
-  if (f.io) throw IoError(f.field, f.cause);
-  throw ValidationError(f.field, f.cause);
-}
-
-// Runs `body`; what it throws becomes this device's failure. Bad input (ValidationError,
-// ParseError) stays so; anything else is reported as IoError when `io` (saving) and as
-// ValidationError otherwise (loading: the contract names every unreadable part of a checkpoint a
-// validation failure).
+// Runs `body`; what it throws becomes this device's failure. Bad input stays a ValidationError;
+// anything else is an IoError when `io` (saving) and a ValidationError otherwise (loading: the
+// contract names every unreadable part of a checkpoint a validation failure).
 template <class F>
-std::optional<Failure> attempt(bool io, F&& body) {
+std::unique_ptr<Error> attempt(bool io, F&& body) {
+  const auto failure = [io](const std::string& field, const std::string& cause,
+                            bool input) -> std::unique_ptr<Error> {
+    if (io && !input) return std::make_unique<IoError>(field, cause);
+    return std::make_unique<ValidationError>(field, cause);
+  };
   try {
     body();
-    return std::nullopt;
+    return nullptr;
   } catch (const Error& e) {
-    const bool input = dynamic_cast<const ValidationError*>(&e) != nullptr ||
-                       dynamic_cast<const ParseError*>(&e) != nullptr;
-    return Failure{io && !input, e.field(), std::string(e.what()).substr(e.field().size() + 2)};
+    return failure(e.field(), e.cause(), e.kind() == ErrorKind::BadInput);
   } catch (const std::exception& e) {
-    return Failure{io, "checkpoint", e.what()};
+    return failure("checkpoint", e.what(), false);
   }
 }
 
-// Ends a phase on every device of `world` (it is also a barrier): when any failed, every one
-// throws the failure of the first in world order, so none waits for a partner that gave up.
-void settle(Communicator& comm, const std::vector<int>& world, const std::optional<Failure>& mine) {
-  const auto n = static_cast<std::int64_t>(world.size());
-  const auto me = std::find(world.begin(), world.end(), comm.rank()) - world.begin();
-  std::int64_t first = mine ? n - me : 0;  // max picks the first failing device
-  all_reduce(comm, world, &first, &first, 1, DType::i64, ReduceOp::Max);
-  if (first == 0) return;
-  const int root = world[static_cast<std::size_t>(n - first)];
-  std::array<char, kMessageBytes> text{};
-  if (comm.rank() == root) {
-    const std::string s = (mine->io ? "i" : "v") + mine->field + '\n' + mine->cause;
-    s.copy(text.data(), text.size() - 1);
-  }
-  broadcast(comm, world, root, text.data(), static_cast<std::int64_t>(text.size()), DType::i8);
-  const std::string s(text.data());
-  const auto nl = s.find('\n');
-  rethrow({s[0] == 'i', s.substr(1, nl - 1), s.substr(nl + 1)});
-}
-
+// Ends a phase on every device of `group` (it is also a barrier): when any failed, every one
+// throws the failure of the first in group order, so none waits for a partner that gave up.
 template <class F>
-void phase(Communicator& comm, const std::vector<int>& world, bool io, F&& body) {
-  settle(comm, world, attempt(io, std::forward<F>(body)));
+void phase(const Group& group, bool io, F&& body) {
+  const auto failure = attempt(io, std::forward<F>(body));
+  group.comm().agree(group, failure.get());
+}
+
+// The group of `world`: the communicator's own world when it is that, so that saving and loading
+// make no group of their own.
+Group group_of(Communicator& comm, const std::vector<int>& world) {
+  return world == comm.world().devices() ? comm.world() : comm.group(world);
 }
 
 // ---- Files -------------------------------------------------------------------------------------
@@ -319,18 +306,16 @@ std::string write_device_file(Parameters& params, int device, const fs::path& tm
   return entry.dump();
 }
 
-// Every device's entry text (empty for devices that wrote no file), gathered over `world`.
-std::vector<std::string> gather_entries(Communicator& comm, const std::vector<int>& world,
-                                        const std::string& mine) {
-  std::vector<std::int64_t> sizes(world.size());
-  const auto me = std::find(world.begin(), world.end(), comm.rank()) - world.begin();
-  sizes[static_cast<std::size_t>(me)] = static_cast<std::int64_t>(mine.size());
-  all_gather(comm, world, &sizes[static_cast<std::size_t>(me)], sizes.data(),
-             static_cast<std::int64_t>(sizes.size()), DType::i64);
+// Every device's entry text (empty for devices that wrote none), gathered over `group`.
+std::vector<std::string> gather_entries(const Group& group, const std::string& mine) {
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(group.size()));
+  const auto me = static_cast<std::size_t>(group.index_of(group.comm().rank()));
+  sizes[me] = static_cast<std::int64_t>(mine.size());
+  all_gather(group, &sizes[me], sizes.data(), static_cast<std::int64_t>(sizes.size()), DType::i64);
   std::int64_t total = 0;
   for (auto s : sizes) total += s;
   std::string all(static_cast<std::size_t>(total), '\0');
-  all_gatherv(comm, world, mine.data(), all.data(), sizes, DType::i8);
+  all_gatherv(group, mine.data(), all.data(), sizes, DType::i8);
   std::vector<std::string> out;
   std::size_t at = 0;
   for (auto s : sizes) {
@@ -397,6 +382,7 @@ struct Manifest {
   std::string path;  // of manifest.json
   std::int64_t step = 0;
   std::string description;         // JSON text
+  std::uint64_t checksum = 0;      // the manifest's own
   std::vector<std::string> order;  // parameter names as listed
   std::map<std::string, Layout> params;
   std::map<int, SavedFile> files;  // by device
@@ -424,8 +410,11 @@ Manifest read_manifest(const fs::path& checkpoint, std::int64_t step) {
   };
   const auto layout_of = [&](const json& p, const std::string& name) {
     try {
-      return Layout::parse(p.at("shape").get<Shape>(), DType::f32,
-                           p.at("layout").get<std::string>(), "layout");
+      Layout layout = Layout::parse(p.at("shape").get<Shape>(), DType::f32,
+                                    p.at("layout").get<std::string>(), "layout");
+      if (layout.spec().is_partial())
+        throw ValidationError("layout", layout.str() + " holds a pending sum, not values");
+      return layout;
     } catch (const Error& e) {
       throw bad("parameter " + name + ": " + e.what());
     }
@@ -434,8 +423,10 @@ Manifest read_manifest(const fs::path& checkpoint, std::int64_t step) {
   try {
     if (!j.is_object() || j.value("format", "") != kFormat)
       throw bad(std::string("not a ") + kFormat + " manifest");
-    if (j.value("checksum", "") != manifest_checksum(j))
+    const std::string checksum = manifest_checksum(j);
+    if (j.value("checksum", "") != checksum)
       throw bad("checksum mismatch: the manifest changed after it was written");
+    m.checksum = std::stoull(checksum, nullptr, 16);
     if (integer(j.at("step"), "step", kMax) != step)
       throw bad("its step is not " + std::to_string(step) + ", the step of its directory");
     m.step = step;
@@ -477,7 +468,7 @@ int file_device(const Layout& old, int device) {
     throw ValidationError("checkpoint",
                           "device " + std::to_string(device) + " is not in " + old.mesh().str());
   std::vector<std::int64_t> shard;
-  for (std::size_t i = 0; i < old.rank(); ++i) shard.push_back(old.shard_index(i, *index));
+  for (std::size_t i = 0; i < old.ndim(); ++i) shard.push_back(old.shard_index(i, *index));
   return old.mesh().device(old.holders(shard).front());
 }
 
@@ -520,62 +511,232 @@ void verify_file(const Manifest& m, int device, const SavedFile& f) {
   if (fnv.hex() != f.fnv) throw ValidationError("checkpoint", f.path + ": checksum mismatch");
 }
 
-// Device k of the n in `world` verifies every n-th file of `m`.
-void verify_files(Communicator& comm, const std::vector<int>& world, const Manifest& m) {
-  const auto n = world.size();
-  const auto me =
-      static_cast<std::size_t>(std::find(world.begin(), world.end(), comm.rank()) - world.begin());
+// Member k of the n of `group` verifies every n-th file of `m`.
+void verify_files(const Group& group, const Manifest& m) {
+  const auto n = static_cast<std::size_t>(group.size());
+  const auto me = static_cast<std::size_t>(group.index_of(group.comm().rank()));
   std::size_t i = 0;
   for (const auto& [device, f] : m.files)
     if (i++ % n == me) verify_file(m, device, f);
 }
 
-// The new value, m and v of `p` (its shard) read from the files, by the part of the plan from
-// the saved layout to p.layout that this device receives.
-std::array<std::vector<float>, 3> read_param(const Manifest& m, const Param& p, int me,
-                                             std::map<int, File>& files) {
-  const Layout& old = m.params.at(p.name);
-  const Plan pl = plan(old, p.layout, Topology::single_host(), {Strategy::SendRecv, Balance::None});
-  const auto n = static_cast<std::size_t>(p.shard.volume());
-  std::array<std::vector<float>, 3> out{std::vector<float>(n), std::vector<float>(n),
-                                        std::vector<float>(n)};
+// ---- Moving saved tensors ----------------------------------------------------------------------
+
+// `layout` with a first dimension of 3, unsplit: the value, m and v of a tile one after the other,
+// as a device's file holds a tile and as a load moves it.
+Layout with_moments(const Layout& layout) {
+  Shape shape{3};
+  shape.insert(shape.end(), layout.shape().begin(), layout.shape().end());
+  std::vector<std::vector<int>> dims{{}};
+  dims.insert(dims.end(), layout.spec().dims().begin(), layout.spec().dims().end());
+  return Layout(std::move(shape), DType::f32, layout.mesh(), ShardingSpec(std::move(dims)));
+}
+
+// The layout a load reads a saved tensor in, on this run's devices: the saved one without its
+// replicas (one device per saved tile, so that every byte is read once), each tile on the device
+// that wrote it when that device is in this run, else on one that holds no tile. When the saved
+// tiles outnumber this run's devices, the most split mesh axis is halved until they do not: a
+// device then reads its tile from the parts of several saved tiles.
+Layout source_layout(const Layout& saved, const std::vector<int>& world) {
+  const Mesh& mesh = saved.mesh();
+  std::vector<std::int64_t> extents(mesh.ndim(), 1);
+  for (const auto& axes : saved.spec().dims())
+    for (int a : axes)
+      extents[static_cast<std::size_t>(a)] = mesh.extent(static_cast<std::size_t>(a));
+  const auto tiles = [&] {
+    std::int64_t n = 1;
+    for (auto e : extents) n *= e;
+    return n;
+  };
+  const auto devices = static_cast<std::int64_t>(world.size());
+  const bool merged = tiles() > devices;
+  while (tiles() > devices) {
+    auto& e = *std::max_element(extents.begin(), extents.end());
+    e = (e + 1) / 2;
+  }
+  std::vector<int> placed(static_cast<std::size_t>(tiles()), -1);
+  std::set<int> taken;
+  if (!merged) {
+    const std::set<int> here(world.begin(), world.end());
+    // The mesh without replicas keeps the coordinates of the tiles' first holders.
+    std::vector<std::int64_t> coord(extents.size(), 0);
+    for (auto& device : placed) {
+      const int writer = mesh.device(mesh.index(coord));
+      if (here.count(writer) && taken.insert(writer).second) device = writer;
+      for (std::size_t a = coord.size(); a-- > 0;) {
+        if (++coord[a] < extents[a]) break;
+        coord[a] = 0;
+      }
+    }
+  }
+  auto next = world.begin();
+  for (auto& device : placed) {
+    if (device >= 0) continue;
+    while (taken.count(*next)) ++next;
+    device = *next++;
+  }
+  return with_moments(
+      Layout(saved.shape(), DType::f32, Mesh(std::move(extents), std::move(placed)), saved.spec()));
+}
+
+// One saved tensor's move to this run's layout.
+struct Move {
+  std::string name;
+  Plan plan;     // from source_layout() to this run's layout (both with_moments())
+  Param* param;  // this device's, or null when it holds none
+};
+
+// This device's entry of what the run holds: the shape and layout of each parameter whose mesh it
+// is the first device of (one device names each), as JSON text; "" for none.
+std::string running_entry(Parameters& params, int me) {
+  json entry = json::array();
+  for (const Param& p : params.all())
+    if (p.layout.mesh().device(0) == me)
+      entry.push_back({{"name", p.name}, {"shape", p.shape}, {"layout", p.layout.str()}});
+  return entry.empty() ? "" : entry.dump();
+}
+
+// The moves of every saved tensor, in the manifest's order (the same on every device), from what
+// every device's running_entry() says; refuses a checkpoint of another model.
+std::vector<Move> plan_moves(const Manifest& m, const std::vector<std::string>& entries,
+                             Parameters& params, const std::vector<int>& world, int me) {
+  std::map<std::string, json> running;
+  std::vector<std::string> order;
+  for (const auto& text : entries) {
+    if (text.empty()) continue;
+    for (const json& p : json::parse(text)) {
+      const std::string name = p.at("name");
+      const auto [it, fresh] = running.emplace(name, p);
+      if (fresh)
+        order.push_back(name);
+      else if (it->second != p)
+        throw ValidationError("checkpoint", "parameter " + name + " differs between devices: " +
+                                                it->second.dump() + " and " + p.dump());
+    }
+  }
+  for (const auto& name : m.order)
+    if (!running.count(name))
+      throw ValidationError("checkpoint", m.path + ": parameter " + name + " is not in the model");
+  for (const auto& name : order) {
+    const Shape shape = running.at(name).at("shape");
+    const auto saved = m.params.find(name);
+    if (saved == m.params.end() || saved->second.shape() != shape)
+      throw ValidationError("checkpoint",
+                            m.path + ": no parameter " + name + " of shape " + shape_str(shape));
+  }
+  std::map<std::string, Param*> mine;
+  for (Param& p : params.all()) {
+    const auto it = running.find(p.name);
+    if (it == running.end() || it->second.at("layout") != p.layout.str())
+      throw ValidationError("checkpoint", "parameter " + p.name + " is laid out as " +
+                                              p.layout.str() + " on device " + std::to_string(me) +
+                                              ", otherwise on the first device of its mesh");
+    mine[p.name] = &p;
+  }
+  std::vector<Move> moves;
+  for (const auto& name : m.order) {
+    const Layout& saved = m.params.at(name);
+    const Layout target = with_moments(Layout::parse(
+        saved.shape(), DType::f32, running.at(name).at("layout").get<std::string>(), "layout"));
+    const auto held = mine.find(name);
+    Param* param = held == mine.end() ? nullptr : held->second;
+    if (!param && target.mesh().contains(me))
+      throw ValidationError("checkpoint", "parameter " + name + " is laid out on device " +
+                                              std::to_string(me) + ", which does not hold it");
+    moves.push_back({name,
+                     plan(source_layout(saved, world), target, Topology::single_host(),
+                          {Strategy::Broadcast, Balance::None}),
+                     param});
+  }
+  return moves;
+}
+
+// This device's source tile `tile` of saved tensor `name` (its value, m and v: see
+// with_moments()) read into `out` from the saved tiles it overlaps: of each, the rows that the
+// tile spans, contiguous in its file.
+void read_source(const Manifest& m, const std::string& name, const Box& tile, int me,
+                 std::vector<float>& out, std::map<int, File>& files) {
+  const Layout& saved = m.params.at(name);
+  const Box box(std::vector<Range>(tile.ranges().begin() + 1, tile.ranges().end()));
+  const std::int64_t volume = box.volume();
+  const auto open = [&](int device, const SavedFile& f) -> File& {
+    if (files.size() >= kOpenFiles) files.clear();
+    return files.try_emplace(device, f.path, kRead).first->second;
+  };
+  const auto read = [&](File& file, float* to, std::int64_t count, std::int64_t at) {
+    const auto bytes = static_cast<std::size_t>(count * kF32);
+    if (file.read(to, bytes, at) != bytes)
+      throw ValidationError("checkpoint", file.path() + ": shorter than the manifest says");
+  };
+  if (volume == 0) return;
+  // Usually the tile this device wrote: its three arrays in one read.
+  if (const auto own = m.files.find(me); own != m.files.end() && saved.mesh().contains(me) &&
+                                         own->second.offsets.count(name) &&
+                                         saved.tile_of(me) == box) {
+    read(open(me, own->second), out.data(), 3 * volume, own->second.offsets.at(name));
+    return;
+  }
   std::int64_t covered = 0;
   std::vector<float> band;
-  for (const Op& op : pl.ops()) {
-    const bool mine = (op.kind == OpKind::Copy && op.root == me) ||
-                      (op.kind == OpKind::Multicast &&
-                       std::find(op.peers.begin(), op.peers.end(), me) != op.peers.end());
-    if (!mine || op.box.empty()) continue;
-    // A Copy's root holds the tile but need not be the device that wrote it.
-    const int source = file_device(old, op.root);
-    const auto saved = m.files.find(source);
-    if (saved == m.files.end() || !saved->second.offsets.count(p.name))
-      throw ValidationError("checkpoint",
-                            m.path + ": no tile of " + p.name + " in " + device_file(source));
-    const std::int64_t offset = saved->second.offsets.at(p.name);
-    File& file = files.try_emplace(source, saved->second.path, kRead).first->second;
-    // Read the rows of the tile that the box spans (contiguous in the file), not the whole tile.
-    const Box tile = old.tile_of(source);
-    auto ranges = tile.ranges();
-    ranges[0] = op.box[0];
+  for (const auto& [device, f] : m.files) {
+    const auto offset = f.offsets.find(name);
+    if (offset == f.offsets.end()) continue;
+    const Box from = saved.tile_of(device);
+    const Box part = intersect(from, box);
+    if (part.empty()) continue;
+    auto ranges = from.ranges();
+    ranges[0] = part[0];
     const Box rows(ranges);
-    const std::int64_t row = tile[0].size() > 0 ? tile.volume() / tile[0].size() : 0;
-    const std::int64_t skip = (op.box[0].lo - tile[0].lo) * row * kF32;
+    const std::int64_t skip = (part[0].lo - from[0].lo) * (from.volume() / from[0].size());
     band.resize(static_cast<std::size_t>(rows.volume()));
-    const std::size_t bytes = band.size() * kF32;
-    for (std::size_t k = 0; k < 3; ++k) {
-      const std::int64_t at = offset + static_cast<std::int64_t>(k) * tile.volume() * kF32;
-      if (file.read(band.data(), bytes, at + skip) != bytes)
-        throw ValidationError("checkpoint", file.path() + ": shorter than the manifest says");
-      copy_region(Region::of(band.data(), kF32, rows, op.box),
-                  Region::of(out[k].data(), kF32, p.shard, op.box));
+    File& file = open(device, f);
+    for (std::int64_t k = 0; k < 3; ++k) {
+      read(file, band.data(), rows.volume(), offset->second + (k * from.volume() + skip) * kF32);
+      copy_region(Region::of(band.data(), kF32, rows, part),
+                  Region::of(out.data() + k * volume, kF32, box, part));
     }
-    covered += op.box.volume();
+    covered += part.volume();
   }
-  if (covered != p.shard.volume())
-    throw ValidationError("checkpoint", m.path + ": does not cover " + p.name + " " +
-                                            p.shard.str() + " on device " + std::to_string(me));
-  return out;
+  if (covered != volume)
+    throw ValidationError("checkpoint", m.path + ": its files do not cover " + name + " " +
+                                            box.str() + " (a file is missing from it)");
+}
+
+// Moves every saved tensor into `loaded` (per move: this device's target tile, see
+// with_moments()), each device reading its source tiles from the files. A device that cannot
+// read takes part all the same, so that none waits for a partner that gave up; it returns its
+// failure, for every device to agree on.
+std::unique_ptr<Error> move_all(const Manifest& m, const std::vector<Move>& moves,
+                                const Group& group, std::vector<std::vector<float>>& loaded) {
+  const int me = group.comm().rank();
+  struct Moving {
+    std::vector<float> source;
+    Transfer transfer;  // destroyed first: it may still read `source`
+  };
+  std::deque<Moving> flight;
+  std::int64_t bytes = 0;  // of the sources in flight
+  std::map<int, File> files;
+  std::unique_ptr<Error> failure;
+  for (std::size_t i = 0; i < moves.size(); ++i) {
+    const Move& mv = moves[i];
+    if (mv.param) loaded[i].resize(static_cast<std::size_t>(3 * mv.param->shard.volume()));
+    Moving& now = flight.emplace_back();
+    if (mv.plan.src().mesh().contains(me)) {
+      const Box tile = mv.plan.src().tile_of(me);
+      now.source.resize(static_cast<std::size_t>(tile.volume()));
+      if (!failure)
+        failure = attempt(false, [&] { read_source(m, mv.name, tile, me, now.source, files); });
+    }
+    bytes += static_cast<std::int64_t>(now.source.size()) * kF32;
+    now.transfer = ireshard(mv.plan, group, now.source.data(), loaded[i].data());
+    while (bytes > kInFlightBytes) {
+      flight.front().transfer.wait();
+      bytes -= static_cast<std::int64_t>(flight.front().source.size()) * kF32;
+      flight.pop_front();
+    }
+  }
+  for (Moving& f : flight) f.transfer.wait();
+  return failure;
 }
 
 }  // namespace
@@ -583,12 +744,13 @@ std::array<std::vector<float>, 3> read_param(const Manifest& m, const Param& p, 
 void save_checkpoint(Communicator& comm, const std::vector<int>& world, Parameters& params,
                      std::int64_t step, const std::string& dir, const std::string& description) {
   if (step < 0) throw ValidationError("checkpoint.step", "negative: " + std::to_string(step));
+  const Group group = group_of(comm, world);
   const bool leader = comm.rank() == world.front();
   const fs::path root(dir), tmp = root / (step_name(step) + ".tmp"), dest = root / step_name(step);
 
   json desc;
   // No save is in flight (saving is collective), so every temporary is a killed save's remains.
-  phase(comm, world, true, [&] {
+  phase(group, true, [&] {
     if (!leader) return;
     desc = description.empty() ? json() : detail::parse_json(description, "checkpoint.description");
     fs::create_directories(root);
@@ -604,9 +766,9 @@ void save_checkpoint(Communicator& comm, const std::vector<int>& world, Paramete
   });
 
   std::string entry;
-  phase(comm, world, true, [&] { entry = write_device_file(params, comm.rank(), tmp); });
-  const auto entries = gather_entries(comm, world, entry);
-  phase(comm, world, true, [&] {
+  phase(group, true, [&] { entry = write_device_file(params, comm.rank(), tmp); });
+  const auto entries = gather_entries(group, entry);
+  phase(group, true, [&] {
     if (!leader) return;
     write_text(tmp / "manifest.json", make_manifest(step, desc, entries).dump(2) + "\n");
     sync_dir(tmp);
@@ -614,15 +776,15 @@ void save_checkpoint(Communicator& comm, const std::vector<int>& world, Paramete
 
   // Read everything back before the checkpoint becomes the newest and older ones are pruned: one
   // that does not verify must replace nothing.
-  phase(comm, world, true, [&] {
+  phase(group, true, [&] {
     try {
-      verify_files(comm, world, read_manifest(tmp, step));
+      verify_files(group, read_manifest(tmp, step));
     } catch (const ValidationError& e) {
       throw IoError("checkpoint", "does not read back as written: " + std::string(e.what()));
     }
   });
 
-  phase(comm, world, true, [&] {
+  phase(group, true, [&] {
     if (!leader) return;
     rename_path(tmp, dest);
     sync_dir(root);
@@ -641,59 +803,49 @@ SavedCheckpoint find_checkpoint(const std::string& dir) {
         if (n.step < 0) return;
         found = {n.step, n.path.string(), read_manifest(n.path, n.step).description, n.fallback};
       }))
-    rethrow(*failure);
+    throw ValidationError(failure->field(), failure->cause());
   return found;
 }
 
 std::int64_t load_checkpoint(Communicator& comm, const std::vector<int>& world, Parameters& params,
                              const std::string& dir) {
+  const Group group = group_of(comm, world);
   Manifest m;
   std::int64_t step = -1;
-  phase(comm, world, false, [&] {
+  phase(group, false, [&] {
     const Newest n = find_newest(dir);
     step = n.step;
     if (step >= 0) m = read_manifest(n.path, step);
   });
-  // Every device must have found the same one (a directory not shared by all would differ).
-  std::array<std::int64_t, 2> seen{step, -step};
-  all_reduce(comm, world, seen.data(), seen.data(), 2, DType::i64, ReduceOp::Max);
-  if (seen[0] != -seen[1])
-    throw ValidationError("checkpoint", dir + ": the devices see different newest checkpoints");
+  // Every device must have found the same one (a directory not shared by all would differ): the
+  // same step and manifest, each value and its negation reduced by max.
+  const auto hi = static_cast<std::int64_t>(m.checksum >> 32),
+             lo = static_cast<std::int64_t>(m.checksum & 0xffffffffu);
+  std::array<std::int64_t, 6> seen{step, -step, hi, -hi, lo, -lo};
+  all_reduce(group, seen.data(), seen.data(), 6, DType::i64, ReduceOp::Max);
+  for (std::size_t i = 0; i < seen.size(); i += 2)
+    if (seen[i] != -seen[i + 1])
+      throw ValidationError("checkpoint", dir + ": the devices see different newest checkpoints");
   if (step < 0) return -1;
 
-  phase(comm, world, false, [&] { verify_files(comm, world, m); });
+  phase(group, false, [&] { verify_files(group, m); });
 
-  // The checkpoint and the model must hold the same parameters.
-  std::vector<std::int32_t> used(m.order.size(), 0);
-  for (const Param& p : params.all()) {
-    const auto it = std::find(m.order.begin(), m.order.end(), p.name);
-    if (it != m.order.end()) used[static_cast<std::size_t>(it - m.order.begin())] = 1;
-  }
-  all_reduce(comm, world, used.data(), used.data(), static_cast<std::int64_t>(used.size()),
-             DType::i32, ReduceOp::Max);
-  std::vector<std::array<std::vector<float>, 3>> loaded;
-  phase(comm, world, false, [&] {
-    for (std::size_t i = 0; i < used.size(); ++i)
-      if (used[i] == 0)
-        throw ValidationError("checkpoint",
-                              m.path + ": parameter " + m.order[i] + " is not in the model");
-    for (const Param& p : params.all()) {
-      const auto it = m.params.find(p.name);
-      if (it == m.params.end() || it->second.shape() != p.shape)
-        throw ValidationError(
-            "checkpoint", m.path + ": no parameter " + p.name + " of shape " + shape_str(p.shape));
-    }
-    std::map<int, File> files;
-    for (const Param& p : params.all()) loaded.push_back(read_param(m, p, comm.rank(), files));
-  });
+  const auto entries = gather_entries(group, running_entry(params, comm.rank()));
+  std::vector<Move> moves;
+  phase(group, false, [&] { moves = plan_moves(m, entries, params, world, comm.rank()); });
+
+  std::vector<std::vector<float>> loaded(moves.size());
+  comm.agree(group, move_all(m, moves, group, loaded).get());
 
   // Only now that every device read everything: a failed load leaves the parameters as they were.
-  std::size_t i = 0;
-  for (Param& p : params.all()) {
-    auto& [value, m1, v] = loaded[i++];
-    p.value = std::move(value);
-    p.m = std::move(m1);
-    p.v = std::move(v);
+  for (std::size_t i = 0; i < moves.size(); ++i) {
+    Param* p = moves[i].param;
+    if (!p) continue;
+    const auto n = static_cast<std::ptrdiff_t>(p->shard.volume());
+    const auto at = loaded[i].begin();
+    p->value.assign(at, at + n);
+    p->m.assign(at + n, at + 2 * n);
+    p->v.assign(at + 2 * n, at + 3 * n);
   }
   return step;
 }

@@ -24,12 +24,18 @@
 // checksum and the type and range of every value are checked; then device k of n checks the size,
 // tiles and checksum of every n-th file.
 //
-// Loading reshards: every parameter is planned from its saved layout to this run's layout with
-// meshcast (send/recv, each box from its first holder: the device whose file has it), and each
-// device executes its part of that plan as reads from the files (only the rows of a saved tile
-// that a box spans), so a checkpoint resumes on any mesh and parallel configuration of the same
-// model. Which model it is (beyond its parameters' names and shapes) is the caller's to check
-// against the description: see find_checkpoint().
+// Loading reshards: every parameter moves from its saved layout to this run's layout with the
+// ordinary executor (meshcast::ireshard over the devices of `world`), whose source is the files:
+// each saved tile (its value, m and v) is read once, by the device that wrote it when that device
+// is in this run, else by another (several tiles merged into one when the saved tiles outnumber
+// this run's devices), and sent where this run holds it. So a checkpoint resumes on any mesh and
+// parallel configuration of the same model. Which model it is (beyond its parameters' names and
+// shapes) is the caller's to check against the description: see find_checkpoint().
+//
+// Each step that can fail ends with Communicator::agree over `world`: when any device failed,
+// every device throws the failure of the first in `world` order. `world` is the communicator's
+// world (Communicator::world) or else a group that every device of the communicator makes, as
+// Communicator::group requires.
 #pragma once
 
 #include <cstdint>

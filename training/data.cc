@@ -9,7 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "lib/text.h"
+#include "lib/support/text.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
 #include "meshcast/training/ops.h"

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -51,6 +52,73 @@ struct Route {
   int src_piece = 0, dst_piece = 0;
   int seq = 0;  // tokens per sample of the tensor it moves
   const Plan* plan = nullptr;
+  bool forward() const { return src_piece < dst_piece; }
+};
+
+int piece_of_layer(const ModelConfig& model, int pieces, int layer) {
+  for (int p = 0; p < pieces; ++p) {
+    const Range r = shard_range(model.layers, pieces, p);
+    if (layer >= r.lo && layer < r.hi) return p;
+  }
+  return -1;
+}
+
+// The routes of a model cut into `pieces` (plans not yet set): 2p / 2p+1 the forward / backward
+// across the boundary after piece p; then, per skip whose ends lie on different pieces, its
+// forward and backward. skip_routes[j]: skip j's forward route, -1 when within one piece.
+std::vector<Route> routes_of(const ModelConfig& model, int pieces, std::vector<int>& skip_routes) {
+  std::vector<Route> routes;
+  for (int p = 0; p + 1 < pieces; ++p) {
+    const int seq = model.seq_at(static_cast<int>(shard_range(model.layers, pieces, p + 1).lo));
+    routes.push_back({p, p + 1, seq});
+    routes.push_back({p + 1, p, seq});
+  }
+  skip_routes.clear();
+  for (const auto& [from, to] : model.skips) {
+    const int a = piece_of_layer(model, pieces, from), b = piece_of_layer(model, pieces, to);
+    if (a == b) {
+      skip_routes.push_back(-1);
+      continue;
+    }
+    skip_routes.push_back(static_cast<int>(routes.size()));
+    const int seq = model.seq_at(from);  // the output of `from`, before any resampling
+    routes.push_back({a, b, seq});
+    routes.push_back({b, a, seq});
+  }
+  return routes;
+}
+
+// The groups of a run, made on every device of the communicator in the same order (as
+// Communicator::group requires; each device keeps those it belongs to): the run's devices, the
+// places' groups, and one per route, of the devices of its two stages. Those are exactly the
+// devices that call the route's ireshard, each once per micro-batch in the order the sending stage
+// runs them (Runner::post_receives), so that every member starts the group's reshards in the same
+// order; a route of its own keeps that order independent of every other route's.
+struct RunGroups {
+  Group world;
+  PlaceGroups place;
+  std::vector<Group> routes;
+
+  RunGroups(Communicator& comm, const ModelConfig& model, const ParallelConfig& parallel) {
+    std::vector<int> devices(static_cast<std::size_t>(parallel.devices()));
+    std::iota(devices.begin(), devices.end(), 0);
+    world = devices.size() == static_cast<std::size_t>(comm.size()) ? comm.world()
+                                                                    : comm.group(devices);
+    place = place_groups(comm, parallel);
+    const auto firsts = stage_firsts(parallel);
+    const int stages = static_cast<int>(parallel.stages.size());
+    std::vector<int> skip_routes;
+    for (const Route& r : routes_of(model, stages * parallel.chunks, skip_routes)) {
+      std::vector<int> members;
+      for (const int s : {r.src_piece % stages, r.dst_piece % stages}) {
+        const int first = firsts[static_cast<std::size_t>(s)];
+        for (int d = first; d < first + parallel.stages[static_cast<std::size_t>(s)].devices(); ++d)
+          if (std::find(members.begin(), members.end(), d) == members.end()) members.push_back(d);
+      }
+      Group g = comm.group(std::move(members));
+      routes.push_back(g.contains(comm.rank()) ? std::move(g) : Group());
+    }
+  }
 };
 
 struct Flight {
@@ -61,26 +129,25 @@ struct Flight {
 
 class Runner {
  public:
-  Runner(Communicator& comm, const ModelConfig& model, const ParallelConfig& parallel,
-         const TrainConfig& train, const BatchSource& batches)
-      : comm_(comm),
+  Runner(Communicator& comm, const RunGroups& groups, const ModelConfig& model,
+         const ParallelConfig& parallel, const TrainConfig& train, const BatchSource& batches)
+      : groups_(groups),
         model_(model),
         par_(parallel),
         cfg_(train),
         batches_(batches),
         place_(place_of(comm.rank(), parallel)),
         params_(place_, train, model),
-        exec_{comm, place_, CollectiveOptions{}, parallel.overlap, parallel.sub_batches},
+        exec_{groups.place, CollectiveOptions{}, parallel.overlap, parallel.sub_batches},
         stages_(static_cast<int>(parallel.stages.size())),
         pieces_(stages_ * parallel.chunks),
         mb_samples_(train.batch / parallel.micro_batches) {
     exec_.options.topology = parallel.topology;
     exec_.poll = [this] { progress(); };
     firsts_ = stage_firsts(parallel);
-    for (int d = 0; d < parallel.devices(); ++d) world_.push_back(d);
     build_pieces();
-    build_routes();
     schedule_ = make_schedule(parallel.schedule, stages_, parallel.micro_batches, parallel.chunks);
+    build_routes();
     const Box tile = layout(place_.stage, model.seq).tile_of(comm.rank());
     samples_ = tile[0];
     width_ = tile[2].size();
@@ -95,9 +162,9 @@ class Runner {
     loss_sum_ = 0;
     fill_batch(batches_, index);
     params_.zero_grads();
-    waited_ = params_.start_gathers(comm_, par_.overlap);
+    waited_ = params_.start_gathers(groups_.place.depth, par_.overlap);
     for (auto& p : pieces_state_) p.backwards_done = 0;
-    GradSync sync(comm_, place_, exec_.options, par_.bucket_bytes, par_.overlap);
+    GradSync sync(groups_.place, place_, exec_.options, par_.bucket_bytes, par_.overlap);
     sync_ = &sync;
     post_receives(false);
     for (const PipeOp& op : schedule_[static_cast<std::size_t>(place_.stage)]) {
@@ -119,14 +186,14 @@ class Runner {
     if (stages_ > 1) {
       const double t = now();
       std::int32_t here = 1;
-      all_reduce(comm_, world_, &here, &here, 1, DType::i32, ReduceOp::Sum, exec_.options);
+      all_reduce(groups_.world, &here, &here, 1, DType::i32, ReduceOp::Sum, exec_.options);
       bubble_ += now() - t;
     }
     // One all-reduce over every device: the loss and the squared gradient norm.
     const double t2 = now();
     double sums[2] = {place_.r == 0 && place_.c == 0 ? loss_sum_ : 0.0,
                       params_.counted_grad_sum_of_squares()};
-    all_reduce(comm_, world_, sums, sums, 2, DType::f64, ReduceOp::Sum, exec_.options);
+    all_reduce(groups_.world, sums, sums, 2, DType::f64, ReduceOp::Sum, exec_.options);
     comm += now() - t2;
     st.loss = sums[0] / static_cast<double>(cfg_.batch * model_.seq);
     st.grad_norm = std::sqrt(sums[1]);
@@ -148,7 +215,8 @@ class Runner {
   double evaluate(const BatchSource& source, int index) {
     fill_batch(source, index);
     loss_sum_ = 0;
-    params_.start_gathers(comm_, true);  // the weights changed since the step's gathers
+    // The weights changed since the step's gathers.
+    params_.start_gathers(groups_.place.depth, true);
     post_receives(true);
     for (int p = place_.stage; p < pieces_; p += stages_)
       for (int mb = 0; mb < par_.micro_batches; ++mb) {
@@ -159,24 +227,17 @@ class Runner {
     for (auto& [key, f] : flights_) f.transfer.wait();
     flights_.clear();
     double sum = place_.r == 0 && place_.c == 0 ? loss_sum_ : 0.0;
-    all_reduce(comm_, world_, &sum, &sum, 1, DType::f64, ReduceOp::Sum, exec_.options);
+    all_reduce(groups_.world, &sum, &sum, 1, DType::f64, ReduceOp::Sum, exec_.options);
     return sum / static_cast<double>(cfg_.batch * model_.seq);
   }
 
   std::vector<ParameterPart> parts() const { return params_.parts(); }
   Parameters& parameters() { return params_; }
-  const std::vector<int>& world() const { return world_; }
+  const Group& world() const { return groups_.world; }
 
  private:
   int stage_of(int piece) const { return piece % stages_; }
   bool hosts(int piece) const { return stage_of(piece) == place_.stage; }
-  int piece_of_layer(int layer) const {
-    for (int p = 0; p < pieces_; ++p) {
-      const Range r = shard_range(model_.layers, pieces_, p);
-      if (layer >= r.lo && layer < r.hi) return p;
-    }
-    return -1;
-  }
 
   void build_pieces() {
     pieces_state_.resize(static_cast<std::size_t>(pieces_));
@@ -211,32 +272,30 @@ class Runner {
     return &it->second;
   }
 
-  // Routes: 2p / 2p+1 the forward / backward across the boundary after piece p; then, per skip
-  // whose ends lie on different pieces, its forward and backward.
+  // The routes and their plans, and the order in which each route's micro-batches are sent in a
+  // step: the order in which the sending stage runs the passes of the route's source piece.
   void build_routes() {
-    for (int p = 0; p + 1 < pieces_; ++p) {
-      const int seq = model_.seq_at(pieces_state_[static_cast<std::size_t>(p + 1)].first_layer);
-      routes_.push_back({p, p + 1, seq, plan_between(stage_of(p), stage_of(p + 1), seq)});
-      routes_.push_back({p + 1, p, seq, plan_between(stage_of(p + 1), stage_of(p), seq)});
+    routes_ = routes_of(model_, pieces_, skip_routes_);
+    for (Route& r : routes_) {
+      r.plan = plan_between(stage_of(r.src_piece), stage_of(r.dst_piece), r.seq);
+      // A receiver posts every micro-batch's reshard of a route at the step's start: their
+      // tags must fit the route group's window at once, or a reservation would wait for a
+      // receive its sender has not reached yet.
+      const std::size_t tags = r.plan->ops().size() * static_cast<std::size_t>(par_.micro_batches);
+      if (tags > groups_.world.window())
+        throw ValidationError("micro_batches", std::to_string(par_.micro_batches) +
+                                                   " micro-batches of a stage "
+                                                   "transfer of " +
+                                                   std::to_string(r.plan->ops().size()) +
+                                                   " ops need " + std::to_string(tags) +
+                                                   " tags in flight, more than "
+                                                   "a group's " +
+                                                   std::to_string(groups_.world.window()) +
+                                                   "; use fewer micro-batches or stages");
+      std::vector<int>& order = send_order_.emplace_back();
+      for (const PipeOp& op : schedule_[static_cast<std::size_t>(stage_of(r.src_piece))])
+        if (op.piece == r.src_piece && op.forward == r.forward()) order.push_back(op.micro_batch);
     }
-    for (const auto& [from, to] : model_.skips) {
-      const int a = piece_of_layer(from), b = piece_of_layer(to);
-      if (a == b) {
-        skip_routes_.push_back(-1);
-        continue;
-      }
-      skip_routes_.push_back(static_cast<int>(routes_.size()));
-      const int seq = model_.seq_at(from);  // the output of `from`, before any resampling
-      routes_.push_back({a, b, seq, plan_between(stage_of(a), stage_of(b), seq)});
-      routes_.push_back({b, a, seq, plan_between(stage_of(b), stage_of(a), seq)});
-    }
-    std::size_t ops = 1;
-    for (const auto& r : routes_) ops = std::max(ops, r.plan->ops().size());
-    tag_stride_ = static_cast<int>(ops);
-    require(routes_.size() * static_cast<std::size_t>(par_.micro_batches) * ops <= 32768,
-            "micro_batches",
-            "the stage transfers of one step need more than 32768 message tags; use fewer "
-            "micro-batches or stages");
   }
 
   void fill_batch(const BatchSource& source, int index) {
@@ -247,24 +306,24 @@ class Runner {
   }
 
   // Receives this device only consumes are posted when the step starts (forward ones only for
-  // an evaluation).
-  void post_receives(bool forward_only) {
+  // an evaluation), in the order the sender starts its side: a route's group runs its reshards
+  // in the same order on every member.
+  void post_receives(bool evaluation) {
+    std::vector<int> ascending(static_cast<std::size_t>(par_.micro_batches));
+    std::iota(ascending.begin(), ascending.end(), 0);  // evaluate() runs each piece's in order
     for (std::size_t r = 0; r < routes_.size(); ++r) {
       const Route& route = routes_[r];
       if (!hosts(route.dst_piece) || hosts(route.src_piece)) continue;
-      if (forward_only && route.src_piece > route.dst_piece) continue;
-      for (int mb = 0; mb < par_.micro_batches; ++mb) {
+      if (evaluation && !route.forward()) continue;
+      for (const int mb : evaluation ? ascending : send_order_[r]) {
         Flight& f = flights_[{static_cast<int>(r), mb}];
         f.receiver = true;
         f.dst.assign(static_cast<std::size_t>(activation_elements(route.seq)), 0.0f);
-        f.transfer = ireshard(*route.plan, comm_, nullptr, f.dst.data(), tag(r, mb));
+        f.transfer = ireshard(*route.plan, groups_.routes[r], nullptr, f.dst.data());
       }
     }
   }
 
-  int tag(std::size_t route, int mb) const {
-    return (static_cast<int>(route) * par_.micro_batches + mb) * tag_stride_;
-  }
   std::int64_t activation_elements(int seq) const { return samples_.size() * seq * width_; }
 
   void send(std::size_t route, int mb, std::vector<float> data) {
@@ -274,7 +333,7 @@ class Runner {
     f.receiver = hosts(r.dst_piece);
     if (f.receiver) f.dst.assign(static_cast<std::size_t>(activation_elements(r.seq)), 0.0f);
     f.transfer =
-        ireshard(*r.plan, comm_, f.src.data(), f.receiver ? f.dst.data() : nullptr, tag(route, mb));
+        ireshard(*r.plan, groups_.routes[route], f.src.data(), f.receiver ? f.dst.data() : nullptr);
     // Without overlap the sender waits for its transfer (exposed communication).
     if (!par_.overlap && !f.receiver) waited_ += await({static_cast<int>(route), mb});
   }
@@ -457,7 +516,7 @@ class Runner {
       send(static_cast<std::size_t>(route + (fwd ? 0 : 1)), mb, data);
   }
 
-  Communicator& comm_;
+  const RunGroups& groups_;
   const ModelConfig& model_;
   const ParallelConfig& par_;
   const TrainConfig& cfg_;
@@ -466,12 +525,12 @@ class Runner {
   Parameters params_;
   Exec exec_;
   int stages_, pieces_, mb_samples_;
-  std::vector<int> firsts_, world_;
+  std::vector<int> firsts_;
   std::vector<Piece> pieces_state_;
   std::map<std::array<int, 3>, Plan> plans_;  // by (source stage, target stage, seq)
   std::vector<Route> routes_;
   std::vector<int> skip_routes_;  // per skip: its forward route, -1 when within one piece
-  int tag_stride_ = 1;
+  std::vector<std::vector<int>> send_order_;  // per route: its micro-batches in sending order
   std::vector<std::vector<PipeOp>> schedule_;
   Range samples_;
   std::int64_t width_ = 0;
@@ -666,14 +725,15 @@ TrainResult train(Communicator& comm, const ModelConfig& model, const ParallelCo
   require(run.eval_every >= 0, "eval_every", "must be >= 0");
   require(run.checkpoint_every >= 0, "checkpoint_every", "must be >= 0");
   TrainResult result;
+  const RunGroups groups(comm, model, parallel);
   if (comm.rank() >= parallel.devices()) return result;
   static std::once_flag blas;
   std::call_once(blas, use_single_threaded_blas);
-  Runner runner(comm, model, parallel, train, batches);
+  Runner runner(comm, groups, model, parallel, train, batches);
   int first = 0;
   if (run.resume && !run.checkpoint_dir.empty()) {
     result.resumed_from =
-        load_checkpoint(comm, runner.world(), runner.parameters(), run.checkpoint_dir);
+        load_checkpoint(comm, runner.world().devices(), runner.parameters(), run.checkpoint_dir);
     first = static_cast<int>(std::max<std::int64_t>(0, result.resumed_from));
   }
   for (int s = first; s < train.steps; ++s) {
@@ -684,8 +744,8 @@ TrainResult train(Communicator& comm, const ModelConfig& model, const ParallelCo
     if (run.held_out != nullptr && due(run.eval_every))
       st.eval_loss = runner.evaluate(*run.held_out, s);
     if (!run.checkpoint_dir.empty() && due(run.checkpoint_every))
-      save_checkpoint(comm, runner.world(), runner.parameters(), s + 1, run.checkpoint_dir,
-                      run.description);
+      save_checkpoint(comm, runner.world().devices(), runner.parameters(), s + 1,
+                      run.checkpoint_dir, run.description);
     if (run.on_step) run.on_step(st);
     result.steps.push_back(st);
   }

@@ -11,8 +11,6 @@ std::vector<float> buffer(std::int64_t n) {
   return std::vector<float>(static_cast<std::size_t>(n));
 }
 
-bool spans(const std::vector<int>* group) { return group != nullptr && group->size() > 1; }
-
 void test_all(std::vector<Collective>& ops) {
   for (auto& op : ops) op.test();
 }
@@ -21,20 +19,29 @@ void test_all(std::vector<Collective>& ops) {
 
 void Exec::wait(Collective& c) { timed_wait(c, blocked); }
 
-void Exec::all_reduce(const std::vector<int>& group, float* data, std::int64_t n) {
-  if (group.size() < 2) return;
-  Collective c = iall_reduce(comm, group, data, data, n, DType::f32, ReduceOp::Sum, options);
+const Group* Exec::along(Split axis) const {
+  const Group* g = axis == Split::Rows   ? &groups.rows
+                   : axis == Split::Cols ? &groups.cols
+                                         : nullptr;
+  return g != nullptr && g->size() > 1 ? g : nullptr;
+}
+
+void Exec::all_reduce(const Group* group, float* data, std::int64_t n) {
+  if (group == nullptr) return;
+  Collective c = iall_reduce(*group, data, data, n, DType::f32, ReduceOp::Sum, options);
   wait(c);
 }
 
 AllReduceSum Exec::feature_sum() {
-  if (place.rows.size() < 2) return {};
-  return [this](float* data, std::int64_t n) { all_reduce(place.rows, data, n); };
+  const Group* rows = along(Split::Rows);
+  if (rows == nullptr) return {};
+  return [this, rows](float* data, std::int64_t n) { all_reduce(rows, data, n); };
 }
 
 void Linear::forward(Exec& e, const float* x, float* y, std::int64_t rows) const {
   const float* weights = w->weights(e.blocked);
-  const bool reduce = spans(forward_sum);
+  const Group* sum = e.along(forward_sum);
+  const bool reduce = sum != nullptr;
   // Over-decomposition: the partial product of one slice of rows is summed while the next
   // slice's product is computed.
   const std::int64_t slices = reduce ? std::max(1, e.sub_batches) : 1;
@@ -47,8 +54,8 @@ void Linear::forward(Exec& e, const float* x, float* y, std::int64_t rows) const
     });
     test_all(ops);
     if (!reduce) continue;
-    ops.push_back(iall_reduce(e.comm, *forward_sum, y + r.lo * out, y + r.lo * out, r.size() * out,
-                              DType::f32, ReduceOp::Sum, e.options));
+    ops.push_back(iall_reduce(*sum, y + r.lo * out, y + r.lo * out, r.size() * out, DType::f32,
+                              ReduceOp::Sum, e.options));
     if (!e.overlap) e.wait(ops.back());
   }
   for (auto& op : ops) e.wait(op);
@@ -60,7 +67,8 @@ void Linear::forward(Exec& e, const float* x, float* y, std::int64_t rows) const
 void Linear::backward(Exec& e, const float* x, const float* dy, float* dx,
                       std::int64_t rows) const {
   const float* weights = w->weights(e.blocked);
-  const bool reduce = dx != nullptr && spans(backward_sum);
+  const Group* sum = e.along(backward_sum);
+  const bool reduce = dx != nullptr && sum != nullptr;
   const std::int64_t slices = reduce ? std::max(1, e.sub_batches) : 1;
   std::vector<Collective> ops;
   if (dx != nullptr) {
@@ -72,8 +80,8 @@ void Linear::backward(Exec& e, const float* x, const float* dy, float* dx,
       });
       test_all(ops);
       if (!reduce) continue;
-      ops.push_back(iall_reduce(e.comm, *backward_sum, dx + r.lo * in, dx + r.lo * in,
-                                r.size() * in, DType::f32, ReduceOp::Sum, e.options));
+      ops.push_back(iall_reduce(*sum, dx + r.lo * in, dx + r.lo * in, r.size() * in, DType::f32,
+                                ReduceOp::Sum, e.options));
       if (!e.overlap) e.wait(ops.back());
     }
   }
@@ -104,8 +112,8 @@ Block Block::make(Parameters& params, const Place& place, const ModelConfig& mod
     Linear l;
     l.w = &params.add(p + name + ".w", {in, out}, {a, z}, Init::Normal, true);
     l.b = &params.add(p + name + ".b", {out}, {z}, Init::Zeros, false);
-    l.forward_sum = first ? &place.rows : &place.cols;
-    l.backward_sum = first ? &place.cols : &place.rows;
+    l.forward_sum = a;
+    l.backward_sum = z;
     l.in = l.w->block[0].size();
     l.out = l.w->block[1].size();
     return l;
@@ -199,7 +207,8 @@ Head Head::make(Parameters& params, const Place& place, const ModelConfig& model
   h.ln_b = &params.add("head.ln.b", {model.d_model}, {Split::Rows}, Init::Zeros, false);
   h.out.w = &params.add("head.w", {model.d_model, model.vocab}, {Split::Rows, Split::None},
                         Init::Normal, false);
-  h.out.forward_sum = &place.rows;
+  (void)place;
+  h.out.forward_sum = Split::Rows;
   h.out.in = h.out.w->block[0].size();
   h.out.out = model.vocab;
   h.width = model.d_model;

@@ -14,11 +14,10 @@
 
 namespace meshcast::training {
 
-// What the layers need from the engine: the communicator, this device's place, and counters
-// of the seconds spent blocked on collectives.
+// What the layers need from the engine: this device's groups, and counters of the seconds spent
+// blocked on collectives.
 struct Exec {
-  Communicator& comm;
-  const Place& place;
+  const PlaceGroups& groups;
   CollectiveOptions options;
   bool overlap = true;
   int sub_batches = 1;
@@ -37,21 +36,24 @@ struct Exec {
     gemm_flops += flops;
     if (poll) poll();
   }
+  // The devices that split a grid axis with this one (Rows: the row group); null for None or
+  // when this device is alone along it.
+  const Group* along(Split axis) const;
   // Sums `n` floats over `group` (blocking); nothing when the group is this device alone.
-  void all_reduce(const std::vector<int>& group, float* data, std::int64_t n);
+  void all_reduce(const Group* group, float* data, std::int64_t n);
   void wait(Collective& c);
   // Layernorm's reduction over the devices that split the features (null when none do).
   AllReduceSum feature_sum();
 };
 
 // y[T, out] = x[T, in] W + b with W's rows split over one axis, its columns over the other:
-// the partial products are summed over `forward_sum` (the devices splitting `in`), and in the
-// backward the input gradient over `backward_sum` (the devices splitting `out`).
+// the partial products are summed along `forward_sum` (the axis splitting `in`), and in the
+// backward the input gradient along `backward_sum` (the axis splitting `out`).
 struct Linear {
   Param* w = nullptr;
   Param* b = nullptr;  // may be null
-  const std::vector<int>* forward_sum = nullptr;
-  const std::vector<int>* backward_sum = nullptr;
+  Split forward_sum = Split::None;
+  Split backward_sum = Split::None;
   std::int64_t in = 0, out = 0;  // local extents
 
   void forward(Exec& e, const float* x, float* y, std::int64_t rows) const;

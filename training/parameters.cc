@@ -19,7 +19,7 @@ void timed_wait(Collective& c, double& blocked) {
 
 namespace {
 
-// The row-major elements of `block` out of a full tensor of `shape` (rank 1 or 2).
+// The row-major elements of `block` out of a full tensor of `shape` (1 or 2 dimensions).
 std::vector<float> extract(const std::vector<float>& full, const std::vector<std::int64_t>& shape,
                            const Box& block) {
   std::vector<float> out;
@@ -87,13 +87,12 @@ Param& Parameters::add(const std::string& name, std::vector<std::int64_t> shape,
   return p;
 }
 
-double Parameters::start_gathers(Communicator& comm, bool overlap) {
+double Parameters::start_gathers(const Group& depth, bool overlap) {
   double blocked = 0;
   for (auto& p : params_) {
     if (!p.sharded) continue;
     p.full.assign(static_cast<std::size_t>(p.block_elements()), 0.0f);
-    p.gather = iall_gather(comm, place_.depth, p.value.data(), p.full.data(), p.block_elements(),
-                           DType::f32);
+    p.gather = iall_gather(depth, p.value.data(), p.full.data(), p.block_elements(), DType::f32);
     if (!overlap) timed_wait(p.gather, blocked);
   }
   return blocked;
@@ -129,9 +128,9 @@ void Parameters::update(const AdamW& opt, std::int64_t step, float clip) {
   }
 }
 
-GradSync::GradSync(Communicator& comm, const Place& place, const CollectiveOptions& options,
+GradSync::GradSync(const PlaceGroups& groups, const Place& place, const CollectiveOptions& options,
                    std::int64_t bucket_bytes, bool overlap)
-    : comm_(comm),
+    : groups_(groups),
       place_(place),
       options_(options),
       bucket_bytes_(bucket_bytes),
@@ -145,7 +144,7 @@ void GradSync::add(Param& p) {
   if (p.sharded) {
     Pending& q = pending_.emplace_back();
     q.params = {&p};
-    q.op = ireduce_scatter(comm_, place_.depth, p.grad.data(), p.synced.data(), p.block_elements(),
+    q.op = ireduce_scatter(groups_.depth, p.grad.data(), p.synced.data(), p.block_elements(),
                            DType::f32, ReduceOp::Sum, options_);
     if (!overlap_) advance(q, true);
     return;
@@ -167,27 +166,34 @@ void GradSync::start_bucket() {
   open_bytes_ = 0;
   for (const Param* p : q.params) q.buffer.insert(q.buffer.end(), p->grad.begin(), p->grad.end());
   q.op =
-      iall_reduce(comm_, place_.tokens, q.buffer.data(), q.buffer.data(),
+      iall_reduce(groups_.tokens, q.buffer.data(), q.buffer.data(),
                   static_cast<std::int64_t>(q.buffer.size()), DType::f32, ReduceOp::Sum, options_);
   if (!overlap_) advance(q, true);
 }
 
-void GradSync::advance(Pending& q, bool block) {
+bool GradSync::advance(Pending& q, bool block, bool may_start) {
+  // A reduce-scatter whose replica all-reduce has yet to start.
+  auto owes = [&] {
+    return !q.params.empty() && q.params.front()->sharded && !q.second &&
+           place_.replicas.size() > 1;
+  };
   while (!q.params.empty()) {
     if (block)
       timed_wait(q.op, blocked_);
     else if (!q.op.test())
-      return;
-    Param& first = *q.params.front();
-    if (first.sharded && !q.second && place_.replicas.size() > 1) {
+      return !owes();
+    if (owes()) {
+      if (!may_start) return false;
+      Param& first = *q.params.front();
       q.second = true;
-      q.op = iall_reduce(comm_, place_.replicas, first.synced.data(), first.synced.data(),
+      q.op = iall_reduce(groups_.replicas, first.synced.data(), first.synced.data(),
                          static_cast<std::int64_t>(first.synced.size()), DType::f32, ReduceOp::Sum,
                          options_);
       continue;
     }
     complete(q);
   }
+  return true;
 }
 
 void GradSync::complete(Pending& q) {
@@ -204,7 +210,8 @@ void GradSync::complete(Pending& q) {
 }
 
 void GradSync::progress() {
-  for (auto& q : pending_) advance(q, false);
+  bool in_order = true;
+  for (auto& q : pending_) in_order = advance(q, false, in_order) && in_order;
   while (!pending_.empty() && pending_.front().params.empty()) pending_.pop_front();
 }
 
@@ -216,7 +223,7 @@ double GradSync::finish() {
   for (Param* p : sparse_) {
     const std::int64_t width = p->block[1].size();
     const SparseRows rows = SparseRows::from_dense(p->grad, p->block[0].size(), width);
-    sparse_all_reduce(comm_, place_.tokens, rows, p->synced, SparseMethod::Auto, options_);
+    sparse_all_reduce(groups_.tokens, rows, p->synced, SparseMethod::Auto, options_);
   }
   sparse_.clear();
   return blocked_ + now() - t0;

@@ -55,9 +55,9 @@ class Parameters {
   Param& add(const std::string& name, std::vector<std::int64_t> shape, std::vector<Split> split,
              Init init, bool sharded, bool sparse = false);
 
-  // Starts the depth all-gathers of the sharded weights (a step's first use waits on them);
-  // returns the seconds blocked (without overlap it waits for each at once).
-  double start_gathers(Communicator& comm, bool overlap);
+  // Starts the all-gathers of the sharded weights over `depth` (a step's first use waits on
+  // them); returns the seconds blocked (without overlap it waits for each at once).
+  double start_gathers(const Group& depth, bool overlap);
   void zero_grads();
   std::vector<ParameterPart> parts() const;
   std::deque<Param>& all() { return params_; }
@@ -76,10 +76,11 @@ class Parameters {
 // Synchronises gradients over the devices that split the samples (data parallelism and depth):
 // parameters join as their gradient becomes final; dense ones are packed into buckets that are
 // all-reduced as soon as full, sharded weights are reduce-scattered over depth and then
-// all-reduced over the replicas. Sparse ones wait for finish().
+// all-reduced over the replicas (in the order they joined, on every replica: a group's
+// collectives start in the same order on all its members). Sparse ones wait for finish().
 class GradSync {
  public:
-  GradSync(Communicator& comm, const Place& place, const CollectiveOptions& options,
+  GradSync(const PlaceGroups& groups, const Place& place, const CollectiveOptions& options,
            std::int64_t bucket_bytes, bool overlap);
   void add(Param& p);
   void progress();
@@ -95,10 +96,12 @@ class GradSync {
     bool second = false;  // sharded: the reduce-scatter is done, the replica all-reduce runs
   };
   void start_bucket();
-  void advance(Pending& p, bool block);
+  // Moves p on; its replica all-reduce starts only when `may_start` (every earlier one has
+  // started). Returns whether later ones may start theirs.
+  bool advance(Pending& p, bool block, bool may_start = true);
   void complete(Pending& p);
 
-  Communicator& comm_;
+  const PlaceGroups& groups_;
   const Place& place_;
   CollectiveOptions options_;
   std::int64_t bucket_bytes_;

@@ -128,8 +128,9 @@ std::vector<std::vector<PipeOp>> make_schedule(ScheduleKind kind, int stages, in
   return ops;
 }
 
-Timeline simulate(const std::vector<std::vector<PipeOp>>& schedule, int stages, int micro_batches,
-                  int chunks, double forward, double backward, double transfer) {
+Timeline simulate_pipeline(const std::vector<std::vector<PipeOp>>& schedule, int stages,
+                           int micro_batches, int chunks, double forward, double backward,
+                           double transfer) {
   if (stages < 1 || micro_batches < 1 || chunks < 1)
     throw ValidationError("schedule", "needs stages, micro_batches and chunks >= 1");
   for (auto [name, t] :

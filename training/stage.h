@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "meshcast/communicator.h"
 #include "meshcast/layout.h"
 #include "meshcast/training/engine.h"
 
@@ -22,6 +23,17 @@ struct Place {
   std::vector<int> rows, cols, depth, replicas, tokens;
   bool active() const { return stage >= 0; }
 };
+
+// A place's groups as communicator groups, each of more than one device: an empty Group where
+// the device is alone along those axes, or takes no part.
+struct PlaceGroups {
+  Group rows, cols, depth, replicas, tokens;
+};
+// Every group that place_of() forms on any device of `parallel` (of more than one device), made
+// on every device of `comm` in the same order, as Communicator::group requires (stage by stage,
+// replicas, rows, cols, depth, tokens, each kind in the mesh order of the groups' first
+// devices); each device keeps its own. comm.size() >= parallel.devices().
+PlaceGroups place_groups(Communicator& comm, const ParallelConfig& parallel);
 
 // The stage mesh: shape {dp, R, C, D} over consecutive ids from `first`.
 Mesh stage_mesh(int first, const StageShape& s);

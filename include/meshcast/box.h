@@ -33,7 +33,7 @@ class Box {
   // The whole tensor of this shape.
   static Box whole(const std::vector<std::int64_t>& shape);
 
-  std::size_t rank() const { return r_.size(); }
+  std::size_t ndim() const { return r_.size(); }
   const Range& operator[](std::size_t i) const { return r_[i]; }
   const std::vector<Range>& ranges() const { return r_; }
   std::vector<std::int64_t> extents() const;
@@ -50,7 +50,7 @@ class Box {
   std::vector<Range> r_;
 };
 
-// Per-dimension intersection; same rank required.
+// Per-dimension intersection; both boxes must have the same ndim().
 Box intersect(const Box& a, const Box& b);
 
 std::ostream& operator<<(std::ostream& os, const Box& b);

@@ -2,17 +2,19 @@
 // reduce-scatter, all-gather, broadcast and all-to-all(v) among a group of devices, started
 // without blocking and finished later, so that compute runs while they progress.
 //
-// Every member of `group` (device ids, in the order that defines ranks within the group) calls
-// the same collective with the same arguments, in the same order as its other collectives on
-// that group. Buffers are contiguous, hold `dtype` elements, and stay valid until the handle
-// completes. A count that the group size does not divide is fine: rank k of n owns the range
-// [floor(k*count/n), floor((k+1)*count/n)) (meshcast's uneven split).
+// Every member of `group` (its devices, in the order that defines ranks within it; see
+// Communicator::group) calls the same collective with the same arguments, in the same order as
+// its other operations on that group (collectives and reshards). Buffers are contiguous, hold
+// `dtype` elements, and stay valid until the handle completes. A count that the group size does not
+// divide is fine: rank k of n owns the range [floor(k*count/n), floor((k+1)*count/n)) (meshcast's
+// uneven split).
 //
-// Every entry point checks its arguments before it sends anything, and throws ValidationError
-// naming the argument: "group" (empty, a device twice, the caller not in it), "count" /
-// "counts" / "send_counts" / "recv_counts" (negative, sizes whose bytes overflow 64 bits, a
-// count list of the wrong length), "dtype" / "op" (not one of the enumerators), and "send",
-// "recv" or "buf" when null while it must hold elements (null is fine for zero elements).
+// Every entry point checks its arguments before it sends anything (a refused call takes nothing
+// from the group's sequence), and throws ValidationError naming the argument: "group" (a
+// default-constructed one, or the caller not in it), "count" / "counts" / "send_counts" /
+// "recv_counts" (negative, sizes whose bytes overflow 64 bits, a count list of the wrong length),
+// "dtype" / "op" (not one of the enumerators), and "send", "recv" or "buf" when null while it
+// must hold elements (null is fine for zero elements).
 #pragma once
 
 #include <cstdint>
@@ -65,17 +67,14 @@ struct CollectiveOptions {
   Algorithm algorithm = Algorithm::Auto;
   // Where the group's devices live (Hierarchical and Auto use it); null: one host.
   const Topology* topology = nullptr;
-  // Every message of a collective carries one tag. 0: the next of the group's own sequence
-  // (Communicator::next_collective_tag), the same on every member when they start their
-  // collectives on that group in the same order; several may then be in flight at once. Else
-  // the tag given (>= 32768 stays clear of plan tags).
-  int tag = 0;
 };
 
 // A collective in flight. test() moves it on as far as it can without blocking and says
 // whether it finished; wait() finishes it. Progress happens inside these calls (no thread of
-// its own): a compute loop that calls test() now and then overlaps it. A failed peer makes
-// them throw CommError naming it.
+// its own), and inside a later operation on the same group that needs its tags (Group::reserve):
+// a compute loop that calls test() now and then overlaps it. Every message of a collective
+// carries the one tag its group reserved for it, so any number may be in flight on a group. A
+// failed peer makes them throw CommError naming it.
 class Collective {
  public:
   struct State;
@@ -95,50 +94,47 @@ class Collective {
 };
 
 // recv = op over the group of send; recv may equal send (in place).
-Collective iall_reduce(Communicator& comm, std::span<const int> group, const void* send, void* recv,
-                       std::int64_t count, DType dtype, ReduceOp op,
-                       const CollectiveOptions& options = {});
+Collective iall_reduce(const Group& group, const void* send, void* recv, std::int64_t count,
+                       DType dtype, ReduceOp op, const CollectiveOptions& options = {});
 // recv (the caller's shard of count elements: its range of the uneven split) = op over the
 // group of send (count elements).
-Collective ireduce_scatter(Communicator& comm, std::span<const int> group, const void* send,
-                           void* recv, std::int64_t count, DType dtype, ReduceOp op,
-                           const CollectiveOptions& options = {});
+Collective ireduce_scatter(const Group& group, const void* send, void* recv, std::int64_t count,
+                           DType dtype, ReduceOp op, const CollectiveOptions& options = {});
 // recv (count elements) = every member's shard, in group order; the caller sends its own shard
 // (its range of the uneven split of count). send may point at that range of recv (in place).
-Collective iall_gather(Communicator& comm, std::span<const int> group, const void* send, void* recv,
-                       std::int64_t count, DType dtype, const CollectiveOptions& options = {});
+Collective iall_gather(const Group& group, const void* send, void* recv, std::int64_t count,
+                       DType dtype, const CollectiveOptions& options = {});
 // recv = every member's block, in group order, member j's block holding counts[j] elements;
 // the caller sends its own block of counts[me] elements (send may point at it in recv).
-Collective iall_gatherv(Communicator& comm, std::span<const int> group, const void* send,
-                        void* recv, std::span<const std::int64_t> counts, DType dtype,
+Collective iall_gatherv(const Group& group, const void* send, void* recv,
+                        std::span<const std::int64_t> counts, DType dtype,
                         const CollectiveOptions& options = {});
 // buf (count elements) of the group member `root` (a device id) to every member, as a
 // pipelined chain of chunks (its one algorithm: options.algorithm other than Auto is refused).
-Collective ibroadcast(Communicator& comm, std::span<const int> group, int root, void* buf,
-                      std::int64_t count, DType dtype, const CollectiveOptions& options = {});
+Collective ibroadcast(const Group& group, int root, void* buf, std::int64_t count, DType dtype,
+                      const CollectiveOptions& options = {});
 // Member j's block send_counts[k] goes to member k, which receives recv_counts[j] elements from
 // member j; blocks are packed in group order in both buffers. Every block is posted at once (its
 // one algorithm: options.algorithm other than Auto is refused).
-Collective iall_to_allv(Communicator& comm, std::span<const int> group, const void* send,
+Collective iall_to_allv(const Group& group, const void* send,
                         std::span<const std::int64_t> send_counts, void* recv,
                         std::span<const std::int64_t> recv_counts, DType dtype,
                         const CollectiveOptions& options = {});
 
 // Blocking forms.
-void all_reduce(Communicator& comm, std::span<const int> group, const void* send, void* recv,
-                std::int64_t count, DType dtype, ReduceOp op, const CollectiveOptions& o = {});
-void reduce_scatter(Communicator& comm, std::span<const int> group, const void* send, void* recv,
-                    std::int64_t count, DType dtype, ReduceOp op, const CollectiveOptions& o = {});
-void all_gather(Communicator& comm, std::span<const int> group, const void* send, void* recv,
-                std::int64_t count, DType dtype, const CollectiveOptions& o = {});
-void all_gatherv(Communicator& comm, std::span<const int> group, const void* send, void* recv,
+void all_reduce(const Group& group, const void* send, void* recv, std::int64_t count, DType dtype,
+                ReduceOp op, const CollectiveOptions& o = {});
+void reduce_scatter(const Group& group, const void* send, void* recv, std::int64_t count,
+                    DType dtype, ReduceOp op, const CollectiveOptions& o = {});
+void all_gather(const Group& group, const void* send, void* recv, std::int64_t count, DType dtype,
+                const CollectiveOptions& o = {});
+void all_gatherv(const Group& group, const void* send, void* recv,
                  std::span<const std::int64_t> counts, DType dtype,
                  const CollectiveOptions& o = {});
-void broadcast(Communicator& comm, std::span<const int> group, int root, void* buf,
-               std::int64_t count, DType dtype, const CollectiveOptions& o = {});
-void all_to_allv(Communicator& comm, std::span<const int> group, const void* send,
-                 std::span<const std::int64_t> send_counts, void* recv,
-                 std::span<const std::int64_t> recv_counts, DType dtype,
+void broadcast(const Group& group, int root, void* buf, std::int64_t count, DType dtype,
+               const CollectiveOptions& o = {});
+void all_to_allv(const Group& group, const void* send, std::span<const std::int64_t> send_counts,
+                 void* recv, std::span<const std::int64_t> recv_counts, DType dtype,
                  const CollectiveOptions& o = {});
 
 }  // namespace meshcast

@@ -1,5 +1,7 @@
-// The communicator interface that the executor drives; each backend (local threads, MPI, UCX,
-// NCCL) implements it. A communicator is one device's endpoint: rank() is its global device id.
+// One device's endpoint, for every transport: the progress engine over a Transport
+// (meshcast/transport.h). It owns what is the same for all of them: chain broadcasts and their
+// in-flight state, the wait loop, batches, and groups with their tag spaces. rank() is the
+// device's global id. Sessions hand it out: LocalWorld::run, MpiSession::world(), ...
 #pragma once
 
 #include <chrono>
@@ -8,121 +10,165 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "meshcast/error.h"
 #include "meshcast/region.h"
+#include "meshcast/transport.h"
 
 namespace meshcast {
 
-// A handle to a non-blocking operation; complete it with Communicator::wait.
-class Request {
+class Communicator;
+
+// An operation in flight on a group (a reshard, a collective), as the engine sees it: when a
+// later operation on the group needs the tags this one still holds, the engine finishes it first.
+class InFlight {
  public:
-  struct Impl {
-    virtual ~Impl() = default;
-  };
-  Request() = default;
-  explicit Request(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
-  Impl* get() const { return impl_.get(); }
-  bool valid() const { return impl_ != nullptr; }
-  void reset() { impl_.reset(); }
+  virtual ~InFlight() = default;
+  virtual bool done() const = 0;
+  virtual void finish() = 0;  // completes it (blocking); throws what the operation throws
+};
+
+// The tags of one operation on a group: tag(i) for its i-th message stream. Distinct from the
+// tags of every other operation in flight on any group of the communicator.
+class TagBlock {
+ public:
+  TagBlock() = default;
+  TagBlock(int base, std::uint32_t start, std::uint32_t length, std::uint32_t window)
+      : base_(base), start_(start), length_(length), window_(window) {}
+  // Streams beyond the block's length reuse its tags in order (safe inside one operation, whose
+  // messages of one pair are posted in the same order on both sides).
+  int tag(std::size_t i) const {
+    return base_ + static_cast<int>((start_ + i % length_) % window_);
+  }
+  std::uint32_t length() const { return length_; }
 
  private:
-  std::shared_ptr<Impl> impl_;
+  int base_ = 0;
+  std::uint32_t start_ = 0, length_ = 1, window_ = 1;
+};
+
+// Devices, in an order that defines their ranks within the group, with a tag space and a
+// sequence of its own. Every operation on a group (reshard, collective) is started by every
+// member, in the same order on every member (as on an MPI communicator); operations on
+// different groups, and several operations in flight on one group, never confuse their messages,
+// whatever order they complete in. Copies share the same group.
+class Group {
+ public:
+  Group() = default;
+  const std::vector<int>& devices() const;
+  int size() const { return static_cast<int>(devices().size()); }
+  bool contains(int device) const { return index_of(device) >= 0; }
+  int index_of(int device) const;  // the device's rank in the group, -1 if not a member
+  Communicator& comm() const;
+
+  // The tags of this device's next operation on the group, `streams` message streams long (at
+  // most the group's window; see TagBlock). `op` is the operation, tracked until it completes:
+  // a later reservation that needs its tags finishes it first. Every member reserves the same
+  // lengths in the same order.
+  TagBlock reserve(std::size_t streams, std::weak_ptr<InFlight> op = {}) const;
+  // For an operation that sends nothing (node memory): a 64-bit name of the group's next
+  // operation, the same on every member, taken from the same sequence.
+  std::uint64_t next_id() const;
+  // Tags a group holds: operations whose streams add up to more than this, in flight at once,
+  // are finished in order (a reservation waits for the oldest that holds its tags).
+  std::uint32_t window() const;
+
+  struct State;
+
+ private:
+  friend class Communicator;
+  explicit Group(std::shared_ptr<State> s) : s_(std::move(s)) {}
+  std::shared_ptr<State> s_;
 };
 
 class Communicator {
  public:
-  virtual ~Communicator() = default;
-  virtual int rank() const = 0;
-  virtual int size() const = 0;
-  virtual std::string backend() const = 0;
+  using Clock = std::chrono::steady_clock;
+  explicit Communicator(std::unique_ptr<Transport> transport);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
 
-  // Non-blocking point-to-point; regions stay valid until the request completes. Messages with
-  // the same (source, destination, tag) match in posting order.
-  virtual Request isend(const Region& from, int dst, int tag) = 0;
-  virtual Request irecv(const Region& to, int src, int tag) = 0;
-  // Broadcast from `root` to every other device of `group` (device ids, root included). The
-  // root passes its source region, the others their destination region. The default sends
-  // from the root to each receiver.
-  virtual Request ibcast(const Region& region, int root, std::span<const int> group, int tag);
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  std::string backend() const;
+  Transport& transport() { return *transport_; }
+  const TransportCaps& caps() const { return caps_; }
 
-  // Work on this device's own memory, which a backend may keep elsewhere (GPU memory for NCCL).
-  // The defaults work on host memory.
-  virtual void copy(const Region& from, const Region& to) { copy_region(from, to); }
-  virtual void zero(const Region& r) { zero_region(r); }
-  virtual void add(const Region& from, const Region& to, DType dtype) {
-    accumulate(from, to, dtype);
-  }
-  // A scratch buffer of `bytes` bytes in the device's memory, freed when the pointer dies.
-  virtual std::shared_ptr<void> scratch(std::size_t bytes);
+  // Every device of the world, in id order.
+  const Group& world() const { return world_; }
+  // A group of `devices` (in that order). Every device of the communicator creates its groups
+  // in the same order, members or not (as MPI_Comm_create): the n-th group is the same on all
+  // of them. Throws ValidationError("group", ...) for an empty list, a device twice, one
+  // outside the world, or more groups alive at once than the transport's tags can keep apart.
+  Group group(std::vector<int> devices);
 
-  // Completes a request (throws CommError if a peer failed); the request is reset.
+  // Point-to-point and multicast over the transport; tags come from a group's TagBlock.
+  Request isend(const Region& from, int dst, int tag);
+  Request irecv(const Region& to, int src, int tag);
+  // From `root` to the other devices of `chain` (root first, then in forwarding order): the
+  // root passes its source region, the others their destination region. Travels as the
+  // transport says (TransportCaps::multicast); a chain pipelines chunks of at most
+  // Transport::chain_chunk(), each member forwarding a chunk as soon as it arrived.
+  Request ibcast(const Region& region, int root, std::span<const int> chain, int tag);
+  // Brackets the posts of one phase (for transports that batch them).
+  void begin_batch() { transport_->begin_batch(); }
+  void end_batch() { transport_->end_batch(); }
+
+  // Work on this device's own memory (host, or the transport's device memory).
+  void copy(const Region& from, const Region& to) { transport_->copy(from, to); }
+  void zero(const Region& r) { transport_->zero(r); }
+  void add(const Region& from, const Region& to, DType dtype) { transport_->add(from, to, dtype); }
+  std::shared_ptr<void> scratch(std::size_t bytes) { return transport_->scratch(bytes); }
+
+  // Completes a request (throws CommError if a peer failed); the request is reset. Every chain
+  // of this device moves on while it waits.
   void wait(Request& r);
   void wait_all(std::span<Request> rs);
   // True once a request completed (it stays valid; wait() on it returns at once).
   bool test(Request& r);
-  virtual void barrier() = 0;
-  // Tells the other devices that this one gives up on the current operation because of
-  // `field: cause` (reshard() calls it when it throws), so that they end with that error at
-  // once instead of waiting for their timeout. Best effort; the default does nothing.
-  virtual void abandon(const std::string& field, const std::string& cause) {
-    (void)field;
-    (void)cause;
-  }
-  // abandon() with what `e` says: a CommError passes on the failed device it names, anything
-  // else says that this device failed. reshard() and the collectives call it as they throw.
+  // Drops a request in flight (Transport::cancel on each of its parts); the request is reset.
+  void cancel(Request& r);
+  // Every device of the world; collective. This device's chains complete first (their members
+  // posted them too), so that none of its peers waits, behind the barrier, on a chunk it forwards.
+  void barrier();
+
+  // Gives up on what is in flight: the peers end with `why` at once (Transport::abort).
+  void abandon(const Error& why);
+  // abandon() with what `e` says: an Error naming a failed device passes it on; anything else
+  // says that this device failed. reshard() and the collectives call it as they throw.
   void abandon_for(const std::exception& e);
 
-  // Memory shared with the other devices of this node, where the backend maps it: device d's
-  // segment of node_segment_bytes() bytes when d is on this node (this device included), else
-  // nullptr. The blocking collectives copy through it instead of sending (collectives/node.cc
-  // owns its contents). The default has none.
-  virtual std::byte* node_segment(int device) {
-    (void)device;
-    return nullptr;
-  }
-  virtual std::size_t node_segment_bytes() const { return 0; }
-  // One step of spinning on node memory that `peers` will write, the `polls`-th since `since`:
-  // moves this device's own traffic on (its peers may wait on it), yields the core after a
-  // short spin, and throws CommError when a peer failed or the wait outlasted the backend's
-  // timeout. The default only yields: a backend that maps node memory overrides it.
-  virtual void idle(std::span<const int> peers, int polls,
-                    std::chrono::steady_clock::time_point since);
+  // Every member of `group` learns whether any member failed: each passes its own error (null
+  // when it succeeded); all of them then throw the same error, the failure of the member
+  // first in group order, or all return. Collective over the group; a member that died is
+  // reported as a peer failure.
+  void agree(const Group& group, const Error* mine);
 
-  // The tag of this device's next collective on `group` (meshcast/collectives.h): in
-  // [32768, 49152), above every plan tag and below the backends' control tags. Each group (its
-  // device list) has its own sequence, starting at an offset of its own, so members agree as long
-  // as they start their collectives on that group in the same order, whatever else they do.
-  int next_collective_tag(std::span<const int> group);
-  // Instead of a tag, for a collective that sends nothing (node memory): a 64-bit name of the
-  // group's next collective, the same on every member, taken from the same sequence.
-  std::uint64_t next_collective_id(std::span<const int> group);
-
- protected:
-  // Backend-specific completion and non-blocking check of one of its own requests. A backend
-  // that polls must call advance_chains() in its polling loop, so that chains forward chunks
-  // while their devices wait on anything else.
-  virtual void wait_one(Request::Impl& r) = 0;
-  virtual bool test_one(Request::Impl& r) = 0;
-
-  // A pipelined chain broadcast over isend/irecv: the box travels root -> group[1] -> group[2]
-  // ... in chunks of `chunk` bytes, each member forwarding a chunk as soon as it arrived, so the
-  // time is about bytes/bandwidth + (members - 2) * chunk/bandwidth. `group` is in chain order
-  // and must contain the root first. A strided box is staged through a scratch buffer of at
-  // most max(1, staging_bytes / chunk) chunks (chunks packed and unpacked one at a time as they
-  // pass); a contiguous one moves in place.
-  Request ibcast_chain(const Region& region, int root, std::span<const int> group, int tag,
-                       std::size_t chunk, std::size_t staging_bytes);
-  // Moves every chain of this device on (receives, unpacks, forwards); true if it did anything.
-  bool advance_chains();
+  // Node memory (Transport::node_segment) and one step of spinning on it: moves this device's
+  // chains on, then Transport::idle for `peers`.
+  std::byte* node_segment(int device) { return transport_->node_segment(device); }
+  std::size_t node_segment_bytes() const { return transport_->node_segment_bytes(); }
+  void idle(std::span<const int> peers, int polls, Clock::time_point since);
 
  private:
   struct Chain;
+  struct Composite;
+  Request chain(const Region& region, std::span<const int> members, int tag);
   bool advance_chain(Chain& c);
+  bool advance_chains();
+  void wait_request(Request::Impl& r);
+  void init_groups();
+
+  std::unique_ptr<Transport> transport_;
+  TransportCaps caps_;
+  int rank_, size_;
   std::vector<std::weak_ptr<Chain>> chains_;
-  std::unordered_map<std::uint64_t, unsigned> collective_seq_;  // per group (hash of its ids)
-  std::pair<std::uint64_t, unsigned> next_in_sequence(std::span<const int> group);
+  Group world_;
+  std::uint32_t window_ = 1, contexts_ = 1;  // tags per group, and groups the tag space holds
+  std::uint64_t groups_made_ = 0;
+  std::vector<std::weak_ptr<Group::State>> live_;  // per context: the group that holds it
 };
 
 }  // namespace meshcast

@@ -1,4 +1,5 @@
-// Typed errors: raised where a problem is detected, carrying the field it concerns.
+// The one error type the library throws: a kind, the input or operation it concerns, the cause,
+// and the device that failed when a peer did.
 #pragma once
 
 #include <stdexcept>
@@ -6,36 +7,69 @@
 
 namespace meshcast {
 
-// Base of every exception the library throws. `field()` names the offending input
-// ("src.mesh", "shape", "topology", ...); `what()` is one line: "<field>: <cause>".
+enum class ErrorKind {
+  BadInput,     // malformed or inconsistent input: a mesh, a spec, a plan, an argument
+  Io,           // a file that cannot be read or written
+  PeerFailure,  // another device failed, left, disagreed or stopped answering
+  Internal,     // a failure of this process: a transport or driver call, an unexpected state
+};
+
+// `field()` names the offending input or operation ("src.mesh", "shape", "bootstrap"); `cause()`
+// says what is wrong; `device()` is the device that failed (-1 when none is known). `what()` is
+// one line: "device <d>: <cause>" when a device is known, else "<field>: <cause>".
 class Error : public std::runtime_error {
  public:
-  Error(std::string field, const std::string& cause)
-      : std::runtime_error(field + ": " + cause), field_(std::move(field)) {}
+  Error(ErrorKind kind, std::string field, std::string cause, int device = -1)
+      : std::runtime_error(device >= 0 ? "device " + std::to_string(device) + ": " + cause
+                                       : field + ": " + cause),
+        kind_(kind),
+        field_(std::move(field)),
+        cause_(std::move(cause)),
+        device_(device) {}
+  ErrorKind kind() const noexcept { return kind_; }
   const std::string& field() const noexcept { return field_; }
+  const std::string& cause() const noexcept { return cause_; }
+  int device() const noexcept { return device_; }
 
  private:
-  std::string field_;
+  ErrorKind kind_;
+  std::string field_, cause_;
+  int device_;
 };
 
-// Malformed text (a mesh, a spec, a shape, a dtype, a JSON document).
-class ParseError : public Error {
-  using Error::Error;
+// Named constructors of Error, one per kind (they add no members: catch Error and look at
+// kind(), or catch these to select one kind).
+class ParseError : public Error {  // malformed text: BadInput
+ public:
+  ParseError(std::string field, std::string cause)
+      : Error(ErrorKind::BadInput, std::move(field), std::move(cause)) {}
 };
-
-// Well-formed but inconsistent input (device count != mesh size, axis used twice, ...).
-class ValidationError : public Error {
-  using Error::Error;
+class ValidationError : public Error {  // well-formed but inconsistent input: BadInput
+ public:
+  ValidationError(std::string field, std::string cause)
+      : Error(ErrorKind::BadInput, std::move(field), std::move(cause)) {}
 };
-
-// A file that cannot be read or written.
-class IoError : public Error {
-  using Error::Error;
+class IoError : public Error {  // Io
+ public:
+  IoError(std::string field, std::string cause)
+      : Error(ErrorKind::Io, std::move(field), std::move(cause)) {}
 };
-
-// A communication failure (a peer that failed, a timeout, disagreeing ranks).
+// A peer failed: PeerFailure. With a device, field() is "peer"; with a field and no device, the
+// operation that failed with no single device to blame ("bootstrap", "iters").
 class CommError : public Error {
-  using Error::Error;
+ public:
+  CommError(int device, std::string cause)
+      : Error(ErrorKind::PeerFailure, "peer", std::move(cause), device) {}
+  CommError(std::string field, std::string cause)
+      : Error(ErrorKind::PeerFailure, std::move(field), std::move(cause)) {}
 };
+// A call into a transport or driver (MPI, UCX, CUDA, NCCL) failed in this process: Internal.
+class InternalError : public Error {
+ public:
+  InternalError(std::string field, std::string cause)
+      : Error(ErrorKind::Internal, std::move(field), std::move(cause)) {}
+};
+
+const char* to_string(ErrorKind kind);
 
 }  // namespace meshcast

@@ -22,7 +22,7 @@ std::string shape_str(const Shape& shape);
 
 class Layout {
  public:
-  // Validates: rank >= 1, extents >= 0, total bytes fit in int64, spec rank == shape rank,
+  // Validates: ndim >= 1, extents >= 0, total bytes fit in int64, spec ndim == shape ndim,
   // spec axes < mesh.ndim(), each axis used once. Throws ValidationError naming `field`.
   Layout(Shape shape, DType dtype, Mesh mesh, ShardingSpec spec,
          const std::string& field = "layout");
@@ -34,7 +34,7 @@ class Layout {
   DType dtype() const { return dtype_; }
   const Mesh& mesh() const { return mesh_; }
   const ShardingSpec& spec() const { return spec_; }
-  std::size_t rank() const { return shape_.size(); }
+  std::size_t ndim() const { return shape_.size(); }
   std::int64_t elements() const;
   std::int64_t bytes() const { return elements() * static_cast<std::int64_t>(dtype_size(dtype_)); }
 

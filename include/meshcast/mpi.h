@@ -14,11 +14,14 @@ namespace meshcast {
 struct MpiOptions {
   // A wait that sees no completion for this long checks which ranks are alive (a grace of up
   // to 5 s) and fails with a CommError naming the dead ones (or, if all are alive, its peers).
-  // A rank whose reshard throws tells the others at once (Communicator::abandon).
+  // A rank whose reshard throws tells the others at once (Communicator::abandon). The survivors'
+  // CommError names the device that failed (Error::device()).
   double timeout_seconds = 60;
   // How a multicast travels: `chain`, a pipelined chain of point-to-point chunks (see
-  // Communicator::ibcast_chain), or `native`, MPI_Ibcast on a sub-communicator cached per
-  // device set. The default is the faster of the two in bench/mpi_broadcast.cc here.
+  // Communicator::ibcast), or `native`, MPI_Ibcast on a sub-communicator cached per device
+  // set. The default is the faster of the two in bench/mpi_broadcast.cc here. MPI matches the
+  // broadcasts of one sub-communicator in call order, not by tag: with `native`, the members of
+  // a device set start their multicasts over it in the same order, whatever groups they are on.
   enum class Broadcast { Chain, Native } broadcast = Broadcast::Chain;
   // The chunk of a chain inside one node. 256 KiB: in shared memory it is within 4% of 1 MiB
   // (bench/mpi_reshard group b).

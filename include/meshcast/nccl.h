@@ -1,6 +1,7 @@
-// The NCCL backend: one process per GPU, device id d = rank d, local buffers in GPU memory.
-// Point-to-point transfers of a phase are issued as one NCCL group; strided boxes are packed and
-// unpacked by CUDA kernels on the communicator's stream. The NCCL unique id is exchanged through
+// The NCCL transport: one process per GPU, device id d = rank d, local buffers in GPU memory.
+// The transfers of a phase (the engine's batch) are issued as one NCCL group; strided boxes are
+// packed and unpacked by CUDA kernels on the communicator's stream; a multicast to every device
+// is an ncclBroadcast, one to fewer sends from the root. The NCCL unique id is exchanged through
 // a Bootstrap (MpiSession under mpirun, or TcpBootstrap). Built when CUDA and NCCL are found
 // (target meshcast::nccl).
 #pragma once
@@ -14,22 +15,27 @@
 namespace meshcast {
 
 struct NcclOptions {
-  // A wait that sees no completion for this long aborts the communicator with a CommError.
+  // A wait that sees no completion for this long aborts the communicator with a CommError, as
+  // does NCCL's asynchronous error (a peer failed).
   double timeout_seconds = 60;
 };
 
 class NcclSession {
  public:
-  // Collective over the ranks of `bootstrap` (an MpiSession, a TcpBootstrap). Uses GPU (rank
-  // mod GPU count). Throws CommError("nccl", ...) when no GPU can be used, e.g. "no CUDA
-  // device: ...".
+  // Collective over the ranks of `bootstrap` (an MpiSession, a TcpBootstrap), which must outlive
+  // the session (it hears of a peer's failure: Bootstrap::on_failure). A rank uses the GPU of
+  // its index among the ranks of its host, modulo the GPUs it sees. Every rank throws
+  // CommError("nccl", ...) when a GPU cannot be used: "no CUDA device: ...", or two ranks that
+  // share one ("ranks 0 and 1 share GPU ..."); InternalError("nccl"/"cuda", ...) when a call
+  // failed.
   explicit NcclSession(Bootstrap& bootstrap, NcclOptions options = {});
   ~NcclSession();
   NcclSession(const NcclSession&) = delete;
   NcclSession& operator=(const NcclSession&) = delete;
 
   Communicator& world();
-  // GPU memory of `bytes` bytes, and copies between it and the host (blocking).
+  // GPU memory of `bytes` bytes, and copies between it and the host (blocking; throw
+  // InternalError("cuda", ...)).
   std::shared_ptr<void> allocate(std::size_t bytes);
   void upload(const void* host, void* device, std::size_t bytes);
   void download(const void* device, void* host, std::size_t bytes);

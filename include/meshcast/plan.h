@@ -106,7 +106,7 @@ class Plan {
   // ("plan.ops[3].box", "plan.ops[3].peers[1]", "plan.ops" for coverage):
   //  - the strategy is not Auto; both layouts have one shape and dtype; at most plan_ops ops;
   //  - ops are listed in phase order: phases start at 0 and never skip one;
-  //  - every box has the tensor's rank, lo < hi in every dimension, and lies in the tensor;
+  //  - every box has the tensor's ndim, lo < hi in every dimension, and lies in the tensor;
   //  - Copy: no peers; the root holds the box in both layouts and the source is complete.
   //    Zero: no peers; the root's target tile holds the box and the root is an addend other
   //    than the first of a partial target. Multicast: at least one receiver, none twice, not

@@ -33,7 +33,7 @@ struct Region {
   void* origin() const;
 };
 
-// Copies between two regions of equal counts (shapes may differ in rank only by collapsing).
+// Copies between two regions of equal counts (shapes may differ in ndim only by collapsing).
 void copy_region(const Region& from, const Region& to);
 // Packs a region into a contiguous buffer of from.bytes() bytes, and the inverse.
 void pack(const Region& from, void* out);

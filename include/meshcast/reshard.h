@@ -1,4 +1,4 @@
-// Executing a plan: called collectively by every device of the union of the plan's meshes.
+// Executing a plan: a reshard over a group of devices, blocking or in flight.
 #pragma once
 
 #include <cstdint>
@@ -10,17 +10,22 @@
 
 namespace meshcast {
 
-// This device's part of the move. `src_local` holds its source tile (row-major, contiguous;
-// nullptr when the device is not in the source mesh), `dst_local` receives its destination
-// tile (nullptr when not in the target mesh). comm.rank() is the device id. Throws
-// ValidationError when a needed buffer is nullptr, CommError when a peer fails.
+// This device's part of the move, over `group` (the world by default), which holds every device
+// of the plan's meshes: every member of the group calls it, in the same order as its other
+// operations on the group (a member outside the plan's meshes returns at once). `src_local`
+// holds its source tile (row-major, contiguous; nullptr when the device is not in the source
+// mesh), `dst_local` receives its destination tile (nullptr when not in the target mesh).
+// Throws ValidationError when a needed buffer is nullptr or the group misses a device of the
+// plan, CommError when a peer fails.
+void reshard(const Plan& plan, const Group& group, const void* src_local, void* dst_local);
 void reshard(const Plan& plan, Communicator& comm, const void* src_local, void* dst_local);
 
 // A reshard in flight. test() moves it on as far as it can without blocking (posting each
-// phase once the previous one completed) and says whether it finished; wait() finishes it.
-// Progress happens only inside these calls. The plan, the communicator and both buffers must
-// outlive it. A failed peer makes them throw CommError naming it. Destroying it before it
-// completed abandons the move (the peers fail with an error naming this device).
+// phase, as one batch, once the previous one completed) and says whether it finished; wait()
+// finishes it. Progress happens inside these calls, and inside any later operation on the same
+// group that needs its tags. The plan, the communicator and both buffers must outlive it. A
+// failed peer makes them throw CommError naming it. Destroying it before it completed abandons
+// the move (the peers fail with an error naming this device).
 class Transfer {
  public:
   Transfer();
@@ -29,23 +34,20 @@ class Transfer {
   Transfer& operator=(Transfer&&) noexcept;
   bool test();
   void wait();
-  bool done() const { return exec_ == nullptr; }
+  bool done() const;
 
   class Executor;
 
  private:
-  friend Transfer ireshard(const Plan&, Communicator&, const void*, void*, int);
-  bool step(bool block);
+  friend Transfer ireshard(const Plan&, const Group&, const void*, void*);
   void give_up() noexcept;
-  std::unique_ptr<Executor> exec_;
-  Communicator* comm_ = nullptr;
+  std::shared_ptr<Executor> exec_;
 };
 
-// reshard() started without blocking. Op i of the plan travels with tag (tag_base + i) % 32768:
-// reshards in flight at once between the same devices need disjoint tag ranges (tag_base =
-// k * plan.ops().size() for the k-th of them, say), unless every device starts them in the
-// same order and none has more than one phase.
-Transfer ireshard(const Plan& plan, Communicator& comm, const void* src_local, void* dst_local,
-                  int tag_base = 0);
+// reshard() started without blocking. Its messages travel on tags the group reserves for it
+// (Group::reserve): any number of reshards and collectives may be in flight on the same devices
+// at once, and complete in any order.
+Transfer ireshard(const Plan& plan, const Group& group, const void* src_local, void* dst_local);
+Transfer ireshard(const Plan& plan, Communicator& comm, const void* src_local, void* dst_local);
 
 }  // namespace meshcast

@@ -54,8 +54,7 @@ double sparse_traffic(SparseMethod m, std::span<const std::int64_t> nonzero_rows
 // Sums the members' `mine` over the group into `out` (rows * width floats, dense), on every
 // member; every member passes the same rows, width and method. Float sums may differ from a
 // serial sum by order only. Returns the method used.
-SparseMethod sparse_all_reduce(Communicator& comm, std::span<const int> group,
-                               const SparseRows& mine, std::span<float> out,
+SparseMethod sparse_all_reduce(const Group& group, const SparseRows& mine, std::span<float> out,
                                SparseMethod method = SparseMethod::Auto,
                                const CollectiveOptions& options = {});
 

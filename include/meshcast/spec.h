@@ -20,7 +20,7 @@ class ShardingSpec {
   // Layout. An axis appearing twice is refused here.
   static ShardingSpec parse(std::string_view text, const std::string& field = "spec");
 
-  std::size_t rank() const { return dims_.size(); }
+  std::size_t ndim() const { return dims_.size(); }
   const std::vector<int>& axes(std::size_t dim) const { return dims_[dim]; }
   const std::vector<std::vector<int>>& dims() const { return dims_; }
   // Mesh axes holding addends of a pending sum (empty: the value is complete).

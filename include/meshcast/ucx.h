@@ -16,7 +16,7 @@ namespace meshcast {
 struct UcxOptions {
   // A wait that sees no completion for this long fails with CommError naming the peers.
   double timeout_seconds = 60;
-  // Multicasts travel as pipelined chains of chunks of this size (Communicator::ibcast_chain);
+  // Multicasts travel as pipelined chains of chunks of this size (Communicator::ibcast);
   // the default is MpiOptions::chunk_bytes', measured there.
   std::size_t chunk_bytes = std::size_t{256} << 10;
   // The most scratch memory a chain stages a strided box through (as MpiOptions::staging_bytes).

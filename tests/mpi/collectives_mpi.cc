@@ -10,11 +10,9 @@
 #include <meshcast/ucx.h>
 #endif
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <numeric>
 
 #include "support/collectives_check.h"
 
@@ -41,11 +39,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int n = comm->size(), me = comm->rank();
-  std::vector<int> world(static_cast<std::size_t>(n));
-  std::iota(world.begin(), world.end(), 0);
+  const Group& world = comm->world();
   const std::vector<std::int64_t> counts{0, 1, 3, 13, 1009, 40013};
   std::vector<std::string> errors =
-      testing::check_collectives(*comm, world, testing::collective_cases(counts));
+      testing::check_collectives(world, testing::collective_cases(counts));
   // Not with one rank (no group to share), on UCX (no node memory) or MPI without it; MPI
   // with a segment size must have mapped node memory (else Auto would silently send).
   const bool node = backend == "mpi" && opt.node_segment_bytes > 0;
@@ -55,21 +52,21 @@ int main(int argc, char** argv) {
   }
   if (n >= 2 && node) {
     const auto e = testing::check_collectives(
-        *comm, world, testing::collective_cases({1, 13, 1009, 40013}, {Algorithm::SharedMemory}));
+        world, testing::collective_cases({1, 13, 1009, 40013}, {Algorithm::SharedMemory}));
     errors.insert(errors.end(), e.begin(), e.end());
   }
-  // Every other rank, reversed: ranks outside it do nothing.
-  std::vector<int> sub;
-  for (int r = n - 1; r >= 0; r -= 2) sub.push_back(r);
-  if (std::find(sub.begin(), sub.end(), me) != sub.end()) {
-    const auto e = testing::check_collectives(*comm, sub, testing::collective_cases({7, 20011}));
+  // Every other rank, reversed (every rank makes the group): ranks outside it do nothing.
+  std::vector<int> every_other;
+  for (int r = n - 1; r >= 0; r -= 2) every_other.push_back(r);
+  const Group sub = comm->group(every_other);
+  if (sub.contains(me)) {
+    const auto e = testing::check_collectives(sub, testing::collective_cases({7, 20011}));
     errors.insert(errors.end(), e.begin(), e.end());
   }
   if (n % 2 == 0 && n >= 4) {
     const Topology hosts =
         Topology::uniform("pairs", n / 2, 2, {"intra", 1e10, 0}, {"net", 1e9, 0});
-    const auto e =
-        testing::check_collectives(*comm, world, testing::collective_cases({40013}), &hosts);
+    const auto e = testing::check_collectives(world, testing::collective_cases({40013}), &hosts);
     errors.insert(errors.end(), e.begin(), e.end());
   }
   for (const auto& e : errors) std::printf("%s\n", e.c_str());

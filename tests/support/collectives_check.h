@@ -2,7 +2,7 @@
 // reference that needs no communication: member j's input element i is a small integer
 // function of (j, i), so every member knows every other's input, and sums are exact in every
 // dtype (half types included), whatever the order of summation. Shared by the in-process tests
-// (tests/collectives/collectives_test.cc) and the multi-process driver (tests/mpi).
+// (tests/collectives/algorithms/collectives_test.cc) and the multi-process driver (tests/mpi).
 #pragma once
 
 #include <meshcast/collectives.h>
@@ -113,13 +113,13 @@ inline std::vector<CollectiveCase> collective_cases(const std::vector<std::int64
 // Runs every collective on `cases` and returns a description of each wrong result (empty when
 // all are right). `topology` (optional) lets Auto and Hierarchical see hosts; the hierarchical
 // algorithm is skipped when it does not apply to this group.
-inline std::vector<std::string> check_collectives(Communicator& comm, std::span<const int> group,
+inline std::vector<std::string> check_collectives(const Group& group,
                                                   const std::vector<CollectiveCase>& cases,
                                                   const Topology* topology = nullptr) {
   std::vector<std::string> errors;
-  const auto me =
-      static_cast<std::size_t>(std::find(group.begin(), group.end(), comm.rank()) - group.begin());
-  const std::size_t n = group.size();
+  Communicator& comm = group.comm();
+  const auto me = static_cast<std::size_t>(group.index_of(comm.rank()));
+  const std::size_t n = group.devices().size();
   auto fill = [&](DType t, std::vector<std::byte>& buf, std::int64_t count, std::size_t j,
                   std::int64_t lo = 0) {
     buf.assign(static_cast<std::size_t>(count) * dtype_size(t), std::byte{0});
@@ -149,9 +149,9 @@ inline std::vector<std::string> check_collectives(Communicator& comm, std::span<
     out.assign(in.size(), std::byte{0xee});
     try {
       if (c.in_place)
-        all_reduce(comm, group, in.data(), in.data(), c.count, c.dtype, c.op, o);
+        all_reduce(group, in.data(), in.data(), c.count, c.dtype, c.op, o);
       else
-        all_reduce(comm, group, in.data(), out.data(), c.count, c.dtype, c.op, o);
+        all_reduce(group, in.data(), out.data(), c.count, c.dtype, c.op, o);
       expect("all_reduce", c, c.in_place ? in.data() : out.data(), c.count,
              [&](std::int64_t i) { return reduced(n, i, c.op); });
     } catch (const ValidationError& e) {
@@ -163,7 +163,7 @@ inline std::vector<std::string> check_collectives(Communicator& comm, std::span<
     fill(c.dtype, in, c.count, me);
     out.assign(static_cast<std::size_t>(mine.size()) * dtype_size(c.dtype), std::byte{0xee});
     try {
-      reduce_scatter(comm, group, in.data(), out.data(), c.count, c.dtype, c.op, o);
+      reduce_scatter(group, in.data(), out.data(), c.count, c.dtype, c.op, o);
       expect("reduce_scatter", c, out.data(), mine.size(),
              [&](std::int64_t i) { return reduced(n, mine.lo + i, c.op); });
     } catch (const ValidationError& e) {
@@ -185,11 +185,10 @@ inline std::vector<std::string> check_collectives(Communicator& comm, std::span<
         std::copy(in.begin(), in.end(),
                   all.begin() + static_cast<std::ptrdiff_t>(mine.lo) *
                                     static_cast<std::ptrdiff_t>(dtype_size(c.dtype)));
-        all_gather(comm, group,
-                   all.data() + static_cast<std::size_t>(mine.lo) * dtype_size(c.dtype), all.data(),
-                   c.count, c.dtype, o);
+        all_gather(group, all.data() + static_cast<std::size_t>(mine.lo) * dtype_size(c.dtype),
+                   all.data(), c.count, c.dtype, o);
       } else {
-        all_gather(comm, group, in.data(), all.data(), c.count, c.dtype, o);
+        all_gather(group, in.data(), all.data(), c.count, c.dtype, o);
       }
       expect("all_gather", c, all.data(), c.count,
              [&](std::int64_t i) { return static_cast<double>(input_value(owner(i), i)); });
@@ -197,12 +196,12 @@ inline std::vector<std::string> check_collectives(Communicator& comm, std::span<
       if (c.algorithm != Algorithm::Hierarchical) throw;  // not applicable to this group
     }
     // broadcast from the member c.count % n
-    const int root = group[static_cast<std::size_t>(c.count) % n];
+    const int root = group.devices()[static_cast<std::size_t>(c.count) % n];
     fill(c.dtype, in, c.count, root == comm.rank() ? 99 : me);
     // Broadcast and all-to-all(v) have one algorithm each (they refuse others).
     CollectiveOptions single = o;
     single.algorithm = Algorithm::Auto;
-    broadcast(comm, group, root, in.data(), c.count, c.dtype, single);
+    broadcast(group, root, in.data(), c.count, c.dtype, single);
     expect("broadcast", c, in.data(), c.count,
            [&](std::int64_t i) { return static_cast<double>(input_value(99, i)); });
     // all-to-all(v): member j sends (j + k + c.count) % 4 elements to member k, valued
@@ -221,7 +220,7 @@ inline std::vector<std::string> check_collectives(Communicator& comm, std::span<
     for (std::size_t k = 0; k < n; ++k)
       for (std::int64_t i = 0; i < sc[k]; ++i)
         store(c.dtype, sb.data(), pos++, input_value(me * 8 + k, i));
-    all_to_allv(comm, group, sb.data(), sc, rb.data(), rc, c.dtype, single);
+    all_to_allv(group, sb.data(), sc, rb.data(), rc, c.dtype, single);
     std::vector<double> want;
     for (std::size_t k = 0; k < n; ++k)
       for (std::int64_t i = 0; i < rc[k]; ++i) want.push_back(input_value(k * 8 + me, i));

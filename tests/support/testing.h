@@ -145,15 +145,15 @@ inline bool ref_has(const Box& b, const std::vector<std::int64_t>& idx) {
 // this shape, in row-major order.
 template <class F>
 void ref_for_each(const std::vector<std::int64_t>& shape, const Box& b, F&& f) {
-  for (std::size_t d = 0; d < b.rank(); ++d)
+  for (std::size_t d = 0; d < b.ndim(); ++d)
     if (b[d].hi <= b[d].lo) return;
-  std::vector<std::int64_t> idx(b.rank());
-  for (std::size_t d = 0; d < b.rank(); ++d) idx[d] = b[d].lo;
+  std::vector<std::int64_t> idx(b.ndim());
+  for (std::size_t d = 0; d < b.ndim(); ++d) idx[d] = b[d].lo;
   while (true) {
     std::int64_t g = 0;
     for (std::size_t d = 0; d < shape.size(); ++d) g = g * shape[d] + idx[d];
     f(idx, g);
-    std::size_t d = b.rank();
+    std::size_t d = b.ndim();
     while (d-- > 0) {
       if (++idx[d] < b[d].hi) break;
       idx[d] = b[d].lo;
@@ -165,7 +165,7 @@ void ref_for_each(const std::vector<std::int64_t>& shape, const Box& b, F&& f) {
 // ---- Random inputs -----------------------------------------------------------------------------
 
 struct Limits {
-  int max_rank = 4;  // tensor rank 1..max_rank
+  int max_ndim = 4;  // tensor dimensions, 1..max_ndim
   int max_extent = 6;
   std::int64_t max_volume = 120;
   bool zero_extents = true;  // occasionally an extent of 0
@@ -178,7 +178,7 @@ struct Limits {
 };
 
 inline Shape random_shape(Rng& rng, const Limits& lim) {
-  Shape s(static_cast<std::size_t>(rng.between(1, lim.max_rank)));
+  Shape s(static_cast<std::size_t>(rng.between(1, lim.max_ndim)));
   for (auto& e : s) e = lim.zero_extents && rng.chance(1, 40) ? 0 : rng.between(1, lim.max_extent);
   while (ref_volume(s) > lim.max_volume) {
     auto it = std::max_element(s.begin(), s.end());
@@ -222,8 +222,8 @@ inline std::vector<int> sample(Rng& rng, std::vector<int> pool, std::size_t coun
   return pool;
 }
 
-inline ShardingSpec random_spec(Rng& rng, std::size_t rank, std::size_t mesh_ndim, bool partial) {
-  std::vector<std::vector<int>> dims(rank);
+inline ShardingSpec random_spec(Rng& rng, std::size_t ndim, std::size_t mesh_ndim, bool partial) {
+  std::vector<std::vector<int>> dims(ndim);
   std::vector<int> p;
   std::vector<int> axes(mesh_ndim);
   std::iota(axes.begin(), axes.end(), 0);
@@ -234,7 +234,7 @@ inline ShardingSpec random_spec(Rng& rng, std::size_t rank, std::size_t mesh_ndi
     if (r < 4 && partial)
       p.push_back(a);
     else
-      dims[static_cast<std::size_t>(rng.below(static_cast<std::int64_t>(rank)))].push_back(a);
+      dims[static_cast<std::size_t>(rng.below(static_cast<std::int64_t>(ndim)))].push_back(a);
   }
   return ShardingSpec(std::move(dims), std::move(p));
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `meshcast train gpt|utransformer`: parallel runs give the serial run's losses, the loss falls
 # (below the corpus's unigram entropy for text), --config fills options, checkpoints resume on
-# another mesh with the uninterrupted run's losses and a corrupt one is refused, --plan ranks
+# another mesh with the uninterrupted run's losses and a corrupt one is refused, --plan orders
 # configurations, and bad configurations exit 2 with one line naming the field. The checkpoint
 # directory's faults and the limits: checkpoint_faults_test.sh.
 # Usage: train_test.sh MESHCAST
@@ -89,7 +89,7 @@ for delay in 0.7 1.3 2.1; do
   fi
 done
 
-# --plan: the ranked configurations, best first.
+# --plan: the configurations by estimated step time, best first.
 out=$("$mc" train gpt --plan --devices 8 --top 3 --topology meshes/emulated.json --json)
 if printf '%s\n' "$out" | python3 -c 'import json,sys
 c = json.loads(sys.stdin.readline())["configurations"]

@@ -459,6 +459,9 @@ TEST_F(Checkpoint, RefusesAResealedInconsistentManifest) {
        "the manifest says"},
       {[](Json& j) { j["files"][0]["name"] = "../device-0.bin"; }, "is not named device-"},
       {[](Json& j) { j["files"][1] = j["files"][0]; }, "device-0.bin is listed twice"},
+      // Found only when device 0 reads its tiles for the move: the others, which read theirs,
+      // fail with it.
+      {[](Json& j) { j["files"].erase(0); }, "its files do not cover"},
       {[](Json& j) { j["files"][0]["offsets"]["nowhere"] = 0; },
        "parameter nowhere is not in the manifest"},
       {[](Json& j) { j["parameters"].push_back(j["parameters"][0]); },

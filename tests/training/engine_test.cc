@@ -148,6 +148,46 @@ TEST(Engine, ThreeDTensorParallelWithDataParallelNoOverlap) {
   expect_same_as_serial(p);
 }
 
+// Overlapped, the replicas' all-reduces of the depth shards start as reduce-scatters complete,
+// in the same order on every replica.
+TEST(Engine, ThreeDTensorParallelWithDataParallelOverlapped) {
+  auto p = stages({"dp=2,grid=2x1x2"});
+  p.sub_batches = 2;
+  expect_same_as_serial(p);
+}
+
+// A world larger than the run: the devices beyond it make the run's groups and return; an
+// evaluation after every step runs the forward routes again, on the same groups.
+TEST(Engine, DevicesBeyondTheRunAndEvaluations) {
+  auto model = small_model();
+  model.skips = {{0, 3}};
+  const auto par = stages({"dp=1", "tp=2", "dp=2"}, 2, mt::ScheduleKind::Eager1F1B);
+  const auto t = short_training();
+  const auto batches = mt::random_batches(model, t.batch, 7),
+             held_out = mt::random_batches(model, t.batch, 8);
+  mt::RunOptions opts;
+  opts.held_out = &held_out;
+  opts.eval_every = 1;
+  const int n = par.devices() + 2;
+  std::vector<mt::TrainResult> results(static_cast<std::size_t>(n));
+  meshcast::LocalWorld world(n);
+  world.run([&](meshcast::Communicator& comm) {
+    results[static_cast<std::size_t>(comm.rank())] = mt::train(comm, model, par, t, batches, opts);
+  });
+  for (int d = 0; d < n; ++d) {
+    const auto& steps = results[static_cast<std::size_t>(d)].steps;
+    if (d >= par.devices()) {
+      EXPECT_TRUE(steps.empty()) << "device " << d;
+      continue;
+    }
+    ASSERT_EQ(steps.size(), static_cast<std::size_t>(t.steps)) << "device " << d;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      EXPECT_GT(steps[i].eval_loss, 0) << "device " << d << " step " << i;
+      EXPECT_EQ(steps[i].eval_loss, results[0].steps[i].eval_loss) << "device " << d;
+    }
+  }
+}
+
 TEST(Engine, PipelineGPipe) {
   expect_same_as_serial(stages({"dp=1", "dp=1"}, 4, mt::ScheduleKind::GPipe));
 }

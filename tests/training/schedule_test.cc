@@ -1,6 +1,6 @@
 // Pipeline schedules: every kind over a grid of shapes is complete, deadlock-free and runs each
 // pass as soon as its inputs and its stage allow; warm-ups and peaks as documented; the known
-// closed forms for makespan and bubble; simulate() rejects broken schedules.
+// closed forms for makespan and bubble; simulate_pipeline() rejects broken schedules.
 #include "meshcast/training/schedule.h"
 
 #include <gtest/gtest.h>
@@ -141,7 +141,7 @@ TEST(Schedule, EveryKindIsCompleteAndRunsAsSoonAsPossible) {
       ASSERT_EQ(sched[st].size(), static_cast<std::size_t>(2 * s.b * s.v));
       for (const PipeOp& op : sched[st]) ASSERT_EQ(op.piece % s.n, st);
     }
-    const Timeline tl = simulate(sched, s.n, s.b, s.v, f, b, t);
+    const Timeline tl = simulate_pipeline(sched, s.n, s.b, s.v, f, b, t);
     for (int st = 0; st < s.n; ++st)
       for (std::size_t j = 0; j < sched[st].size(); ++j) {
         const PipeOp& op = sched[st][j];
@@ -179,10 +179,10 @@ TEST(Schedule, WarmUpAndPeakInFlight) {
       EXPECT_EQ(peak(sched[st]), lead(s, st)) << "stage " << st;
     }
     // Stage 0 leads longest, so its peak is the schedule's.
-    EXPECT_EQ(simulate(sched, s.n, s.b, s.v, 1, 2, 0).peak_in_flight, lead(s, 0));
+    EXPECT_EQ(simulate_pipeline(sched, s.n, s.b, s.v, 1, 2, 0).peak_in_flight, lead(s, 0));
   }
   auto peak_of = [](ScheduleKind k) {
-    return simulate(make_schedule(k, 4, 8), 4, 8, 1, 1, 2, 0).peak_in_flight;
+    return simulate_pipeline(make_schedule(k, 4, 8), 4, 8, 1, 1, 2, 0).peak_in_flight;
   };
   EXPECT_EQ(peak_of(ScheduleKind::GPipe), 8);
   EXPECT_EQ(peak_of(ScheduleKind::OneFOneB), 4);
@@ -226,14 +226,14 @@ TEST(Schedule, InterleavedWithOneChunkIsOneFOneB) {
 TEST(Schedule, ClosedFormsWithoutTransfer) {
   for (const Shape& s : grid()) {
     SCOPED_TRACE(str(s));
-    const Timeline tl =
-        simulate(make_schedule(s.kind, s.n, s.b, s.v), s.n, s.b, s.v, 1.0 / s.v, 2.0 / s.v, 0);
+    const Timeline tl = simulate_pipeline(make_schedule(s.kind, s.n, s.b, s.v), s.n, s.b, s.v,
+                                          1.0 / s.v, 2.0 / s.v, 0);
     const double fill = (s.n - 1.0) / s.v;
     EXPECT_NEAR(tl.makespan, (s.b + fill) * 3, 1e-9);
     EXPECT_NEAR(tl.bubble, fill / (s.b + fill), 1e-12);
     if (s.kind == ScheduleKind::Interleaved && s.v > 1 && s.n > 1) {
       const Timeline plain =
-          simulate(make_schedule(ScheduleKind::OneFOneB, s.n, s.b), s.n, s.b, 1, 1, 2, 0);
+          simulate_pipeline(make_schedule(ScheduleKind::OneFOneB, s.n, s.b), s.n, s.b, 1, 1, 2, 0);
       EXPECT_LT(tl.makespan, plain.makespan);
       EXPECT_LT(tl.bubble, plain.bubble);
     }
@@ -258,9 +258,9 @@ TEST(Schedule, EagerOneFOneBHidesTransfers) {
                  " b=" + std::to_string(bw) + " t=" + std::to_string(t));
     const double bound = critical_path(n, b, f, bw, t);
     const double eager =
-        simulate(make_schedule(ScheduleKind::Eager1F1B, n, b), n, b, 1, f, bw, t).makespan;
+        simulate_pipeline(make_schedule(ScheduleKind::Eager1F1B, n, b), n, b, 1, f, bw, t).makespan;
     const double plain =
-        simulate(make_schedule(ScheduleKind::OneFOneB, n, b), n, b, 1, f, bw, t).makespan;
+        simulate_pipeline(make_schedule(ScheduleKind::OneFOneB, n, b), n, b, 1, f, bw, t).makespan;
     EXPECT_NEAR(eager, bound, 1e-9);
     if (n >= 2 && b >= 3)
       EXPECT_GT(plain, eager + 1e-9);
@@ -271,7 +271,7 @@ TEST(Schedule, EagerOneFOneBHidesTransfers) {
   for (const auto& [k, makespan] : {std::pair{ScheduleKind::GPipe, 45.0},
                                     {ScheduleKind::OneFOneB, 65.0},
                                     {ScheduleKind::Eager1F1B, 48.0}})
-    EXPECT_DOUBLE_EQ(simulate(make_schedule(k, 4, 8), 4, 8, 1, 1, 2, 2).makespan, makespan)
+    EXPECT_DOUBLE_EQ(simulate_pipeline(make_schedule(k, 4, 8), 4, 8, 1, 1, 2, 2).makespan, makespan)
         << to_string(k);
 }
 
@@ -279,7 +279,7 @@ TEST(Schedule, EveryScheduleRespectsTheCriticalPath) {
   for (const Shape& s : grid()) {
     if (s.v > 1) continue;
     SCOPED_TRACE(str(s));
-    EXPECT_GE(simulate(make_schedule(s.kind, s.n, s.b), s.n, s.b, 1, 1, 2, 1).makespan,
+    EXPECT_GE(simulate_pipeline(make_schedule(s.kind, s.n, s.b), s.n, s.b, 1, 1, 2, 1).makespan,
               critical_path(s.n, s.b, 1, 2, 1) - 1e-9);
   }
 }
@@ -297,8 +297,8 @@ TEST(Schedule, ReferenceTable) {
       {ScheduleKind::Eager1F1B, 1, 1, 39}, {ScheduleKind::Interleaved, 2, 1, 46},
   };
   for (const Row& r : rows) {
-    const Timeline tl =
-        simulate(make_schedule(r.kind, 4, 8, r.v), 4, 8, r.v, 1.0 / r.v, 2.0 / r.v, r.transfer);
+    const Timeline tl = simulate_pipeline(make_schedule(r.kind, 4, 8, r.v), 4, 8, r.v, 1.0 / r.v,
+                                          2.0 / r.v, r.transfer);
     EXPECT_DOUBLE_EQ(tl.makespan, r.makespan) << to_string(r.kind) << " t=" << r.transfer;
     EXPECT_NEAR(tl.bubble, 1 - 24 / r.makespan, 1e-12) << to_string(r.kind);
   }
@@ -308,13 +308,14 @@ TEST(Schedule, ReferenceTable) {
 TEST(Schedule, OneStageHasNoTransfers) {
   for (int v : {1, 2, 3})
     EXPECT_DOUBLE_EQ(
-        simulate(make_schedule(ScheduleKind::Interleaved, 1, 4, v), 1, 4, v, 1, 2, 5).makespan,
+        simulate_pipeline(make_schedule(ScheduleKind::Interleaved, 1, 4, v), 1, 4, v, 1, 2, 5)
+            .makespan,
         4 * v * 3.0);
 }
 
 std::string rejection(const Schedule& s, int n, int b, int v = 1) {
   try {
-    simulate(s, n, b, v, 1, 2, 0);
+    simulate_pipeline(s, n, b, v, 1, 2, 0);
   } catch (const ValidationError& e) {
     EXPECT_EQ(e.field(), "schedule");
     return e.what();
@@ -322,7 +323,7 @@ std::string rejection(const Schedule& s, int n, int b, int v = 1) {
   return "accepted";
 }
 
-TEST(Schedule, SimulateRejectsBrokenSchedules) {
+TEST(Schedule, SimulatePipelineRejectsBrokenSchedules) {
   const Schedule good = make_schedule(ScheduleKind::OneFOneB, 3, 4);
   ASSERT_EQ(rejection(good, 3, 4), "accepted");
 
@@ -361,11 +362,11 @@ TEST(Schedule, SimulateRejectsBrokenSchedules) {
   EXPECT_NE(rejection(chunks, 2, 2, 2).find("deadlock"), std::string::npos);
 }
 
-TEST(Schedule, SimulateRejectsBadTimes) {
+TEST(Schedule, SimulatePipelineRejectsBadTimes) {
   const Schedule s = make_schedule(ScheduleKind::GPipe, 2, 2);
-  EXPECT_THROW(simulate(s, 2, 2, 1, -1, 2, 0), ValidationError);
-  EXPECT_THROW(simulate(s, 2, 2, 1, 1, 2, std::nan("")), ValidationError);
-  EXPECT_THROW(simulate(s, 0, 2, 1, 1, 2, 0), ValidationError);
+  EXPECT_THROW(simulate_pipeline(s, 2, 2, 1, -1, 2, 0), ValidationError);
+  EXPECT_THROW(simulate_pipeline(s, 2, 2, 1, 1, 2, std::nan("")), ValidationError);
+  EXPECT_THROW(simulate_pipeline(s, 0, 2, 1, 1, 2, 0), ValidationError);
 }
 
 }  // namespace

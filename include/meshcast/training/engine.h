@@ -146,7 +146,8 @@ struct RunOptions {
 };
 
 // Trains on this device (comm.rank() is its device id) as one of parallel.devices() devices;
-// devices beyond them return at once. Every device calls it with the same arguments. Throws
+// devices beyond them make the run's groups with the others (Communicator::group) and return.
+// Every device of `comm` calls it with the same arguments. Throws
 // ValidationError naming the field for a configuration that does not fit the model, CommError
 // when a peer fails.
 // Steps run from the resumed checkpoint's step (or 0) to train.steps.

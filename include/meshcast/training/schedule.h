@@ -1,6 +1,6 @@
 // Pipeline schedules: for each pipeline device (a stage mesh), the order in which it runs the
 // forward and backward passes of every micro-batch on every model chunk it hosts. Pure
-// functions of (kind, stages, micro-batches, chunks per stage), checked by simulate().
+// functions of (kind, stages, micro-batches, chunks per stage), checked by simulate_pipeline().
 //
 // The model is cut into stages * chunks pieces; piece p lives on stage p % stages (chunk
 // p / stages of that stage), so with chunks > 1 a micro-batch visits every stage `chunks` times
@@ -52,7 +52,8 @@ struct Timeline {
   std::vector<std::vector<double>> start;  // start[s][j]: start of stage s's j-th pass
   int peak_in_flight = 0;                  // most forwards any stage holds awaiting their backward
 };
-Timeline simulate(const std::vector<std::vector<PipeOp>>& schedule, int stages, int micro_batches,
-                  int chunks, double forward, double backward, double transfer);
+Timeline simulate_pipeline(const std::vector<std::vector<PipeOp>>& schedule, int stages,
+                           int micro_batches, int chunks, double forward, double backward,
+                           double transfer);
 
 }  // namespace meshcast::training

@@ -1,0 +1,404 @@
+// The in-process backend. A send is matched with its receive in the receiver's inbox; the
+// receiving thread then copies straight from the sender's region into its own (one copy, no
+// staging), and marks both requests complete.
+#include "meshcast/local.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <unordered_map>
+
+#include "meshcast/error.h"
+#include "meshcast/reshard.h"
+#include "meshcast/verify.h"
+
+namespace meshcast {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A send's region is read by the receiving thread; its owner may leave (and free the region) only
+// once no receiver can still be reading it: states move Posted -> Copying -> Done under the
+// receiver, or Posted -> Cancelled under the owner when it abandons the operation.
+enum class SendState : int { Posted, Copying, Done, Cancelled };
+
+struct LocalRequest : Request::Impl {
+  Region region;
+  int owner = -1;  // the peer: the receiver of a send, the sender of a receive
+  int tag = 0;
+  bool is_send = false;
+  std::atomic<bool> done{false};
+  std::atomic<SendState> state{SendState::Posted};  // sends only
+  std::shared_ptr<LocalRequest> send;               // a matched receive: its send
+};
+
+std::uint64_t key(int peer, int tag) {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(peer)) << 32) |
+         static_cast<std::uint32_t>(tag);
+}
+
+}  // namespace
+
+struct LocalWorld::State {
+  struct Inbox {
+    std::mutex m;
+    std::condition_variable cv;
+    std::unordered_map<std::uint64_t, std::deque<std::shared_ptr<LocalRequest>>> unexpected;
+    std::unordered_map<std::uint64_t, std::deque<std::shared_ptr<LocalRequest>>> posted;
+    std::vector<std::shared_ptr<LocalRequest>> ready;  // matched receives, to copy
+  };
+  State(int n, std::size_t segment_bytes)
+      : inboxes(static_cast<std::size_t>(n)), segment_bytes(segment_bytes) {
+    // Zeroed, on cache lines, as node.cc expects of node memory.
+    for (int d = 0; segment_bytes && d < n; ++d) {
+      segments.emplace_back(
+          static_cast<std::byte*>(::operator new[](segment_bytes, std::align_val_t{64})));
+      std::memset(segments.back().get(), 0, segment_bytes);
+    }
+  }
+
+  void fail(int rank, const std::string& why) {
+    {
+      std::lock_guard<std::mutex> g(fail_m);
+      if (failed_rank >= 0) return;
+      failure = why;
+      failed_rank = rank;
+    }
+    for (auto& ib : inboxes) {
+      std::lock_guard<std::mutex> g(ib.m);
+      ib.cv.notify_all();
+    }
+    std::lock_guard<std::mutex> g(barrier_m);
+    barrier_cv.notify_all();
+  }
+  void check() {
+    if (failed_rank >= 0) {
+      std::lock_guard<std::mutex> g(fail_m);
+      throw CommError(failed_rank.load(), "failed: " + failure);
+    }
+  }
+
+  std::vector<Inbox> inboxes;
+  std::atomic<int> failed_rank{-1};
+  std::mutex fail_m;
+  std::string failure;
+  std::mutex barrier_m;
+  std::condition_variable barrier_cv;
+  int participants = 0, arrived = 0;
+  std::uint64_t generation = 0;
+  std::chrono::milliseconds timeout{60000};
+  std::size_t segment_bytes;
+  struct AlignedDelete {
+    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::vector<std::unique_ptr<std::byte[], AlignedDelete>> segments;  // node memory, per device
+};
+
+namespace {
+
+class LocalTransport final : public Transport {
+ public:
+  LocalTransport(LocalWorld::State& s, int rank) : s_(s), rank_(rank) {}
+  // The Communicator's owner may free its buffers next: no receiver may be reading them.
+  ~LocalTransport() override { retract_sends(); }
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(s_.inboxes.size()); }
+  std::string name() const override { return "local"; }
+  TransportCaps caps() const override {
+    TransportCaps c;
+    // The receivers' threads copy concurrently: a send to each is as fast as a chain and
+    // copies each byte once per receiver either way.
+    c.multicast = TransportCaps::Multicast::Fanout;
+    // Tags are only hash keys here; the headroom keeps the engine's arithmetic on its last
+    // tag from overflowing.
+    c.max_tag = std::numeric_limits<int>::max() - 16;
+    return c;
+  }
+  std::byte* node_segment(int device) override {
+    if (s_.segments.empty() || device < 0 || device >= size()) return nullptr;
+    return s_.segments[static_cast<std::size_t>(device)].get();
+  }
+  std::size_t node_segment_bytes() const override { return s_.segment_bytes; }
+
+  Request post_send(const Region& from, int dst, int tag) override {
+    auto req = make(from, dst, tag, true);
+    if (sends_.size() >= prune_at_) {  // amortised: a plan posts many sends per device
+      std::erase_if(sends_, [](const auto& w) {
+        const auto r = w.lock();
+        return !r || r->state.load() == SendState::Done;
+      });
+      prune_at_ = std::max<std::size_t>(64, 2 * sends_.size());
+    }
+    sends_.push_back(req);
+    auto& ib = s_.inboxes[static_cast<std::size_t>(dst)];
+    std::lock_guard<std::mutex> g(ib.m);
+    auto& q = ib.posted[key(rank_, tag)];
+    if (q.empty()) {
+      ib.unexpected[key(rank_, tag)].push_back(req);
+    } else {
+      q.front()->send = req;
+      ib.ready.push_back(std::move(q.front()));
+      q.pop_front();
+      ib.cv.notify_all();
+    }
+    return Request(req);
+  }
+
+  Request post_recv(const Region& to, int src, int tag) override {
+    auto req = make(to, src, tag, false);
+    auto& ib = s_.inboxes[static_cast<std::size_t>(rank_)];
+    std::lock_guard<std::mutex> g(ib.m);
+    auto& q = ib.unexpected[key(src, tag)];
+    if (q.empty()) {
+      ib.posted[key(src, tag)].push_back(req);
+    } else {
+      req->send = std::move(q.front());
+      q.pop_front();
+      ib.ready.push_back(req);
+    }
+    return Request(req);
+  }
+
+  bool test(Request::Impl& impl) override {
+    progress();
+    s_.check();
+    return static_cast<LocalRequest&>(impl).done;
+  }
+
+  // A request: blocks on this device's inbox until it completes, a matched receive is ready to
+  // copy (others may wait on it) or a device failed. Node memory, which nobody signals: spins,
+  // then yields.
+  void idle(const Request::Impl* waiting, std::span<const int> peers, int polls,
+            Clock::time_point since) override {
+    if (progress()) last_progress_ = Clock::now();  // this device's copies count as progress
+    s_.check();
+    const auto deadline = std::max(since, last_progress_) + s_.timeout;
+    const auto* r = static_cast<const LocalRequest*>(waiting);
+    if (!r) {
+      if (Clock::now() > deadline)
+        throw CommError(peers.empty() ? rank_ : peers.front(),
+                        "no progress for " + std::to_string(s_.timeout.count()) +
+                            " ms waiting on its node memory");
+      if (polls > 16) std::this_thread::yield();
+      return;
+    }
+    auto& ib = s_.inboxes[static_cast<std::size_t>(rank_)];
+    std::unique_lock<std::mutex> l(ib.m);
+    if (!ib.cv.wait_until(l, deadline,
+                          [&] { return r->done || !ib.ready.empty() || s_.failed_rank >= 0; }))
+      throw CommError(r->owner, "no progress for " + std::to_string(s_.timeout.count()) +
+                                    " ms waiting on device " + std::to_string(rank_) +
+                                    "'s transfer");
+  }
+
+  void cancel(Request::Impl& impl) override {
+    auto& r = static_cast<LocalRequest&>(impl);
+    if (r.is_send) {
+      retract(r);
+      return;
+    }
+    // A receive is copied by this thread only: once out of the queues, nothing writes it.
+    auto& ib = s_.inboxes[static_cast<std::size_t>(rank_)];
+    std::lock_guard<std::mutex> g(ib.m);
+    auto drop = [&](auto& q) {
+      std::erase_if(q, [&](const std::shared_ptr<LocalRequest>& p) { return p.get() == &r; });
+    };
+    if (auto it = ib.posted.find(key(r.owner, r.tag)); it != ib.posted.end()) drop(it->second);
+    drop(ib.ready);
+  }
+
+  // Before the caller unwinds and frees its buffers: no receiver may start reading them, and
+  // the one that may be reading now has finished. The peers learn of the failure when the
+  // caller's exception leaves LocalWorld::run's function.
+  void abort(const Error& why) override {
+    (void)why;
+    retract_sends();
+  }
+
+  void barrier() override {
+    std::unique_lock<std::mutex> l(s_.barrier_m);
+    const auto gen = s_.generation;
+    if (++s_.arrived == s_.participants) {
+      s_.arrived = 0;
+      ++s_.generation;
+      s_.barrier_cv.notify_all();
+      return;
+    }
+    s_.barrier_cv.wait(l, [&] { return s_.generation != gen || s_.failed_rank >= 0; });
+    s_.check();
+  }
+
+ private:
+  std::shared_ptr<LocalRequest> make(const Region& r, int peer, int tag, bool is_send) {
+    if (peer < 0 || peer >= size())
+      throw ValidationError("peer", "device " + std::to_string(peer) + " is outside the world");
+    auto req = std::make_shared<LocalRequest>();
+    req->region = r;
+    req->owner = peer;
+    req->tag = tag;
+    req->is_send = is_send;
+    return req;
+  }
+
+  // Copies every matched receive of this device; true if any.
+  bool progress() {
+    auto& ib = s_.inboxes[static_cast<std::size_t>(rank_)];
+    std::vector<std::shared_ptr<LocalRequest>> todo;
+    {
+      std::lock_guard<std::mutex> g(ib.m);
+      todo.swap(ib.ready);
+    }
+    for (auto& r : todo) {
+      auto posted = SendState::Posted;
+      if (!r->send->state.compare_exchange_strong(posted, SendState::Copying))
+        continue;  // its sender gave up: the failure it reports ends this wait
+      if (r->send->region.bytes() != r->region.bytes()) {
+        r->send->state = SendState::Posted;
+        throw CommError(r->owner, "sent " + std::to_string(r->send->region.bytes()) +
+                                      " bytes where " + std::to_string(r->region.bytes()) +
+                                      " were expected");
+      }
+      if (r->send->region.count == r->region.count &&
+          r->send->region.elem_size == r->region.elem_size) {
+        copy_region(r->send->region, r->region);
+      } else {  // shapes differ (one side packed): go through the row-major element order
+        std::vector<std::byte> tmp(r->region.bytes());
+        pack(r->send->region, tmp.data());
+        unpack(tmp.data(), r->region);
+      }
+      r->done = true;
+      auto& sender = s_.inboxes[static_cast<std::size_t>(r->owner)];
+      r->send->done = true;
+      r->send->state = SendState::Done;
+      std::lock_guard<std::mutex> g(sender.m);
+      sender.cv.notify_all();
+    }
+    return !todo.empty();
+  }
+
+  // A send no receiver may start copying any more; returns once one copying it has finished.
+  static void retract(LocalRequest& r) {
+    auto posted = SendState::Posted;
+    if (r.state.compare_exchange_strong(posted, SendState::Cancelled)) return;
+    while (r.state.load() == SendState::Copying) std::this_thread::yield();
+  }
+
+  void retract_sends() {
+    for (auto& w : sends_)
+      if (auto r = w.lock()) retract(*r);
+    sends_.clear();
+  }
+
+  LocalWorld::State& s_;
+  int rank_;
+  std::vector<std::weak_ptr<LocalRequest>> sends_;  // this device's sends not seen complete
+  std::size_t prune_at_ = 64;
+  Clock::time_point last_progress_{};
+};
+
+}  // namespace
+
+LocalWorld::LocalWorld(int size, std::size_t node_segment_bytes, double timeout_seconds) {
+  if (size < 1) throw ValidationError("size", "a world needs at least one device");
+  if (!(timeout_seconds > 0 && timeout_seconds <= 1e6))
+    throw ValidationError("timeout_seconds", "must be in (0, 1e6] seconds");
+  state_ = std::make_shared<State>(size, node_segment_bytes);
+  state_->timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_seconds * 1000));
+}
+
+LocalWorld::~LocalWorld() = default;
+
+int LocalWorld::size() const { return static_cast<int>(state_->inboxes.size()); }
+
+void LocalWorld::run(const std::function<void(Communicator&)>& fn,
+                     const std::vector<int>& devices) {
+  std::vector<int> ranks = devices;
+  if (ranks.empty())
+    for (int r = 0; r < size(); ++r) ranks.push_back(r);
+  for (int r : ranks)
+    if (r < 0 || r >= size())
+      throw ValidationError("devices", "device " + std::to_string(r) + " is outside the world");
+  // A fresh world state for each run: nothing left from a failed one.
+  const auto timeout = state_->timeout;
+  state_ = std::make_shared<State>(size(), state_->segment_bytes);
+  state_->timeout = timeout;
+  state_->participants = static_cast<int>(ranks.size());
+  std::vector<std::exception_ptr> errors(ranks.size());
+  std::vector<std::thread> threads;
+  threads.reserve(ranks.size());
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    threads.emplace_back([&, i] {
+      Communicator comm(std::make_unique<LocalTransport>(*state_, ranks[i]));
+      try {
+        fn(comm);
+      } catch (const std::exception& e) {
+        errors[i] = std::current_exception();
+        state_->fail(ranks[i], e.what());
+      } catch (...) {
+        errors[i] = std::current_exception();
+        state_->fail(ranks[i], "unknown exception");
+      }
+    });
+  for (auto& t : threads) t.join();
+  // The failing device's own exception, not the CommErrors it caused elsewhere.
+  const int first = state_->failed_rank;
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i] == first && errors[i]) std::rethrow_exception(errors[i]);
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+LocalRun run_local(const Plan& plan, int iters, bool verify) {
+  if (iters < 1) throw ValidationError("iters", "must be >= 1");
+  const auto devices = plan.devices();
+  const Layout& src = plan.src();
+  const Layout& dst = plan.dst();
+  const std::size_t elem = dtype_size(src.dtype());
+  LocalWorld world(devices.back() + 1);
+  LocalRun out;
+  out.seconds.resize(static_cast<std::size_t>(iters));
+  std::atomic<std::int64_t> mismatches{0};
+  std::vector<Clock::time_point> starts(devices.size()), ends(devices.size());
+  world.run(
+      [&](Communicator& comm) {
+        const int me = comm.rank();
+        std::vector<std::byte> s, d;
+        if (src.mesh().contains(me)) {
+          s.resize(static_cast<std::size_t>(src.local_elements(me)) * elem);
+          fill_source(src, me, s.data());
+        }
+        if (dst.mesh().contains(me))
+          d.resize(static_cast<std::size_t>(dst.local_elements(me)) * elem);
+        // An iteration lasts from the first device's start to the last device's end: one
+        // thread's view between barriers is wrong when it wakes late on a busy machine.
+        const std::size_t slot = static_cast<std::size_t>(
+            std::lower_bound(devices.begin(), devices.end(), me) - devices.begin());
+        for (int it = -1; it < iters; ++it) {  // iteration -1 warms up
+          comm.barrier();
+          starts[slot] = Clock::now();
+          reshard(plan, comm, s.empty() ? nullptr : s.data(), d.empty() ? nullptr : d.data());
+          ends[slot] = Clock::now();
+          comm.barrier();
+          if (it >= 0 && slot == 0)
+            out.seconds[static_cast<std::size_t>(it)] =
+                std::chrono::duration<double>(*std::max_element(ends.begin(), ends.end()) -
+                                              *std::min_element(starts.begin(), starts.end()))
+                    .count();
+        }
+        if (verify && dst.mesh().contains(me)) mismatches += count_mismatches(dst, me, d.data());
+      },
+      devices);
+  out.mismatches = verify ? mismatches.load() : 0;
+  return out;
+}
+
+}  // namespace meshcast

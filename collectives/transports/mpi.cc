@@ -1,0 +1,481 @@
+// The MPI transport. Regions travel without a pack: contiguous ones as bytes, strided ones as an
+// MPI subarray datatype. Native broadcasts (MpiOptions::broadcast) use MPI_Ibcast on a
+// sub-communicator cached per device set; chains are the engine's. Waits poll with a deadline
+// (idle) so that a lost peer becomes a CommError, not a hang.
+#include "meshcast/mpi.h"
+
+#define OMPI_SKIP_MPICXX 1  // the C API only
+#include <mpi.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "meshcast/error.h"
+#include "watchdog.h"
+
+namespace meshcast {
+namespace {
+
+std::string error_string(int rc) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
+  return std::string(msg, static_cast<std::size_t>(len));
+}
+
+// A failed MPI call of this process.
+void check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) throw InternalError("mpi", std::string(what) + ": " + error_string(rc));
+}
+
+struct MpiRequest : Request::Impl {
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Datatype type = MPI_DATATYPE_NULL;  // owned, when not a predefined type
+  std::vector<int> peers;                 // for error messages
+  bool collective = false;                // MPI cannot cancel these
+  ~MpiRequest() override {
+    if (type != MPI_DATATYPE_NULL) (void)MPI_Type_free(&type);  // a destructor reports nothing
+  }
+};
+
+// A region on the wire: always ONE (pointer, count, datatype) whose type signature is the
+// region's bytes, so that a contiguous side matches a strided side of the same transfer.
+struct Wire {
+  void* ptr;
+  int count;
+  MPI_Datatype type;
+  bool owned;
+};
+
+Wire wire_of(const Region& r) {
+  auto* base = static_cast<std::byte*>(r.base);
+  const std::size_t bytes = r.bytes();
+  if (r.is_contiguous()) {
+    void* p = r.origin();
+    if (bytes <= INT_MAX) return {p, static_cast<int>(bytes), MPI_BYTE, false};
+    // Beyond int counts: 1 MiB blocks plus the remainder, as one struct type.
+    constexpr int kBlock = 1 << 20;
+    MPI_Datatype block, big;
+    check(MPI_Type_contiguous(kBlock, MPI_BYTE, &block), "MPI_Type_contiguous");
+    int lens[2] = {static_cast<int>(bytes / kBlock), static_cast<int>(bytes % kBlock)};
+    MPI_Aint disp[2] = {0, static_cast<MPI_Aint>(bytes / kBlock) * kBlock};
+    MPI_Datatype types[2] = {block, MPI_BYTE};
+    check(MPI_Type_create_struct(2, lens, disp, types, &big), "MPI_Type_create_struct");
+    check(MPI_Type_free(&block), "MPI_Type_free");
+    check(MPI_Type_commit(&big), "MPI_Type_commit");
+    return {p, 1, big, true};
+  }
+  for (auto e : r.extent)
+    if (e > INT_MAX) throw ValidationError("region", "a strided dimension exceeds MPI's int range");
+  const int rank = static_cast<int>(r.extent.size());
+  std::vector<int> sizes(r.extent.begin(), r.extent.end()), sub(r.count.begin(), r.count.end()),
+      start(r.offset.begin(), r.offset.end());
+  MPI_Datatype elem, box;
+  check(MPI_Type_contiguous(static_cast<int>(r.elem_size), MPI_BYTE, &elem), "MPI_Type_contiguous");
+  check(MPI_Type_create_subarray(rank, sizes.data(), sub.data(), start.data(), MPI_ORDER_C, elem,
+                                 &box),
+        "MPI_Type_create_subarray");
+  check(MPI_Type_free(&elem), "MPI_Type_free");
+  check(MPI_Type_commit(&box), "MPI_Type_commit");
+  return {base, 1, box, true};
+}
+
+// A request for one wire piece; `post` starts the MPI operation into req->req.
+template <class Post>
+Request start(const Region& r, int peer, Post&& post) {
+  auto req = std::make_shared<MpiRequest>();
+  const Wire w = wire_of(r);
+  if (w.owned) req->type = w.type;
+  req->peers = {peer};
+  post(w, &req->req);
+  return Request(std::move(req));
+}
+
+int rank_of(MPI_Comm c) {
+  int r = 0;
+  check(MPI_Comm_rank(c, &r), "MPI_Comm_rank");
+  return r;
+}
+int size_of(MPI_Comm c) {
+  int n = 0;
+  check(MPI_Comm_size(c, &n), "MPI_Comm_size");
+  return n;
+}
+
+// The world rank of each rank of `sub` (a communicator made from `world`).
+std::vector<int> world_ranks(MPI_Comm sub, MPI_Comm world) {
+  MPI_Group g = MPI_GROUP_NULL, w = MPI_GROUP_NULL;
+  check(MPI_Comm_group(sub, &g), "MPI_Comm_group");
+  check(MPI_Comm_group(world, &w), "MPI_Comm_group");
+  const int n = size_of(sub);
+  std::vector<int> mine(static_cast<std::size_t>(n)), theirs(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) mine[static_cast<std::size_t>(i)] = i;
+  check(MPI_Group_translate_ranks(g, n, mine.data(), w, theirs.data()),
+        "MPI_Group_translate_ranks");
+  check(MPI_Group_free(&g), "MPI_Group_free");
+  check(MPI_Group_free(&w), "MPI_Group_free");
+  return theirs;
+}
+
+class MpiTransport final : public Transport {
+ public:
+  MpiTransport(MPI_Comm comm, const MpiOptions& o)
+      : comm_(comm),
+        rank_(rank_of(comm)),
+        size_(size_of(comm)),
+        timeout_(o.timeout_seconds),
+        opt_(o),
+        watchdog_(control_, rank_, size_, o.timeout_seconds) {
+    control_.comm = comm_;
+    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    // Control messages use the three highest tags; data tags stay below them (caps().max_tag).
+    int* ub = nullptr;
+    int found = 0;
+    check(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &found), "MPI_Comm_get_attr");
+    control_.top_tag = found && ub ? *ub : 32767;  // the least MPI guarantees
+    // Each rank's node: the lowest world rank of its shared-memory communicator.
+    MPI_Comm node = MPI_COMM_NULL;
+    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+          "MPI_Comm_split_type");
+    int leader = world_ranks(node, comm_).front();
+    node_of_.resize(static_cast<std::size_t>(size_));
+    check(MPI_Allgather(&leader, 1, MPI_INT, node_of_.data(), 1, MPI_INT, comm_), "MPI_Allgather");
+    std::vector<detail::ProcessId> processes(static_cast<std::size_t>(size_));
+    const detail::ProcessId me = detail::this_process();
+    check(MPI_Allgather(me.data(), 3, MPI_UINT64_T, processes.data(), 3, MPI_UINT64_T, comm_),
+          "MPI_Allgather");
+    watchdog_.set_processes(processes);
+    map_node_memory(node, o.node_segment_bytes);
+    check(MPI_Comm_free(&node), "MPI_Comm_free");
+  }
+  // Destructors report nothing: the frees below are best effort.
+  ~MpiTransport() override {
+    for (auto& [k, c] : groups_) (void)MPI_Comm_free(&c);
+    // Freeing the window is collective on the node: not with a failed peer (it could hang),
+    // whichever transport of this process saw the failure.
+    if (window_ != MPI_WIN_NULL && !failed()) (void)MPI_Win_free(&window_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return "mpi"; }
+  TransportCaps caps() const override {
+    TransportCaps c;
+    c.multicast = opt_.broadcast == MpiOptions::Broadcast::Native ? TransportCaps::Multicast::Native
+                                                                  : TransportCaps::Multicast::Chain;
+    c.max_tag = control_.tag(Control::Kind::Pong) - 1;  // the lowest control tag
+    c.chain_staging_bytes = opt_.staging_bytes;
+    return c;
+  }
+  // After a failure MPI_Finalize may wait forever on a dead rank: the session skips it.
+  bool failed() const { return watchdog_.failed() || peer_failed_; }
+  // Another transport of this process (UCX, NCCL) saw a peer fail.
+  void mark_failed() { peer_failed_ = true; }
+
+  Request post_send(const Region& from, int dst, int tag) override {
+    return p2p(from, dst, tag, true);
+  }
+  Request post_recv(const Region& to, int src, int tag) override {
+    return p2p(to, src, tag, false);
+  }
+
+  Request post_broadcast(const Region& region, int root, std::span<const int> group,
+                         int tag) override {
+    std::vector<int> members(group.begin(), group.end());
+    std::sort(members.begin(), members.end());
+    MPI_Comm sub = group_comm(members);
+    const int sub_root =
+        static_cast<int>(std::lower_bound(members.begin(), members.end(), root) - members.begin());
+    // MPI matches collectives on one communicator in call order, not by tag (see
+    // MpiOptions::broadcast).
+    (void)tag;
+    Request r = start(region, root, [&](const Wire& w, MPI_Request* q) {
+      check(MPI_Ibcast(w.ptr, w.count, w.type, sub_root, sub, q), "MPI_Ibcast");
+    });
+    static_cast<MpiRequest*>(r.get())->collective = true;
+    return r;
+  }
+
+  // A chain that crosses nodes moves in network chunks (see MpiOptions::network_chunk_bytes).
+  std::size_t chain_chunk(std::span<const int> members) const override {
+    const bool crosses = std::any_of(members.begin(), members.end(),
+                                     [&](int d) { return !same_node(d, members.front()); });
+    return crosses ? std::min(opt_.chunk_bytes, opt_.network_chunk_bytes) : opt_.chunk_bytes;
+  }
+
+  bool test(Request::Impl& impl) override {
+    auto& r = static_cast<MpiRequest&>(impl);
+    int done = 0;
+    const int rc = MPI_Test(&r.req, &done, MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS) return done != 0;
+    // A transfer MPI failed (a peer left, or sent more than was expected): the peer's doing.
+    const std::string why = "transfer failed: " + error_string(rc);
+    if (r.peers.empty()) throw CommError("mpi", why);
+    watchdog_.peer_failed(r.peers.front(), why);
+  }
+
+  void idle(const Request::Impl* waiting, std::span<const int> peers, int polls,
+            Clock::time_point since) override {
+    if ((polls & 15) == 0) watchdog_.watch();  // (its probe also lets MPI progress)
+    if (Clock::now() - since > std::chrono::duration<double>(timeout_))
+      watchdog_.diagnose(waiting ? static_cast<const MpiRequest*>(waiting)->peers
+                                 : std::vector<int>(peers.begin(), peers.end()));
+    // Spin briefly for latency, then yield the core (2-core machines run several ranks).
+    // sched_yield, not a sleep: sleep_for(5 us) takes ~80 us here and, since vader moves a
+    // large message only inside MPI calls of both sides, sleeping capped point-to-point at
+    // ~1 GB/s (0.2x MPI_Send/MPI_Recv, bench/mpi_reshard group a); yield returns at once on
+    // an idle core.
+    if (polls > 64) sched_yield();
+  }
+
+  void cancel(Request::Impl& impl) override {
+    auto& r = static_cast<MpiRequest&>(impl);
+    // MPI forbids cancelling or freeing a collective's request: it is left to complete (best
+    // effort, as Transport::cancel allows).
+    if (r.req == MPI_REQUEST_NULL || r.collective) return;
+    check(MPI_Cancel(&r.req), "MPI_Cancel");
+    check(MPI_Request_free(&r.req), "MPI_Request_free");
+  }
+
+  std::byte* node_segment(int device) override {
+    return segment_bytes_ && same_node(device, rank_) ? segments_[static_cast<std::size_t>(device)]
+                                                      : nullptr;
+  }
+  std::size_t node_segment_bytes() const override { return segment_bytes_; }
+
+  void barrier() override {
+    MpiRequest r;
+    r.collective = true;
+    check(MPI_Ibarrier(comm_, &r.req), "MPI_Ibarrier");
+    const auto since = Clock::now();
+    for (int polls = 0; !test(r);) idle(&r, {}, ++polls, since);
+  }
+
+  void abort(const Error& why) override {
+    watchdog_.abandon(why);
+    detail::linger([&] { return control_.drain(); });
+  }
+
+ private:
+  // Control messages on the three highest tags. Sends to a peer MPI cannot reach are dropped:
+  // the peer is gone, and the watchdog names it.
+  struct Control final : detail::ControlChannel {
+    MPI_Comm comm = MPI_COMM_NULL;
+    int top_tag = 0;
+    struct Out {
+      MPI_Request req;
+      std::string payload;
+    };
+    std::vector<std::unique_ptr<Out>> out;
+
+    int tag(Kind k) const { return top_tag - static_cast<int>(k); }
+    void post(int peer, Kind kind, const std::string& payload) override {
+      auto o = std::make_unique<Out>(Out{MPI_REQUEST_NULL, payload});
+      if (MPI_Isend(o->payload.data(), static_cast<int>(o->payload.size()), MPI_CHAR, peer,
+                    tag(kind), comm, &o->req) == MPI_SUCCESS)
+        out.push_back(std::move(o));
+      drain();
+    }
+    std::optional<Message> poll() override {
+      for (Kind k : {Kind::Fail, Kind::Ping, Kind::Pong}) {
+        int flag = 0;
+        MPI_Status st;
+        check(MPI_Iprobe(MPI_ANY_SOURCE, tag(k), comm, &flag, &st), "MPI_Iprobe");
+        if (!flag) continue;
+        int n = 0;
+        check(MPI_Get_count(&st, MPI_CHAR, &n), "MPI_Get_count");
+        std::string payload(static_cast<std::size_t>(n), '\0');
+        check(MPI_Recv(payload.data(), n, MPI_CHAR, st.MPI_SOURCE, tag(k), comm, MPI_STATUS_IGNORE),
+              "MPI_Recv");
+        return Message{st.MPI_SOURCE, k, std::move(payload)};
+      }
+      return std::nullopt;
+    }
+    // Forgets sends that left (or failed); true when none is in flight.
+    bool drain() {
+      std::erase_if(out, [](const std::unique_ptr<Out>& o) {
+        int f = 0;
+        return MPI_Test(&o->req, &f, MPI_STATUS_IGNORE) != MPI_SUCCESS || f != 0;
+      });
+      return out.empty();
+    }
+    ~Control() override {
+      for (auto& o : out) (void)MPI_Request_free(&o->req);  // a dead peer never takes them
+    }
+  };
+
+  Request p2p(const Region& r, int peer, int tag, bool send) {
+    if (peer < 0 || peer >= size_)
+      throw ValidationError("peer", "device " + std::to_string(peer) +
+                                        " is outside the MPI world of " + std::to_string(size_) +
+                                        " ranks");
+    return start(r, peer, [&](const Wire& w, MPI_Request* q) {
+      if (send)
+        check(MPI_Isend(w.ptr, w.count, w.type, peer, tag, comm_, q), "MPI_Isend");
+      else
+        check(MPI_Irecv(w.ptr, w.count, w.type, peer, tag, comm_, q), "MPI_Irecv");
+    });
+  }
+
+  // Sub-communicators are created once per device set; every member creates them in plan
+  // order, so the blocking creation cannot deadlock.
+  MPI_Comm group_comm(const std::vector<int>& members) {
+    auto it = groups_.find(members);
+    if (it != groups_.end()) return it->second;
+    MPI_Group world, g;
+    check(MPI_Comm_group(comm_, &world), "MPI_Comm_group");
+    check(MPI_Group_incl(world, static_cast<int>(members.size()), members.data(), &g),
+          "MPI_Group_incl");
+    MPI_Comm c;
+    check(MPI_Comm_create_group(comm_, g, 0x6d63, &c), "MPI_Comm_create_group");
+    check(MPI_Group_free(&g), "MPI_Group_free");
+    check(MPI_Group_free(&world), "MPI_Group_free");
+    groups_.emplace(members, c);
+    check(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    return c;
+  }
+
+  // A rank outside the communicator is on no node (its send fails with MPI's error later).
+  bool same_node(int a, int b) const {
+    const auto in = [&](int r) { return r >= 0 && r < size_; };
+    return in(a) && in(b) &&
+           node_of_[static_cast<std::size_t>(a)] == node_of_[static_cast<std::size_t>(b)];
+  }
+
+  // One shared window per node, `bytes` per rank (rounded to cache lines); every rank maps
+  // its node peers' segments. Where MPI cannot make one, there is no node memory: the window's
+  // calls are checked by hand for that.
+  void map_node_memory(MPI_Comm node, std::size_t bytes) {
+    bytes = (bytes + 63) / 64 * 64;
+    unsigned long long least = bytes;  // the same size on every rank, or none
+    check(MPI_Allreduce(MPI_IN_PLACE, &least, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm_),
+          "MPI_Allreduce");
+    if (least == 0) return;
+    std::byte* mine = nullptr;
+    check(MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    // 64 bytes more than a segment, to start it on a cache line: Open MPI places the bases 8
+    // bytes past one.
+    int ok = MPI_Win_allocate_shared(static_cast<MPI_Aint>(least + 64), 64, MPI_INFO_NULL, node,
+                                     &mine, &window_) == MPI_SUCCESS;
+    const auto aligned = [](void* p) {
+      const auto a = reinterpret_cast<std::uintptr_t>(p);
+      return reinterpret_cast<std::byte*>((a + 63) / 64 * 64);
+    };
+    // Every node peer's segment, on a cache line (node.cc's lines and atomics).
+    std::vector<std::byte*> segments(static_cast<std::size_t>(size_), nullptr);
+    if (ok) {
+      const std::vector<int> ranks = world_ranks(node, comm_);
+      for (int i = 0; i < static_cast<int>(ranks.size()) && ok; ++i) {
+        MPI_Aint size = 0;
+        int unit = 0;
+        void* base = nullptr;
+        ok = MPI_Win_shared_query(window_, i, &size, &unit, &base) == MPI_SUCCESS &&
+             static_cast<unsigned long long>(size) >= least + 64;
+        segments[static_cast<std::size_t>(ranks[static_cast<std::size_t>(i)])] = aligned(base);
+      }
+    }
+    check(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
+    if (!ok) {
+      if (window_ != MPI_WIN_NULL) check(MPI_Win_free(&window_), "MPI_Win_free");
+      return;
+    }
+    std::memset(aligned(mine), 0, least);
+    segments_ = std::move(segments);
+    segment_bytes_ = least;
+    check(MPI_Barrier(node), "MPI_Barrier");  // every segment zeroed before anyone uses it
+  }
+
+  MPI_Comm comm_;
+  int rank_, size_;
+  std::vector<int> node_of_;  // rank -> lowest world rank on its shared-memory node
+  MPI_Win window_ = MPI_WIN_NULL;
+  std::vector<std::byte*> segments_;  // rank -> its segment, where on this node
+  std::size_t segment_bytes_ = 0;
+  double timeout_;
+  MpiOptions opt_;
+  Control control_;
+  detail::Watchdog watchdog_;
+  std::map<std::vector<int>, MPI_Comm> groups_;
+  bool peer_failed_ = false;
+};
+
+}  // namespace
+
+struct MpiSession::Impl {
+  bool owns = false;
+  bool skip_finalize = false;
+  MpiTransport* transport = nullptr;  // the world's
+  std::unique_ptr<Communicator> world;
+};
+
+MpiSession::MpiSession(int* argc, char*** argv, MpiOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  int inited = 0;
+  check(MPI_Initialized(&inited), "MPI_Initialized");
+  if (!inited) {
+    int provided = 0;
+    check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+    impl_->owns = true;
+  }
+  auto transport = std::make_unique<MpiTransport>(MPI_COMM_WORLD, options);
+  impl_->transport = transport.get();
+  impl_->world = std::make_unique<Communicator>(std::move(transport));
+}
+
+MpiSession::~MpiSession() {
+  if (impl_->skip_finalize) impl_->transport->mark_failed();
+  const bool failed = impl_->transport->failed();
+  impl_->world.reset();
+  // With a failed peer, finalizing could hang: leave it to process exit (mpirun reports it).
+  // A destructor reports nothing: MPI_Finalize's status is not looked at.
+  if (impl_->owns && !failed) (void)MPI_Finalize();
+}
+
+Communicator& MpiSession::world() { return *impl_->world; }
+
+int MpiSession::rank() const { return impl_->world->rank(); }
+int MpiSession::size() const { return impl_->world->size(); }
+
+void MpiSession::on_failure() { impl_->skip_finalize = true; }
+
+long long MpiSession::sum(long long value) {
+  long long total = 0;
+  check(MPI_Allreduce(&value, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  return total;
+}
+
+std::vector<std::vector<unsigned char>> MpiSession::allgather(
+    const std::vector<unsigned char>& mine) {
+  const int n = size_of(MPI_COMM_WORLD);
+  const int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<std::size_t>(n)), offs(static_cast<std::size_t>(n));
+  check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
+  int total = 0;
+  for (int i = 0; i < n; ++i) {
+    offs[static_cast<std::size_t>(i)] = total;
+    total += lens[static_cast<std::size_t>(i)];
+  }
+  std::vector<unsigned char> all(static_cast<std::size_t>(total));
+  check(MPI_Allgatherv(mine.data(), len, MPI_BYTE, all.data(), lens.data(), offs.data(), MPI_BYTE,
+                       MPI_COMM_WORLD),
+        "MPI_Allgatherv");
+  std::vector<std::vector<unsigned char>> out;
+  for (int i = 0; i < n; ++i) {
+    const auto* p = all.data() + offs[static_cast<std::size_t>(i)];
+    out.emplace_back(p, p + lens[static_cast<std::size_t>(i)]);
+  }
+  return out;
+}
+
+void MpiSession::abort(int code) {
+  (void)MPI_Abort(MPI_COMM_WORLD, code);  // returns only if it failed: end this process anyway
+  std::abort();
+}
+
+}  // namespace meshcast

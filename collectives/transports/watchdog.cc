@@ -1,0 +1,201 @@
+#include "watchdog.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <span>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "meshcast/error.h"
+
+namespace meshcast::detail {
+
+using Clock = std::chrono::steady_clock;
+
+ProcessId this_process() {
+  std::string boot;
+  std::getline(std::ifstream("/proc/sys/kernel/random/boot_id"), boot);
+  struct stat ns {};
+  const bool have_ns = ::stat("/proc/self/ns/pid", &ns) == 0;
+  // Without both, no peer matches (a zero boot hash is taken as unknown).
+  return {boot.empty() || !have_ns ? 0 : std::hash<std::string>{}(boot) | 1,
+          have_ns ? static_cast<std::uint64_t>(ns.st_ino) : 0,
+          static_cast<std::uint64_t>(::getpid())};
+}
+
+void Watchdog::set_processes(const std::vector<ProcessId>& all) {
+  visible_.clear();
+  if (static_cast<std::size_t>(rank_) >= all.size()) return;
+  const ProcessId& me = all[static_cast<std::size_t>(rank_)];
+  if (me[0] == 0) return;
+  for (std::size_t r = 0; r < all.size(); ++r)
+    if (static_cast<int>(r) != rank_ && all[r][0] == me[0] && all[r][1] == me[1])
+      visible_.emplace_back(static_cast<int>(r), static_cast<long>(all[r][2]));
+}
+
+namespace {
+// Whether a process no longer runs: gone, or a zombie (killed, not yet reaped by its launcher).
+bool ended(long pid) {
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  std::string stat;
+  std::getline(std::ifstream("/proc/" + std::to_string(pid) + "/stat"), stat);
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
+}
+
+// "3,5,8" naming at most 8 ranks, then how many more.
+std::string rank_list(std::span<const int> ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size() && i < 8; ++i)
+    s += (i ? "," : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 8) s += " and " + std::to_string(ranks.size() - 8) + " more";
+  return s;
+}
+
+// Text for one line of a notice: line breaks become spaces, at most `most` bytes.
+std::string one_line(const std::string& text, std::size_t most) {
+  std::string s = text.substr(0, most);
+  std::replace_if(
+      s.begin(), s.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
+  if (text.size() > most) s += "...";
+  return s;
+}
+
+// Parses a notice's "device\nfield\ncause" (see Watchdog::abandon) into the error it announces.
+CommError notice_error(const std::string& payload) {
+  const auto a = payload.find('\n');
+  const auto b = a == std::string::npos ? a : payload.find('\n', a + 1);
+  if (b == std::string::npos) return CommError("peer", "failed (a malformed failure notice)");
+  int device = -1;
+  const auto [end, ec] = std::from_chars(payload.data(), payload.data() + a, device);
+  if (ec != std::errc() || end != payload.data() + a) device = -1;
+  const std::string cause = one_line(payload.substr(b + 1), Watchdog::kMaxCause);
+  if (device >= 0) return CommError(device, cause);
+  return CommError(payload.substr(a + 1, b - a - 1), cause);
+}
+}  // namespace
+
+void Watchdog::check_processes() {
+  const auto now = Clock::now();
+  if (visible_.empty() || now < next_check_) return;
+  next_check_ = now + std::chrono::milliseconds(250);
+  for (const auto& [rank, pid] : visible_) {
+    if (!ended(pid)) continue;
+    // A peer that gave up first told us before it ended: a notice still on its way names the
+    // device that failed first (poll_notices throws it), and wins over this exit.
+    const auto until = Clock::now() + std::chrono::milliseconds(300);
+    while (Clock::now() < until) {
+      poll_notices();
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    failed_ = true;
+    throw CommError(rank, "failed: its process (pid " + std::to_string(pid) + ") ended");
+  }
+}
+
+void linger(const std::function<bool()>& drained) {
+  const auto start = Clock::now();
+  const auto least = start + std::chrono::milliseconds(500), most = start + std::chrono::seconds(1);
+  while (true) {
+    const bool done = drained();
+    const auto now = Clock::now();
+    if ((done && now >= least) || now >= most) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(done ? 1000 : 100));
+  }
+}
+
+void Watchdog::watch() {
+  // Notices first: a peer that gave up (and named the device that failed first) announced it
+  // before its process ended, so its exit must not be taken for the failure.
+  poll_notices();
+  check_processes();
+  poll_notices();
+}
+
+void Watchdog::poll_notices() {
+  while (auto m = ch_.poll()) {
+    switch (m->kind) {
+      case ControlChannel::Kind::Fail:
+        failed_ = true;
+        throw notice_error(m->payload);
+      case ControlChannel::Kind::Ping:
+        ch_.post(m->src, ControlChannel::Kind::Pong, "");
+        break;
+      case ControlChannel::Kind::Pong:
+        if (static_cast<std::size_t>(m->src) < answered_.size())
+          answered_[static_cast<std::size_t>(m->src)] = 1;
+        break;
+    }
+  }
+}
+
+void Watchdog::diagnose(const std::vector<int>& peers) {
+  answered_.assign(static_cast<std::size_t>(size_), 0);
+  answered_[static_cast<std::size_t>(rank_)] = 1;
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) ch_.post(p, ControlChannel::Kind::Ping, "");
+  const auto until = Clock::now() + std::chrono::duration<double>(std::min(5.0, timeout_));
+  // Notices only: a peer that ends meanwhile (it gave up on the same silent device) must not
+  // be named for it.
+  while (Clock::now() < until &&
+         std::find(answered_.begin(), answered_.end(), 0) != answered_.end()) {
+    poll_notices();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  failed_ = true;
+  // Silent peers: those still running (stopped, stuck) are the cause; those whose process
+  // ended are named only when no running one is silent.
+  std::vector<int> silent, gone;
+  for (int p = 0; p < size_; ++p) {
+    if (answered_[static_cast<std::size_t>(p)]) continue;
+    const auto v = std::find_if(visible_.begin(), visible_.end(),
+                                [p](const auto& rp) { return rp.first == p; });
+    (v != visible_.end() && ended(v->second) ? gone : silent).push_back(p);
+  }
+  if (silent.empty()) silent = gone;
+  std::ostringstream seconds;  // "3", "0.5": not to_string's "3.000000"
+  seconds << timeout_;
+  const std::string after = "no progress for " + seconds.str() + " s";
+  // The first device is the one named; the others follow in the cause.
+  const auto also = [](std::span<const int> rest, const char* what) {
+    return rest.empty() ? std::string() : std::string(what) + rank_list(rest) + ")";
+  };
+  if (!silent.empty())
+    throw CommError(silent[0], "failed: " + after + " and no answer to a liveness check" +
+                                   also(std::span(silent).subspan(1), " (also silent: devices "));
+  const std::string alive = after + " although every device is alive (plans disagree?)";
+  if (peers.empty()) throw CommError("wait", alive);
+  throw CommError(peers[0],
+                  alive + also(std::span(peers).subspan(1), " (also waited on: devices "));
+}
+
+void Watchdog::abandon(const Error& why) {
+  failed_ = true;
+  // "device\nfield\ncause": each part one line, so that the notice splits unambiguously.
+  const std::string notice = std::to_string(why.device()) + "\n" + one_line(why.field(), 100) +
+                             "\n" + one_line(why.cause(), kMaxCause);
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) ch_.post(p, ControlChannel::Kind::Fail, notice);
+}
+
+void Watchdog::peer_failed(int peer, const std::string& cause) {
+  const auto grace = Clock::now() + std::chrono::milliseconds(500);
+  while (Clock::now() < grace) {
+    watch();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  const CommError e(peer, cause);
+  abandon(e);
+  throw e;
+}
+
+}  // namespace meshcast::detail

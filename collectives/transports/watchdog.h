@@ -1,0 +1,87 @@
+// Failure handling shared by the process backends: failure notices and liveness pings that
+// travel beside the data on a backend's control channel. Internal to collectives/.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshcast/error.h"
+
+namespace meshcast::detail {
+
+// Small messages on reserved tags; a backend supplies these two operations.
+class ControlChannel {
+ public:
+  enum class Kind { Fail, Ping, Pong };
+  struct Message {
+    int src;
+    Kind kind;
+    std::string payload;
+  };
+  virtual ~ControlChannel() = default;
+  // Sends without waiting; the channel keeps the payload until it left.
+  virtual void post(int peer, Kind kind, const std::string& payload) = 0;
+  // The next control message that arrived, if any.
+  virtual std::optional<Message> poll() = 0;
+};
+
+// Who this process is, as far as a peer on the same machine can check it: a hash of the
+// kernel's boot id, the inode of its PID namespace, its pid. Two processes with the same first
+// two can see each other's pid (kill(pid, 0)), so a peer killed by a signal is noticed at once
+// instead of after the timeout; peers elsewhere are left to the timeout and the transports'
+// own errors (closed connections).
+using ProcessId = std::array<std::uint64_t, 3>;
+ProcessId this_process();
+
+// After Watchdog::abandon(): keeps this process, and its transport through `drained` (which
+// moves the notices on and says whether all left), alive for half a second, and up to a second
+// more for notices still in flight. Peers then hear the notice before they can see this process
+// end and take it for the device that failed.
+void linger(const std::function<bool()>& drained);
+
+class Watchdog {
+ public:
+  Watchdog(ControlChannel& channel, int rank, int size, double timeout_seconds)
+      : ch_(channel), rank_(rank), size_(size), timeout_(timeout_seconds) {}
+
+  // Every rank's this_process(), in rank order: the peers whose process this one can see are
+  // then checked for life in watch() (a few times a second).
+  void set_processes(const std::vector<ProcessId>& all);
+  // Call while waiting: answers pings; throws the CommError another device abandoned with, or
+  // one naming a peer whose process ended.
+  void watch();
+  // Call when a wait saw no progress for the timeout: pings every rank and throws a CommError
+  // naming the first that does not answer within a grace period, the others in its cause (or,
+  // if all answer, the first of `peers`).
+  [[noreturn]] void diagnose(const std::vector<int>& peers);
+  // Tells every other rank that this one gives up because of `why`: they throw a CommError
+  // naming why.device() when it names one, else why.field(), with why.cause() (one line, cut
+  // to kMaxCause bytes).
+  void abandon(const Error& why);
+  // A transfer with `peer` failed (the transport says so): a notice naming the device that
+  // failed first, if one comes within a moment, wins (the peer may have left because of it);
+  // else the others are told and CommError(peer, cause) is thrown.
+  [[noreturn]] void peer_failed(int peer, const std::string& cause);
+  static constexpr std::size_t kMaxCause = 900;
+  // A failure was seen or announced: finalizing the transport may hang.
+  bool failed() const { return failed_; }
+  double timeout() const { return timeout_; }
+
+ private:
+  ControlChannel& ch_;
+  int rank_, size_;
+  double timeout_;
+  bool failed_ = false;
+  std::vector<char> answered_;                 // during diagnose(): pongs received
+  std::vector<std::pair<int, long>> visible_;  // (rank, pid) of peers on this machine
+  std::chrono::steady_clock::time_point next_check_{};
+  void check_processes();
+  void poll_notices();
+};
+
+}  // namespace meshcast::detail

@@ -1,0 +1,160 @@
+// The progress engine's front: requests of every kind (a transport's own, a chain, a fan-out),
+// the wait loop that drives the transport and the chains together, and failure hand-off.
+#include "meshcast/communicator.h"
+
+#include <algorithm>
+
+#include "lib/exec/chain.h"
+
+namespace meshcast {
+
+// Several requests completed as one (a fan-out's sends).
+struct Communicator::Composite : Request::Impl {
+  std::vector<Request> parts;
+};
+
+Request Transport::post_broadcast(const Region&, int, std::span<const int>, int) {
+  throw InternalError("transport", name() + " has no native broadcast");
+}
+
+std::shared_ptr<void> Transport::scratch(std::size_t bytes) {
+  return std::shared_ptr<void>(::operator new(bytes), [](void* p) { ::operator delete(p); });
+}
+
+Communicator::Communicator(std::unique_ptr<Transport> transport)
+    : transport_(std::move(transport)),
+      caps_(transport_->caps()),
+      rank_(transport_->rank()),
+      size_(transport_->size()) {
+  init_groups();
+}
+
+Communicator::~Communicator() = default;
+
+std::string Communicator::backend() const { return transport_->name(); }
+
+Request Communicator::isend(const Region& from, int dst, int tag) {
+  return transport_->post_send(from, dst, tag);
+}
+
+Request Communicator::irecv(const Region& to, int src, int tag) {
+  return transport_->post_recv(to, src, tag);
+}
+
+Request Communicator::ibcast(const Region& region, int root, std::span<const int> chain, int tag) {
+  if (chain.empty() || chain.front() != root)
+    throw ValidationError("group", "a multicast's devices start with its root");
+  switch (caps_.multicast) {
+    case TransportCaps::Multicast::Native:
+      return transport_->post_broadcast(region, root, chain, tag);
+    case TransportCaps::Multicast::Chain:
+      return this->chain(region, chain, tag);
+    case TransportCaps::Multicast::Fanout:
+      break;
+  }
+  if (rank_ != root) return irecv(region, root, tag);
+  auto all = std::make_shared<Composite>();
+  for (int d : chain.subspan(1)) all->parts.push_back(isend(region, d, tag));
+  return Request(std::move(all));
+}
+
+void Communicator::wait_request(Request::Impl& r) {
+  auto since = Clock::now();
+  for (int polls = 0; !transport_->test(r);) {
+    if (advance_chains()) {  // a chain's progress is progress: its peers are alive
+      polls = 0;
+      since = Clock::now();
+    }
+    transport_->idle(&r, {}, ++polls, since);
+  }
+}
+
+void Communicator::wait(Request& r) {
+  if (!r.valid()) return;
+  if (auto* c = dynamic_cast<Composite*>(r.get())) {
+    wait_all(c->parts);
+  } else if (auto* ch = dynamic_cast<Chain*>(r.get())) {
+    // Block on what the chain needs next (its oldest send, else its next receive); every chain
+    // moves on meanwhile, and advance_chain counts what completed (a request waited here is
+    // reset, and a reset request tests complete).
+    while (true) {
+      advance_chain(*ch);
+      if (ch->done()) break;
+      if (ch->retired < ch->sends.size())
+        wait(ch->sends[ch->retired]);
+      else if (ch->received < ch->recvs.size())
+        wait(ch->recvs[ch->received]);
+    }
+  } else {
+    wait_request(*r.get());
+  }
+  r.reset();
+}
+
+void Communicator::wait_all(std::span<Request> rs) {
+  for (Request& r : rs) wait(r);
+}
+
+bool Communicator::test(Request& r) {
+  if (!r.valid()) return true;
+  if (auto* c = dynamic_cast<Composite*>(r.get())) {
+    for (Request& p : c->parts)
+      if (!test(p)) return false;
+    return true;
+  }
+  if (auto* ch = dynamic_cast<Chain*>(r.get())) {
+    advance_chains();
+    return ch->done();
+  }
+  return transport_->test(*r.get());
+}
+
+void Communicator::cancel(Request& r) {
+  if (!r.valid()) return;
+  if (auto* c = dynamic_cast<Composite*>(r.get())) {
+    for (Request& p : c->parts) cancel(p);
+  } else if (auto* ch = dynamic_cast<Chain*>(r.get())) {
+    for (Request& p : ch->sends) cancel(p);
+    for (Request& p : ch->recvs) cancel(p);
+    ch->received = ch->retired = ch->chunks;  // done: advance_chains drops it
+    ch->next = -1;
+  } else {
+    transport_->cancel(*r.get());
+  }
+  r.reset();
+}
+
+void Communicator::barrier() {
+  auto since = Clock::now();
+  for (int polls = 0;;) {
+    if (advance_chains()) {
+      polls = 0;
+      since = Clock::now();
+    }
+    if (chains_.empty()) break;
+    std::vector<int> peers;
+    for (const auto& w : chains_)
+      if (const auto c = w.lock())
+        for (int d : {c->prev, c->next})
+          if (d >= 0) peers.push_back(d);
+    transport_->idle(nullptr, peers, ++polls, since);
+  }
+  transport_->barrier();
+}
+
+void Communicator::abandon(const Error& why) { transport_->abort(why); }
+
+void Communicator::abandon_for(const std::exception& e) {
+  const auto* err = dynamic_cast<const Error*>(&e);
+  if (err && err->kind() == ErrorKind::PeerFailure)
+    abandon(*err);  // pass on the device that failed
+  else
+    abandon(CommError(rank_, std::string("failed: ") + e.what()));
+}
+
+void Communicator::idle(std::span<const int> peers, int polls, Clock::time_point since) {
+  advance_chains();  // chains forward what arrived
+  transport_->idle(nullptr, peers, polls, since);
+}
+
+}  // namespace meshcast

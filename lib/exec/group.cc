@@ -1,0 +1,139 @@
+// Groups and their tags. The transport's data tags [0, max_tag] are cut into `contexts_` windows
+// of `window_` tags; the world holds window 0 and each group the next free one, in creation order
+// (the same on every device, since every device creates its groups in the same order). An
+// operation takes the next run of its group's window; runs cycle through the window, and a run
+// still held by an operation in flight on this device is freed first by finishing that operation
+// (every device reserves the same runs in the same order, so a peer that posts into a run has
+// finished that run's previous operation too, and messages of one run never meet another's).
+#include <algorithm>
+#include <unordered_map>
+
+#include "meshcast/communicator.h"
+
+namespace meshcast {
+
+struct Group::State {
+  Communicator* comm = nullptr;
+  std::vector<int> devices;
+  std::unordered_map<int, int> index;  // device -> rank in the group
+  int base = 0;                        // the group's first tag
+  std::uint32_t window = 1;
+  std::uint64_t next = 0;  // the next run's start, unwrapped
+  std::uint64_t ops = 0;   // operations started (names for node-memory operations)
+  std::uint64_t context = 0;
+  struct Run {
+    std::uint32_t start, length;
+    std::weak_ptr<InFlight> op;
+  };
+  std::vector<Run> live;  // runs of operations that may still be in flight
+};
+
+namespace {
+
+bool overlap(std::uint32_t a, std::uint32_t la, std::uint32_t b, std::uint32_t lb,
+             std::uint32_t window) {
+  return (b + window - a) % window < la || (a + window - b) % window < lb;
+}
+
+// Below this many data tags, groups get smaller windows (MPI guarantees only 32768 tags).
+constexpr std::uint32_t kWindow = 1u << 16;
+
+}  // namespace
+
+void Communicator::init_groups() {
+  const auto tags = static_cast<std::uint64_t>(std::max(caps_.max_tag, 0)) + 1;
+  window_ = static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(kWindow, std::max<std::uint64_t>(tags / 8, 1)));
+  contexts_ = static_cast<std::uint32_t>(tags / window_);
+  live_.assign(contexts_, {});
+  std::vector<int> all(static_cast<std::size_t>(size_));
+  for (int d = 0; d < size_; ++d) all[static_cast<std::size_t>(d)] = d;
+  auto s = std::make_shared<Group::State>();
+  s->comm = this;
+  s->devices = std::move(all);
+  s->window = window_;
+  live_[0] = s;
+  world_ = Group(std::move(s));
+}
+
+Group Communicator::group(std::vector<int> devices) {
+  if (devices.empty()) throw ValidationError("group", "is empty");
+  auto s = std::make_shared<Group::State>();
+  s->index.reserve(devices.size());
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const int d = devices[i];
+    if (d < 0 || d >= size_)
+      throw ValidationError("group", "device " + std::to_string(d) + " is outside the world of " +
+                                         std::to_string(size_));
+    if (!s->index.emplace(d, static_cast<int>(i)).second)
+      throw ValidationError("group", "device " + std::to_string(d) + " appears twice");
+  }
+  if (contexts_ < 2)
+    throw ValidationError("group", "the " + backend() + " transport has tags for the world only");
+  const auto context = 1 + groups_made_ % (contexts_ - 1);
+  if (!live_[context].expired())
+    throw ValidationError("group", "more than " + std::to_string(contexts_ - 1) +
+                                       " groups alive at once on one communicator");
+  ++groups_made_;
+  s->comm = this;
+  s->devices = std::move(devices);
+  s->context = context;
+  s->base = static_cast<int>(context * window_);
+  s->window = window_;
+  live_[context] = s;
+  return Group(std::move(s));
+}
+
+const std::vector<int>& Group::devices() const {
+  static const std::vector<int> none;
+  return s_ ? s_->devices : none;
+}
+
+int Group::index_of(int device) const {
+  if (!s_) return -1;
+  if (s_->index.empty()) return device >= 0 && device < size() ? device : -1;  // the world
+  const auto it = s_->index.find(device);
+  return it == s_->index.end() ? -1 : it->second;
+}
+
+Communicator& Group::comm() const {
+  if (!s_) throw ValidationError("group", "is empty (default-constructed)");
+  return *s_->comm;
+}
+
+TagBlock Group::reserve(std::size_t streams, std::weak_ptr<InFlight> op) const {
+  if (!s_) throw ValidationError("group", "is empty (default-constructed)");
+  State& s = *s_;
+  const auto length = static_cast<std::uint32_t>(std::clamp<std::size_t>(streams, 1, s.window));
+  const auto start = static_cast<std::uint32_t>(s.next % s.window);
+  s.next += length;
+  ++s.ops;
+  // Finish what still holds tags of this run (rare: the window is 65536 tags on most transports).
+  for (std::size_t i = 0; i < s.live.size(); ++i) {
+    auto held = s.live[i].op.lock();
+    if (held && !held->done() &&
+        overlap(start, length, s.live[i].start, s.live[i].length, s.window))
+      held->finish();
+  }
+  std::erase_if(s.live, [](const State::Run& r) {
+    const auto held = r.op.lock();
+    return !held || held->done();
+  });
+  if (!op.expired()) s.live.push_back({start, length, std::move(op)});
+  return TagBlock(s.base, start, length, s.window);
+}
+
+std::uint32_t Group::window() const {
+  if (!s_) throw ValidationError("group", "is empty (default-constructed)");
+  return s_->window;
+}
+
+std::uint64_t Group::next_id() const {
+  if (!s_) throw ValidationError("group", "is empty (default-constructed)");
+  std::uint64_t z = s_->context * 0x9e3779b97f4a7c15ull + (++s_->ops);  // splitmix64
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace meshcast

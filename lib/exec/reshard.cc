@@ -1,0 +1,274 @@
+// The executor: walks a plan's ops phase by phase, posting every transfer of a phase (as one
+// batch) before waiting on any, so a device never blocks on an order its peers do not share. It
+// advances only inside test()/wait() (or when a later operation on its group needs its tags), so
+// that a caller can compute while a reshard is in flight.
+#include "meshcast/reshard.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "meshcast/error.h"
+
+namespace meshcast {
+namespace {
+
+struct PendingReduce {
+  const Op* op;
+  std::vector<std::shared_ptr<void>> staging;  // per contributor (null for the root's own)
+  std::vector<Request> reqs;
+};
+
+}  // namespace
+
+class Transfer::Executor final : public InFlight {
+ public:
+  Executor(const Plan& plan, const Group& group, const void* src, void* dst)
+      : plan_(plan),
+        group_(group),
+        comm_(group.comm()),
+        me_(comm_.rank()),
+        src_(const_cast<void*>(src)),
+        dst_(dst),
+        elem_(dtype_size(plan.src().dtype())) {
+    if (plan.src().mesh().contains(me_)) {
+      src_tile_ = plan.src().tile_of(me_);
+      if (!src_ && !src_tile_.empty())
+        throw ValidationError("src_local", "device " + std::to_string(me_) +
+                                               " holds a source tile but passed nullptr");
+    }
+    if (plan.dst().mesh().contains(me_)) {
+      dst_tile_ = plan.dst().tile_of(me_);
+      if (!dst_ && !dst_tile_.empty())
+        throw ValidationError("dst_local", "device " + std::to_string(me_) +
+                                               " receives a target tile but passed nullptr");
+    }
+  }
+
+  void set_tags(const TagBlock& tags) { tags_ = tags; }
+
+  // advance() that hands a failure to the peers (Communicator::abandon_for) and keeps it: the
+  // reshard then throws it again wherever it is driven from.
+  bool step(bool block) {
+    if (failure_) std::rethrow_exception(failure_);
+    if (finished_) return true;
+    try {
+      finished_ = advance(block);
+    } catch (const std::exception& e) {
+      failure_ = std::current_exception();
+      comm_.abandon_for(e);
+      throw;
+    }
+    return finished_;
+  }
+  bool done() const override { return finished_ || failure_; }
+  void finish() override { step(true); }
+
+  // Gives up: no peer reads or writes this device's buffers once it returns.
+  void drop() noexcept {
+    if (done()) return;
+    try {
+      for (auto& r : reqs_) comm_.cancel(r);
+      for (auto& p : reduces_)
+        for (auto& r : p.reqs) comm_.cancel(r);
+      comm_.abandon(CommError(me_, "dropped a reshard before it completed"));
+    } catch (...) {  // best effort, as abandon() itself is
+    }
+    failure_ = std::make_exception_ptr(CommError(me_, "dropped a reshard before it completed"));
+  }
+
+ private:
+  // Posts the phases whose predecessors completed; `block`: wait for each instead of testing.
+  // True once every op of the plan completed.
+  bool advance(bool block) {
+    const auto& ops = plan_.ops();
+    while (true) {
+      if (started_) {
+        if (!block && !phase_complete()) return false;
+        for (auto& r : reduces_) finish(r);
+        comm_.wait_all(reqs_);
+        reqs_.clear();
+        reduces_.clear();
+      }
+      if (next_ == ops.size()) return true;
+      started_ = true;
+      const int phase = ops[next_].phase;
+      comm_.begin_batch();
+      for (; next_ < ops.size() && ops[next_].phase == phase; ++next_)
+        post(ops[next_], tags_.tag(next_), reqs_, reduces_);
+      comm_.end_batch();
+    }
+  }
+
+  Region src_region(const Box& b) const {
+    require(src_tile_.contains(b) && src_tile_.ndim(), "source");
+    return Region::of(src_, elem_, src_tile_, b);
+  }
+  Region dst_region(const Box& b) const {
+    require(dst_tile_.contains(b) && dst_tile_.ndim(), "target");
+    return Region::of(dst_, elem_, dst_tile_, b);
+  }
+  // A plan naming a device for data it does not hold is corrupt: refuse rather than write
+  // outside a buffer.
+  void require(bool ok, const char* side) const {
+    if (!ok)
+      throw ValidationError("plan", "device " + std::to_string(me_) +
+                                        " is asked for a box outside its " + side + " tile");
+  }
+
+  void post(const Op& op, int tag, std::vector<Request>& reqs,
+            std::vector<PendingReduce>& reduces) {
+    switch (op.kind) {
+      case OpKind::Copy:
+        if (op.root == me_) comm_.copy(src_region(op.box), dst_region(op.box));
+        return;
+      case OpKind::Zero:
+        if (op.root == me_) comm_.zero(dst_region(op.box));
+        return;
+      case OpKind::Multicast: {
+        const bool receiver = std::find(op.peers.begin(), op.peers.end(), me_) != op.peers.end();
+        if (op.root != me_ && !receiver) return;
+        const Region r = op.root == me_ ? (op.from_dst ? dst_region(op.box) : src_region(op.box))
+                                        : dst_region(op.box);
+        if (op.peers.size() == 1) {
+          reqs.push_back(op.root == me_ ? comm_.isend(r, op.peers[0], tag)
+                                        : comm_.irecv(r, op.root, tag));
+          return;
+        }
+        std::vector<int> group{op.root};
+        group.insert(group.end(), op.peers.begin(), op.peers.end());
+        reqs.push_back(comm_.ibcast(r, op.root, group, tag));
+        return;
+      }
+      case OpKind::Reduce:
+        if (op.root == me_) {
+          PendingReduce p{&op, {}, {}};
+          for (int c : op.peers) {
+            p.staging.emplace_back();
+            p.reqs.emplace_back();
+            if (c == me_) continue;
+            const Region d = dst_region(op.box);  // validates the box before staging it
+            p.staging.back() = comm_.scratch(d.bytes());
+            p.reqs.back() = comm_.irecv(Region::packed_like(d, p.staging.back().get()), c, tag);
+          }
+          reduces.push_back(std::move(p));
+        } else if (std::find(op.peers.begin(), op.peers.end(), me_) != op.peers.end()) {
+          reqs.push_back(comm_.isend(src_region(op.box), op.root, tag));
+        }
+        return;
+    }
+  }
+
+  bool phase_complete() {
+    for (auto& r : reqs_)
+      if (!comm_.test(r)) return false;
+    for (auto& p : reduces_)
+      for (auto& r : p.reqs)
+        if (r.valid() && !comm_.test(r)) return false;
+    return true;
+  }
+
+  // Sums the addends into the target in addend order, so every run gives the same bits.
+  void finish(PendingReduce& p) {
+    const Op& op = *p.op;
+    const Region d = dst_region(op.box);
+    const DType t = plan_.src().dtype();
+    for (std::size_t g = 0; g < op.peers.size(); ++g) {
+      comm_.wait(p.reqs[g]);
+      const Region addend =
+          op.peers[g] == me_ ? src_region(op.box) : Region::packed_like(d, p.staging[g].get());
+      if (g == 0)
+        comm_.copy(addend, d);
+      else
+        comm_.add(addend, d, t);
+    }
+  }
+
+  const Plan& plan_;
+  Group group_;  // keeps the group's tags reserved while the reshard is in flight
+  Communicator& comm_;
+  TagBlock tags_;
+  bool finished_ = false;
+  std::exception_ptr failure_;
+  std::size_t next_ = 0;  // the first op not yet posted
+  bool started_ = false;  // a phase is posted (reqs_ and reduces_ belong to it)
+  std::vector<Request> reqs_;
+  std::vector<PendingReduce> reduces_;
+  int me_;
+  void* src_;
+  void* dst_;
+  std::size_t elem_;
+  Box src_tile_, dst_tile_;
+};
+
+Transfer::Transfer() = default;
+// Dropping a transfer in flight gives it up: the peers end with an error instead of waiting, and
+// none of them may still read this device's buffers once it returns.
+Transfer::~Transfer() { give_up(); }
+Transfer::Transfer(Transfer&&) noexcept = default;
+Transfer& Transfer::operator=(Transfer&& other) noexcept {
+  give_up();
+  exec_ = std::move(other.exec_);
+  return *this;
+}
+
+void Transfer::give_up() noexcept {
+  if (exec_) exec_->drop();
+  exec_.reset();
+}
+
+bool Transfer::done() const { return !exec_ || exec_->done(); }
+
+bool Transfer::test() {
+  if (!exec_) return true;
+  const std::shared_ptr<Executor> e = exec_;
+  if (!e->step(false)) return false;
+  exec_.reset();
+  return true;
+}
+
+void Transfer::wait() {
+  if (!exec_) return;
+  const std::shared_ptr<Executor> e = std::move(exec_);
+  e->step(true);
+}
+
+Transfer ireshard(const Plan& plan, const Group& group, const void* src_local, void* dst_local) {
+  Communicator& comm = group.comm();
+  const int me = comm.rank();
+  Transfer t;
+  try {
+    if (!group.contains(me))
+      throw ValidationError("group", "device " + std::to_string(me) + " is not in the group");
+    for (const Mesh* m : {&plan.src().mesh(), &plan.dst().mesh()})
+      for (int d : m->devices())
+        if (!group.contains(d))
+          throw ValidationError("group",
+                                "device " + std::to_string(d) + " of the plan is not in the group");
+    if (plan.src().mesh().contains(me) || plan.dst().mesh().contains(me))
+      t.exec_ = std::make_shared<Transfer::Executor>(plan, group, src_local, dst_local);
+  } catch (const std::exception& e) {
+    comm.abandon_for(e);
+    throw;
+  }
+  // Every member takes the plan's tags, so that the group's sequence stays the same everywhere.
+  const TagBlock tags = group.reserve(plan.ops().size(), t.exec_);
+  if (t.exec_) {
+    t.exec_->set_tags(tags);
+    t.test();  // posts the first phase
+  }
+  return t;
+}
+
+Transfer ireshard(const Plan& plan, Communicator& comm, const void* src_local, void* dst_local) {
+  return ireshard(plan, comm.world(), src_local, dst_local);
+}
+
+void reshard(const Plan& plan, const Group& group, const void* src_local, void* dst_local) {
+  ireshard(plan, group, src_local, dst_local).wait();
+}
+
+void reshard(const Plan& plan, Communicator& comm, const void* src_local, void* dst_local) {
+  reshard(plan, comm.world(), src_local, dst_local);
+}
+
+}  // namespace meshcast

@@ -1,0 +1,148 @@
+#include "meshcast/verify.h"
+
+#include <cstring>
+
+#include "meshcast/error.h"
+
+namespace meshcast {
+namespace {
+
+// Periods keep |value| + (addends - 1) within the exact integers of each dtype for up to 64
+// addends: bf16 (256), i8 (127), f16 (2048), f32 (2^24).
+std::int64_t period(DType t) {
+  switch (t) {
+    case DType::i8:
+      return 61;
+    case DType::bf16:
+      return 191;
+    case DType::f16:
+      return 1021;
+    case DType::f32:
+      return 16000057;
+    case DType::i32:
+      return 2147483629;
+    case DType::f64:
+    case DType::i64:
+      return 0;
+  }
+  return 0;
+}
+
+void store(void* p, DType t, std::int64_t v) {
+  switch (t) {
+    case DType::f16: {
+      const unsigned short h = float_to_half(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case DType::bf16: {
+      const unsigned short h = float_to_bf16(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case DType::f32:
+      *static_cast<float*>(p) = static_cast<float>(v);
+      break;
+    case DType::f64:
+      *static_cast<double*>(p) = static_cast<double>(v);
+      break;
+    case DType::i8:
+      *static_cast<std::int8_t*>(p) = static_cast<std::int8_t>(v);
+      break;
+    case DType::i32:
+      *static_cast<std::int32_t*>(p) = static_cast<std::int32_t>(v);
+      break;
+    case DType::i64:
+      *static_cast<std::int64_t*>(p) = v;
+      break;
+  }
+}
+
+bool equals(const void* p, DType t, std::int64_t v) {
+  unsigned short h;
+  switch (t) {
+    case DType::f16:
+      std::memcpy(&h, p, 2);
+      return half_to_float(h) == static_cast<float>(v);
+    case DType::bf16:
+      std::memcpy(&h, p, 2);
+      return bf16_to_float(h) == static_cast<float>(v);
+    case DType::f32:
+      return *static_cast<const float*>(p) == static_cast<float>(v);
+    case DType::f64:
+      return *static_cast<const double*>(p) == static_cast<double>(v);
+    case DType::i8:
+      return *static_cast<const std::int8_t*>(p) == v;
+    case DType::i32:
+      return *static_cast<const std::int32_t*>(p) == v;
+    case DType::i64:
+      return *static_cast<const std::int64_t*>(p) == v;
+  }
+  return false;
+}
+
+// Addend g of G for element i: small offsets in {-1, 0, 1} for g >= 1, the rest in addend 0.
+std::int64_t offset(std::int64_t i, std::int64_t g) { return (i + 3 * g) % 3 - 1; }
+std::int64_t addend(std::int64_t i, std::int64_t v, std::int64_t g, std::int64_t groups) {
+  if (g > 0) return offset(i, g);
+  std::int64_t a = v;
+  for (std::int64_t k = 1; k < groups; ++k) a -= offset(i, k);
+  return a;
+}
+
+// Calls f(global index, element pointer) for every element of a device's tile.
+template <class F>
+void for_each_element(const Layout& l, int device, void* local, F&& f) {
+  const Box tile = l.tile_of(device);
+  if (tile.empty()) return;
+  const std::size_t ndim = l.ndim(), elem = dtype_size(l.dtype());
+  std::vector<std::int64_t> stride(ndim, 1);
+  for (std::size_t d = ndim - 1; d > 0; --d) stride[d - 1] = stride[d] * l.shape()[d];
+  std::vector<std::int64_t> idx = tile.origin();
+  auto* p = static_cast<std::byte*>(local);
+  const Range inner = tile[ndim - 1];
+  while (true) {
+    std::int64_t g = 0;
+    for (std::size_t d = 0; d < ndim; ++d) g += idx[d] * stride[d];
+    for (std::int64_t k = inner.lo; k < inner.hi; ++k, p += elem) f(g + (k - inner.lo), p);
+    std::size_t d = ndim - 1;
+    while (d-- > 0) {
+      if (++idx[d] < tile[d].hi) break;
+      idx[d] = tile[d].lo;
+    }
+    if (d == static_cast<std::size_t>(-1)) return;
+  }
+}
+
+}  // namespace
+
+std::int64_t test_value(std::int64_t i, DType dtype) {
+  const std::int64_t p = period(dtype);
+  return p ? i % p : i;
+}
+
+void fill_source(const Layout& src, int device, void* local) {
+  const auto index = src.mesh().index_of(device);
+  if (!index)
+    throw ValidationError("device", std::to_string(device) + " is not in the source mesh");
+  const std::int64_t g = src.partial_group(*index), groups = src.partial_groups();
+  const DType t = src.dtype();
+  for_each_element(src, device, local, [&](std::int64_t i, std::byte* p) {
+    store(p, t, groups == 1 ? test_value(i, t) : addend(i, test_value(i, t), g, groups));
+  });
+}
+
+std::int64_t count_mismatches(const Layout& dst, int device, const void* local) {
+  const auto index = dst.mesh().index_of(device);
+  if (!index)
+    throw ValidationError("device", std::to_string(device) + " is not in the target mesh");
+  const bool zero = dst.partial_group(*index) != 0;
+  const DType t = dst.dtype();
+  std::int64_t wrong = 0;
+  for_each_element(dst, device, const_cast<void*>(local), [&](std::int64_t i, std::byte* p) {
+    wrong += !equals(p, t, zero ? 0 : test_value(i, t));
+  });
+  return wrong;
+}
+
+}  // namespace meshcast

@@ -1,0 +1,95 @@
+// The planner's time model (the analytic model of meshcast/cost.h): list scheduling of a plan's
+// ops over the devices' send and receive ports and each host's network link (in and out). An op
+// keeps its links busy for its occupancy (lib/plan/links.h: bytes / bandwidth of the slowest link
+// class it crosses, plus a chain's pipeline fill) and ends a latency later; the links are free
+// again at the end of the occupancy, so the latencies of ops in a row overlap. Internal to
+// lib/plan/.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "links.h"
+#include "meshcast/plan.h"
+#include "meshcast/topology.h"
+
+namespace meshcast::detail {
+
+class LinkTimeline {
+ public:
+  // `devices`: every device id the plan touches, sorted.
+  LinkTimeline(const Topology& topology, std::vector<int> devices, std::size_t elem_size,
+               std::int64_t chunk_bytes);
+
+  // Forgets everything placed.
+  void reset();
+  // Ops of the next phase start after their devices finished the earlier phases.
+  void next_phase();
+  // Places an op at the earliest time its resources allow; returns its end time.
+  double place(const Op& op) {
+    return place(op, op.box.volume() * static_cast<std::int64_t>(elem_size_));
+  }
+  // The same, given the op's bytes (its box volume times the element size), known to the caller.
+  double place(const Op& op, std::int64_t bytes);
+  // Greedy choices. The candidate root of a Multicast that would end it earliest if placed now;
+  // the candidate contributor of a Reduce that is ready earliest. Ties go to the candidate
+  // that has sent fewer bytes, then to the first. O(peers + candidates).
+  int best_root(const Op& op, std::span<const int> candidates) const;
+  int best_contributor(std::span<const int> candidates, int root) const;
+
+  double makespan() const { return makespan_; }
+  double total_end() const { return total_end_; }
+  int host(int device) const { return dev_[index(device)].host; }
+  // A device's NIC (an index into the per-NIC links) and, for the device at `slot`, its rail
+  // from a root whose NIC is `root_nic`: how many NICs of its host its NIC comes after the
+  // root's index (chain_order enters a host through rail 0 where it can).
+  std::size_t nic(int device) const { return dev_[index(device)].nic; }
+  std::uint64_t rail(std::size_t slot, std::size_t root_nic) const {
+    return nics_ == 1 ? 0 : (dev_[slot].nic % nics_ + nics_ - root_nic % nics_) % nics_;
+  }
+  // The devices, sorted, and a device's position among them (dense per-device arrays).
+  const std::vector<int>& devices() const { return devices_; }
+  std::size_t slot(int device) const { return index(device); }
+  const Topology& topology() const { return *topology_; }
+
+ private:
+  // The receiver a multicast's chain ends at (chain_order's last): it forwards nothing.
+  int chain_last(const std::vector<int>& peers, int root_host, std::size_t root_nic) const;
+  std::size_t index(int device) const;
+  // With several NICs per host: the NICs through which a multicast's chain from a root on
+  // `root_host` with NIC `root_nic` enters its other receiving hosts (chain_order's first
+  // receiver on each), appended to `nics` in the order of the hosts. (With one, the hosts'.)
+  void entry_nics(const std::vector<int>& peers, int root_host, std::size_t root_nic,
+                  std::vector<std::size_t>& nics) const;
+  // A multicast's time to `net_hops` receiving hosts other than the root's and `peers` peers.
+  OpTime multicast_time(std::int64_t bytes, int net_hops, std::size_t peers) const;
+  OpTime link_time(std::int64_t bytes, bool remote) const;
+
+  const Topology* topology_;
+  std::vector<int> devices_;
+  // dense_[id] == index(id) for ids up to a bound (a lookup instead of a binary search; the
+  // planner's search evaluates schedules millions of times). Empty for very sparse ids.
+  std::vector<std::uint32_t> dense_;
+  std::size_t elem_size_;
+  std::int64_t chunk_;
+  std::size_t nics_ = 1;  // per host
+  // Per device (dense index), together so that placing an op touches one cache line per device.
+  struct Device {
+    double send = 0, recv = 0, finish = 0, prev = 0;  // port free times, end of work, phase start
+    std::int64_t sent_bytes = 0;
+    int host = 0;
+    std::size_t nic = 0;  // its host's NIC that it uses: index into out_ and in_
+  };
+  std::vector<Device> dev_;
+  std::vector<double> out_, in_;  // per NIC (host * nics_per_host + the host's NIC)
+  double makespan_ = 0, total_end_ = 0;
+  std::vector<std::size_t> touched_in_,
+      touched_out_;  // place()'s scratch, kept to avoid allocation
+};
+
+// Receivers of a multicast in chain order: the root's host first (by id), then by host, each
+// host from the receiver on the root's NIC index, NICs in order, then by id (LinkTimeline::rail).
+void chain_order(std::vector<int>& peers, int root, const LinkTimeline& s);
+
+}  // namespace meshcast::detail

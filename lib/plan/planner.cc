@@ -1,0 +1,403 @@
+// plan(): tasks -> ops by strategy, senders chosen by the schedule model (none / greedy /
+// search), then the plan's byte accounting.
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <optional>
+#include <random>
+
+#include "link_timeline.h"
+#include "links.h"
+#include "meshcast/error.h"
+#include "meshcast/plan.h"
+#include "meshcast/plan_size.h"
+#include "meshcast/task.h"
+
+namespace meshcast {
+namespace {
+
+using detail::LinkTimeline;
+
+// An op whose senders are still to be chosen. Multicast: choices[0] lists candidate roots.
+// Reduce: choices[g] lists candidate contributors of addend g (peers[g]).
+struct Unit {
+  Op op;
+  std::vector<std::vector<int>> choices;
+  std::int64_t bytes = 0;
+};
+
+// Splits box along its first dimension of extent >= n (else its longest) into n slices.
+std::vector<Box> slices(const Box& box, std::size_t n) {
+  std::size_t dim = 0;
+  for (std::size_t d = 0; d < box.ndim(); ++d)
+    if (box[d].size() > box[dim].size() && box[dim].size() < static_cast<std::int64_t>(n)) dim = d;
+  for (std::size_t d = 0; d < box.ndim(); ++d)
+    if (box[d].size() >= static_cast<std::int64_t>(n)) {
+      dim = d;
+      break;
+    }
+  std::vector<Box> out;
+  const Range r = box[dim];
+  for (std::size_t j = 0; j < n; ++j) {
+    auto ranges = box.ranges();
+    const Range s =
+        shard_range(r.size(), static_cast<std::int64_t>(n), static_cast<std::int64_t>(j));
+    ranges[dim] = {r.lo + s.lo, r.lo + s.hi};
+    out.emplace_back(std::move(ranges));
+  }
+  return out;
+}
+
+class Builder {
+ public:
+  Builder(const Layout& dst, Strategy strategy, Balance balance)
+      : dst_(dst),
+        strategy_(strategy),
+        balance_(balance),
+        elem_(static_cast<std::int64_t>(dtype_size(dst.dtype()))) {}
+
+  std::vector<Unit> build(const std::vector<Task>& ts) {
+    for (std::int64_t i = 0; i < dst_.mesh().size(); ++i)  // addends of a partial target
+      if (dst_.partial_group(i) != 0 && !dst_.tile_at(i).empty())
+        add({OpKind::Zero, 0, dst_.tile_at(i), dst_.mesh().device(i), {}, false}, {});
+    for (const Task& t : ts) expand(t);
+    return std::move(units_);
+  }
+
+ private:
+  void add(Op op, std::vector<std::vector<int>> choices) {
+    const std::int64_t bytes = op.box.volume() * elem_;
+    units_.push_back({std::move(op), std::move(choices), bytes});
+  }
+
+  void expand(const Task& t) {
+    if (t.sources.size() == 1) {
+      // Devices holding the data in both layouts copy it locally.
+      const auto& holders = t.sources[0];
+      // Membership by binary search in a sorted copy: a linear find per destination costs
+      // holders x destinations per task, quadratic in the mesh for replicated layouts.
+      sorted_.assign(holders.begin(), holders.end());
+      std::sort(sorted_.begin(), sorted_.end());
+      std::vector<int> receivers;
+      for (int d : t.destinations) {
+        if (std::binary_search(sorted_.begin(), sorted_.end(), d))
+          add({OpKind::Copy, 0, t.box, d, {}, false}, {});
+        else
+          receivers.push_back(d);
+      }
+      serve(t.box, holders, receivers, 0, false);
+      return;
+    }
+    // A pending sum: reduce at one destination device (preferably one holding an addend, so
+    // its own addend need not move), which then serves the others.
+    std::vector<int> roots;
+    for (int d : t.destinations)
+      for (const auto& g : t.sources)
+        if (std::find(g.begin(), g.end(), d) != g.end()) roots.push_back(d);
+    if (roots.empty()) roots = t.destinations;
+    const int root = balance_ == Balance::None ? roots.front() : least_loaded_root(roots);
+    Op reduce{OpKind::Reduce, 0, t.box, root, {}, true};
+    std::vector<std::vector<int>> choices;
+    for (const auto& g : t.sources) {
+      const bool at_root = std::find(g.begin(), g.end(), root) != g.end();
+      choices.push_back(at_root ? std::vector<int>{root} : g);
+      reduce.peers.push_back(choices.back().front());
+    }
+    reduce_load_[root] += static_cast<std::int64_t>(t.sources.size()) * t.box.volume();
+    add(reduce, std::move(choices));
+    std::vector<int> receivers;
+    for (int d : t.destinations)
+      if (d != root) receivers.push_back(d);
+    serve(t.box, {root}, receivers, 1, true);
+  }
+
+  int least_loaded_root(const std::vector<int>& roots) {
+    int best = roots.front();
+    for (int r : roots)
+      if (reduce_load_[r] < reduce_load_[best]) best = r;
+    return best;
+  }
+
+  // Moves `box` from one of `holders` to every receiver, by the strategy.
+  void serve(const Box& box, const std::vector<int>& holders, const std::vector<int>& receivers,
+             int phase, bool from_dst) {
+    if (receivers.empty()) return;
+    if (receivers.size() > 1) fans_out_ = true;
+    if (strategy_ == Strategy::SendRecv) {
+      for (int r : receivers)
+        add({OpKind::Multicast, phase, box, holders.front(), {r}, from_dst}, {holders});
+      return;
+    }
+    if (strategy_ == Strategy::Broadcast || receivers.size() == 1) {
+      add({OpKind::Multicast, phase, box, holders.front(), receivers, from_dst}, {holders});
+      return;
+    }
+    // AllGather: receiver j gets slice j, then broadcasts it to the other receivers.
+    const auto parts = slices(box, receivers.size());
+    for (std::size_t j = 0; j < parts.size(); ++j) {
+      if (parts[j].empty()) continue;
+      add({OpKind::Multicast, phase, parts[j], holders.front(), {receivers[j]}, from_dst},
+          {holders});
+      std::vector<int> others;
+      for (int r : receivers)
+        if (r != receivers[j]) others.push_back(r);
+      add({OpKind::Multicast, phase + 1, parts[j], receivers[j], std::move(others), true}, {});
+    }
+  }
+
+  const Layout& dst_;
+  Strategy strategy_;
+  Balance balance_;
+  std::int64_t elem_;
+  std::vector<Unit> units_;
+  std::map<int, std::int64_t> reduce_load_;
+  std::vector<int> sorted_;  // expand()'s scratch
+
+ public:
+  // Whether some box went to more than one receiver: only then do the strategies' ops differ.
+  bool fans_out_ = false;
+};
+
+// Ops grouped by phase, each phase in execution order (indices into units).
+using Order = std::vector<std::vector<std::size_t>>;
+
+struct Cost {
+  double makespan, total;
+  bool operator<(const Cost& o) const {
+    const double eps = 1e-12 * std::max(1.0, o.makespan);
+    if (makespan < o.makespan - eps) return true;
+    if (makespan > o.makespan + eps) return false;
+    return total < o.total * (1 - 1e-12);
+  }
+};
+
+Cost evaluate(const std::vector<Unit>& units, const Order& order, LinkTimeline& s) {
+  s.reset();
+  for (std::size_t p = 0; p < order.size(); ++p) {
+    if (p) s.next_phase();  // not after the last phase: nothing reads it, the next use resets
+    for (auto i : order[p]) s.place(units[i].op, units[i].bytes);
+  }
+  return {s.makespan(), s.total_end()};
+}
+
+// Local ops first, then the largest transfers first (the greedy order).
+Order initial_order(const std::vector<Unit>& units, Balance balance) {
+  int phases = 0;
+  for (const auto& u : units) phases = std::max(phases, u.op.phase + 1);
+  Order order(static_cast<std::size_t>(phases));
+  for (std::size_t i = 0; i < units.size(); ++i)
+    order[static_cast<std::size_t>(units[i].op.phase)].push_back(i);
+  for (auto& phase : order)
+    std::stable_sort(phase.begin(), phase.end(), [&](auto a, auto b) {
+      const bool la = units[a].op.kind == OpKind::Copy || units[a].op.kind == OpKind::Zero;
+      const bool lb = units[b].op.kind == OpKind::Copy || units[b].op.kind == OpKind::Zero;
+      if (la != lb) return la;
+      return balance != Balance::None && units[a].bytes > units[b].bytes;
+    });
+  return order;
+}
+
+// Greedy: in order, each op takes the sender that ends it (or is ready) earliest.
+void assign_greedy(std::vector<Unit>& units, const Order& order, LinkTimeline& s) {
+  s.reset();
+  for (const auto& phase : order) {
+    for (auto i : phase) {
+      Unit& u = units[i];
+      if (u.op.kind == OpKind::Multicast && !u.choices.empty())
+        u.op.root = s.best_root(u.op, u.choices[0]);
+      else if (u.op.kind == OpKind::Reduce)
+        for (std::size_t g = 0; g < u.choices.size(); ++g)
+          u.op.peers[g] = s.best_contributor(u.choices[g], u.op.root);
+      s.place(u.op, u.bytes);
+    }
+    s.next_phase();
+  }
+}
+
+// Bounded local search from the greedy solution: move one op to another sender, or swap two
+// ops of a phase; keep a move only if the schedule improves. Deterministic (fixed seed) unless
+// the wall-clock cap ends it.
+bool search(std::vector<Unit>& units, Order& order, LinkTimeline& s, const PlanOptions& opt) {
+  constexpr double kWork = 4e6;     // op-participant visits over all evaluations
+  if (order.empty()) return false;  // nothing to move
+  std::size_t per_eval = 1;
+  std::vector<std::size_t> movable;
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    per_eval += 1 + units[i].op.peers.size();
+    for (const auto& c : units[i].choices)
+      if (c.size() > 1) {
+        movable.push_back(i);
+        break;
+      }
+  }
+  const auto moves = std::min<std::int64_t>(
+      opt.search_moves, static_cast<std::int64_t>(kWork / static_cast<double>(per_eval)));
+  std::mt19937_64 rng(0x6d65736863617374ull);
+  const auto t0 = std::chrono::steady_clock::now();
+  Cost best = evaluate(units, order, s);
+  for (std::int64_t m = 0; m < moves; ++m) {
+    if ((m & 15) == 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >
+            opt.search_seconds)
+      return true;
+    if ((rng() & 1) && !movable.empty()) {
+      Unit& u = units[movable[rng() % movable.size()]];
+      std::size_t slot = rng() % u.choices.size();
+      while (u.choices[slot].size() < 2) slot = (slot + 1) % u.choices.size();
+      const auto& c = u.choices[slot];
+      int& who = u.op.kind == OpKind::Multicast ? u.op.root : u.op.peers[slot];
+      const int before = who;
+      who = c[rng() % c.size()];
+      if (who == before) continue;
+      const Cost cost = evaluate(units, order, s);
+      if (cost < best)
+        best = cost;
+      else
+        who = before;
+    } else {
+      auto& phase = order[rng() % order.size()];
+      if (phase.size() < 2) continue;
+      const std::size_t a = rng() % phase.size(), b = rng() % phase.size();
+      if (a == b) continue;
+      std::swap(phase[a], phase[b]);
+      const Cost cost = evaluate(units, order, s);
+      if (cost < best)
+        best = cost;
+      else
+        std::swap(phase[a], phase[b]);
+    }
+  }
+  return false;
+}
+
+PlanStats account(const std::vector<Op>& ops, const LinkTimeline& s, std::int64_t elem) {
+  PlanStats st;
+  // Per-device sums in dense arrays (a map update per hop dominated large plans), turned into
+  // the maps at the end: a device gets an entry once any hop names it, as with map::operator[].
+  const std::size_t n = s.devices().size();
+  std::vector<std::int64_t> sent(n, 0), received(n, 0);
+  std::vector<char> sends(n, 0), receives(n, 0);
+  auto hop = [&](int from, int to, std::int64_t bytes) {
+    const std::size_t f = s.slot(from), t = s.slot(to);
+    sent[f] += bytes;
+    sends[f] = 1;
+    received[t] += bytes;
+    receives[t] = 1;
+    st.bytes_moved += bytes;
+    (s.host(from) == s.host(to) ? st.bytes_intra_host : st.bytes_network) += bytes;
+  };
+  for (const Op& op : ops) {
+    const std::int64_t bytes = op.box.volume() * elem;
+    switch (op.kind) {
+      case OpKind::Copy:
+        st.bytes_local += bytes;
+        break;
+      case OpKind::Zero:
+        break;
+      case OpKind::Multicast: {  // a chain: root -> peers[0] -> peers[1] -> ...
+        int prev = op.root;
+        for (int r : op.peers) {
+          hop(prev, r, bytes);
+          prev = r;
+        }
+        break;
+      }
+      case OpKind::Reduce:
+        for (int c : op.peers)
+          if (c == op.root)
+            st.bytes_local += bytes;
+          else
+            hop(c, op.root, bytes);
+        break;
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {  // devices() is sorted: append in key order
+    if (sends[i]) st.sent.emplace_hint(st.sent.end(), s.devices()[i], sent[i]);
+    if (receives[i]) st.received.emplace_hint(st.received.end(), s.devices()[i], received[i]);
+  }
+  return st;
+}
+
+std::vector<int> union_devices(const Layout& src, const Layout& dst) {
+  std::vector<int> d = src.mesh().devices();
+  d.insert(d.end(), dst.mesh().devices().begin(), dst.mesh().devices().end());
+  std::sort(d.begin(), d.end());
+  d.erase(std::unique(d.begin(), d.end()), d.end());
+  return d;
+}
+
+// `fans_out` (optional) tells whether the strategy mattered (see Builder::fans_out_).
+// The ops of units in `order`, each multicast's receivers in chain order.
+std::vector<Op> ops_of(std::vector<Unit>& units, const Order& order, const LinkTimeline& s) {
+  std::vector<Op> ops;
+  ops.reserve(units.size());
+  for (const auto& phase : order)
+    for (auto i : phase) {
+      Op op = std::move(units[i].op);
+      if (op.kind == OpKind::Multicast) detail::chain_order(op.peers, op.root, s);
+      ops.push_back(std::move(op));
+    }
+  return ops;
+}
+
+Plan plan_with(const Layout& src, const Layout& dst, const std::vector<Task>& ts, LinkTimeline& s,
+               Strategy strategy, const PlanOptions& opt, bool* fans_out = nullptr) {
+  Builder builder(dst, strategy, opt.balance);
+  std::vector<Unit> units = builder.build(ts);
+  if (fans_out) *fans_out = builder.fans_out_;
+  Order order = initial_order(units, opt.balance);
+  const auto elem = static_cast<std::int64_t>(dtype_size(src.dtype()));
+  // The schedule ranks sender choices; the plan records the analytic model, which does not
+  // depend on the order of a phase's ops (the executor posts them all at once).
+  const detail::Links links(s.topology(), s.devices());
+  auto analytic = [&](const std::vector<Op>& ops) {
+    return links.analytic_seconds(ops, elem, opt.chunk_bytes);
+  };
+  bool truncated = false;
+  if (opt.balance != Balance::None) assign_greedy(units, order, s);
+  std::vector<Op> ops;
+  if (opt.balance == Balance::Search) {
+    std::vector<Unit> greedy_units = units;
+    Order greedy_order = order;
+    truncated = search(units, order, s, opt);
+    ops = ops_of(units, order, s);
+    // The search improves the schedule; keep greedy's plan where the model prefers it, so that
+    // search is never worse than greedy by the time the plan records.
+    std::vector<Op> greedy = ops_of(greedy_units, greedy_order, s);
+    if (analytic(greedy) < analytic(ops) * (1 - 1e-12)) ops = std::move(greedy);
+  } else {
+    ops = ops_of(units, order, s);
+  }
+  PlanStats st = account(ops, s, elem);
+  st.predicted_seconds = analytic(ops);
+  st.search_truncated = truncated;
+  return Plan(src, dst, strategy, opt.balance, s.topology().name(), std::move(ops), std::move(st));
+}
+
+}  // namespace
+
+Plan plan(const Layout& src, const Layout& dst, const Topology& topology,
+          const PlanOptions& options) {
+  // Refused before any work when even the smallest candidate would not fit.
+  check_plan_size(estimate_plan_size(src, dst, options.strategy));
+  const std::vector<Task> ts = tasks(src, dst);
+  LinkTimeline s(topology, union_devices(src, dst), dtype_size(src.dtype()), options.chunk_bytes);
+  if (options.strategy != Strategy::Auto)
+    return plan_with(src, dst, ts, s, options.strategy, options);
+  // Auto: the cheapest by the schedule model; ties go to the earlier (fewer bytes) strategy.
+  // Strategies whose plan would exceed the limits are not candidates.
+  std::optional<Plan> best;
+  for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
+    if (!within_limits(estimate_plan_size(src, dst, st))) continue;
+    bool fans_out = true;
+    Plan p = plan_with(src, dst, ts, s, st, options, &fans_out);
+    // Every box has at most one receiver: the three strategies build the same ops, so their
+    // plans are equal and the tie goes to broadcast, the first. Skip the other two.
+    if (!fans_out) return p;
+    if (!best || p.stats().predicted_seconds < best->stats().predicted_seconds * (1 - 1e-9))
+      best = std::move(p);
+  }
+  return std::move(*best);
+}
+
+}  // namespace meshcast

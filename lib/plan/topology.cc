@@ -1,0 +1,425 @@
+// Topology: hosts, device placement and link classes, loaded from the JSON schema of
+// docs/topology.md. Every error names the offending JSON path ("topology.hosts[2].devices[1]").
+#include "meshcast/topology.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "lib/support/json_text.h"
+#include "lib/support/text.h"
+#include "meshcast/error.h"
+#include "meshcast/limits.h"
+
+namespace meshcast {
+namespace {
+
+using nlohmann::json;
+
+// Device ids a topology may place: the placement is a dense table indexed by id.
+constexpr std::int64_t kMaxDeviceId = (std::int64_t{1} << 20) - 1;
+constexpr std::int64_t kMaxNics = 1024;
+constexpr double kGiga = 1e9;
+constexpr double kMicro = 1e6;  // microseconds per second
+
+// Unit conversions of from_json, shared with to_json so that both round the same way.
+double gbyte_to_bytes(double v) { return v * kGiga; }
+double gbit_to_bytes(double v) { return v * kGiga / 8; }
+double us_to_seconds(double us) { return us / kMicro; }
+
+std::string type_name(const json& j) {
+  if (j.is_number_integer()) return "an integer";
+  if (j.is_number()) return "a number";
+  if (j.is_string()) return "a string";
+  if (j.is_boolean()) return "a boolean";
+  if (j.is_array()) return "an array";
+  if (j.is_object()) return "an object";
+  return "null";
+}
+
+[[noreturn]] void wrong_type(const std::string& path, const char* expected, const json& j) {
+  throw ParseError(path, std::string("expected ") + expected + ", got " + type_name(j));
+}
+
+const json& require(const json& obj, const std::string& path, const char* key) {
+  const auto it = obj.find(key);
+  if (it == obj.end()) throw ValidationError(path + "." + key, "missing");
+  return *it;
+}
+
+void only_keys(const json& obj, const std::string& path, std::initializer_list<const char*> keys) {
+  for (const auto& [k, v] : obj.items()) {
+    bool known = false;
+    for (const char* key : keys) known = known || k == key;
+    if (!known) {
+      std::string list;
+      for (const char* key : keys) list += std::string(list.empty() ? "" : ", ") + key;
+      const std::string q = detail::quote(k);
+      throw ValidationError(path + "." + q.substr(1, q.size() - 2),
+                            "unknown key (expected one of: " + list + ")");
+    }
+  }
+}
+
+const json& object_at(const json& j, const std::string& path) {
+  if (!j.is_object()) wrong_type(path, "an object", j);
+  return j;
+}
+
+std::string string_at(const json& j, const std::string& path) {
+  if (!j.is_string()) wrong_type(path, "a string", j);
+  return j.get<std::string>();
+}
+
+// An integer in [lo, hi].
+std::int64_t int_at(const json& j, const std::string& path, std::int64_t lo, std::int64_t hi) {
+  if (!j.is_number_integer()) wrong_type(path, "an integer", j);
+  if (j.is_number_unsigned() && j.get<std::uint64_t>() > static_cast<std::uint64_t>(hi))
+    throw ValidationError(path, "must be <= " + std::to_string(hi));
+  const auto v = j.get<std::int64_t>();
+  if (v < lo) throw ValidationError(path, "must be >= " + std::to_string(lo));
+  if (v > hi) throw ValidationError(path, "must be <= " + std::to_string(hi));
+  return v;
+}
+
+double number_at(const json& j, const std::string& path) {
+  if (!j.is_number()) wrong_type(path, "a number", j);
+  return j.get<double>();
+}
+
+std::string fmt(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+void check_link(const LinkClass& l, const std::string& path) {
+  if (!(l.bandwidth >= 1) || !std::isfinite(l.bandwidth))
+    throw ValidationError(path + ".bandwidth",
+                          "must be a finite number of bytes/s >= 1 (got " + fmt(l.bandwidth) + ")");
+  if (!(l.latency >= 0) || !std::isfinite(l.latency))
+    throw ValidationError(path + ".latency", "must be >= 0 seconds (got " + fmt(l.latency) + ")");
+  if (l.chain_latency && (!(*l.chain_latency >= 0) || !std::isfinite(*l.chain_latency)))
+    throw ValidationError(path + ".chain_latency",
+                          "must be >= 0 seconds (got " + fmt(*l.chain_latency) + ")");
+}
+
+// A link class: exactly one of bandwidth_gbyte_s / bandwidth_gbit_s, and latency_us.
+// `nics` (network only) multiplies the bandwidth.
+LinkClass link_at(const json& j, const std::string& path, const char* name, int* nics) {
+  object_at(j, path);
+  if (j.contains("bandwidth_gbps"))
+    throw ValidationError(path + ".bandwidth_gbps",
+                          "ambiguous unit: write bandwidth_gbyte_s (gigabytes/s) or "
+                          "bandwidth_gbit_s (gigabits/s)");
+  if (nics)
+    only_keys(j, path,
+              {"bandwidth_gbyte_s", "bandwidth_gbit_s", "latency_us", "chain_latency_us",
+               "nics_per_host"});
+  else if (j.contains("nics_per_host"))
+    throw ValidationError(path + ".nics_per_host", "only the network link has NICs");
+  else
+    only_keys(j, path, {"bandwidth_gbyte_s", "bandwidth_gbit_s", "latency_us", "chain_latency_us"});
+  const bool gbyte = j.contains("bandwidth_gbyte_s"), gbit = j.contains("bandwidth_gbit_s");
+  if (gbyte == gbit)
+    throw ValidationError(path, gbyte ? "give one of bandwidth_gbyte_s and bandwidth_gbit_s"
+                                      : "missing bandwidth: give bandwidth_gbyte_s (gigabytes/s) "
+                                        "or bandwidth_gbit_s (gigabits/s)");
+  const std::string key = gbyte ? "bandwidth_gbyte_s" : "bandwidth_gbit_s";
+  const double v = number_at(j[key], path + "." + key);
+  if (!(v > 0)) throw ValidationError(path + "." + key, "must be > 0 (got " + fmt(v) + ")");
+  LinkClass l{name, gbyte ? gbyte_to_bytes(v) : gbit_to_bytes(v), 0};
+  if (!std::isfinite(l.bandwidth)) throw ValidationError(path + "." + key, "too large");
+  if (l.bandwidth < 1) throw ValidationError(path + "." + key, "too small (below 1 byte/s)");
+  const auto microseconds = [&](const char* field) {
+    const double us = number_at(j[field], path + "." + field);
+    if (!(us >= 0)) throw ValidationError(path + "." + field, "must be >= 0 (got " + fmt(us) + ")");
+    return us_to_seconds(us);
+  };
+  require(j, path, "latency_us");
+  l.latency = microseconds("latency_us");
+  if (j.contains("chain_latency_us")) l.chain_latency = microseconds("chain_latency_us");
+  if (nics) {
+    *nics = 1;
+    if (j.contains("nics_per_host"))
+      *nics = static_cast<int>(int_at(j["nics_per_host"], path + ".nics_per_host", 1, kMaxNics));
+    l.bandwidth *= *nics;
+    if (!std::isfinite(l.bandwidth)) throw ValidationError(path + "." + key, "too large");
+  }
+  check_link(l, path);
+  return l;
+}
+
+// The shortest decimal x with back(x) == target, so that from_json(to_json()) restores the
+// stored double exactly and values read from a file print as they were written ("2", not
+// "1.9999999999999998"). `approx` is the converted value, back() the reading conversion.
+template <class Back>
+std::string decimal(double target, double approx, Back back) {
+  const auto text = [](double v, int digits) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    const double x = std::strtod(buf, nullptr);
+    if (x == std::round(x) && std::fabs(x) < 1e15) std::snprintf(buf, sizeof buf, "%.0f", x);
+    return std::string(buf);
+  };
+  const auto exact = [&](const std::string& t) {
+    return back(std::strtod(t.c_str(), nullptr)) == target;
+  };
+  for (int digits = 1; digits <= 17; ++digits)
+    if (const std::string t = text(approx, digits); exact(t)) return t;
+  // The conversion rounds: try the neighbours of approx.
+  double lo = approx, hi = approx;
+  for (int i = 0; i < 16; ++i) {
+    lo = std::nextafter(lo, -HUGE_VAL);
+    hi = std::nextafter(hi, HUGE_VAL);
+    for (const double c : {lo, hi})
+      if (const std::string t = text(c, 17); exact(t)) return t;
+  }
+  return text(approx, 17);
+}
+
+}  // namespace
+
+// The same topology as meshes/single-host.json.
+Topology Topology::single_host() {
+  Topology t;
+  t.description_ =
+      "Every device id on one host; links behave like memcpy on this machine (about 12 GB/s per "
+      "core). The default when no topology is given.";
+  return t;
+}
+
+Topology Topology::uniform(std::string name, int hosts, int devices_per_host, LinkClass intra,
+                           LinkClass network) {
+  const std::string field = "topology";
+  if (hosts < 1) throw ValidationError(field + ".uniform.hosts", "must be >= 1");
+  if (devices_per_host < 1)
+    throw ValidationError(field + ".uniform.devices_per_host", "must be >= 1");
+  const std::int64_t n = std::int64_t{hosts} * devices_per_host;
+  if (n - 1 > kMaxDeviceId)
+    throw ValidationError(field + ".uniform",
+                          "too many devices (max " + std::to_string(kMaxDeviceId + 1) + ")");
+  intra.name = "intra";
+  network.name = "network";
+  check_link(intra, field + ".links.intra");
+  check_link(network, field + ".links.network");
+  Topology t;
+  t.name_ = std::move(name);
+  t.intra_ = intra;
+  t.network_ = network;
+  t.all_on_one_ = false;
+  t.host_of_.resize(static_cast<std::size_t>(n));
+  for (std::int64_t d = 0; d < n; ++d) t.host_of_[d] = static_cast<int>(d / devices_per_host);
+  t.placed_ = n;
+  for (int h = 0; h < hosts; ++h) t.host_names_.push_back("host" + std::to_string(h));
+  t.rank_devices();
+  return t;
+}
+
+Topology Topology::from_json(std::string_view text, const std::string& field) {
+  // Strict: malformed text and a key repeated in one object are ParseErrors naming the field.
+  json doc;
+  try {
+    doc = detail::parse_json(std::string(text), field);
+  } catch (const ParseError& e) {
+    // "not valid JSON: [json.exception.parse_error.101] parse error at ..." -> without the tag.
+    std::string what = e.cause();
+    const auto tag = what.find("[json.exception");
+    if (const auto end = what.find("] ", tag); tag != std::string::npos && end != std::string::npos)
+      what.erase(tag, end + 2 - tag);
+    if (what.size() > 200) what = what.substr(0, 197) + "...";  // a long token read before it
+    throw ParseError(e.field(), what);
+  }
+  object_at(doc, field);
+  only_keys(doc, field, {"name", "description", "links", "single_host", "uniform", "hosts"});
+
+  Topology t;
+  t.name_ = string_at(require(doc, field, "name"), field + ".name");
+  if (t.name_.empty()) throw ValidationError(field + ".name", "must not be empty");
+  if (doc.contains("description"))
+    t.description_ = string_at(doc["description"], field + ".description");
+
+  bool single = false;
+  if (doc.contains("single_host")) {
+    if (!doc["single_host"].is_boolean())
+      wrong_type(field + ".single_host", "a boolean", doc["single_host"]);
+    single = doc["single_host"].get<bool>();
+  }
+  const int forms = int{single} + int{doc.contains("uniform")} + int{doc.contains("hosts")};
+  if (forms != 1)
+    throw ValidationError(field, forms == 0 ? "missing placement: give \"hosts\", \"uniform\" or "
+                                              "\"single_host\": true"
+                                            : "give only one of \"hosts\", \"uniform\" and "
+                                              "\"single_host\"");
+
+  const std::string lpath = field + ".links";
+  const json& links = object_at(require(doc, field, "links"), lpath);
+  only_keys(links, lpath, {"intra", "network"});
+  t.intra_ = link_at(require(links, lpath, "intra"), lpath + ".intra", "intra", nullptr);
+  if (links.contains("network")) {
+    t.network_ = link_at(links["network"], lpath + ".network", "network", &t.nics_per_host_);
+  } else if (single) {
+    t.network_ = LinkClass{"network", t.intra_.bandwidth, t.intra_.latency};
+  } else {
+    throw ValidationError(lpath + ".network", "missing");
+  }
+
+  if (single) {
+    t.all_on_one_ = true;
+    return t;
+  }
+  t.all_on_one_ = false;
+  if (doc.contains("uniform")) {
+    const std::string upath = field + ".uniform";
+    const json& u = object_at(doc["uniform"], upath);
+    only_keys(u, upath, {"hosts", "devices_per_host"});
+    const auto hosts = int_at(require(u, upath, "hosts"), upath + ".hosts", 1, kMaxDeviceId + 1);
+    const auto k = int_at(require(u, upath, "devices_per_host"), upath + ".devices_per_host", 1,
+                          kMaxDeviceId + 1);
+    if (hosts * k - 1 > kMaxDeviceId)
+      throw ValidationError(upath,
+                            "too many devices (max " + std::to_string(kMaxDeviceId + 1) + ")");
+    Topology u_t =
+        uniform(t.name_, static_cast<int>(hosts), static_cast<int>(k), t.intra_, t.network_);
+    u_t.description_ = t.description_;
+    u_t.nics_per_host_ = t.nics_per_host_;
+    return u_t;
+  }
+
+  const std::string hpath = field + ".hosts";
+  const json& hosts = doc["hosts"];
+  if (!hosts.is_array()) wrong_type(hpath, "an array", hosts);
+  if (hosts.empty()) throw ValidationError(hpath, "needs at least one host");
+  std::map<std::string, std::size_t> names;
+  std::map<int, std::string> where;  // device -> path that placed it
+  for (std::size_t h = 0; h < hosts.size(); ++h) {
+    const std::string p = hpath + "[" + std::to_string(h) + "]";
+    const json& host = object_at(hosts[h], p);
+    only_keys(host, p, {"name", "devices"});
+    std::string name = "host" + std::to_string(h);
+    if (host.contains("name")) {
+      name = string_at(host["name"], p + ".name");
+      if (name.empty()) throw ValidationError(p + ".name", "must not be empty");
+    }
+    if (const auto [it, fresh] = names.emplace(name, h); !fresh)
+      throw ValidationError(p + ".name", "host name " + detail::quote(name) + " used twice (also " +
+                                             hpath + "[" + std::to_string(it->second) + "])");
+    t.host_names_.push_back(name);
+    const json& devs = require(host, p, "devices");
+    if (!devs.is_array()) wrong_type(p + ".devices", "an array", devs);
+    if (devs.empty()) throw ValidationError(p + ".devices", "a host needs at least one device");
+    for (std::size_t i = 0; i < devs.size(); ++i) {
+      const std::string dp = p + ".devices[" + std::to_string(i) + "]";
+      const int d = static_cast<int>(int_at(devs[i], dp, 0, kMaxDeviceId));
+      if (const auto [it, fresh] = where.emplace(d, dp); !fresh)
+        throw ValidationError(
+            dp, "device " + std::to_string(d) + " placed twice (also " + it->second + ")");
+      if (static_cast<std::size_t>(d) >= t.host_of_.size())
+        t.host_of_.resize(static_cast<std::size_t>(d) + 1, -1);
+      t.host_of_[static_cast<std::size_t>(d)] = static_cast<int>(h);
+      ++t.placed_;
+    }
+  }
+  t.rank_devices();
+  return t;
+}
+
+void Topology::rank_devices() {
+  std::vector<int> seen(host_names_.size(), 0);
+  rank_on_host_.assign(host_of_.size(), -1);
+  for (std::size_t d = 0; d < host_of_.size(); ++d)
+    if (host_of_[d] >= 0) rank_on_host_[d] = seen[static_cast<std::size_t>(host_of_[d])]++;
+}
+
+Topology Topology::load(const std::string& path) {
+  // Only a regular file, and only up to the bound: /dev/zero, a FIFO or a huge file is refused
+  // before it is read rather than read until memory runs out (or forever).
+  const std::string text = read_input_file(path, "topology", limits().input_file_bytes);
+  const std::string suffix = " (in " + detail::quote(path) + ")";
+  try {
+    return from_json(text);
+  } catch (const ParseError& e) {
+    throw ParseError(e.field(), e.cause() + suffix);
+  } catch (const ValidationError& e) {
+    throw ValidationError(e.field(), e.cause() + suffix);
+  }
+}
+
+// Hand-formatted like the files in meshes/ (one host per line), so that to_json() of a loaded
+// file reproduces it.
+std::string Topology::to_json() const {
+  // Invalid UTF-8 (possible only through uniform()) is replaced rather than thrown.
+  const auto str = [](const std::string& v) {
+    return json(v).dump(-1, ' ', false, json::error_handler_t::replace);
+  };
+  const auto us = [](double seconds) { return decimal(seconds, seconds * kMicro, us_to_seconds); };
+  const auto latency = [&](const LinkClass& l) {
+    std::string s = ", \"latency_us\": " + us(l.latency);
+    if (l.chain_latency) s += ", \"chain_latency_us\": " + us(*l.chain_latency);
+    return s;
+  };
+  std::ostringstream os;
+  os << "{\n  \"name\": " << str(name_) << ",\n";
+  if (!description_.empty()) os << "  \"description\": " << str(description_) << ",\n";
+  os << "  \"links\": {\n    \"intra\": {\"bandwidth_gbyte_s\": "
+     << decimal(intra_.bandwidth, intra_.bandwidth / kGiga, gbyte_to_bytes) << latency(intra_)
+     << "}";
+  if (!all_on_one_ || network_.bandwidth != intra_.bandwidth ||
+      network_.latency != intra_.latency || network_.chain_latency != intra_.chain_latency ||
+      nics_per_host_ != 1) {
+    const int nics = nics_per_host_;
+    os << ",\n    \"network\": {\"bandwidth_gbit_s\": "
+       << decimal(network_.bandwidth, network_.bandwidth * 8 / nics / kGiga,
+                  [nics](double x) { return gbit_to_bytes(x) * nics; })
+       << latency(network_) << ", \"nics_per_host\": " << nics << "}";
+  }
+  os << "\n  },\n";
+  if (all_on_one_) {
+    os << "  \"single_host\": true\n}\n";
+    return os.str();
+  }
+  std::vector<std::vector<std::size_t>> devices(host_names_.size());
+  for (std::size_t d = 0; d < host_of_.size(); ++d)
+    if (host_of_[d] >= 0) devices[static_cast<std::size_t>(host_of_[d])].push_back(d);
+  os << "  \"hosts\": [\n";
+  for (std::size_t h = 0; h < host_names_.size(); ++h) {
+    os << "    {\"name\": " << str(host_names_[h]) << ", \"devices\": [";
+    for (std::size_t i = 0; i < devices[h].size(); ++i) os << (i ? ", " : "") << devices[h][i];
+    os << "]}" << (h + 1 < host_names_.size() ? "," : "") << "\n";
+  }
+  os << "  ]\n}\n";
+  return os.str();
+}
+
+std::string Topology::host_name(int host) const {
+  if (host < 0 || host >= hosts()) throw ValidationError("host", "no host " + std::to_string(host));
+  return all_on_one_ ? std::string() : host_names_[static_cast<std::size_t>(host)];
+}
+
+int Topology::hosts() const { return all_on_one_ ? 1 : static_cast<int>(host_names_.size()); }
+
+bool Topology::covers(int device) const {
+  if (device < 0) return false;
+  if (all_on_one_) return true;
+  const auto d = static_cast<std::size_t>(device);
+  return d < host_of_.size() && host_of_[d] >= 0;
+}
+
+int Topology::host_of(int device) const {
+  if (!covers(device))
+    throw ValidationError("topology", "device " + std::to_string(device) +
+                                          " is not placed on any host of topology " +
+                                          detail::quote(name_));
+  return all_on_one_ ? 0 : host_of_[static_cast<std::size_t>(device)];
+}
+
+int Topology::nic_of(int device) const {
+  host_of(device);  // refuses an unplaced device
+  return all_on_one_ ? 0 : rank_on_host_[static_cast<std::size_t>(device)] % nics_per_host_;
+}
+
+}  // namespace meshcast

@@ -1,0 +1,77 @@
+#include "meshcast/limits.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "lib/support/text.h"
+#include "meshcast/error.h"
+
+namespace meshcast {
+namespace {
+
+void override_from_env(std::int64_t& value, const char* name) {
+  const char* text = std::getenv((std::string("MESHCAST_MAX_") + name).c_str());
+  if (text == nullptr) return;
+  value =
+      detail::parse_uint(text, std::int64_t{1} << 62, std::string("MESHCAST_MAX_") + name, "value");
+}
+
+Limits from_env() {
+  Limits l;
+  override_from_env(l.input_file_bytes, "INPUT_FILE_BYTES");
+  override_from_env(l.data_file_bytes, "DATA_FILE_BYTES");
+  override_from_env(l.plan_ops, "PLAN_OPS");
+  override_from_env(l.plan_memory_bytes, "PLAN_MEMORY_BYTES");
+  override_from_env(l.simulate_work, "SIMULATE_WORK");
+  override_from_env(l.svg_elements, "SVG_ELEMENTS");
+  override_from_env(l.buffer_bytes, "BUFFER_BYTES");
+  override_from_env(l.train_memory_bytes, "TRAIN_MEMORY_BYTES");
+  override_from_env(l.devices, "DEVICES");
+  override_from_env(l.local_threads, "LOCAL_THREADS");
+  return l;
+}
+
+}  // namespace
+
+const Limits& limits() {
+  static const Limits l = from_env();
+  return l;
+}
+
+void check_limit(const std::string& quantity, std::int64_t value, std::int64_t bound,
+                 const char* env_name) {
+  if (value <= bound) return;
+  throw ValidationError(quantity, std::to_string(value) + " exceeds the limit of " +
+                                      std::to_string(bound) + " (raise it with MESHCAST_MAX_" +
+                                      env_name + ")");
+}
+
+std::string read_input_file(const std::string& path, const std::string& field,
+                            std::int64_t max_bytes) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw IoError(field, "cannot read " + detail::quote(path) + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    throw ValidationError(field, detail::quote(path) + " is not a regular file");
+  check_limit(field + " size", st.st_size, max_bytes, "INPUT_FILE_BYTES");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(field, "cannot read " + detail::quote(path) + ": " + std::strerror(errno));
+  std::string text;
+  text.reserve(static_cast<std::size_t>(st.st_size));
+  // Read at most the bound even if the file grew since stat().
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, static_cast<std::size_t>(in.gcount()));
+    check_limit(field + " size", static_cast<std::int64_t>(text.size()), max_bytes,
+                "INPUT_FILE_BYTES");
+  }
+  if (in.bad()) throw IoError(field, "cannot read " + detail::quote(path) + ": read failed");
+  return text;
+}
+
+}  // namespace meshcast

@@ -1,0 +1,384 @@
+// Collectives on the in-process backend: every collective, dtype, reduction and algorithm at
+// 1-8 devices against the naive reference of support/collectives_check.h; sub-groups in any
+// order; hosts (hierarchical); several collectives in flight at once, progressed by test();
+// random floats within summation-order tolerance; the shared-memory algorithm (node memory):
+// chunked, across overlapping groups, a failed member; bad arguments.
+#include "meshcast/collectives.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <numeric>
+#include <random>
+
+#include "meshcast/error.h"
+#include "meshcast/local.h"
+#include "support/collectives_check.h"
+
+namespace meshcast {
+namespace {
+
+// The field a refused call names ("none" when it is accepted).
+template <class F>
+std::string field(F&& f) {
+  try {
+    f();
+    return "none";
+  } catch (const ValidationError& e) {
+    return e.field();
+  }
+}
+
+// Runs the check on every device of `group` in a world of `world` devices (with node memory
+// of `segment` bytes per device when not 0, and the shared-memory algorithm among the cases).
+std::vector<std::string> run_check(int world, const std::vector<int>& group,
+                                   const std::vector<std::int64_t>& counts,
+                                   const Topology* topology = nullptr, std::size_t segment = 0) {
+  std::mutex m;
+  std::vector<std::string> errors;
+  const auto cases = segment ? testing::collective_cases(counts, {Algorithm::SharedMemory,
+                                                                  Algorithm::Auto, Algorithm::Ring})
+                             : testing::collective_cases(counts);
+  LocalWorld w(world, segment);
+  w.run(
+      [&](Communicator& comm) {
+        auto e = testing::check_collectives(comm.group(group), cases, topology);
+        std::lock_guard<std::mutex> lock(m);
+        errors.insert(errors.end(), e.begin(), e.end());
+      },
+      group);
+  return errors;
+}
+
+std::string first(const std::vector<std::string>& e) { return e.empty() ? "" : e.front(); }
+
+TEST(Collectives, EveryCollectiveAt1To8Devices) {
+  // Sizes 0, 1, primes, and past the small-message threshold (64 KiB) for the ring.
+  const std::vector<std::int64_t> counts{0, 1, 2, 3, 7, 13, 101, 1009, 40013};
+  for (int n = 1; n <= 8; ++n) {
+    std::vector<int> group(static_cast<std::size_t>(n));
+    std::iota(group.begin(), group.end(), 0);
+    const auto errors = run_check(n, group, counts);
+    EXPECT_TRUE(errors.empty()) << n << " devices: " << errors.size()
+                                << " errors, first: " << first(errors);
+  }
+}
+
+// Node memory: segments of a ~4 KiB header and under 1 KiB of data make every case above a few
+// hundred bytes run in many chunks; 4 MiB ones (MPI's default) in one.
+constexpr std::size_t kSmallSegment = (4 << 10) + 192 + 1024, kLargeSegment = 4 << 20;
+
+TEST(Collectives, SharedMemoryAt2To8Devices) {
+  const std::vector<std::int64_t> counts{0, 1, 2, 3, 7, 13, 101, 1009, 40013};
+  for (std::size_t segment : {kSmallSegment, kLargeSegment})
+    for (int n = 2; n <= 8; ++n) {
+      std::vector<int> group(static_cast<std::size_t>(n));
+      std::iota(group.begin(), group.end(), 0);
+      const auto errors = run_check(n, group, counts, nullptr, segment);
+      EXPECT_TRUE(errors.empty()) << n << " devices, segment " << segment << ": " << errors.size()
+                                  << " errors, first: " << first(errors);
+    }
+  const auto sub = run_check(8, {5, 2, 7}, {0, 5, 333, 20011}, nullptr, kSmallSegment);
+  EXPECT_TRUE(sub.empty()) << first(sub);
+}
+
+// Segments are reused by every group a device belongs to, and different groups' collectives
+// interleave in different orders on different devices: devices 0-1 run their pair's
+// all-reduce before the group of 4, devices 2-3 after; every result stays exact.
+TEST(Collectives, SharedMemoryAcrossOverlappingGroups) {
+  constexpr std::int64_t kCount = 3001;
+  LocalWorld w(4, kSmallSegment);
+  std::mutex m;
+  std::vector<std::string> errors;
+  w.run([&](Communicator& comm) {
+    const int me = comm.rank();
+    // Every device makes both pairs, in the same order (Communicator::group).
+    const Group all = comm.world(), low = comm.group({0, 1}), high = comm.group({3, 2});
+    const Group& pair = me < 2 ? low : high;
+    std::vector<std::int32_t> a(kCount), b(kCount);
+    for (int round = 0; round < 20; ++round) {
+      for (std::int64_t i = 0; i < kCount; ++i) {
+        a[static_cast<std::size_t>(i)] = me + static_cast<std::int32_t>(i % 5) + round;
+        b[static_cast<std::size_t>(i)] = me * 2 + round;
+      }
+      auto whole = [&] { all_reduce(all, a.data(), a.data(), kCount, DType::i32, ReduceOp::Sum); };
+      auto two = [&] { all_reduce(pair, b.data(), b.data(), kCount, DType::i32, ReduceOp::Sum); };
+      if (me < 2) {
+        two();
+        whole();
+      } else {
+        whole();
+        two();
+      }
+      for (std::int64_t i = 0; i < kCount; ++i) {
+        const std::int32_t want_a = 6 + 4 * static_cast<std::int32_t>(i % 5 + round);
+        const std::int32_t want_b = (me < 2 ? 2 : 10) + 2 * round;
+        if (a[static_cast<std::size_t>(i)] != want_a || b[static_cast<std::size_t>(i)] != want_b) {
+          std::lock_guard<std::mutex> lock(m);
+          errors.push_back("device " + std::to_string(me) + " round " + std::to_string(round) +
+                           " element " + std::to_string(i));
+          return;
+        }
+      }
+    }
+  });
+  EXPECT_TRUE(errors.empty()) << first(errors);
+}
+
+// A member that fails before it publishes: the others end with its name, not a hang.
+TEST(Collectives, SharedMemoryReportsAFailedMember) {
+  LocalWorld w(3, kSmallSegment);
+  std::mutex m;
+  std::vector<std::string> seen;
+  try {
+    w.run([&](Communicator& comm) {
+      std::vector<float> x(5000, 1.0f);
+      if (comm.rank() == 1) throw std::runtime_error("boom on 1");
+      CollectiveOptions o;
+      o.algorithm = Algorithm::SharedMemory;
+      try {
+        all_reduce(comm.world(), x.data(), x.data(), 5000, DType::f32, ReduceOp::Sum, o);
+      } catch (const CommError& e) {
+        std::lock_guard<std::mutex> lock(m);
+        seen.push_back(e.what());
+        throw;
+      }
+    });
+    ADD_FAILURE() << "run() returned";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "boom on 1");
+  }
+  EXPECT_EQ(seen.size(), 2u);
+  for (const auto& what : seen) EXPECT_NE(what.find("device 1"), std::string::npos) << what;
+}
+
+// Random floats, where the order of summation shows in the bits: every member must end with the
+// same bits, through whole vectors (up to 16 KiB) and through pieces.
+TEST(Collectives, SharedMemoryAllReduceGivesEveryMemberTheSameBits) {
+  for (std::int64_t count : {1000, 30011}) {
+    LocalWorld w(5, kLargeSegment);
+    std::mutex m;
+    std::vector<std::vector<float>> results;
+    w.run([&](Communicator& comm) {
+      std::mt19937 g(static_cast<unsigned>(comm.rank()) * 7919u + 1);
+      std::uniform_real_distribution<float> u(-1, 1);
+      std::vector<float> x(static_cast<std::size_t>(count));
+      for (float& v : x) v = u(g) * 1e3f + u(g);
+      CollectiveOptions o;
+      o.algorithm = Algorithm::SharedMemory;
+      all_reduce(comm.world(), x.data(), x.data(), count, DType::f32, ReduceOp::Sum, o);
+      std::lock_guard<std::mutex> lock(m);
+      results.push_back(std::move(x));
+    });
+    ASSERT_EQ(results.size(), 5u);
+    for (const auto& r : results)
+      EXPECT_EQ(0, std::memcmp(r.data(), results[0].data(), r.size() * sizeof(float)))
+          << count << " elements";
+  }
+}
+
+TEST(Collectives, SubGroupsInAnyOrder) {
+  const auto errors = run_check(8, {5, 2, 7}, {0, 5, 333, 20011});
+  EXPECT_TRUE(errors.empty()) << first(errors);
+  const auto more = run_check(8, {6, 1, 4, 3, 0}, {17, 20011});
+  EXPECT_TRUE(more.empty()) << first(more);
+}
+
+TEST(Collectives, HierarchicalOverHosts) {
+  // 2 hosts x 4 and 3 hosts x 2: auto picks hierarchical above 64 KiB, and the cases that ask
+  // for it get it; a group in an order that interleaves the hosts.
+  const Topology two = Topology::uniform("2x4", 2, 4, {"intra", 1e10, 0}, {"net", 1e9, 0});
+  auto errors = run_check(8, {0, 4, 1, 5, 2, 6, 3, 7}, {1, 999, 40013}, &two);
+  EXPECT_TRUE(errors.empty()) << first(errors);
+  const Topology three = Topology::uniform("3x2", 3, 2, {"intra", 1e10, 0}, {"net", 1e9, 0});
+  errors = run_check(6, {0, 1, 2, 3, 4, 5}, {5, 40013}, &three);
+  EXPECT_TRUE(errors.empty()) << first(errors);
+}
+
+TEST(Collectives, SeveralInFlightProgressedByTest) {
+  // Three all-reduces started back to back on one group (each reserves its own tag), then
+  // polled with test() between slices of "compute" until all are done.
+  constexpr std::int64_t kCount = 50000;
+  std::mutex m;
+  std::vector<std::string> errors;
+  LocalWorld w(4);
+  w.run([&](Communicator& comm) {
+    const Group& group = comm.world();
+    std::vector<std::vector<float>> bufs(3, std::vector<float>(kCount));
+    std::vector<Collective> cs;
+    for (std::size_t k = 0; k < 3; ++k) {
+      for (std::int64_t i = 0; i < kCount; ++i)
+        bufs[k][static_cast<std::size_t>(i)] = static_cast<float>(comm.rank() + k + i % 7);
+      cs.push_back(
+          iall_reduce(group, bufs[k].data(), bufs[k].data(), kCount, DType::f32, ReduceOp::Sum));
+    }
+    volatile double sink = 0;
+    for (int spins = 0; spins < 1000000; ++spins) {
+      bool all = true;
+      for (Collective& c : cs) all = c.test() && all;
+      if (all) break;
+      for (int i = 0; i < 1000; ++i) sink = sink + i;  // compute between polls
+    }
+    for (Collective& c : cs) {
+      c.wait();
+      // Each member sent its ring pieces: 2 (n - 1) / n of the vector.
+      if (!c.done() || c.bytes_sent() != 2 * 3 * kCount * 4 / 4) {
+        std::lock_guard<std::mutex> lock(m);
+        errors.push_back("done " + std::to_string(c.done()) + ", bytes_sent " +
+                         std::to_string(c.bytes_sent()));
+        return;
+      }
+    }
+    for (std::size_t k = 0; k < 3; ++k)
+      for (std::int64_t i = 0; i < kCount; ++i) {
+        const float want = static_cast<float>(6 + 4 * (k + i % 7));
+        if (bufs[k][static_cast<std::size_t>(i)] != want) {
+          std::lock_guard<std::mutex> lock(m);
+          errors.push_back("collective " + std::to_string(k) + " element " + std::to_string(i));
+          return;
+        }
+      }
+  });
+  EXPECT_TRUE(errors.empty()) << first(errors);
+}
+
+TEST(Collectives, RandomFloatsWithinSummationOrderTolerance) {
+  constexpr std::int64_t kCount = 30011;
+  for (Algorithm a : {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::SharedMemory}) {
+    std::mutex m;
+    double worst = 0;
+    LocalWorld w(5, a == Algorithm::SharedMemory ? kSmallSegment : 0);
+    w.run([&](Communicator& comm) {
+      const Group& group = comm.world();
+      auto value = [](int r, std::int64_t i) {
+        std::mt19937_64 g(static_cast<std::uint64_t>(r) * 1000003 + static_cast<std::uint64_t>(i));
+        return std::uniform_real_distribution<double>(-1, 1)(g);
+      };
+      std::vector<float> x(kCount);
+      for (std::int64_t i = 0; i < kCount; ++i)
+        x[static_cast<std::size_t>(i)] = static_cast<float>(value(comm.rank(), i));
+      CollectiveOptions o;
+      o.algorithm = a;
+      all_reduce(group, x.data(), x.data(), kCount, DType::f32, ReduceOp::Sum, o);
+      double err = 0;
+      for (std::int64_t i = 0; i < kCount; ++i) {
+        double want = 0;
+        for (int r = 0; r < 5; ++r) want += static_cast<float>(value(r, i));
+        err = std::max(err, std::abs(x[static_cast<std::size_t>(i)] - want));
+      }
+      std::lock_guard<std::mutex> lock(m);
+      worst = std::max(worst, err);
+    });
+    EXPECT_LT(worst, 5e-6) << to_string(a);
+  }
+}
+
+TEST(Collectives, BadArgumentsNameTheField) {
+  LocalWorld w(2);
+  std::mutex m;
+  std::vector<std::string> fields;
+  w.run([&](Communicator& comm) {
+    float x[4] = {};
+    const std::int64_t counts[2] = {1, 1}, three[3] = {1, 1, 1}, other[2] = {2, 2};
+    // Every device makes both groups of one, in the same order (Communicator::group).
+    const Group& both = comm.world();
+    const Group zero = comm.group({0}), one = comm.group({1});
+    const Group& missing = comm.rank() == 0 ? one : zero;
+    CollectiveOptions node, ring;
+    node.algorithm = Algorithm::SharedMemory;
+    ring.algorithm = Algorithm::Ring;
+    std::vector<std::string> got{
+        field([&] { all_reduce(missing, x, x, 4, DType::f32, ReduceOp::Sum); }),
+        field([&] { all_reduce(Group(), x, x, 4, DType::f32, ReduceOp::Sum); }),
+        field([&] {
+          comm.group({0, 0});
+        }),
+        field([&] { all_reduce(both, x, x, -1, DType::f32, ReduceOp::Sum); }),
+        field([&] { broadcast(both, 7, x, 4, DType::f32); }),
+        field([&] { all_to_allv(both, x, three, x, counts, DType::f32); }),
+        field([&] { all_to_allv(both, x, counts, x, other, DType::f32); }),
+        // No node memory in this world; and the non-blocking forms never take it.
+        field([&] { all_reduce(both, x, x, 4, DType::f32, ReduceOp::Sum, node); }),
+        field([&] { iall_reduce(both, x, x, 4, DType::f32, ReduceOp::Sum, node); }),
+        field([&] { iall_gather(both, x, x, 4, DType::f32, node); }),
+        // One algorithm each: another is refused, not ignored.
+        field([&] { broadcast(both, 0, x, 4, DType::f32, ring); }),
+        field([&] { all_to_allv(both, x, counts, x, counts, DType::f32, node); }),
+    };
+    std::lock_guard<std::mutex> lock(m);
+    if (fields.empty()) fields = got;
+  });
+  const std::vector<std::string> want{"group",     "group",       "group",       "count",
+                                      "root",      "send_counts", "recv_counts", "algorithm",
+                                      "algorithm", "algorithm",   "algorithm",   "algorithm"};
+  EXPECT_EQ(fields, want);
+  EXPECT_EQ(parse_algorithm("ring"), Algorithm::Ring);
+  EXPECT_EQ(parse_algorithm("shared-memory"), Algorithm::SharedMemory);
+  EXPECT_THROW(parse_algorithm("tree"), ParseError);
+  EXPECT_EQ(parse_reduce_op("max"), ReduceOp::Max);
+  EXPECT_THROW(parse_reduce_op("min"), ParseError);
+}
+
+// A null buffer that must hold elements, an unknown dtype or reduction, counts whose bytes
+// overflow: refused before anything is sent, naming the argument (all_reduce(nullptr, nullptr,
+// 4) used to crash); null buffers of zero elements are fine.
+TEST(Collectives, BuffersAreCheckedBeforeAnythingIsSent) {
+  LocalWorld w(2);
+  std::mutex m;
+  std::vector<std::string> fields;
+  std::vector<std::string> failures;
+  w.run([&](Communicator& comm) {
+    float x[4] = {1, 2, 3, 4}, y[4] = {};
+    const std::int64_t counts[2] = {2, 2}, zeros[2] = {0, 0};
+    const std::int64_t huge = std::numeric_limits<std::int64_t>::max() / 2;
+    const std::int64_t overflow[2] = {huge, huge};
+    const Group& both = comm.world();
+    const auto sum = ReduceOp::Sum;
+    const auto f32 = DType::f32;
+    const auto bad_dtype = static_cast<DType>(99);
+    const auto bad_op = static_cast<ReduceOp>(7);
+    std::vector<std::string> got{
+        field([&] { all_reduce(both, nullptr, nullptr, 4, f32, sum); }),
+        field([&] { all_reduce(both, x, nullptr, 4, f32, sum); }),
+        field([&] { iall_reduce(both, nullptr, y, 4, f32, sum); }),
+        field([&] { all_reduce(both, x, y, huge, f32, sum); }),
+        field([&] { all_reduce(both, x, y, 4, bad_dtype, sum); }),
+        field([&] { all_reduce(both, x, y, 4, f32, bad_op); }),
+        field([&] { reduce_scatter(both, nullptr, y, 4, f32, sum); }),
+        field([&] { ireduce_scatter(both, x, nullptr, 4, f32, sum); }),
+        field([&] { all_gather(both, nullptr, y, 4, f32); }),
+        field([&] { iall_gather(both, x, nullptr, 4, f32); }),
+        field([&] { all_gatherv(both, x, y, overflow, f32); }),
+        field([&] { iall_gatherv(both, x, nullptr, counts, f32); }),
+        field([&] { broadcast(both, 0, nullptr, 4, f32); }),
+        field([&] { ibroadcast(both, 0, x, 4, bad_dtype); }),
+        field([&] { all_to_allv(both, nullptr, counts, y, counts, f32); }),
+        field([&] { iall_to_allv(both, x, counts, nullptr, counts, f32); }),
+        field([&] { all_to_allv(both, x, overflow, y, overflow, f32); }),
+    };
+    // Zero elements: null buffers are fine, and the group is still usable after the refusals.
+    all_reduce(both, nullptr, nullptr, 0, f32, sum);
+    all_gatherv(both, nullptr, nullptr, zeros, f32);
+    broadcast(both, 1, nullptr, 0, f32);
+    all_to_allv(both, nullptr, zeros, nullptr, zeros, f32);
+    // reduce_scatter of 1 element over 2: device 0's piece is empty, so its recv may be null.
+    float one = 1, mine = 0;
+    reduce_scatter(both, &one, comm.rank() == 0 ? nullptr : &mine, 1, f32, sum);
+    all_reduce(both, x, y, 4, f32, sum);
+    std::lock_guard<std::mutex> lock(m);
+    if (comm.rank() == 1 && mine != 2)
+      failures.push_back("reduce_scatter gave " + std::to_string(mine));
+    if (y[0] != 2 || y[3] != 8) failures.push_back("all_reduce after the refusals is wrong");
+    if (fields.empty()) fields = got;
+  });
+  const std::vector<std::string> want{"send", "recv",  "send", "count", "dtype",      "op",
+                                      "send", "recv",  "send", "recv",  "counts",     "recv",
+                                      "buf",  "dtype", "send", "recv",  "send_counts"};
+  EXPECT_EQ(fields, want);
+  EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
+}  // namespace
+}  // namespace meshcast

@@ -1,0 +1,359 @@
+// reshard() on the in-process backend: random layouts, every dtype and strategy, buffers the
+// test allocates and fills with its own values, checked element by element by its own reference.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "meshcast/meshcast.h"
+#include "support/testing.h"
+
+namespace meshcast {
+namespace {
+
+using testing::Rng;
+using Bytes = std::vector<std::byte>;
+
+// The test's own data: a small integer per global element, exact in every dtype, and for a
+// partial source G addends (small offsets, the rest in addend 0) whose every partial sum in
+// addend order stays exact.
+std::int64_t modulus(DType t) {
+  switch (t) {
+    case DType::i8:
+      return 101;  // |v| <= 50, |partial sums| <= 50 + 2*7
+    case DType::bf16:
+      return 201;  // exact integers up to 256
+    case DType::f16:
+      return 1001;  // up to 2048
+    case DType::f32:
+      return 1000003;
+    case DType::i32:
+      return 1000003;
+    case DType::f64:
+      return std::int64_t{1} << 40;
+    case DType::i64:
+      return std::int64_t{1} << 50;
+  }
+  return 1;
+}
+std::int64_t value(std::int64_t e, DType t) {
+  const std::int64_t m = modulus(t);
+  return (e * 7919 + 13) % m - m / 2;
+}
+std::int64_t addend(std::int64_t e, std::int64_t g, std::int64_t groups, DType t) {
+  if (g > 0) return (e + 3 * g) % 5 - 2;
+  std::int64_t a = value(e, t);
+  for (std::int64_t k = 1; k < groups; ++k) a -= (e + 3 * k) % 5 - 2;
+  return a;
+}
+
+void store(DType t, std::byte* p, std::int64_t v) {
+  switch (t) {
+    case DType::f16: {
+      const unsigned short h = float_to_half(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      return;
+    }
+    case DType::bf16: {
+      const unsigned short h = float_to_bf16(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      return;
+    }
+    case DType::f32: {
+      const float f = static_cast<float>(v);
+      std::memcpy(p, &f, 4);
+      return;
+    }
+    case DType::f64: {
+      const double f = static_cast<double>(v);
+      std::memcpy(p, &f, 8);
+      return;
+    }
+    case DType::i8:
+      *p = static_cast<std::byte>(static_cast<std::int8_t>(v));
+      return;
+    case DType::i32: {
+      const auto x = static_cast<std::int32_t>(v);
+      std::memcpy(p, &x, 4);
+      return;
+    }
+    case DType::i64:
+      std::memcpy(p, &v, 8);
+      return;
+  }
+}
+
+constexpr int kWorld = 12;  // device ids 0..11
+
+struct Buffers {
+  std::vector<Bytes> src = std::vector<Bytes>(kWorld), dst = std::vector<Bytes>(kWorld);
+};
+
+// Source tiles filled with the test's values; target tiles with a sentinel no expected value
+// equals (0x5a bytes: 203.25 in f16, 90 in i8, huge otherwise).
+Buffers make_buffers(const Layout& src, const Layout& dst) {
+  Buffers b;
+  const DType t = src.dtype();
+  const std::size_t elem = dtype_size(t);
+  const std::int64_t groups = testing::ref_groups(src);
+  for (std::int64_t i = 0; i < src.mesh().size(); ++i) {
+    const Box tile = testing::ref_tile(src, i);
+    Bytes& buf = b.src[static_cast<std::size_t>(src.mesh().device(i))];
+    buf.resize(static_cast<std::size_t>(tile.volume()) * elem);
+    const std::int64_t g = testing::ref_addend(src, i);
+    std::size_t at = 0;
+    testing::ref_for_each(src.shape(), tile, [&](const auto&, std::int64_t e) {
+      store(t, buf.data() + at, groups == 1 ? value(e, t) : addend(e, g, groups, t));
+      at += elem;
+    });
+  }
+  for (std::int64_t i = 0; i < dst.mesh().size(); ++i) {
+    const Box tile = testing::ref_tile(dst, i);
+    b.dst[static_cast<std::size_t>(dst.mesh().device(i))].assign(
+        static_cast<std::size_t>(tile.volume()) * elem, std::byte{0x5a});
+  }
+  return b;
+}
+
+// Runs the plan on every device of either mesh; a device with an empty (or no) tile passes
+// nullptr.
+void execute(const Plan& p, Buffers& b) {
+  LocalWorld world(kWorld);
+  world.run(
+      [&](Communicator& comm) {
+        const auto me = static_cast<std::size_t>(comm.rank());
+        const void* s = b.src[me].empty() ? nullptr : b.src[me].data();
+        void* d = b.dst[me].empty() ? nullptr : b.dst[me].data();
+        reshard(p, comm, s, d);
+      },
+      p.devices());
+}
+
+// Mismatches of every target tile against the expected values; describes the first.
+std::int64_t check(const Layout& dst, const Buffers& b, std::string& first) {
+  const DType t = dst.dtype();
+  const std::size_t elem = dtype_size(t);
+  const bool partial = !dst.spec().partial().empty();
+  std::int64_t wrong = 0;
+  for (std::int64_t i = 0; i < dst.mesh().size(); ++i) {
+    const int dev = dst.mesh().device(i);
+    const Bytes& buf = b.dst[static_cast<std::size_t>(dev)];
+    const bool zero = partial && testing::ref_addend(dst, i) != 0;
+    std::size_t at = 0;
+    testing::ref_for_each(dst.shape(), testing::ref_tile(dst, i), [&](const auto&, std::int64_t e) {
+      const double want = zero ? 0.0 : static_cast<double>(value(e, t));
+      const double got = testing::load_element(t, buf.data() + at);
+      if (got != want) {
+        if (wrong++ == 0)
+          first = "device " + std::to_string(dev) + " element " + std::to_string(e) + ": got " +
+                  std::to_string(got) + ", want " + std::to_string(want);
+      }
+      at += elem;
+    });
+  }
+  return wrong;
+}
+
+TEST(Reshard, RandomCasesMatchTheReference) {
+  Rng rng(0x7e5a);
+  testing::Limits lim;
+  lim.pool = kWorld;
+  lim.max_mesh_size = 8;
+  lim.max_volume = 200;
+  lim.max_extent = 9;
+  const Topology topos[] = {Topology::single_host(),
+                            Topology::uniform("three", 3, 4, LinkClass{"intra", 50e9, 1e-6},
+                                              LinkClass{"network", 1e9, 2e-5})};
+  const Strategy strategies[] = {Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather,
+                                 Strategy::Auto};
+  const int n = testing::scaled(560);
+  for (int i = 0; i < n; ++i) {
+    const DType t = kAllDTypes[i % 7];
+    const auto c = testing::random_case(rng, lim, t);
+    PlanOptions opt;
+    opt.strategy = strategies[(i / 7) % 4];
+    opt.balance = static_cast<Balance>(rng.below(3));
+    opt.search_moves = 200;
+    const Topology& topo = topos[rng.below(2)];
+    const std::string ctx = "case " + std::to_string(i) + ": " + c.str() + " strategy " +
+                            to_string(opt.strategy) + " balance " + to_string(opt.balance) +
+                            " topology " + topo.name();
+    Plan p = plan(c.src, c.dst, topo, opt);
+    if (i % 5 == 0) p = Plan::from_json(p.to_json());  // a reloaded plan runs the same
+    Buffers b = make_buffers(c.src, c.dst);
+    const auto src_before = b.src;
+    ASSERT_NO_THROW(execute(p, b)) << ctx;
+    std::string first;
+    const std::int64_t wrong = check(c.dst, b, first);
+    ASSERT_EQ(wrong, 0) << ctx << "\n" << first << "\n" << p.str(64);
+    ASSERT_TRUE(b.src == src_before) << ctx << ": a source buffer changed";
+    // The same plan through run_local and the library's own fill/check, on a subset.
+    if (i % 10 == 0) {
+      const LocalRun r = run_local(p, 1, true);
+      ASSERT_EQ(r.mismatches, 0) << ctx;
+      ASSERT_EQ(r.seconds.size(), 1u) << ctx;
+    }
+  }
+}
+
+// ireshard(): two reshards in flight at once between the same devices, on one group (each takes
+// tags of its own from it), moved on only by test(), first one then the other on even devices
+// and the other way round on odd ones; multi-phase plans included.
+TEST(Reshard, ConcurrentTransfersOnOneGroupMatchTheReference) {
+  Rng rng(0x1e5a);
+  testing::Limits lim;
+  lim.pool = kWorld;
+  lim.max_mesh_size = 8;
+  lim.max_volume = 200;
+  lim.max_extent = 9;
+  const int n = testing::scaled(120);
+  for (int i = 0; i < n; ++i) {
+    // Half the time the second reshard moves the same layouts (as i32): every message then has
+    // a twin between the same devices, and only the tags tell them apart.
+    const auto a = testing::random_case(rng, lim, DType::f32);
+    auto c = testing::random_case(rng, lim, DType::i32);
+    if (i % 4 < 2) {
+      c.src = Layout(a.src.shape(), DType::i32, a.src.mesh(), a.src.spec());
+      c.dst = Layout(a.dst.shape(), DType::i32, a.dst.mesh(), a.dst.spec());
+    }
+    PlanOptions opt;
+    opt.strategy = i % 2 ? Strategy::AllGather : Strategy::Broadcast;
+    const Plan pa = plan(a.src, a.dst, Topology::single_host(), opt);
+    const Plan pc = plan(c.src, c.dst, Topology::single_host(), opt);
+    Buffers ba = make_buffers(a.src, a.dst), bc = make_buffers(c.src, c.dst);
+    auto ptrs = [](Buffers& b, std::size_t me) {
+      return std::pair<const void*, void*>{b.src[me].empty() ? nullptr : b.src[me].data(),
+                                           b.dst[me].empty() ? nullptr : b.dst[me].data()};
+    };
+    LocalWorld world(kWorld);
+    ASSERT_NO_THROW(world.run([&](Communicator& comm) {
+      const auto me = static_cast<std::size_t>(comm.rank());
+      const auto [sa, da] = ptrs(ba, me);
+      const auto [sc, dc] = ptrs(bc, me);
+      Transfer ta = ireshard(pa, comm.world(), sa, da);
+      Transfer tc = ireshard(pc, comm.world(), sc, dc);
+      Transfer& first = me % 2 ? tc : ta;
+      Transfer& second = me % 2 ? ta : tc;
+      for (;;) {
+        const bool one = first.test();
+        if (second.test() && one) break;
+        std::this_thread::yield();
+      }
+      EXPECT_TRUE(ta.done() && tc.done());
+    })) << "case "
+        << i;
+    std::string first;
+    ASSERT_EQ(check(a.dst, ba, first), 0) << "case " << i << " " << a.str() << "\n" << first;
+    ASSERT_EQ(check(c.dst, bc, first), 0) << "case " << i << " " << c.str() << "\n" << first;
+  }
+}
+
+TEST(Reshard, HandPickedCases) {
+  struct Case {
+    Shape shape;
+    const char* src;
+    const char* dst;
+  };
+  const Case cases[] = {
+      {{1024}, "1@0:R", "2x4@4-11:R"},                         // one to many
+      {{7, 5}, "2x2@0-3:S0S1", "3@[9,4,0]:RS0"},               // uneven, overlapping
+      {{3}, "8@0-7:S0", "2x4@4-11:S10"},                       // mostly empty shards
+      {{6, 6}, "2x3@0-5:S0R+P1", "2x3@[5,4,3,2,1,0]:RS1+P0"},  // partial to partial, permuted
+      {{6, 6}, "2x2@0-3:RR+P01", "4@8-11:S0R"},                // four addends, disjoint
+      {{0, 4}, "2@0-1:S0R", "2@2-3:RS0"},                      // empty tensor
+      {{5, 5}, "2x2@0-3:S0S1", "2x2@0-3:S0S1"},                // identity
+  };
+  for (DType t : kAllDTypes)
+    for (const Case& c : cases)
+      for (Strategy st : {Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather}) {
+        const auto src = Layout::parse(c.shape, t, c.src), dst = Layout::parse(c.shape, t, c.dst);
+        PlanOptions opt;
+        opt.strategy = st;
+        const Plan p = plan(src, dst, Topology::single_host(), opt);
+        Buffers b = make_buffers(src, dst);
+        execute(p, b);
+        std::string first;
+        EXPECT_EQ(check(dst, b, first), 0) << to_string(t) << " " << c.src << " -> " << c.dst << " "
+                                           << to_string(st) << ": " << first;
+      }
+}
+
+// The checker itself: one corrupted element is one mismatch.
+TEST(Reshard, CheckerCatchesACorruptedElement) {
+  const auto src = Layout::parse({6, 6}, DType::i32, "2x2@0-3:S0R+P1");
+  const auto dst = Layout::parse({6, 6}, DType::i32, "3@4-6:RS0");
+  const Plan p = plan(src, dst);
+  Buffers b = make_buffers(src, dst);
+  execute(p, b);
+  std::string first;
+  ASSERT_EQ(check(dst, b, first), 0) << first;
+  b.dst[5][7] ^= std::byte{1};
+  EXPECT_EQ(check(dst, b, first), 1);
+  EXPECT_NE(first.find("device 5"), std::string::npos) << first;
+}
+
+TEST(Reshard, NullBufferWhereATileIsNeededIsRefused) {
+  const auto src = Layout::parse({8, 8}, DType::f32, "2@0-1:S0R");
+  const auto dst = Layout::parse({8, 8}, DType::f32, "2@2-3:RS0");
+  const Plan p = plan(src, dst);
+  LocalWorld world(4);
+  std::vector<std::vector<float>> buf(4, std::vector<float>(32, 1.0f));
+  // A source device passing nullptr: refused before any communication.
+  try {
+    world.run([&](Communicator& comm) { reshard(p, comm, nullptr, nullptr); }, {0});
+    ADD_FAILURE() << "accepted a null source";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.field(), "src_local") << e.what();
+  }
+  // A target device passing nullptr.
+  try {
+    world.run([&](Communicator& comm) { reshard(p, comm, nullptr, nullptr); }, {3});
+    ADD_FAILURE() << "accepted a null target";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.field(), "dst_local") << e.what();
+  }
+  // All devices, one of them passing nullptr: the others fail too, run() rethrows the cause.
+  EXPECT_THROW(world.run([&](Communicator& comm) {
+    const int me = comm.rank();
+    float* mine = buf[static_cast<std::size_t>(me)].data();
+    reshard(p, comm, me < 2 ? mine : nullptr, me == 2 || me < 2 ? nullptr : mine);
+  }),
+               ValidationError);
+}
+
+// A corrupt plan (a device asked for a box it does not hold) is refused, never written out of
+// bounds.
+TEST(Reshard, PlanNamingADeviceForDataItLacksIsRefused) {
+  const auto l = Layout::parse({8, 8}, DType::f32, "2@0-1:S0R");
+  const Plan good = plan(l, l);
+  std::vector<Op> ops = good.ops();
+  ASSERT_EQ(ops.size(), 2u) << good.str();
+  ASSERT_EQ(ops[0].kind, OpKind::Copy);
+  ops[0].root = ops[1].root;
+  const Plan bad(good.src(), good.dst(), good.strategy(), good.balance(), good.topology(), ops,
+                 good.stats());
+  std::vector<std::vector<float>> src(2, std::vector<float>(32, 1.0f)),
+      dst(2, std::vector<float>(32, 0.0f));
+  LocalWorld world(2);
+  try {
+    world.run([&](Communicator& comm) {
+      const auto me = static_cast<std::size_t>(comm.rank());
+      reshard(bad, comm, src[me].data(), dst[me].data());
+    });
+    ADD_FAILURE() << "accepted";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.field(), "plan") << e.what();
+  }
+}
+
+TEST(Reshard, DeviceOutsideBothMeshesReturnsAtOnce) {
+  const auto src = Layout::parse({8, 8}, DType::f32, "2@0-1:S0R");
+  const auto dst = Layout::parse({8, 8}, DType::f32, "2@2-3:RS0");
+  const Plan p = plan(src, dst);
+  LocalWorld world(6);
+  // Device 5 alone: nobody else runs, so any communication would hang.
+  EXPECT_NO_THROW(world.run([&](Communicator& comm) { reshard(p, comm, nullptr, nullptr); }, {5}));
+}
+
+}  // namespace
+}  // namespace meshcast
