@@ -1,0 +1,203 @@
+// The NCCL transport on one GPU and one rank: the copy, zero and add kernels on strided boxes
+// of every dtype, a send and a receive of strided boxes to itself in one batch (pack, NCCL,
+// unpack), a broadcast, a barrier and single-device reshards, each checked element by element
+// against the same operation on host memory. Skips where no GPU is present.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "meshcast/bootstrap.h"
+#include "meshcast/error.h"
+#include "meshcast/nccl.h"
+#include "meshcast/plan.h"
+#include "meshcast/reshard.h"
+#include "meshcast/verify.h"
+
+namespace meshcast {
+namespace {
+
+// One session for the whole binary (a communicator takes a while to start), torn down before
+// the CUDA runtime is: at the end of the test program, not in a static destructor.
+struct Gpu {
+  std::unique_ptr<TcpBootstrap> boot;
+  std::unique_ptr<NcclSession> nccl;
+  std::string why_not;  // set when there is no session
+};
+
+Gpu& gpu() {
+  static Gpu g = [] {
+    Gpu s;
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+      s.why_not = std::string("no usable GPU here (cudaGetDeviceCount: ") +
+                  (e != cudaSuccess ? cudaGetErrorString(e) : "no device") + ")";
+      return s;
+    }
+    try {
+      s.boot = std::make_unique<TcpBootstrap>("127.0.0.1", 29500, 0, 1);  // size 1: no socket
+      s.nccl = std::make_unique<NcclSession>(*s.boot, NcclOptions{30});
+    } catch (const CommError& err) {
+      s.nccl.reset();
+      s.why_not = std::string("no usable GPU: ") + err.what();
+    }
+    return s;
+  }();
+  return g;
+}
+
+class GpuEnvironment : public testing::Environment {
+ public:
+  void TearDown() override {
+    gpu().nccl.reset();
+    gpu().boot.reset();
+  }
+};
+[[maybe_unused]] const auto* const kEnvironment =
+    testing::AddGlobalTestEnvironment(new GpuEnvironment);
+
+class NcclSingle : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!gpu().nccl) GTEST_SKIP() << gpu().why_not;
+  }
+  NcclSession& nccl() { return *gpu().nccl; }
+  Communicator& comm() { return nccl().world(); }
+
+  // A device copy of host bytes (kept alive by the returned pointer).
+  std::shared_ptr<void> upload(const std::vector<std::byte>& host) {
+    auto d = nccl().allocate(host.size());
+    nccl().upload(host.data(), d.get(), host.size());
+    return d;
+  }
+  std::vector<std::byte> download(const std::shared_ptr<void>& d, std::size_t bytes) {
+    std::vector<std::byte> host(bytes);
+    nccl().download(d.get(), host.data(), bytes);
+    return host;
+  }
+};
+
+std::int64_t volume(const std::vector<std::int64_t>& extent) {
+  return std::accumulate(extent.begin(), extent.end(), std::int64_t{1}, std::multiplies<>());
+}
+
+// `elements` values of `t` starting at test_value(first): small integers, exact in every dtype.
+std::vector<std::byte> values(DType t, std::int64_t elements, std::int64_t first) {
+  const Layout whole = Layout::parse({elements + first}, t, "1@0:R");
+  std::vector<std::byte> all(static_cast<std::size_t>(whole.bytes()));
+  fill_source(whole, 0, all.data());
+  const auto skip = static_cast<std::ptrdiff_t>(first * static_cast<std::int64_t>(dtype_size(t)));
+  return {all.begin() + skip, all.end()};
+}
+
+Region with_base(Region r, void* base) {
+  r.base = base;
+  return r;
+}
+
+// A 3-D box inside a 3-D buffer and a box of the same counts in a differently shaped buffer:
+// the kernels walk both strides.
+const Region kFrom{nullptr, 1, {4, 5, 6}, {1, 1, 2}, {2, 3, 2}};
+const Region kTo{nullptr, 1, {5, 4, 3}, {2, 0, 1}, {2, 3, 2}};
+
+struct Buffers {
+  Region from, to;  // on the host
+  std::vector<std::byte> from_bytes, to_bytes;
+};
+
+Buffers buffers(DType t) {
+  Buffers b{kFrom, kTo, {}, {}};
+  b.from.elem_size = b.to.elem_size = dtype_size(t);
+  b.from_bytes = values(t, volume(kFrom.extent), 0);
+  b.to_bytes = values(t, volume(kTo.extent), 11);  // other values than `from`'s
+  b.from.base = b.from_bytes.data();
+  b.to.base = b.to_bytes.data();
+  return b;
+}
+
+TEST_F(NcclSingle, CopyZeroAddOnStridedBoxesOfEveryDtype) {
+  for (DType t : kAllDTypes) {
+    SCOPED_TRACE(to_string(t));
+    Buffers host = buffers(t);
+    auto from = upload(host.from_bytes), to = upload(host.to_bytes);
+    const Region dfrom = with_base(host.from, from.get()), dto = with_base(host.to, to.get());
+
+    comm().add(dfrom, dto, t);
+    accumulate(host.from, host.to, t);
+    EXPECT_EQ(download(to, host.to_bytes.size()), host.to_bytes) << "add";
+
+    comm().copy(dfrom, dto);
+    copy_region(host.from, host.to);
+    EXPECT_EQ(download(to, host.to_bytes.size()), host.to_bytes) << "copy";
+
+    comm().zero(dfrom);
+    zero_region(host.from);
+    EXPECT_EQ(download(from, host.from_bytes.size()), host.from_bytes) << "zero";
+  }
+}
+
+// NCCL to this very rank: the batch issues the pair as one group. The boxes differ in shape
+// (elements go in row-major order of each), as a plan's may.
+TEST_F(NcclSingle, SendAndReceiveStridedBoxesToItselfInOneBatch) {
+  Buffers host = buffers(DType::f32);
+  Region flat{nullptr, 4, {3, 8}, {1, 2}, {2, 6}};  // 12 elements, like kFrom's box
+  std::vector<std::byte> flat_bytes = values(DType::f32, volume(flat.extent), 5);
+  flat.base = flat_bytes.data();
+  auto from = upload(host.from_bytes), to = upload(flat_bytes);
+  comm().begin_batch();
+  Request reqs[] = {comm().isend(with_base(host.from, from.get()), 0, 7),
+                    comm().irecv(with_base(flat, to.get()), 0, 7)};
+  comm().end_batch();
+  comm().wait_all(reqs);
+  std::vector<std::byte> packed(host.from.bytes());
+  pack(host.from, packed.data());
+  unpack(packed.data(), flat);
+  EXPECT_EQ(download(to, flat_bytes.size()), flat_bytes);
+}
+
+TEST_F(NcclSingle, BroadcastAndBarrierOnAWorldOfOne) {
+  Buffers host = buffers(DType::i32);
+  auto from = upload(host.from_bytes);
+  const int group[] = {0};
+  Request r = comm().ibcast(with_base(host.from, from.get()), 0, group, 3);
+  comm().wait(r);
+  comm().barrier();
+  EXPECT_EQ(download(from, host.from_bytes.size()), host.from_bytes) << "the root's box is kept";
+}
+
+// A one-device plan is one local copy of the tile: every dtype, a few shapes.
+TEST_F(NcclSingle, SingleDeviceReshards) {
+  const Shape shapes[] = {{0}, {1}, {37}, {64, 48}, {3, 5, 7, 2}};
+  for (const Shape& shape : shapes)
+    for (DType t : kAllDTypes) {
+      std::string spec = "1@0:";
+      for (std::size_t d = 0; d < shape.size(); ++d) spec += d == 0 ? "S0" : "R";
+      const Layout src = Layout::parse(shape, t, "1@0:" + std::string(shape.size(), 'R'));
+      const Layout dst = Layout::parse(shape, t, spec);
+      SCOPED_TRACE(shape_str(shape) + " " + to_string(t));
+      std::vector<std::byte> in(static_cast<std::size_t>(src.bytes()));
+      fill_source(src, 0, in.data());
+      auto din = upload(in), dout = nccl().allocate(in.size());
+      reshard(plan(src, dst), comm(), din.get(), dout.get());
+      const auto out = download(dout, in.size());
+      EXPECT_EQ(count_mismatches(dst, 0, out.data()), 0);
+    }
+}
+
+TEST_F(NcclSingle, RefusesWhatItCannotDo) {
+  std::vector<std::byte> one(4);
+  auto d = upload(one);
+  const Region r = Region::contiguous(d.get(), 4);
+  EXPECT_THROW(comm().isend(r, 1, 0), ValidationError) << "a peer outside the world";
+  Region deep{d.get(), 1, std::vector<std::int64_t>(9, 1), std::vector<std::int64_t>(9, 0),
+              std::vector<std::int64_t>(9, 1)};
+  EXPECT_THROW(comm().copy(deep, deep), ValidationError) << "rank 9";
+}
+
+}  // namespace
+}  // namespace meshcast
