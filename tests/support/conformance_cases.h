@@ -622,16 +622,22 @@ inline std::string device_throws(Communicator& comm, int victim, double bound) {
 inline std::string device_exits(Communicator& comm, int victim, double bound,
                                 const std::function<void()>& leave) {
   const TagBlock tags = comm.world().reserve(1);
-  comm.barrier();
   if (comm.rank() == victim) {
+    comm.barrier();
     leave();
     return "left";
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   Boxed in = Boxed::contiguous(64), out = Boxed::contiguous(std::size_t{4} << 20);
-  std::vector<Request> reqs{comm.irecv(in.region, victim, tags.tag(0)),
-                            comm.isend(out.region, victim, tags.tag(0))};
-  return survived(comm, reqs, victim, bound, [&] { comm.wait_all(reqs); });
+  std::vector<Request> reqs;
+  // The barrier is inside: a survivor still in it when the victim's process ends may learn of
+  // the exit there (its watchdog sees the pid gone), which is as right as learning it later.
+  return survived(comm, reqs, victim, bound, [&] {
+    comm.barrier();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    reqs = {comm.irecv(in.region, victim, tags.tag(0)),
+            comm.isend(out.region, victim, tags.tag(0))};
+    comm.wait_all(reqs);
+  });
 }
 
 // The victim stops answering (its thread sleeps `stall` seconds, longer than `bound`) right
