@@ -1,0 +1,70 @@
+// Groups: what Communicator::group refuses, and that operations on groups never share tags.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "meshcast/error.h"
+#include "meshcast/local.h"
+
+namespace meshcast {
+namespace {
+
+std::string refusal(Communicator& comm, std::vector<int> devices) {
+  try {
+    comm.group(std::move(devices));
+  } catch (const ValidationError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(Group, RefusesBadDeviceLists) {
+  LocalWorld world(1);
+  world.run([](Communicator& comm) {
+    EXPECT_EQ(refusal(comm, {}), "group: is empty");
+    EXPECT_EQ(refusal(comm, {0, 0}), "group: device 0 appears twice");
+    EXPECT_EQ(refusal(comm, {0, 1}), "group: device 1 is outside the world of 1");
+    EXPECT_EQ(refusal(comm, {-1}), "group: device -1 is outside the world of 1");
+    EXPECT_THROW(Group().reserve(1), ValidationError);
+  });
+}
+
+// Runs of one group cycle through its window, and no two live groups' tags meet.
+TEST(Group, TagsOfGroupsAndOperationsAreDistinct) {
+  LocalWorld world(1);
+  world.run([](Communicator& comm) {
+    const Group a = comm.group({0}), b = comm.group({0});
+    std::set<int> seen;
+    for (const Group* g : {&comm.world(), &a, &b})
+      for (int op = 0; op < 3; ++op) {
+        const TagBlock t = g->reserve(10);
+        for (std::size_t i = 0; i < 10; ++i) EXPECT_TRUE(seen.insert(t.tag(i)).second);
+      }
+    const std::uint32_t w = a.window();
+    const TagBlock first = a.reserve(w), again = a.reserve(1);  // the window wrapped
+    EXPECT_EQ(again.tag(0), first.tag(0));
+    EXPECT_EQ(a.index_of(0), 0);
+    EXPECT_EQ(comm.world().index_of(3), -1);
+  });
+}
+
+// When the groups the transport's tags can keep apart are all alive, one more is refused; once
+// one dies its window is free again.
+TEST(Group, RefusesMoreLiveGroupsThanTheTagsHold) {
+  LocalWorld world(1);
+  world.run([](Communicator& comm) {
+    std::vector<Group> alive;
+    try {
+      for (int i = 0; i < 1 << 16; ++i) alive.push_back(comm.group({0}));
+      FAIL() << "no refusal";
+    } catch (const ValidationError& e) {
+      EXPECT_NE(std::string(e.what()).find("groups alive at once"), std::string::npos) << e.what();
+    }
+    EXPECT_GT(alive.size(), 1000u);
+    alive.clear();
+    EXPECT_NO_THROW(comm.group({0}));
+  });
+}
+
+}  // namespace
+}  // namespace meshcast
