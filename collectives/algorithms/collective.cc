@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "meshcast/box.h"
+#include "meshcast/cost.h"
 #include "meshcast/error.h"
 #include "node.h"
 #include "program.h"
@@ -15,12 +16,6 @@ namespace {
 using detail::Program;
 using detail::Span;
 
-// Below this, recursive doubling's log2(n) rounds beat the ring's 2(n - 1).
-constexpr std::size_t kSmallBytes = std::size_t{64} << 10;
-// Below this, on several hosts, the hierarchical all-reduce's 2(L - 1) + 2(H - 1) rounds (L
-// devices on each of H hosts) beat a ring's 2(n - 1) (emulated cluster, 5 x 4: 1.8-2x at
-// 64-256 KiB); from about 1 MiB a ring in host order is faster (1.16x at 1 MiB).
-constexpr std::size_t kHierarchicalBytes = std::size_t{512} << 10;
 constexpr std::size_t kBroadcastChunk = std::size_t{256} << 10;
 
 // The caller's rank in the group (Communicator::group refuses empty lists and duplicates).
@@ -253,19 +248,37 @@ Collective start(const Group& group, Program program) {
   return c;
 }
 
-Algorithm choose(Algorithm a, std::size_t bytes, std::span<const int> group,
-                 const std::vector<std::vector<std::size_t>>& hosts, const Topology* t) {
+// The topology the costs are priced on: the caller's, or one host (links like memcpy here).
+const Topology& priced_on(const Topology* t) {
+  static const Topology one = Topology::single_host();
+  return t ? *t : one;
+}
+
+// The cheapest of `costs` (the first on a tie).
+Algorithm cheapest(std::initializer_list<std::pair<Algorithm, double>> costs) {
+  auto best = *costs.begin();
+  for (const auto& c : costs)
+    if (c.second < best.second) best = c;
+  return best.first;
+}
+
+// An all-reduce's (or, `scatter`, a reduce-scatter's) algorithm: the one asked for, or the
+// cheapest by the cost model of recursive doubling (a reduce-scatter all-reduces the whole
+// vector), the ring in the group's order and, where the group spans hosts evenly, the
+// hierarchical algorithm.
+Algorithm choose(Algorithm a, const detail::CostOf& c,
+                 const std::vector<std::vector<std::size_t>>& hosts, bool scatter) {
   if (a != Algorithm::Auto) return a;
-  if (bytes < kSmallBytes || group.size() < 3) return Algorithm::RecursiveDoubling;
-  if (hosts.empty()) return Algorithm::Ring;
-  if (bytes < kHierarchicalBytes) return Algorithm::Hierarchical;
-  // A ring whose members come host by host crosses each host's link once per round, as the
-  // hierarchical algorithm does, in fewer steps (measured 1.2-1.5x faster on the emulated
-  // cluster); a ring that hops between hosts more often loads their links more.
-  std::size_t crossings = 0;
-  for (std::size_t i = 0; i < group.size(); ++i)
-    crossings += t->host_of(group[i]) != t->host_of(group[(i + 1) % group.size()]);
-  return crossings > hosts.size() ? Algorithm::Hierarchical : Algorithm::Ring;
+  const double doubling = detail::recursive_doubling_all_reduce_cost(c);
+  const double ring =
+      scatter ? detail::ring_reduce_scatter_cost(c) : detail::ring_all_reduce_cost(c);
+  if (hosts.empty())
+    return cheapest({{Algorithm::RecursiveDoubling, doubling}, {Algorithm::Ring, ring}});
+  return cheapest(
+      {{Algorithm::RecursiveDoubling, doubling},
+       {Algorithm::Ring, ring},
+       {Algorithm::Hierarchical, scatter ? detail::hierarchical_reduce_scatter_cost(c, hosts)
+                                         : detail::hierarchical_all_reduce_cost(c, hosts)}});
 }
 
 }  // namespace
@@ -279,7 +292,8 @@ Collective iall_reduce(const Group& group, const void* send, void* recv, std::in
   Program p(dtype, op);
   const std::size_t bytes = static_cast<std::size_t>(count) * p.elem();
   const auto hosts = host_groups(members, o.topology);
-  const Algorithm algorithm = choose(o.algorithm, bytes, members, hosts, o.topology);
+  const Algorithm algorithm = choose(
+      o.algorithm, {members, priced_on(o.topology), static_cast<double>(bytes)}, hosts, false);
   // The ring and halving-doubling read send themselves; the others work in recv.
   if (send != recv && algorithm != Algorithm::Ring && algorithm != Algorithm::HalvingDoubling)
     p.add_round().copies.push_back(
@@ -315,10 +329,8 @@ Collective ireduce_scatter(const Group& group, const void* send, void* recv, std
   Program p(dtype, op);
   const std::size_t bytes = static_cast<std::size_t>(count) * p.elem();
   const auto hosts = host_groups(members, o.topology);
-  // As the all-reduce chooses (with 2 members the ring is one round too, of half the bytes).
-  const Algorithm a = o.algorithm == Algorithm::Auto && members.size() < 3
-                          ? Algorithm::Ring
-                          : choose(o.algorithm, bytes, members, hosts, o.topology);
+  const Algorithm a = choose(
+      o.algorithm, {members, priced_on(o.topology), static_cast<double>(bytes)}, hosts, true);
   if (a == Algorithm::Hierarchical && hosts.empty())
     throw ValidationError("algorithm", kHierarchicalNeeds);
   if (a == Algorithm::RecursiveDoubling) {
@@ -330,8 +342,7 @@ Collective ireduce_scatter(const Group& group, const void* send, void* recv, std
     p.add_round().copies.push_back({p.at(whole, pieces[me].lo), static_cast<std::byte*>(recv),
                                     static_cast<std::size_t>(pieces[me].size()) * p.elem()});
   } else if (a == Algorithm::Hierarchical) {
-    // The host-order ring's bytes over each host link in H rounds (measured 2x the ring at
-    // 64-256 KiB on the emulated cluster, 0.7-0.9x at 1-4 MiB: auto keeps it below 512 KiB).
+    // The host-order ring's bytes over each host link in H rounds.
     detail::hierarchical_reduce_scatter(p, members, me, send, recv, pieces, hosts);
   } else {
     detail::ring_reduce_scatter(p, members, me, send, nullptr, recv, pieces);
@@ -358,24 +369,36 @@ Collective iall_gatherv(const Group& group, const void* send, void* recv,
   p.add_round().copies.push_back({static_cast<const std::byte*>(send), p.at(recv, pieces[me].lo),
                                   static_cast<std::size_t>(pieces[me].size()) * p.elem()});
   // log2(n) rounds instead of the ring's n - 1 (recursive doubling for a power of two, Bruck's
-  // algorithm otherwise) where asked, where the data are small (rounds of latency cost more than
-  // bytes), and for a power of two without hosts; on several hosts, hierarchical (a host's link
-  // carries what a ring in host order puts on it, in H rounds); else, or where asked, the ring.
+  // algorithm otherwise), hierarchical on several hosts (a host's link carries what a ring in
+  // host order puts on it, in H rounds), or the ring: as asked, or with auto the cheapest by the
+  // cost model (halving-doubling asks for doubling where the group is a power of two without
+  // hosts).
   const bool pow2 = (members.size() & (members.size() - 1)) == 0;
   const std::size_t bytes = static_cast<std::size_t>(pieces.back().hi) * p.elem();
   const auto hosts = host_groups(members, o.topology);
   if (o.algorithm == Algorithm::Hierarchical && hosts.empty())
     throw ValidationError("algorithm", kHierarchicalNeeds);
-  const bool logarithmic =
-      o.algorithm == Algorithm::RecursiveDoubling ||
-      (o.algorithm == Algorithm::Auto && bytes < kSmallBytes) ||
-      (pow2 && hosts.empty() &&
-       (o.algorithm == Algorithm::Auto || o.algorithm == Algorithm::HalvingDoubling));
+  Algorithm a = o.algorithm;
+  if (a == Algorithm::HalvingDoubling)  // no such all-gather: the nearest
+    a = pow2 && hosts.empty() ? Algorithm::RecursiveDoubling
+        : hosts.empty()       ? Algorithm::Ring
+                              : Algorithm::Hierarchical;
+  if (a == Algorithm::Auto) {
+    const detail::CostOf c{members, priced_on(o.topology), static_cast<double>(bytes)};
+    const double log_cost =
+        pow2 ? detail::doubling_all_gather_cost(c) : detail::bruck_all_gather_cost(c);
+    a = cheapest(
+        {{Algorithm::RecursiveDoubling, log_cost},
+         {Algorithm::Hierarchical, hosts.empty() ? std::numeric_limits<double>::infinity()
+                                                 : detail::hierarchical_all_gather_cost(c, hosts)},
+         {Algorithm::Ring, detail::ring_all_gather_cost(c)}});
+  }
+  const bool logarithmic = a == Algorithm::RecursiveDoubling;
   if (logarithmic && pow2)
     detail::doubling_all_gather(p, members, me, recv, pieces);
   else if (logarithmic)
     detail::bruck_all_gather(p, members, me, recv, pieces);
-  else if (o.algorithm != Algorithm::Ring && !hosts.empty())
+  else if (a == Algorithm::Hierarchical)
     detail::hierarchical_all_gather(p, members, me, recv, pieces, hosts);
   else
     detail::ring_all_gather(p, members, me, recv, pieces);
@@ -487,6 +510,32 @@ std::vector<Span> split(std::int64_t count, std::size_t n) {
     out.push_back({r.lo, r.hi});
   }
   return out;
+}
+
+double round_cost(std::span<const int> members, const Topology& t, double bytes,
+                  std::size_t messages, const std::function<std::size_t(std::size_t)>& to) {
+  // Messages to other hosts per NIC (host x NICs + the sender's NIC), counted by sorting.
+  std::vector<std::int64_t> nics;
+  bool inside = false;
+  const auto per_host = static_cast<std::int64_t>(t.nics_per_host());
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const std::size_t j = to(i);
+    if (j == i) continue;
+    const int h = t.host_of(members[i]);
+    if (h == t.host_of(members[j]))
+      inside = true;
+    else
+      nics.push_back(h * per_host + t.nic_of(members[i]));
+  }
+  std::sort(nics.begin(), nics.end());
+  std::int64_t busiest = 0;
+  for (std::size_t i = 0, k = 0; i < nics.size(); i = k) {
+    while (k < nics.size() && nics[k] == nics[i]) ++k;
+    busiest = std::max(busiest, static_cast<std::int64_t>(k - i));
+  }
+  const auto m = static_cast<std::int64_t>(messages);
+  const double network = busiest ? round_seconds(bytes, m, busiest * m, t) : 0;
+  return std::max(network, inside ? round_seconds(bytes, m, 0, t) : 0.0);
 }
 
 std::vector<Span> shifted(std::vector<Span> spans, std::int64_t base) {

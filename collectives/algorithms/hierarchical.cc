@@ -6,6 +6,7 @@
 // H rounds instead of n - 1. The reduce-scatter: the same in reverse.
 #include <algorithm>
 
+#include "meshcast/cost.h"
 #include "program.h"
 
 namespace meshcast::detail {
@@ -105,6 +106,55 @@ void hierarchical_reduce_scatter(Program& p, std::span<const int> members, std::
   std::vector<int> rail;
   for (const auto& h : hosts) rail.push_back(members[h[local]]);
   ring_reduce_scatter(p, rail, host, sum, nullptr, mine, packed);
+}
+
+namespace {
+
+// The rail ring of a hierarchical algorithm: every member sends to the member of its local
+// index on the next host, all rails at once (they share each host's NICs).
+double rail_rounds(const CostOf& c, const std::vector<std::vector<std::size_t>>& hosts,
+                   double rounds, double bytes) {
+  std::vector<std::size_t> next(c.members.size());
+  for (std::size_t h = 0; h < hosts.size(); ++h)
+    for (std::size_t l = 0; l < hosts[h].size(); ++l)
+      next[hosts[h][l]] = hosts[(h + 1) % hosts.size()][l];
+  return rounds * round_cost(c.members, c.t, bytes, 1, [&](std::size_t i) { return next[i]; });
+}
+
+// The exchange inside each host: every member posts `messages` messages of `bytes` to each
+// other member of its host (one round; no NIC).
+double host_exchange(const CostOf& c, const std::vector<std::vector<std::size_t>>& hosts,
+                     double messages, double bytes) {
+  const auto l = static_cast<double>(hosts.front().size());
+  return round_seconds(bytes, static_cast<std::int64_t>(messages * (l - 1)), 0, c.t);
+}
+
+}  // namespace
+
+// A ring inside each host (L - 1 rounds of bytes / L) to reduce-scatter and one to all-gather;
+// between them the rails reduce-scatter and all-gather each local piece (2(H - 1) rounds of
+// bytes / n).
+double hierarchical_all_reduce_cost(const CostOf& c,
+                                    const std::vector<std::vector<std::size_t>>& hosts) {
+  const auto h = static_cast<double>(hosts.size()), l = static_cast<double>(hosts.front().size());
+  const auto n = static_cast<double>(c.members.size());
+  return 2 * (l - 1) * round_seconds(c.bytes / l, 1, 0, c.t) +
+         rail_rounds(c, hosts, 2 * (h - 1), c.bytes / n);
+}
+
+// The rails gather (H - 1 rounds of bytes / n), then each member sends its H pieces to every
+// other member of its host.
+double hierarchical_all_gather_cost(const CostOf& c,
+                                    const std::vector<std::vector<std::size_t>>& hosts) {
+  const auto h = static_cast<double>(hosts.size());
+  const double piece = c.bytes / static_cast<double>(c.members.size());
+  return rail_rounds(c, hosts, h - 1, piece) + host_exchange(c, hosts, h, piece);
+}
+
+// The same in reverse.
+double hierarchical_reduce_scatter_cost(const CostOf& c,
+                                        const std::vector<std::vector<std::size_t>>& hosts) {
+  return hierarchical_all_gather_cost(c, hosts);
 }
 
 }  // namespace meshcast::detail

@@ -6,11 +6,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "meshcast/collectives.h"
+#include "meshcast/topology.h"
 
 namespace meshcast::detail {
 
@@ -126,6 +128,32 @@ void hierarchical_reduce_scatter(Program& p, std::span<const int> members, std::
 // in chunks, each member forwarding chunk k while it receives chunk k + 1.
 void chain_broadcast(Program& p, std::span<const int> members, std::size_t me, void* buf,
                      std::size_t bytes, std::size_t chunk);
+// What the algorithms cost, for `bytes` in all (the whole vector) over `members` on `t`: each
+// states its rounds (how many messages each member posts, of how many bytes, to whom) and
+// round_cost prices a round with the one cost model (meshcast/cost.h, round_seconds). `auto`
+// runs the cheapest. `hosts` as for the hierarchical algorithms.
+struct CostOf {
+  std::span<const int> members;
+  const Topology& t;
+  double bytes;
+};
+// A round in which member i posts `messages` messages of `bytes` each to members[to(i)] (to(i)
+// == i: none): the messages to other hosts share the NICs they leave through.
+double round_cost(std::span<const int> members, const Topology& t, double bytes,
+                  std::size_t messages, const std::function<std::size_t(std::size_t)>& to);
+double ring_all_reduce_cost(const CostOf& c);
+double ring_reduce_scatter_cost(const CostOf& c);
+double ring_all_gather_cost(const CostOf& c);
+double recursive_doubling_all_reduce_cost(const CostOf& c);
+double doubling_all_gather_cost(const CostOf& c);
+double bruck_all_gather_cost(const CostOf& c);
+double hierarchical_all_reduce_cost(const CostOf& c,
+                                    const std::vector<std::vector<std::size_t>>& hosts);
+double hierarchical_all_gather_cost(const CostOf& c,
+                                    const std::vector<std::vector<std::size_t>>& hosts);
+double hierarchical_reduce_scatter_cost(const CostOf& c,
+                                        const std::vector<std::vector<std::size_t>>& hosts);
+
 // All-to-all(v): every send block posted at once, the caller's own block copied.
 void all_to_allv(Program& p, std::span<const int> members, std::size_t me, const void* send,
                  std::span<const std::int64_t> send_counts, void* recv,

@@ -127,4 +127,50 @@ void halving_doubling_all_reduce(Program& p, std::span<const int> members, std::
   if (me < extra) p.add_round().sends.push_back({members[me + p2], data, total});
 }
 
+namespace {
+
+std::size_t power_below(std::size_t n) {
+  std::size_t p2 = 1;
+  while (p2 * 2 <= n) p2 *= 2;
+  return p2;
+}
+
+}  // namespace
+
+// log2(p2) rounds exchanging the whole vector with the partner (i ^ mask), and for members
+// beyond the largest power of two p2 one round to fold in and one to hand the result back.
+double recursive_doubling_all_reduce_cost(const CostOf& c) {
+  const std::size_t n = c.members.size(), p2 = power_below(std::max<std::size_t>(n, 1));
+  if (n < 2) return 0;
+  double s = 0;
+  for (std::size_t mask = 1; mask < p2; mask *= 2)
+    s += round_cost(c.members, c.t, c.bytes, 1,
+                    [&](std::size_t i) { return i < p2 ? i ^ mask : i; });
+  if (n > p2)
+    s += 2 * round_cost(c.members, c.t, c.bytes, 1,
+                        [&](std::size_t i) { return i >= p2 ? i - p2 : i; });
+  return s;
+}
+
+// Round k exchanges the 2^k pieces gathered so far with the partner (i ^ 2^k).
+double doubling_all_gather_cost(const CostOf& c) {
+  const std::size_t n = c.members.size();
+  double s = 0;
+  for (std::size_t mask = 1; mask < n; mask *= 2)
+    s += round_cost(c.members, c.t, c.bytes * static_cast<double>(mask) / static_cast<double>(n), 1,
+                    [&](std::size_t i) { return i ^ mask; });
+  return s;
+}
+
+// Round k passes min(2^k, n - 2^k) pieces to the member 2^k before.
+double bruck_all_gather_cost(const CostOf& c) {
+  const std::size_t n = c.members.size();
+  double s = 0;
+  for (std::size_t k = 1; k < n; k *= 2)
+    s += round_cost(c.members, c.t,
+                    c.bytes * static_cast<double>(std::min(k, n - k)) / static_cast<double>(n), 1,
+                    [&](std::size_t i) { return (i + n - k) % n; });
+  return s;
+}
+
 }  // namespace meshcast::detail

@@ -67,4 +67,16 @@ void ring_all_gather(Program& p, std::span<const int> members, std::size_t me, v
   }
 }
 
+// n - 1 rounds in which every member sends one piece (bytes / n) to the next.
+double ring_reduce_scatter_cost(const CostOf& c) {
+  const std::size_t n = c.members.size();
+  if (n < 2) return 0;
+  return static_cast<double>(n - 1) * round_cost(c.members, c.t, c.bytes / static_cast<double>(n),
+                                                 1, [n](std::size_t i) { return (i + 1) % n; });
+}
+
+double ring_all_gather_cost(const CostOf& c) { return ring_reduce_scatter_cost(c); }
+
+double ring_all_reduce_cost(const CostOf& c) { return 2 * ring_reduce_scatter_cost(c); }
+
 }  // namespace meshcast::detail

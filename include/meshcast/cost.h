@@ -27,10 +27,9 @@ struct LinkLoad {
 };
 
 struct Prediction {
-  // The analytic model: a list schedule of the ops over the links, each op taking the latency
-  // of its hops plus bytes / bandwidth of its slowest link class plus, for a chain, the
-  // pipeline fill of one chunk per extra hop; a link carries one op at a time. plan() records
-  // this as PlanStats::predicted_seconds.
+  // The analytic model: phase after phase, the busiest link's time plus the longest latency,
+  // or the slowest op alone (a long chain: every hop's latency, overhead and fill), whichever is
+  // more. plan() records this as PlanStats::predicted_seconds.
   double seconds = 0;
   // The busiest link's bytes / bandwidth: no schedule of these ops is faster.
   double bound_seconds = 0;
@@ -55,5 +54,21 @@ struct Simulation {
 // Throws as predict().
 Simulation simulate(const Plan& plan, const Topology& topology,
                     std::int64_t chunk_bytes = kDefaultChunkBytes);
+
+// The cost model's primitives, for transfers priced without a plan (the collectives' choice of
+// algorithm). The same formulas as predict() and simulate() (docs/model.md): a message costs
+// its sender the link class's `overhead` and its port bytes / intra bandwidth, crosses a NIC at
+// Topology::nic_bandwidth() (in parallel with the port) and arrives a `latency` later.
+//
+// `bytes` along a pipelined chain of `net_hops` hops between hosts and `intra_hops` inside
+// hosts, in messages of `chunk` bytes (>= 1), alone on idle links.
+double chain_seconds(std::int64_t bytes, int net_hops, int intra_hops, const Topology& topology,
+                     std::int64_t chunk = kDefaultChunkBytes);
+// A round of messages posted at once: every sender posts `messages` messages of `bytes` each;
+// `per_nic` of all the round's messages leave through the busiest NIC (0: the round stays inside
+// hosts). latency + the busiest of a sender's port (messages x (overhead + bytes / intra
+// bandwidth)) and that NIC (per_nic x bytes / NIC bandwidth).
+double round_seconds(double bytes, std::int64_t messages, std::int64_t per_nic,
+                     const Topology& topology);
 
 }  // namespace meshcast

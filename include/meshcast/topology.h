@@ -11,14 +11,23 @@
 
 namespace meshcast {
 
+// Per-message overheads that a topology file's link takes when it gives no `overhead_us`
+// (docs/topology.md): what posting one message costs an MPI-like transport's sender.
+inline constexpr double kDefaultIntraOverhead = 1e-6;
+inline constexpr double kDefaultNetworkOverhead = 2e-6;
+
+// A LogGP-like link class: a message of b bytes over it costs its sender `overhead` (the sender
+// is busy: n messages from one device take n x overhead), then travels `latency` and streams at
+// `bandwidth`.
 struct LinkClass {
   LinkClass() = default;
   LinkClass(std::string name_, double bandwidth_, double latency_,
-            std::optional<double> chain_latency_ = {})
+            std::optional<double> chain_latency_ = {}, double overhead_ = 0)
       : name(std::move(name_)),
         bandwidth(bandwidth_),
         latency(latency_),
-        chain_latency(chain_latency_) {}
+        chain_latency(chain_latency_),
+        overhead(overhead_) {}
 
   std::string name;
   double bandwidth = 0;  // bytes per second
@@ -26,6 +35,9 @@ struct LinkClass {
   // Seconds one hop of a pipelined chain adds, when it differs from `latency`: a chain moves
   // small chunks, which a transport may send without the handshake a large message waits for.
   std::optional<double> chain_latency;
+  // Seconds of the sender's time per message it posts (a chain's hop posts one per chunk). Built
+  // in C++ a class has none unless given; from a file it defaults as above.
+  double overhead = 0;
   double hop_latency(bool chained) const {
     return chained && chain_latency ? *chain_latency : latency;
   }
@@ -71,8 +83,8 @@ class Topology {
  private:
   std::string name_ = "single-host";
   std::string description_;
-  LinkClass intra_{"intra", 12e9, 2e-6};
-  LinkClass network_{"network", 12e9, 2e-6};
+  LinkClass intra_{"intra", 12e9, 2e-6, {}, kDefaultIntraOverhead};
+  LinkClass network_{"network", 12e9, 2e-6, {}, kDefaultIntraOverhead};
   bool all_on_one_ = true;
   int nics_per_host_ = 1;          // network_.bandwidth is the host's total over its NICs
   std::vector<int> host_of_;       // device id -> host, -1 where unplaced

@@ -71,6 +71,10 @@ OpTime LinkTimeline::link_time(std::int64_t bytes, bool remote) const {
           static_cast<double>(bytes) / (remote ? topology_->nic_bandwidth() : l.bandwidth)};
 }
 
+double LinkTimeline::overhead(bool remote) const {
+  return (remote ? topology_->network() : topology_->intra()).overhead;
+}
+
 void LinkTimeline::entry_nics(const std::vector<int>& peers, int root_host, std::size_t root_nic,
                               std::vector<std::size_t>& nics) const {
   std::vector<std::uint64_t> keys;  // the chain keys of the peers off the root's host
@@ -249,21 +253,32 @@ double LinkTimeline::place(const Op& op, std::int64_t bytes) {
         nics_in.push_back(dev_[root].nic);
         start = std::max(start, in_[dev_[root].nic]);
       }
-      // Contributions share the root's receive port and, from other hosts, its host's link.
+      // Contributions share the root's receive port and, from other hosts, its host's link;
+      // each contributor posts one message (its overhead, in parallel with the others').
       for (const auto& [n, r] : {std::pair{local, false}, std::pair{remote, true}})
         if (n) {
           const OpTime t = link_time(n * bytes, r);
-          time = {std::max(time.latency, t.latency), std::max(time.occupancy, t.occupancy)};
+          time = {std::max(time.latency, t.latency),
+                  std::max(time.occupancy, t.occupancy + overhead(r))};
         }
       break;
     }
   }
   // Links are busy for the occupancy; the data has arrived a latency later.
   const double end = start + time.total(), busy = start + time.occupancy;
-  // A device port carries k transfers of the box at its own (intra-host) rate: a chain paced by
-  // the network keeps the network links busy for its whole occupancy, the ports only for that.
+  // A device port carries k transfers of the box at its own (intra-host) rate, and a sender's
+  // port also posts its messages (the overhead of each; a chain sends one per chunk): a chain
+  // paced by the network keeps the network links busy for its whole occupancy, the ports only
+  // for that.
   const double unit = static_cast<double>(bytes) / topology_->intra().bandwidth;
-  auto port = [&](double k) { return start + std::min(time.occupancy, k * unit); };
+  auto port = [&](double k, double posting = 0) {
+    return start + std::min(time.occupancy, k * unit + posting);
+  };
+  const double chunks = static_cast<double>(messages(bytes, chunk_));
+  // A chain member's messages go to the next in op.peers: between hosts or inside one.
+  auto posting = [&](int from, std::size_t next) {
+    return chunks * overhead(next < op.peers.size() && host(op.peers[next]) != host(from));
+  };
   auto finish = [&](std::size_t i) { dev_[i].finish = std::max(dev_[i].finish, end); };
   switch (op.kind) {
     case OpKind::Copy:
@@ -271,13 +286,14 @@ double LinkTimeline::place(const Op& op, std::int64_t bytes) {
       dev_[root].recv = busy;
       break;
     case OpKind::Multicast:
-      dev_[root].send = port(1);
+      dev_[root].send = port(1, posting(op.root, 0));
       dev_[root].sent_bytes += bytes;
-      for (int r : op.peers) {
+      for (std::size_t k = 0; k < op.peers.size(); ++k) {
+        const int r = op.peers[k];
         Device& d = dev_[index(r)];
         d.recv = port(1);
         if (r != last) {  // chain members forward what they receive, all but the last
-          d.send = port(1);
+          d.send = port(1, posting(r, k + 1));
           d.sent_bytes += bytes;
         }
         finish(index(r));
@@ -289,7 +305,7 @@ double LinkTimeline::place(const Op& op, std::int64_t bytes) {
                static_cast<double>(std::count(op.peers.begin(), op.peers.end(), op.root)));
       for (int c : op.peers) {
         if (c == op.root) continue;
-        dev_[index(c)].send = port(1);
+        dev_[index(c)].send = port(1, overhead(host(c) != hr));
         dev_[index(c)].sent_bytes += bytes;
         finish(index(c));
       }

@@ -1,9 +1,9 @@
-// The planner's time model (the analytic model of meshcast/cost.h): list scheduling of a plan's
-// ops over the devices' send and receive ports and each host's network link (in and out). An op
-// keeps its links busy for its occupancy (lib/plan/links.h: bytes / bandwidth of the slowest link
-// class it crosses, plus a chain's pipeline fill) and ends a latency later; the links are free
-// again at the end of the occupancy, so the latencies of ops in a row overlap. Internal to
-// lib/plan/.
+// The planner's time model: list scheduling of a plan's ops over the devices' send and receive
+// ports and each host's network link (in and out), with the op times of the one cost model
+// (lib/plan/links.h, chain_time). An op keeps its links busy for its occupancy and ends a latency
+// later; the links are free again at the end of the occupancy, so the latencies of ops in a row
+// overlap. A sender's port is also busy posting its messages (per-message overhead), so n tiny
+// sends from one device take about n x overhead. Internal to lib/plan/.
 #pragma once
 
 #include <cstdint>
@@ -65,6 +65,8 @@ class LinkTimeline {
   // A multicast's time to `net_hops` receiving hosts other than the root's and `peers` peers.
   OpTime multicast_time(std::int64_t bytes, int net_hops, std::size_t peers) const;
   OpTime link_time(std::int64_t bytes, bool remote) const;
+  // The per-message overhead of a message between hosts (remote) or inside one.
+  double overhead(bool remote) const;
 
   const Topology* topology_;
   std::vector<int> devices_;

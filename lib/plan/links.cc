@@ -6,23 +6,33 @@
 
 namespace meshcast::detail {
 
+std::int64_t messages(std::int64_t bytes, std::int64_t chunk) {
+  return std::max<std::int64_t>(1, bytes / chunk + (bytes % chunk != 0));
+}
+
+double stage_time(double message_bytes, bool network, const Topology& topology) {
+  const double port = (network ? topology.network() : topology.intra()).overhead +
+                      message_bytes / topology.intra().bandwidth;
+  return network ? std::max(port, message_bytes / topology.nic_bandwidth()) : port;
+}
+
 OpTime chain_time(std::int64_t bytes, int net_hops, int intra_hops, const Topology& topology,
                   std::int64_t chunk) {
   if (net_hops + intra_hops == 0) return {};
-  const LinkClass& net = topology.network();
-  const LinkClass& intra = topology.intra();
-  const double b = static_cast<double>(bytes);
-  const double c = static_cast<double>(std::min(chunk, bytes));
-  // A hop between hosts goes through one NIC of each.
-  const double nic = topology.nic_bandwidth();
-  double slowest = 0;  // the least bandwidth among the classes the chain uses
-  if (net_hops) slowest = nic;
-  if (intra_hops) slowest = slowest > 0 ? std::min(slowest, intra.bandwidth) : intra.bandwidth;
-  // The first chunk crosses every hop; the rest streams at the slowest hop's rate.
-  const double fill = net_hops * c / nic + intra_hops * c / intra.bandwidth;
+  const std::int64_t m = messages(bytes, chunk);
+  const double c = static_cast<double>(bytes) / static_cast<double>(m);
+  const double net = stage_time(c, true, topology), intra = stage_time(c, false, topology);
+  const double slowest = std::max(net_hops ? net : 0.0, intra_hops ? intra : 0.0);
   const bool chained = net_hops + intra_hops > 1;
-  return {net_hops * net.hop_latency(chained) + intra_hops * intra.hop_latency(chained),
-          fill + (b - c) / slowest};
+  return {net_hops * topology.network().hop_latency(chained) +
+              intra_hops * topology.intra().hop_latency(chained),
+          net_hops * net + intra_hops * intra + static_cast<double>(m - 1) * slowest};
+}
+
+double send_weight(std::int64_t bytes, std::int64_t m, bool network, const Topology& topology) {
+  if (bytes == 0) return 1;  // an empty flow moves nothing; its overhead waits with the latency
+  const double o = (network ? topology.network() : topology.intra()).overhead;
+  return 1 + static_cast<double>(m) * o * topology.intra().bandwidth / static_cast<double>(bytes);
 }
 
 void check_chunk(std::int64_t chunk) {
@@ -62,13 +72,18 @@ std::string Links::name(std::size_t link) const {
   return "host " + h + (link % 2 ? " in" : " out");
 }
 
-void Links::hop(int from, int to, std::vector<std::size_t>& links) const {
-  links.push_back(recv(to));
+void Links::hop(int from, int to, std::int64_t m, Flow& f) const {
+  const auto add = [&f](std::size_t link, double weight) {
+    f.links.push_back(link);
+    f.weights.push_back(weight);
+  };
+  add(recv(to), 1);
   if (from == to) return;
-  links.push_back(send(from));
-  if (host(from) != host(to)) {
-    links.push_back(out(from));
-    links.push_back(in(to));
+  const bool remote = host(from) != host(to);
+  add(send(from), send_weight(f.bytes, m, remote, *topology_));
+  if (remote) {
+    add(out(from), 1);
+    add(in(to), 1);
   }
 }
 
@@ -78,15 +93,16 @@ OpTime Links::flows(const Op& op, std::int64_t bytes, std::int64_t chunk,
   switch (op.kind) {
     case OpKind::Zero:
       return {};
-    case OpKind::Copy:
-      out.push_back({{}, bytes});
-      hop(op.root, op.root, out.back().links);
-      return chain_time(bytes, 0, 1, t, chunk);
+    case OpKind::Copy:  // a local copy: no message, no overhead
+      out.push_back({{}, {}, bytes});
+      hop(op.root, op.root, 0, out.back());
+      return {t.intra().latency, static_cast<double>(bytes) / t.intra().bandwidth};
     case OpKind::Multicast: {
-      Flow f{{}, bytes};
+      Flow f{{}, {}, bytes};
+      const std::int64_t m = messages(bytes, chunk);
       int prev = op.root, net = 0;
       for (int p : op.peers) {
-        hop(prev, p, f.links);
+        hop(prev, p, m, f);
         net += host(prev) != host(p);
         prev = p;
       }
@@ -97,8 +113,8 @@ OpTime Links::flows(const Op& op, std::int64_t bytes, std::int64_t chunk,
       OpTime time;
       for (int c : op.peers) {
         if (c == op.root) continue;
-        out.push_back({{}, bytes});
-        hop(c, op.root, out.back().links);
+        out.push_back({{}, {}, bytes});
+        hop(c, op.root, 1, out.back());
         const bool remote = host(c) != host(op.root);
         time.latency = std::max(time.latency, (remote ? t.network() : t.intra()).latency);
       }
@@ -108,20 +124,23 @@ OpTime Links::flows(const Op& op, std::int64_t bytes, std::int64_t chunk,
   return {};
 }
 
-std::vector<LinkLoad> Links::loads(const Plan& plan) const {
+std::vector<LinkLoad> Links::loads(const Plan& plan, std::int64_t chunk) const {
   const std::int64_t elem = static_cast<std::int64_t>(dtype_size(plan.src().dtype()));
   std::vector<std::int64_t> bytes(size(), 0);
+  std::vector<double> seconds(size(), 0);
   std::vector<Flow> fs;
   for (const Op& op : plan.ops()) {
     fs.clear();
-    flows(op, op.box.volume() * elem, kDefaultChunkBytes, fs);
+    flows(op, op.box.volume() * elem, chunk, fs);
     for (const Flow& f : fs)
-      for (std::size_t l : f.links) bytes[l] += f.bytes;
+      for (std::size_t k = 0; k < f.links.size(); ++k) {
+        bytes[f.links[k]] += f.bytes;
+        seconds[f.links[k]] += f.seconds(k, *this);
+      }
   }
   std::vector<LinkLoad> out;
   for (std::size_t l = 0; l < size(); ++l)
-    if (bytes[l] > 0)
-      out.push_back({name(l), network(l), bytes[l], static_cast<double>(bytes[l]) / bandwidth(l)});
+    if (bytes[l] > 0) out.push_back({name(l), network(l), bytes[l], seconds[l]});
   std::stable_sort(out.begin(), out.end(),
                    [](const LinkLoad& a, const LinkLoad& b) { return a.seconds > b.seconds; });
   return out;
@@ -140,9 +159,9 @@ double Links::analytic_seconds(const std::vector<Op>& ops, std::int64_t elem_siz
     const OpTime t = flows(op, op.box.volume() * elem_size, chunk, fs);
     double longest = 0;  // a reduce's occupancy: its busiest link's share of it
     for (const Flow& f : fs)
-      for (std::size_t l : f.links) {
-        load[p * size() + l] += static_cast<double>(f.bytes) / bandwidth(l);
-        longest = std::max(longest, static_cast<double>(f.bytes) / bandwidth(l));
+      for (std::size_t k = 0; k < f.links.size(); ++k) {
+        load[p * size() + f.links[k]] += f.seconds(k, *this);
+        longest = std::max(longest, f.seconds(k, *this));
       }
     latency[p] = std::max(latency[p], t.latency);
     alone[p] = std::max(alone[p], t.latency + (op.kind == OpKind::Reduce ? longest : t.occupancy));

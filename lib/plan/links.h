@@ -19,12 +19,24 @@ struct OpTime {
   double total() const { return latency + occupancy; }
 };
 
-// A pipelined chain of `net_hops` hops between hosts and `intra_hops` inside hosts carrying
-// `bytes` in chunks of `chunk`: every hop's latency, the fill of one chunk per hop, and the rest
-// at the slowest hop's bandwidth; a hop's latency is the link's chain latency. One hop (a single
-// message, not a chain): latency + bytes / bandwidth.
+// The one cost model (LogGP-like), shared by the list schedule, predict(), the simulator and
+// the collectives. A chain sends a box in messages of `chunk` bytes (at least one, even over
+// one hop: lib/exec/chain.cc); m = messages(), c = bytes / m. A hop's sender port posts each
+// message (its class's overhead o) and copies it out (c / intra bandwidth); a hop between hosts
+// also streams it through two NICs (c / NIC bandwidth), in parallel with the port. So a hop
+// takes per message
+//   stage = o + c / B_intra                                 inside a host,
+//   stage = max(o + c / B_intra, c / B_nic)                 between hosts,
+// and a chain of hops h takes
+//   sum_h latency_h + sum_h stage_h + (m - 1) max_h stage_h
+// (every hop's latency, the first message across every hop, the rest at the slowest stage).
+std::int64_t messages(std::int64_t bytes, std::int64_t chunk);
+double stage_time(double message_bytes, bool network, const Topology& topology);
 OpTime chain_time(std::int64_t bytes, int net_hops, int intra_hops, const Topology& topology,
                   std::int64_t chunk);
+// The weight of a hop's sender port in a flow of `bytes` (in m messages) over it: the port's
+// time per byte of the flow is weight / B_intra (the copy plus the overhead per message).
+double send_weight(std::int64_t bytes, std::int64_t m, bool network, const Topology& topology);
 
 // Refuses a chunk < 1 (ValidationError "chunk_bytes").
 void check_chunk(std::int64_t chunk);
@@ -50,20 +62,28 @@ class Links {
   std::string name(std::size_t link) const;
   int host(int device) const { return host_[slot(device)]; }
 
-  // Appends the links of a transfer from -> to (from == to: a local copy, the receive port).
-  void hop(int from, int to, std::vector<std::size_t>& links) const;
   // The op's transfers as (links, bytes) flows: a multicast is one flow over its whole chain
-  // (root -> peers[0] -> peers[1] ...), a reduce one flow per contributor other than the root,
-  // a copy one flow on the device's receive port, a zero none. Also returns the op's time alone
-  // on idle links (its latency and occupancy).
+  // (root -> peers[0] -> peers[1] ...), a reduce one flow per contributor other than the root
+  // (one message each), a copy one flow on the device's receive port, a zero none. A flow keeps
+  // link links[k] busy for bytes * weights[k] / bandwidth (a sender's port pays its messages'
+  // overhead: send_weight). Also returns the op's time alone on idle links (its latency and
+  // occupancy; a reduce's occupancy is left to the caller, who shares its links).
   struct Flow {
     std::vector<std::size_t> links;
+    std::vector<double> weights;  // per entry of links
     std::int64_t bytes = 0;
+    double seconds(std::size_t k, const Links& l) const {
+      return static_cast<double>(bytes) * weights[k] / l.bandwidth(links[k]);
+    }
   };
+  // Appends the links of a transfer from -> to in `m` messages (from == to: a local copy, the
+  // receive port).
+  void hop(int from, int to, std::int64_t m, Flow& f) const;
   OpTime flows(const Op& op, std::int64_t bytes, std::int64_t chunk, std::vector<Flow>& out) const;
 
-  // Bytes over every link (each flow's bytes on each of its links), as LinkLoads busiest first.
-  std::vector<LinkLoad> loads(const Plan& plan) const;
+  // Bytes over every link (each flow's bytes on each of its links), as LinkLoads busiest first;
+  // a link's seconds include the overhead of the messages its device sends.
+  std::vector<LinkLoad> loads(const Plan& plan, std::int64_t chunk) const;
 
   // The analytic model (meshcast/cost.h, Prediction::seconds): phase after phase, the ops of a
   // phase share every link, so the phase takes its busiest link's bytes / bandwidth plus the

@@ -1,7 +1,9 @@
 // simulate(): a discrete-event run of a plan over the links of the cost model. Ops start as the
 // executor starts them (a device posts its whole phase once it finished the earlier ones); an op
 // waits its latency and pipeline fill, then its flows move at max-min fair rates (progressive
-// filling over the links they share), recomputed whenever a flow starts or ends.
+// filling over the links they share), recomputed whenever a flow starts or ends. A pipelined
+// chain is one flow over all its hops (closed form per hop: no chunk is simulated); a sender's
+// per-message overhead weighs on its send port (Links::Flow::weights), as in predict().
 #include <algorithm>
 #include <limits>
 #include <queue>
@@ -26,6 +28,7 @@ struct SimOp {
 
 struct SimFlow {
   std::vector<std::size_t> links;  // a link used twice appears twice (it carries the flow twice)
+  std::vector<double> weights;     // per entry of links: the link's capacity used per byte/s
   double remaining = 0, rate = 0;
   std::size_t op = 0;
 };
@@ -47,18 +50,21 @@ class Simulator {
       fs.clear();
       const std::int64_t bytes = op.box.volume() * elem;
       const detail::OpTime alone = links_.flows(op, bytes, chunk, fs);
-      // Alone on idle links the flow moves at its slowest link: what the fill adds beyond that
-      // waits with the latency.
-      double slowest = std::numeric_limits<double>::infinity();
+      // Alone on idle links the flow moves at its slowest link (weighted): what the op's time
+      // alone adds beyond that (the pipeline fill, an empty chain's overheads) waits with the
+      // latency.
+      double per_byte = 0;
       for (const auto& f : fs)
-        for (std::size_t l : f.links) slowest = std::min(slowest, links_.bandwidth(l));
+        for (std::size_t k = 0; k < f.links.size(); ++k)
+          per_byte = std::max(per_byte, f.weights[k] / links_.bandwidth(f.links[k]));
       s.delay = alone.latency;
       if (op.kind == OpKind::Multicast)
-        s.delay += std::max(0.0, alone.occupancy - static_cast<double>(bytes) / slowest);
+        s.delay += std::max(0.0, alone.occupancy - static_cast<double>(bytes) * per_byte);
       s.first_flow = flows_.size();
       s.flows = s.flows_left = fs.size();
       for (auto& f : fs)
-        flows_.push_back({std::move(f.links), static_cast<double>(f.bytes), 0, ops_.size()});
+        flows_.push_back({std::move(f.links), std::move(f.weights), static_cast<double>(f.bytes), 0,
+                          ops_.size()});
       ops_.push_back(std::move(s));
     }
   }
@@ -169,8 +175,9 @@ class Simulator {
         advance(d, t);
   }
 
-  // Max-min fair rates by progressive filling: the link with the least share per flow fixes
-  // its flows at that share, which leaves the other links they cross with less.
+  // Max-min fair rates by progressive filling: the link with the least share per unit of
+  // weight fixes its flows at that share, which leaves the other links they cross with less (a
+  // flow at rate r uses weight x r of a link: a sender's port also pays per-message overhead).
   void share() {
     ++out_.events;
     // Each event re-shares among every active flow: bounded, as a plan with many concurrent
@@ -180,17 +187,22 @@ class Simulator {
     if (cap_.empty()) {
       cap_.assign(links_.size(), 0);
       level_.assign(links_.size(), 0);
+      weight_.assign(links_.size(), 0);
       cnt_.assign(links_.size(), 0);
       begin_.assign(links_.size(), 0);
       end_.assign(links_.size(), 0);
     }
     touched_.clear();
     for (std::size_t f : active_)
-      for (std::size_t l : flows_[f].links)
+      for (std::size_t k = 0; k < flows_[f].links.size(); ++k) {
+        const std::size_t l = flows_[f].links[k];
         if (cnt_[l]++ == 0) {
           touched_.push_back(l);
           cap_[l] = links_.bandwidth(l);
+          weight_[l] = 0;
         }
+        weight_[l] += flows_[f].weights[k];
+      }
     // The flows on each touched link: on_[begin_[l], end_[l]).
     std::size_t total = 0;
     for (std::size_t l : touched_) {
@@ -205,7 +217,7 @@ class Simulator {
     using Entry = std::pair<double, std::size_t>;
     std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
     for (std::size_t l : touched_) {
-      level_[l] = cap_[l] / static_cast<double>(cnt_[l]);
+      level_[l] = cap_[l] / weight_[l];
       heap.push({level_[l], l});
     }
     while (!heap.empty()) {
@@ -216,10 +228,12 @@ class Simulator {
         SimFlow& fl = flows_[on_[j]];
         if (fl.rate >= 0) continue;
         fl.rate = s;
-        for (std::size_t l2 : fl.links) {
-          cap_[l2] = std::max(0.0, cap_[l2] - s);
+        for (std::size_t k = 0; k < fl.links.size(); ++k) {
+          const std::size_t l2 = fl.links[k];
+          cap_[l2] = std::max(0.0, cap_[l2] - s * fl.weights[k]);
+          weight_[l2] -= fl.weights[k];
           if (--cnt_[l2] > 0) {
-            level_[l2] = cap_[l2] / static_cast<double>(cnt_[l2]);
+            level_[l2] = cap_[l2] / std::max(weight_[l2], 1.0);  // each weight is >= 1
             heap.push({level_[l2], l2});
           }
         }
@@ -240,9 +254,9 @@ class Simulator {
   using Start = std::pair<double, std::size_t>;
   std::priority_queue<Start, std::vector<Start>, std::greater<>> starts_;
   std::vector<std::size_t> active_;
-  // share()'s scratch, per link: capacity left, share per unfixed flow, unfixed flows, and the
-  // flows on it (on_[begin_, end_)).
-  std::vector<double> cap_, level_;
+  // share()'s scratch, per link: capacity left, share per unit of unfixed weight, unfixed weight,
+  // unfixed flow entries, and the flows on it (on_[begin_, end_)).
+  std::vector<double> cap_, level_, weight_;
   std::vector<std::size_t> cnt_, begin_, end_, on_, touched_;
   Simulation out_;
   std::int64_t work_ = 0;  // flow-rate updates so far
@@ -257,7 +271,7 @@ Simulation simulate(const Plan& plan, const Topology& topology, std::int64_t chu
               limits().simulate_work, "SIMULATE_WORK");
   Simulator sim(plan, topology, chunk_bytes);
   Simulation s = sim.run();
-  s.links = sim.links().loads(plan);
+  s.links = sim.links().loads(plan, chunk_bytes);
   return s;
 }
 

@@ -97,6 +97,11 @@ std::string fmt(double v) {
   return os.str();
 }
 
+// A file's link without overhead_us: the network's (`nics` given) or the intra-host default.
+double default_overhead(const int* nics) {
+  return nics ? kDefaultNetworkOverhead : kDefaultIntraOverhead;
+}
+
 void check_link(const LinkClass& l, const std::string& path) {
   if (!(l.bandwidth >= 1) || !std::isfinite(l.bandwidth))
     throw ValidationError(path + ".bandwidth",
@@ -106,9 +111,12 @@ void check_link(const LinkClass& l, const std::string& path) {
   if (l.chain_latency && (!(*l.chain_latency >= 0) || !std::isfinite(*l.chain_latency)))
     throw ValidationError(path + ".chain_latency",
                           "must be >= 0 seconds (got " + fmt(*l.chain_latency) + ")");
+  if (!(l.overhead >= 0) || !std::isfinite(l.overhead))
+    throw ValidationError(path + ".overhead", "must be >= 0 seconds (got " + fmt(l.overhead) + ")");
 }
 
-// A link class: exactly one of bandwidth_gbyte_s / bandwidth_gbit_s, and latency_us.
+// A link class: exactly one of bandwidth_gbyte_s / bandwidth_gbit_s, and latency_us; the
+// per-message overhead defaults by class (kDefaultIntraOverhead, kDefaultNetworkOverhead).
 // `nics` (network only) multiplies the bandwidth.
 LinkClass link_at(const json& j, const std::string& path, const char* name, int* nics) {
   object_at(j, path);
@@ -119,11 +127,13 @@ LinkClass link_at(const json& j, const std::string& path, const char* name, int*
   if (nics)
     only_keys(j, path,
               {"bandwidth_gbyte_s", "bandwidth_gbit_s", "latency_us", "chain_latency_us",
-               "nics_per_host"});
+               "overhead_us", "nics_per_host"});
   else if (j.contains("nics_per_host"))
     throw ValidationError(path + ".nics_per_host", "only the network link has NICs");
   else
-    only_keys(j, path, {"bandwidth_gbyte_s", "bandwidth_gbit_s", "latency_us", "chain_latency_us"});
+    only_keys(
+        j, path,
+        {"bandwidth_gbyte_s", "bandwidth_gbit_s", "latency_us", "chain_latency_us", "overhead_us"});
   const bool gbyte = j.contains("bandwidth_gbyte_s"), gbit = j.contains("bandwidth_gbit_s");
   if (gbyte == gbit)
     throw ValidationError(path, gbyte ? "give one of bandwidth_gbyte_s and bandwidth_gbit_s"
@@ -143,6 +153,7 @@ LinkClass link_at(const json& j, const std::string& path, const char* name, int*
   require(j, path, "latency_us");
   l.latency = microseconds("latency_us");
   if (j.contains("chain_latency_us")) l.chain_latency = microseconds("chain_latency_us");
+  l.overhead = j.contains("overhead_us") ? microseconds("overhead_us") : default_overhead(nics);
   if (nics) {
     *nics = 1;
     if (j.contains("nics_per_host"))
@@ -263,7 +274,7 @@ Topology Topology::from_json(std::string_view text, const std::string& field) {
   if (links.contains("network")) {
     t.network_ = link_at(links["network"], lpath + ".network", "network", &t.nics_per_host_);
   } else if (single) {
-    t.network_ = LinkClass{"network", t.intra_.bandwidth, t.intra_.latency};
+    t.network_ = LinkClass{"network", t.intra_.bandwidth, t.intra_.latency, {}, t.intra_.overhead};
   } else {
     throw ValidationError(lpath + ".network", "missing");
   }
@@ -360,6 +371,9 @@ std::string Topology::to_json() const {
   const auto latency = [&](const LinkClass& l) {
     std::string s = ", \"latency_us\": " + us(l.latency);
     if (l.chain_latency) s += ", \"chain_latency_us\": " + us(*l.chain_latency);
+    // Written where it is not what a file without it gets, so shipped files round-trip.
+    if (l.overhead != default_overhead(&l == &network_ ? &nics_per_host_ : nullptr))
+      s += ", \"overhead_us\": " + us(l.overhead);
     return s;
   };
   std::ostringstream os;
@@ -370,7 +384,7 @@ std::string Topology::to_json() const {
      << "}";
   if (!all_on_one_ || network_.bandwidth != intra_.bandwidth ||
       network_.latency != intra_.latency || network_.chain_latency != intra_.chain_latency ||
-      nics_per_host_ != 1) {
+      network_.overhead != intra_.overhead || nics_per_host_ != 1) {
     const int nics = nics_per_host_;
     os << ",\n    \"network\": {\"bandwidth_gbit_s\": "
        << decimal(network_.bandwidth, network_.bandwidth * 8 / nics / kGiga,

@@ -201,6 +201,86 @@ TEST(Cost, FlowsThatEndWithinRoundingOfEachOtherEnd) {
   EXPECT_LT(s.events, 20);
 }
 
+// 4 hosts of 2 devices with per-message overheads.
+constexpr double kIntraOver = 5e-6, kNetOver = 2e-5;
+Topology hosts4_overhead() {
+  return Topology::uniform("h4", 4, 2, LinkClass{"intra", kIntraBw, kIntraLat, {}, kIntraOver},
+                           LinkClass{"network", kNetBw, kNetLat, {}, kNetOver});
+}
+
+TEST(Cost, TinySendsFromOneDevicePayOneOverheadEach) {
+  // Device 0 sends one f32 to each of devices 1-7 (1 inside its host, 6 to other hosts), all in
+  // one phase. The analytic model: device 0's send port posts 7 messages (1 intra, 6 network
+  // overheads, 28 bytes) and the longest latency follows. The simulator: the intra send ends
+  // long before the network ones start (after kNetLat); those 6 share device 0's port, which
+  // posts them one overhead each.
+  std::vector<Op> ops;
+  for (int d = 1; d < 8; ++d) ops.push_back(send(d, d + 1, 0, {d}));
+  const Plan p = hand_plan(8, ops);
+  const Topology t = hosts4_overhead();
+  const double model = kNetLat + kIntraOver + 6 * kNetOver + 28 / kIntraBw;
+  EXPECT_NEAR(predict(p, t).seconds, model, model * 1e-12);
+  const double sim = kNetLat + 6 * (kNetOver + 4 / kIntraBw);
+  EXPECT_NEAR(simulate(p, t).seconds, sim, sim * 1e-12);
+  // Without overheads the same fan-out costs one latency and almost nothing more.
+  EXPECT_LT(predict(p, hosts4()).seconds, kNetLat + 1e-7);
+  // The port's least time counts the messages it posts.
+  EXPECT_NEAR(predict(p, t).bound_seconds, kIntraOver + 6 * kNetOver + 28 / kIntraBw, 1e-15);
+}
+
+TEST(Cost, AChainPaysAnOverheadPerChunkAtEveryHop) {
+  // 0 -> 1 -> 2 -> 4 -> 6 in 4 KiB chunks: 4,096 messages per hop. A network hop's stage is its
+  // sender port's overhead + copy (20.41 us) or the NIC's 4.10 us, whichever is more; an intra
+  // hop's is 5.41 us (overhead + copy): the slowest stage paces the rest.
+  const Plan p = hand_plan(kN, {send(0, kN, 0, {1, 2, 4, 6})});
+  const Topology t = hosts4_overhead();
+  const double c = 4096, m = kBytes / c;
+  const double intra = kIntraOver + c / kIntraBw;
+  const double net = std::max(kNetOver + c / kIntraBw, c / kNetBw);
+  const double want = 3 * kNetLat + kIntraLat + intra + 3 * net + (m - 1) * std::max(intra, net);
+  EXPECT_NEAR(predict(p, t, 4096).seconds, want, want * 1e-12);
+  EXPECT_NEAR(simulate(p, t, 4096).seconds, want, want * 1e-12);
+  EXPECT_NEAR(chain_seconds(static_cast<std::int64_t>(kBytes), 3, 1, t, 4096), want, want * 1e-12);
+  // A message between two devices of a host: latency, overhead, bytes over the port.
+  EXPECT_NEAR(round_seconds(1000, 1, 0, t), kIntraLat + kIntraOver + 1000 / kIntraBw, 1e-18);
+  // Three messages from each sender, 6 through the busiest NIC: the NIC or the ports.
+  EXPECT_NEAR(round_seconds(1e6, 3, 6, t),
+              kNetLat + std::max(3 * (kNetOver + 1e6 / kIntraBw), 6e6 / kNetBw), 1e-15);
+}
+
+TEST(Cost, OneChainAloneIsTheClosedFormInBothModels) {
+  // Random chains over random topologies with overheads: the simulator (one weighted flow over
+  // every hop), predict() and chain_seconds() agree on a lone multicast.
+  testing::Rng rng(0xc4a1);
+  for (int iter = 0; iter < testing::scaled(300); ++iter) {
+    const Topology t =
+        Topology::uniform("r", 4, 2,
+                          LinkClass{"intra",
+                                    1e8 * static_cast<double>(rng.between(1, 100)),
+                                    1e-6,
+                                    {},
+                                    1e-7 * static_cast<double>(rng.below(50))},
+                          LinkClass{"network", 1e7 * static_cast<double>(rng.between(1, 100)), 1e-5,
+                                    rng.chance(1, 2) ? std::optional<double>(3e-6) : std::nullopt,
+                                    1e-7 * static_cast<double>(rng.below(50))});
+    // A chain enters each host once (as chain_order makes it): else a link carries it twice.
+    std::vector<int> order{1, 2, 3, 4, 5, 6, 7};
+    rng.shuffle(order);
+    order.resize(static_cast<std::size_t>(rng.between(1, 7)));
+    std::stable_sort(order.begin(), order.end(), [](int a, int b) { return a / 2 < b / 2; });
+    const std::int64_t n = rng.between(1, 1 << 16), chunk = rng.between(1, 1 << 14);
+    const Plan p = hand_plan(n, {send(0, n, 0, order)});
+    int net = 0, prev = 0;
+    for (int d : order) {
+      net += d / 2 != prev / 2;
+      prev = d;
+    }
+    const double want = chain_seconds(4 * n, net, static_cast<int>(order.size()) - net, t, chunk);
+    ASSERT_NEAR(predict(p, t, chunk).seconds, want, want * 1e-9) << iter;
+    ASSERT_NEAR(simulate(p, t, chunk).seconds, want, want * 1e-9) << iter;
+  }
+}
+
 // Laws over random plans on a random small cluster.
 TEST(Cost, LawsOverRandomPlans) {
   testing::Rng rng(0xc057);
@@ -210,10 +290,17 @@ TEST(Cost, LawsOverRandomPlans) {
   int checked = 0;
   for (int iter = 0; iter < testing::scaled(400); ++iter) {
     const auto c = testing::random_case(rng, lim);
-    const Topology topo = Topology::uniform(
-        "r", 16, static_cast<int>(rng.between(1, 4)),
-        LinkClass{"intra", 1e9 * static_cast<double>(rng.between(1, 50)), 1e-6},
-        LinkClass{"network", 1e8 * static_cast<double>(rng.between(1, 20)), 1e-5});
+    const Topology topo = Topology::uniform("r", 16, static_cast<int>(rng.between(1, 4)),
+                                            LinkClass{"intra",
+                                                      1e9 * static_cast<double>(rng.between(1, 50)),
+                                                      1e-6,
+                                                      {},
+                                                      1e-7 * static_cast<double>(rng.below(30))},
+                                            LinkClass{"network",
+                                                      1e8 * static_cast<double>(rng.between(1, 20)),
+                                                      1e-5,
+                                                      {},
+                                                      1e-7 * static_cast<double>(rng.below(30))});
     const auto devices = [&] {
       std::vector<int> d = c.src.mesh().devices();
       d.insert(d.end(), c.dst.mesh().devices().begin(), c.dst.mesh().devices().end());

@@ -184,5 +184,43 @@ TEST(TopologyJson, DuplicateKeysAreRefused) {
   }
 }
 
+// The per-message overhead: optional, defaulting by class; kept bit for bit through to_json();
+// a negative one refused naming its field.
+TEST(TopologyJson, OverheadDefaultsByClassAndRoundTrips) {
+  const auto doc = [](const std::string& intra, const std::string& net) {
+    return R"({"name": "o", "links": {"intra": {"bandwidth_gbyte_s": 10, "latency_us": 1)" + intra +
+           R"(}, "network": {"bandwidth_gbit_s": 100, "latency_us": 5)" + net +
+           R"(}}, "uniform": {"hosts": 2, "devices_per_host": 2}})";
+  };
+  const Topology plain = Topology::from_json(doc("", ""));
+  EXPECT_EQ(plain.intra().overhead, kDefaultIntraOverhead);
+  EXPECT_EQ(plain.network().overhead, kDefaultNetworkOverhead);
+  EXPECT_EQ(plain.to_json().find("overhead_us"), std::string::npos);
+  testing::Rng rng(0x0e4d);
+  for (int i = 0; i < 50; ++i) {
+    const double oi = static_cast<double>(rng.below(100000)) / 1000,
+                 on = static_cast<double>(rng.below(100000)) / 7;
+    const Topology t = Topology::from_json(doc(", \"overhead_us\": " + std::to_string(oi),
+                                               ", \"overhead_us\": " + std::to_string(on)));
+    EXPECT_NEAR(t.intra().overhead, std::stod(std::to_string(oi)) * 1e-6, 1e-15);
+    const Topology again = Topology::from_json(t.to_json());
+    EXPECT_EQ(again.intra().overhead, t.intra().overhead);
+    EXPECT_EQ(again.network().overhead, t.network().overhead);
+  }
+  // Built in C++ a class has no overhead unless given; to_json() says so.
+  const Topology u = Topology::uniform("u", 2, 2, LinkClass{"intra", 1e9, 1e-6},
+                                       LinkClass{"network", 1e8, 1e-5, {}, 3e-6});
+  const Topology back = Topology::from_json(u.to_json());
+  EXPECT_EQ(back.intra().overhead, 0);
+  EXPECT_EQ(back.network().overhead, 3e-6);
+  try {
+    (void)Topology::from_json(doc("", ", \"overhead_us\": -2"));
+    ADD_FAILURE() << "a negative overhead was accepted";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.field(), "topology.links.network.overhead_us");
+  }
+  EXPECT_EQ(Topology::single_host().intra().overhead, kDefaultIntraOverhead);
+}
+
 }  // namespace
 }  // namespace meshcast
