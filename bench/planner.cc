@@ -9,9 +9,13 @@
 //   S0R>RS0     square AxA mesh: N tasks with sqrt(N) holders and sqrt(N) receivers each
 //               (N^1.5 participants; up to 16,384 devices, 4,096 with strategy auto, whose
 //               allgather candidate has N^2 participants).
-// Variants: broadcast with the default balance (search), broadcast with greedy, and the default
-// options (strategy auto: each strategy planned with search and the cheapest kept; when no box
-// has more than one receiver the strategies coincide and only one is planned).
+// Variants: broadcast with the default balance (search), broadcast with greedy, the default
+// options (strategy auto), and broadcast and auto with the local rule (senders chosen task by
+// task: what each device of a job computes alone, plan_rank()).
+// For the local variants two more columns: rank(ms), the slowest of plan_rank() for three
+// devices (the first of each mesh and one in the middle of the source; no whole plan built), and
+// vs search, the simulated time (meshcast::simulate, the independent second opinion) of the
+// local plan over that of the search plan with the same strategy (N <= 4,096).
 //
 // Every iteration plans from scratch (tasks, ops, sender choice, accounting). Counters: devices
 // (per mesh), tasks, ops, participants (sum over ops of 1 + peers), truncated (the search hit
@@ -22,6 +26,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -73,6 +78,25 @@ void bm_plan(benchmark::State& state, const Case& c) {
     state.counters["truncated"] = truncated;
     state.counters["same"] = same;
     state.counters["load1"] = meshcast::bench::load_average();
+    if (c.options.balance == Balance::Local) {
+      const std::int64_t n = c.devices;
+      double worst = 0;
+      for (int d : {c.src.mesh().device(0), c.src.mesh().device(n / 2), c.dst.mesh().device(0)}) {
+        const auto t0 = std::chrono::steady_clock::now();
+        benchmark::DoNotOptimize(meshcast::plan_rank(c.src, c.dst, d, c.topology, c.options));
+        worst = std::max(
+            worst, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      state.counters["rank_ms"] = worst * 1e3;
+      if (n <= 4096) {
+        meshcast::PlanOptions search = c.options;
+        search.balance = Balance::Search;
+        search.strategy = reference.strategy();
+        const Plan global = meshcast::plan(c.src, c.dst, c.topology, search);
+        state.counters["vs_search"] = meshcast::simulate(reference, c.topology).seconds /
+                                      meshcast::simulate(global, c.topology).seconds;
+      }
+    }
     state.SetLabel(reference.src().str() + " -> " + reference.dst().str() + " " +
                    meshcast::to_string(reference.strategy()) + "/" +
                    meshcast::to_string(c.options.balance));
@@ -106,7 +130,9 @@ std::vector<Case> make_cases(bool smoke) {
   const std::int64_t max_n = smoke ? 64 : 65536;
   const std::pair<Strategy, Balance> variants[] = {{Strategy::Broadcast, Balance::Search},
                                                    {Strategy::Broadcast, Balance::Greedy},
-                                                   {Strategy::Auto, Balance::Search}};
+                                                   {Strategy::Auto, Balance::Search},
+                                                   {Strategy::Broadcast, Balance::Local},
+                                                   {Strategy::Auto, Balance::Local}};
   auto square = [](std::int64_t n) {
     const auto a = static_cast<std::int64_t>(std::lround(std::sqrt(static_cast<double>(n))));
     return std::to_string(a) + "x" + std::to_string(a);
@@ -135,9 +161,9 @@ class Table : public meshcast::bench::TableReporter {
     std::fprintf(f,
                  "\n# meshcast planner time, N -> N devices, 8 devices per host (medians over "
                  "repetitions)\n");
-    std::fprintf(f, "# %-10s %-19s %7s %7s %7s %9s %10s %10s %9s %11s %5s %5s %5s\n", "case",
-                 "variant", "N", "tasks", "ops", "particip", "time(ms)", "cpu(ms)", "us/op",
-                 "ns/particip", "trunc", "same", "load");
+    std::fprintf(f, "# %-10s %-19s %7s %7s %7s %9s %10s %10s %9s %11s %5s %5s %5s %9s %9s\n",
+                 "case", "variant", "N", "tasks", "ops", "particip", "time(ms)", "cpu(ms)", "us/op",
+                 "ns/particip", "trunc", "same", "load", "rank(ms)", "vs search");
     for (const Row& row : rows) {
       // planner/<case>/<variant>/<N>
       std::vector<std::string> part;
@@ -162,10 +188,19 @@ class Table : public meshcast::bench::TableReporter {
       }
       const double t = median(real), c = median(cpu), ops = row.median("ops"),
                    parts = row.median("participants");
+      auto optional = [&](const char* name, const char* format) {
+        char cell[32] = "-";
+        if (row.runs.front().counters.count(name))
+          std::snprintf(cell, sizeof cell, format, row.median(name));
+        return std::string(cell);
+      };
       std::fprintf(
-          f, "  %-10s %-19s %7s %7.0f %7.0f %9.0f %10.3f %10.3f %9.3f %11.1f %5.0f %5.0f %5.1f\n",
+          f,
+          "  %-10s %-19s %7s %7.0f %7.0f %9.0f %10.3f %10.3f %9.3f %11.1f %5.0f %5.0f %5.1f %9s "
+          "%9s\n",
           part[1].c_str(), part[2].c_str(), part[3].c_str(), row.median("tasks"), ops, parts, t, c,
-          c * 1e3 / ops, c * 1e6 / parts, row.max("truncated"), same, row.median("load1"));
+          c * 1e3 / ops, c * 1e6 / parts, row.max("truncated"), same, row.median("load1"),
+          optional("rank_ms", "%.3f").c_str(), optional("vs_search", "%.3f").c_str());
       if (same < 1) fail();
     }
   }

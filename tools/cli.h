@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ struct PlanArgs {
   std::string strategy = "auto";
   std::string balance = "search";
   std::string chunk = std::to_string(kDefaultChunkBytes);  // plan, simulate: --chunk-bytes
+  std::string rank;                                        // plan, simulate: --rank
   bool json = false;
 };
 
@@ -90,9 +92,17 @@ PlanInputs parse_plan_inputs(const PlanArgs& args);
 // field ("shape", "dtype", "src", "dst", "topology", "strategy", "balance", "chunk-bytes").
 // `topology`, when given, receives the topology planned on.
 Plan make_plan(const PlanArgs& args, Topology* topology = nullptr);
+// Device --rank's part of the plan, computed alone (plan_rank), and the seconds that took.
+struct RankPart {
+  RankPlan plan;
+  double seconds = 0;
+};
+RankPart make_rank_plan(const PlanArgs& args);
 // The plan as JSON with a "cost" object: the model's prediction, the link bound and the bytes
-// and least time of every link that carries bytes (cli_simulate.cc).
-std::string plan_json_with_cost(const Plan& plan, const Topology& topology, std::int64_t chunk);
+// and least time of every link that carries bytes (cli_simulate.cc). Streamed to `os` (a plan
+// can be tens of MB), then a newline; throws IoError("json") when `os` fails.
+void write_plan_json_with_cost(std::ostream& os, const Plan& plan, const Topology& topology,
+                               std::int64_t chunk);
 // The chain chunk of --chunk-bytes, 1 .. 1 GiB; throws ValidationError("chunk-bytes").
 std::int64_t parse_chunk(const std::string& text);
 // A positive iteration count; throws ValidationError("iters").

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <new>
 
 #include "cli.h"
@@ -64,6 +66,17 @@ Plan make_plan(const PlanArgs& args, Topology* topology_out) {
   Plan p = plan(in.src, in.dst, in.topology, in.options);
   if (topology_out) *topology_out = in.topology;
   return p;
+}
+
+RankPart make_rank_plan(const PlanArgs& args) {
+  const PlanInputs in = parse_plan_inputs(args);
+  const int device =
+      static_cast<int>(parse_int_in(args.rank, "rank", 0, std::numeric_limits<int>::max()));
+  const auto t0 = std::chrono::steady_clock::now();
+  RankPlan p = plan_rank(in.src, in.dst, device, in.topology, in.options);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return {std::move(p), seconds};
 }
 
 std::int64_t parse_chunk(const std::string& text) {

@@ -53,9 +53,11 @@ void agree(Bootstrap& boot, const std::vector<std::pair<std::string, std::string
     for (std::size_t r = 0; r < values.size(); ++r)
       holders[i < values[r].size() ? values[r][i] : "?"].push_back(static_cast<int>(r));
     if (holders.size() < 2) continue;
-    // The value most ranks have is taken as meant; the others are named (a bounded list).
+    // The value most ranks have is taken as meant, on a tie the lowest rank's (not the order of
+    // the values, which are hashes); the others are named (a bounded list).
     const auto most = std::max_element(holders.begin(), holders.end(), [](auto& x, auto& y) {
-      return x.second.size() < y.second.size();
+      if (x.second.size() != y.second.size()) return x.second.size() < y.second.size();
+      return x.second.front() > y.second.front();
     });
     std::vector<int> odd;
     for (auto it = holders.begin(); it != holders.end(); ++it)

@@ -1,12 +1,18 @@
 // `meshcast simulate` and the "cost" object of `plan --json`: what a plan costs on a topology
 // by the analytic model, the link bound and the discrete-event simulator (meshcast/cost.h).
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <streambuf>
 
 #include "cli.h"
 #include "meshcast/cost.h"
+#include "meshcast/error.h"
 
 namespace meshcast::cli {
 namespace {
@@ -24,20 +30,57 @@ nlohmann::json links_json(const std::vector<LinkLoad>& links) {
   return out;
 }
 
+// Passes all but the first character on: the plan document without its opening brace, to
+// follow the members written before it in one object.
+class SkipFirst : public std::streambuf {
+ public:
+  explicit SkipFirst(std::streambuf* out) : out_(out) {}
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+    if (!skipped_) {
+      skipped_ = true;
+      return c;
+    }
+    return out_->sputc(traits_type::to_char_type(c));
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    if (n > 0 && !skipped_) {
+      skipped_ = true;
+      return out_->sputn(s + 1, n - 1) == n - 1 ? n : 0;
+    }
+    return out_->sputn(s, n);
+  }
+  int sync() override { return out_->pubsync(); }
+
+ private:
+  std::streambuf* out_;
+  bool skipped_ = false;
+};
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
 
-std::string plan_json_with_cost(const Plan& plan, const Topology& topology, std::int64_t chunk) {
+void write_plan_json_with_cost(std::ostream& os, const Plan& plan, const Topology& topology,
+                               std::int64_t chunk) {
   const Prediction p = predict(plan, topology, chunk);
-  nlohmann::json j = nlohmann::json::parse(plan.to_json());
-  j["cost"] = {{"chunk_bytes", chunk},
-               {"predicted_seconds", p.seconds},
-               {"bound_seconds", p.bound_seconds},
-               {"links", links_json(p.links)}};
-  return j.dump();
+  const nlohmann::json cost = {{"chunk_bytes", chunk},
+                               {"predicted_seconds", p.seconds},
+                               {"bound_seconds", p.bound_seconds},
+                               {"links", links_json(p.links)}};
+  // The small "cost" member opens the object; the plan's own members follow, streamed.
+  os << "{\"cost\":" << cost.dump() << ',';
+  SkipFirst rest(os.rdbuf());
+  std::ostream tail(&rest);
+  plan.write_json(tail);
+  tail.flush();
+  os << '\n' << std::flush;
+  if (!os || !tail)
+    throw IoError("json", std::string("cannot write the plan: ") + std::strerror(errno));
 }
 
 int run_simulate(const PlanArgs& args) {
@@ -52,6 +95,8 @@ int run_simulate(const PlanArgs& args) {
   const Prediction model = predict(plan, topology, chunk);
   const double bytes = static_cast<double>(plan.src().bytes());
   const double effective = sim.seconds > 0 ? bytes / sim.seconds : 0;
+  std::optional<RankPart> part;
+  if (!args.rank.empty()) part = make_rank_plan(args);
   if (args.json) {
     nlohmann::json j;
     j["src"] = plan.src().str();
@@ -75,6 +120,11 @@ int run_simulate(const PlanArgs& args) {
     j["plan_cpu_seconds"] = plan_seconds;
     j["simulate_cpu_seconds"] = sim_seconds;
     j["links"] = links_json(sim.links);
+    if (part) {
+      j["rank"] = part->plan.device();
+      j["rank_ops"] = part->plan.ops().size();
+      j["rank_plan_cpu_seconds"] = part->seconds;
+    }
     std::cout << j.dump() << '\n';
     return 0;
   }
@@ -95,6 +145,10 @@ int run_simulate(const PlanArgs& args) {
             << "  effective  " << human_rate(effective) << "  (tensor bytes / simulated time)\n"
             << "  took       " << human_seconds(plan_seconds) << " to plan, "
             << human_seconds(sim_seconds) << " to simulate\n";
+  if (part)
+    std::cout << "  device " << part->plan.device() << " alone: " << part->plan.ops().size()
+              << " ops of its own, computed in " << human_seconds(part->seconds)
+              << " (no whole plan built; balance " << to_string(part->plan.balance()) << ")\n";
   if (!sim.links.empty()) std::cout << "  busiest links (bytes, least time):\n";
   for (std::size_t i = 0; i < sim.links.size() && i < kTopLinks; ++i) {
     const LinkLoad& l = sim.links[i];

@@ -96,6 +96,14 @@ void add_chunk_option(CLI::App& cmd, PlanArgs& args) {
       ->capture_default_str();
 }
 
+void add_rank_option(CLI::App& cmd, PlanArgs& args) {
+  cmd.add_option("--rank", args.rank,
+                 "also compute device R's own part alone, as each device of a job does (no "
+                 "whole plan: greedy and search give way to the local rule), and say how long "
+                 "that took")
+      ->type_name("R");
+}
+
 }  // namespace
 
 void add_plan_options(CLI::App& cmd, PlanArgs& args) {
@@ -129,12 +137,22 @@ void add_plan_options(CLI::App& cmd, PlanArgs& args) {
 }
 
 int run_plan(const PlanArgs& args) {
+  if (!args.rank.empty()) {
+    if (args.json || !args.svg.empty())
+      throw ValidationError("rank",
+                            "prints device R's part as text; --json and --svg draw the "
+                            "whole plan (run without --rank)");
+    const RankPart r = make_rank_plan(args);
+    std::cout << r.plan.str() << "  computed alone in " << human_seconds(r.seconds)
+              << " (no whole plan built)\n";
+    return 0;
+  }
   check_writable(args.svg, "svg");
   Topology topology;
   const Plan p = make_plan(args, &topology);
   if (!args.svg.empty()) write_file(args.svg, plan_svg(p), "svg");
   if (args.json) {
-    std::cout << plan_json_with_cost(p, topology, parse_chunk(args.chunk)) << '\n';
+    write_plan_json_with_cost(std::cout, p, topology, parse_chunk(args.chunk));
   } else {
     std::cout << p.str();
     if (!args.svg.empty()) std::cout << "plan drawn in " << args.svg << '\n';
@@ -213,6 +231,7 @@ int main(int argc, char** argv) {
       "plan", "Plan a reshard and print the plan (or its JSON with --json; --svg draws it).");
   add_plan_options(*plan_cmd, plan_args);
   add_chunk_option(*plan_cmd, plan_args);
+  add_rank_option(*plan_cmd, plan_args);
   plan_cmd->add_flag("--json", plan_args.json,
                      "print the plan as one JSON document, with a \"cost\" object: the model's "
                      "predicted_seconds, bound_seconds (the busiest link's bytes / bandwidth) and "
@@ -225,6 +244,7 @@ int main(int argc, char** argv) {
       "busiest links. Runs nothing.");
   add_plan_options(*simulate_cmd, plan_args);
   add_chunk_option(*simulate_cmd, plan_args);
+  add_rank_option(*simulate_cmd, plan_args);
   simulate_cmd->add_flag(
       "--json", plan_args.json,
       "print one JSON object: predicted_seconds (model), simulated_seconds, bound_seconds, "

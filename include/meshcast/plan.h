@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <limits>
 #include <map>
 #include <string>
@@ -29,6 +30,10 @@ enum class Balance {
   None,    // always the first holder in mesh order
   Greedy,  // largest task first, the sender that finishes it earliest
   Search,  // greedy, then a bounded local search over sender and order; never worse than greedy
+  // Per task, from the task alone: a holder on the first receiver's host if there is one, else
+  // one of the holders in rotation by the task's index. Every device computes its own ops under
+  // this rule without the others' (plan_rank()); greedy and search need the whole plan.
+  Local,
 };
 std::string to_string(Balance b);
 Balance parse_balance(std::string_view text, const std::string& field = "balance");
@@ -48,6 +53,11 @@ struct PlanOptions {
   double search_seconds = std::numeric_limits<double>::infinity();
   // The chain chunk the cost model assumes (meshcast/cost.h); >= 1.
   std::int64_t chunk_bytes = kDefaultChunkBytes;
+  // The planner's memory bound: a request whose plan is estimated (meshcast/plan_size.h) to
+  // need more is refused before any work with a one-line ValidationError("plan memory") naming
+  // the estimate and the bound. 0: limits().plan_memory_bytes (8 GiB unless
+  // MESHCAST_MAX_PLAN_MEMORY_BYTES says otherwise).
+  std::int64_t max_plan_bytes = 0;
 };
 
 enum class OpKind {
@@ -65,6 +75,9 @@ struct Op {
   int root = -1;           // Copy/Zero: the device; Multicast: sender; Reduce: the summing device
   std::vector<int> peers;  // Multicast: receivers; Reduce: one contributor per addend (may be root)
   bool from_dst = false;   // the root reads its destination buffer (filled in an earlier phase)
+  // The op's tag stream (its tag is the reshard's TagBlock::tag(stream)): distinct for the
+  // transfers of a plan, and the same in a device's own part (RankPlan) as in the whole plan.
+  std::int64_t stream = 0;
   friend bool operator==(const Op&, const Op&) = default;
 };
 
@@ -82,8 +95,9 @@ struct PlanStats {
 
 class Plan {
  public:
+  // `streams` < 0: the ops' streams are renumbered 0, 1, ... in order (hand-built plans).
   Plan(Layout src, Layout dst, Strategy strategy, Balance balance, std::string topology,
-       std::vector<Op> ops, PlanStats stats);
+       std::vector<Op> ops, PlanStats stats, std::int64_t streams = -1);
 
   const Layout& src() const { return src_; }
   const Layout& dst() const { return dst_; }
@@ -92,6 +106,9 @@ class Plan {
   const std::string& topology() const { return topology_; }
   const std::vector<Op>& ops() const { return ops_; }
   const PlanStats& stats() const { return stats_; }
+  // The tag streams the plan's ops are numbered in: every op's stream is below it (a reshard
+  // reserves min(streams, the group's window) tags).
+  std::int64_t streams() const { return streams_; }
   int phases() const;
   // Every device id of either mesh, sorted.
   std::vector<int> devices() const;
@@ -100,6 +117,8 @@ class Plan {
   // for malformed text (a duplicate key included), a ValidationError("plan.ops", ...) for more
   // than limits().plan_ops ops, and validates the plan (below) before returning it.
   std::string to_json() const;
+  // The same document written straight to `os`, op by op (no tree, no string of it in memory).
+  void write_json(std::ostream& os) const;
   static Plan from_json(std::string_view text);
 
   // Checks everything the executor relies on, throwing ValidationError naming the field
@@ -115,6 +134,7 @@ class Plan {
   //    source is complete; receivers' target tiles hold the box. Reduce: one contributor per
   //    addend of the source, in addend order, each holding the box; the root's target tile
   //    holds it;
+  //  - every op's stream lies in [0, streams()); multicasts and reduces have distinct streams;
   //  - coverage: every element of every target device's tile is written exactly once, with the
   //    value (Copy, Reduce, a multicast of the value) on a complete target or addend 0 of a
   //    partial one, with zeros (Zero, or a multicast forwarding them) on the other addends.
@@ -130,6 +150,8 @@ class Plan {
 
   // Human-readable summary and op list (at most `max_ops` ops listed).
   std::string str(std::size_t max_ops = 32) const;
+  // Device `device`'s part: the ops it takes part in, in plan order, streams kept. O(ops).
+  class RankPlan rank(int device) const;
   friend bool operator==(const Plan&, const Plan&) = default;
 
  private:
@@ -140,6 +162,7 @@ class Plan {
   std::string topology_;
   std::vector<Op> ops_;
   PlanStats stats_;
+  std::int64_t streams_ = 0;
 };
 
 // Plans the move of `src` to `dst` (same shape and dtype; meshes may differ, overlap or be
@@ -147,6 +170,43 @@ class Plan {
 // ValidationError("dst.shape" / "dst.dtype" / "topology") for inconsistent input.
 Plan plan(const Layout& src, const Layout& dst, const Topology& topology = Topology::single_host(),
           const PlanOptions& options = {});
+
+// One device's part of a plan: the ops it takes part in (as root, peer, or the device of a copy
+// or zero), in the plan's order, with the plan's streams. What reshard() executes on a device.
+class RankPlan {
+ public:
+  RankPlan(Layout src, Layout dst, Strategy strategy, Balance balance, int device,
+           std::vector<Op> ops, std::int64_t streams);
+  const Layout& src() const { return src_; }
+  const Layout& dst() const { return dst_; }
+  Strategy strategy() const { return strategy_; }
+  Balance balance() const { return balance_; }
+  int device() const { return device_; }
+  const std::vector<Op>& ops() const { return ops_; }
+  std::int64_t streams() const { return streams_; }
+  // Summary and op list, as Plan::str().
+  std::string str(std::size_t max_ops = 32) const;
+  friend bool operator==(const RankPlan&, const RankPlan&) = default;
+
+ private:
+  Layout src_;
+  Layout dst_;
+  Strategy strategy_;
+  Balance balance_;
+  int device_;
+  std::vector<Op> ops_;
+  std::int64_t streams_;
+};
+
+// Device `device`'s part of plan(src, dst, topology, options), computed without the rest of the
+// plan: time and memory in proportion to the device's own ops plus the devices of the meshes.
+// Greedy and search choose senders over the whole plan, so here they give way to Balance::Local
+// (the result's balance() says which rule ran); with balance none or local,
+//   plan_rank(src, dst, d, topology, o) == plan(src, dst, topology, o).rank(d)
+// for every device d. A device outside both meshes gets an empty plan. Throws as plan().
+RankPlan plan_rank(const Layout& src, const Layout& dst, int device,
+                   const Topology& topology = Topology::single_host(),
+                   const PlanOptions& options = {});
 
 // Draws a plan as SVG: source and destination meshes as grids of tiles, arrows from senders
 // to the destination tiles they serve.

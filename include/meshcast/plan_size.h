@@ -3,6 +3,8 @@
 // instead of after minutes and gigabytes.
 #pragma once
 
+#include <cstdint>
+
 #include "meshcast/layout.h"
 #include "meshcast/plan.h"
 
@@ -10,21 +12,34 @@ namespace meshcast {
 
 // Upper bounds (doubles: they may exceed any integer type).
 struct PlanSize {
-  double boxes = 0;  // pieces of the tensor the move splits into (tasks)
-  double ops = 0;    // operations of the plan
-  double bytes = 0;  // the planner's working memory
+  double boxes = 0;                    // pieces of the tensor the move splits into (tasks)
+  double ops = 0;                      // operations of the plan
+  double bytes = 0;                    // the planner's working memory
+  Strategy strategy = Strategy::Auto;  // the one estimated (for Auto: the smallest)
+  Balance balance = Balance::Search;
 };
 
-// For one strategy (Auto: the smallest of the three, as plan() skips the ones that do not fit).
-// Boxes: the product over dimensions of the distinct pieces that both layouts' cuts make;
-// receivers per box: the destination's replicas; holders: the source's. The allgather and
-// sendrecv strategies keep each holder as a candidate sender per receiver (holders x receivers
-// per box), the allgather one also a peer list per receiver (receivers^2).
-PlanSize estimate_plan_size(const Layout& src, const Layout& dst, Strategy strategy);
+// For one strategy and balance. Boxes: the product over dimensions of the distinct pieces that
+// both layouts' cuts make; per box, its receivers (the destination's replicas), the holders of
+// each addend of the source, the copies (holders that are destinations): the ops (a reduce per
+// box of a partial source, copies, one chain per box for broadcast, a send per receiver for
+// sendrecv, two for allgather) and their peer lists (allgather's: receivers^2 per box). Greedy
+// and search keep every holder as a candidate sender per transfer (holders x receivers per box
+// for sendrecv and allgather), search a copy of every op. Bytes per op and per device are
+// calibrated upper bounds of the peak resident memory of `meshcast plan` (docs/design.md).
+// Auto: the smallest over the three strategies, each under `balance` or Local (plan() builds
+// with Local a strategy that fits only so).
+PlanSize estimate_plan_size(const Layout& src, const Layout& dst, Strategy strategy,
+                            Balance balance = Balance::Search);
 
-// Throws ValidationError naming "plan ops" or "plan memory" with the estimate and the bound when
-// the estimate exceeds limits().plan_ops or limits().plan_memory_bytes.
-void check_plan_size(const PlanSize& size);
-bool within_limits(const PlanSize& size);
+// The memory bound in force: `max_bytes` (PlanOptions::max_plan_bytes) if > 0, else
+// limits().plan_memory_bytes.
+std::int64_t plan_memory_bound(std::int64_t max_bytes);
+
+// Throws a one-line ValidationError naming "plan ops" or "plan memory" with the estimate (boxes,
+// ops, bytes, strategy) and the bound when the estimate exceeds limits().plan_ops or
+// plan_memory_bound(max_bytes).
+void check_plan_size(const PlanSize& size, std::int64_t max_bytes = 0);
+bool within_limits(const PlanSize& size, std::int64_t max_bytes = 0);
 
 }  // namespace meshcast

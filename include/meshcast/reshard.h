@@ -15,16 +15,21 @@ namespace meshcast {
 // operations on the group (a member outside the plan's meshes returns at once). `src_local`
 // holds its source tile (row-major, contiguous; nullptr when the device is not in the source
 // mesh), `dst_local` receives its destination tile (nullptr when not in the target mesh).
-// Throws ValidationError when a needed buffer is nullptr or the group misses a device of the
-// plan, CommError when a peer fails.
+// The plan is this device's part (plan_rank(..., comm.rank(), ...): no device builds the whole
+// plan), or the whole plan, of which it executes plan.rank(comm.rank()); devices may mix the two
+// forms of one plan. Throws ValidationError when a needed buffer is nullptr, the group misses a
+// device of the plan or a RankPlan is another device's, CommError when a peer fails.
+void reshard(const RankPlan& plan, const Group& group, const void* src_local, void* dst_local);
+void reshard(const RankPlan& plan, Communicator& comm, const void* src_local, void* dst_local);
 void reshard(const Plan& plan, const Group& group, const void* src_local, void* dst_local);
 void reshard(const Plan& plan, Communicator& comm, const void* src_local, void* dst_local);
 
 // A reshard in flight. test() moves it on as far as it can without blocking (posting each
 // phase, as one batch, once the previous one completed) and says whether it finished; wait()
 // finishes it. Progress happens inside these calls, and inside any later operation on the same
-// group that needs its tags. The plan, the communicator and both buffers must outlive it. A
-// failed peer makes them throw CommError naming it. Destroying it before it completed abandons
+// group that needs its tags. It keeps its own copy of the device's part of the plan; the
+// communicator and both buffers must outlive it. A failed peer makes them throw CommError
+// naming it. Destroying it before it completed abandons
 // the move (the peers fail with an error naming this device).
 class Transfer {
  public:
@@ -39,7 +44,7 @@ class Transfer {
   class Executor;
 
  private:
-  friend Transfer ireshard(const Plan&, const Group&, const void*, void*);
+  friend Transfer ireshard(const RankPlan&, const Group&, const void*, void*);
   void give_up() noexcept;
   std::shared_ptr<Executor> exec_;
 };
@@ -47,6 +52,8 @@ class Transfer {
 // reshard() started without blocking. Its messages travel on tags the group reserves for it
 // (Group::reserve): any number of reshards and collectives may be in flight on the same devices
 // at once, and complete in any order.
+Transfer ireshard(const RankPlan& plan, const Group& group, const void* src_local, void* dst_local);
+Transfer ireshard(const RankPlan& plan, Communicator& comm, const void* src_local, void* dst_local);
 Transfer ireshard(const Plan& plan, const Group& group, const void* src_local, void* dst_local);
 Transfer ireshard(const Plan& plan, Communicator& comm, const void* src_local, void* dst_local);
 

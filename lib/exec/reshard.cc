@@ -22,14 +22,18 @@ struct PendingReduce {
 
 class Transfer::Executor final : public InFlight {
  public:
-  Executor(const Plan& plan, const Group& group, const void* src, void* dst)
-      : plan_(plan),
+  Executor(RankPlan part, const Group& group, const void* src, void* dst)
+      : plan_(std::move(part)),
         group_(group),
         comm_(group.comm()),
         me_(comm_.rank()),
         src_(const_cast<void*>(src)),
         dst_(dst),
-        elem_(dtype_size(plan.src().dtype())) {
+        elem_(dtype_size(plan_.src().dtype())) {
+    const RankPlan& plan = plan_;
+    if (plan.device() != me_)
+      throw ValidationError("plan", "is device " + std::to_string(plan.device()) +
+                                        "'s part, but this is device " + std::to_string(me_));
     if (plan.src().mesh().contains(me_)) {
       src_tile_ = plan.src().tile_of(me_);
       if (!src_ && !src_tile_.empty())
@@ -94,7 +98,7 @@ class Transfer::Executor final : public InFlight {
       const int phase = ops[next_].phase;
       comm_.begin_batch();
       for (; next_ < ops.size() && ops[next_].phase == phase; ++next_)
-        post(ops[next_], tags_.tag(next_), reqs_, reduces_);
+        post(ops[next_], tags_.tag(static_cast<std::size_t>(ops[next_].stream)), reqs_, reduces_);
       comm_.end_batch();
     }
   }
@@ -183,7 +187,7 @@ class Transfer::Executor final : public InFlight {
     }
   }
 
-  const Plan& plan_;
+  const RankPlan plan_;
   Group group_;  // keeps the group's tags reserved while the reshard is in flight
   Communicator& comm_;
   TagBlock tags_;
@@ -232,9 +236,11 @@ void Transfer::wait() {
   e->step(true);
 }
 
-Transfer ireshard(const Plan& plan, const Group& group, const void* src_local, void* dst_local) {
+Transfer ireshard(const RankPlan& plan, const Group& group, const void* src_local,
+                  void* dst_local) {
   Communicator& comm = group.comm();
   const int me = comm.rank();
+  const auto streams = static_cast<std::size_t>(plan.streams());
   Transfer t;
   try {
     if (!group.contains(me))
@@ -251,7 +257,7 @@ Transfer ireshard(const Plan& plan, const Group& group, const void* src_local, v
     throw;
   }
   // Every member takes the plan's tags, so that the group's sequence stays the same everywhere.
-  const TagBlock tags = group.reserve(plan.ops().size(), t.exec_);
+  const TagBlock tags = group.reserve(streams, t.exec_);
   if (t.exec_) {
     t.exec_->set_tags(tags);
     t.test();  // posts the first phase
@@ -259,8 +265,25 @@ Transfer ireshard(const Plan& plan, const Group& group, const void* src_local, v
   return t;
 }
 
+Transfer ireshard(const Plan& plan, const Group& group, const void* src_local, void* dst_local) {
+  return ireshard(plan.rank(group.comm().rank()), group, src_local, dst_local);
+}
+
+Transfer ireshard(const RankPlan& plan, Communicator& comm, const void* src_local,
+                  void* dst_local) {
+  return ireshard(plan, comm.world(), src_local, dst_local);
+}
+
 Transfer ireshard(const Plan& plan, Communicator& comm, const void* src_local, void* dst_local) {
   return ireshard(plan, comm.world(), src_local, dst_local);
+}
+
+void reshard(const RankPlan& plan, const Group& group, const void* src_local, void* dst_local) {
+  ireshard(plan, group, src_local, dst_local).wait();
+}
+
+void reshard(const RankPlan& plan, Communicator& comm, const void* src_local, void* dst_local) {
+  reshard(plan, comm.world(), src_local, dst_local);
 }
 
 void reshard(const Plan& plan, const Group& group, const void* src_local, void* dst_local) {

@@ -2,12 +2,16 @@
 #include "meshcast/plan.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <iomanip>
 #include <limits>
-#include <nlohmann/json.hpp>
+#include <map>
+#include <optional>
 #include <sstream>
+#include <type_traits>
 
+#include "lib/plan/op_text.h"
 #include "lib/plan/plan_check.h"
 #include "lib/support/json_text.h"
 #include "lib/support/text.h"
@@ -16,23 +20,23 @@
 
 namespace meshcast {
 
-using nlohmann::json;
-
 namespace {
 
 constexpr std::pair<Strategy, const char*> kStrategies[] = {{Strategy::Auto, "auto"},
                                                             {Strategy::Broadcast, "broadcast"},
                                                             {Strategy::SendRecv, "sendrecv"},
                                                             {Strategy::AllGather, "allgather"}};
-constexpr std::pair<Balance, const char*> kBalances[] = {
-    {Balance::None, "none"}, {Balance::Greedy, "greedy"}, {Balance::Search, "search"}};
+constexpr std::pair<Balance, const char*> kBalances[] = {{Balance::None, "none"},
+                                                         {Balance::Greedy, "greedy"},
+                                                         {Balance::Search, "search"},
+                                                         {Balance::Local, "local"}};
 constexpr std::pair<OpKind, const char*> kOpKinds[] = {{OpKind::Copy, "copy"},
                                                        {OpKind::Multicast, "multicast"},
                                                        {OpKind::Reduce, "reduce"},
                                                        {OpKind::Zero, "zero"}};
 
 template <class E, std::size_t N>
-std::string name_of(const std::pair<E, const char*> (&table)[N], E e) {
+const char* name_of(const std::pair<E, const char*> (&table)[N], E e) {
   for (const auto& [v, n] : table)
     if (v == e) return n;
   return "?";
@@ -50,106 +54,144 @@ E value_of(const std::pair<E, const char*> (&table)[N], std::string_view text,
 }
 
 // Reading a plan document: every value checked for its type, every error a ParseError naming
-// the JSON path ("plan.ops[3].box[1]").
-
-const json& member(const json& obj, const char* key, const std::string& field) {
-  if (!obj.is_object()) throw ParseError(field, "expected an object");
-  const auto it = obj.find(key);
-  if (it == obj.end()) throw ParseError(field + "." + key, "missing");
-  return *it;
-}
-
-std::string text_at(const json& j, const std::string& field) {
-  if (!j.is_string()) throw ParseError(field, "expected a string");
-  return j.get<std::string>();
-}
-
-bool flag_at(const json& j, const std::string& field) {
-  if (!j.is_boolean()) throw ParseError(field, "expected true or false");
-  return j.get<bool>();
-}
-
-const json& array_at(const json& j, const std::string& field) {
-  if (!j.is_array()) throw ParseError(field, "expected an array");
-  return j;
-}
-
+// the JSON path ("plan.ops[3].box[1]"). Paths are spelled out only for an error (`where`: a
+// string or a callable returning one), not for each of a large plan's millions of values.
 using detail::at_index;
+using detail::JsonReader;
 
-// Integers must be JSON integers in range: 1.5 or 1e30 are refused, not truncated.
-template <class T>
-T integer(const json& j, const std::string& field) {
-  if (!j.is_number_integer()) throw ParseError(field, "expected an integer");
-  if (j.is_number_unsigned()
-          ? j.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<T>::max())
-          : j.get<std::int64_t>() < std::numeric_limits<T>::min() ||
-                j.get<std::int64_t>() > std::numeric_limits<T>::max())
-    throw ParseError(field, "integer out of range");
-  return static_cast<T>(j.get<std::int64_t>());
+template <class W>
+std::string where_str(W&& where) {
+  if constexpr (std::is_invocable_v<W>)
+    return where();
+  else
+    return std::string(where);
+}
+
+// The first `n` of `keys` are required: one not seen in the object is "missing".
+template <std::size_t N, class W>
+void require(unsigned seen, const std::string_view (&keys)[N], std::size_t n, W&& where) {
+  for (std::size_t k = 0; k < n && k < N; ++k)
+    if (!(seen >> k & 1u))
+      throw ParseError(where_str(where) + "." + std::string(keys[k]), "missing");
+}
+
+// The index of `key` in `keys`, N if absent.
+template <std::size_t N>
+std::size_t key_index(const std::string_view (&keys)[N], std::string_view key) {
+  std::size_t k = 0;
+  while (k < N && key != keys[k]) ++k;
+  return k;
 }
 
 template <class T>
-std::vector<T> integers(const json& j, const std::string& field) {
+std::vector<T> integers(JsonReader& r, const std::string& field) {
   std::vector<T> v;
-  for (std::size_t i = 0; i < array_at(j, field).size(); ++i)
-    v.push_back(integer<T>(j[i], at_index(field, i)));
+  r.array(field,
+          [&](std::size_t i) { v.push_back(r.integer<T>([&] { return at_index(field, i); })); });
   return v;
 }
 
-// A byte count or a duration of the stats: >= 0.
-std::int64_t count_at(const json& j, const std::string& field) {
-  const auto v = integer<std::int64_t>(j, field);
+// A byte count of the stats: >= 0.
+std::int64_t count_at(JsonReader& r, const std::string& field) {
+  const auto v = r.integer<std::int64_t>(field);
   if (v < 0) throw ValidationError(field, "must be >= 0");
   return v;
 }
 
 // {"3": 1024, ...}: per-device byte counts.
-std::map<int, std::int64_t> per_device(const json& j, const std::string& field) {
-  if (!j.is_object()) throw ParseError(field, "expected an object");
+std::map<int, std::int64_t> per_device(JsonReader& r, const std::string& field) {
   std::map<int, std::int64_t> m;
-  for (const auto& [k, v] : j.items())
+  r.object(field, [&](std::string_view k) {
     m[static_cast<int>(detail::parse_uint(k, std::numeric_limits<int>::max(), field,
-                                          "device id"))] = count_at(v, field);
+                                          "device id"))] = count_at(r, field);
+  });
   return m;
 }
 
-json box_json(const Box& b) {
-  json a = json::array();
-  for (const Range& r : b.ranges()) a.push_back({r.lo, r.hi});
-  return a;
-}
-
 // [[lo, hi], ...]: one pair per dimension (validate() checks them against the tensor).
-Box box_from(const json& j, const std::string& field) {
-  std::vector<Range> r;
-  for (std::size_t d = 0; d < array_at(j, field).size(); ++d) {
-    const std::string f = at_index(field, d);
-    if (!j[d].is_array() || j[d].size() != 2) throw ParseError(f, "expected [lo, hi]");
-    r.push_back({integer<std::int64_t>(j[d][0], f), integer<std::int64_t>(j[d][1], f)});
-  }
-  return Box(std::move(r));
+template <class W>
+Box box_from(JsonReader& r, W&& where) {
+  std::vector<Range> ranges;
+  r.array(where, [&](std::size_t d) {
+    const auto f = [&] { return at_index(where_str(where), d); };
+    std::int64_t b[2] = {0, 0};
+    std::size_t n = 0;
+    r.array(f, [&](std::size_t) {
+      if (n == 2) throw ParseError(f(), "expected [lo, hi]");
+      b[n++] = r.integer<std::int64_t>(f);
+    });
+    if (n != 2) throw ParseError(f(), "expected [lo, hi]");
+    ranges.push_back({b[0], b[1]});
+  });
+  return Box(std::move(ranges));
 }
 
-Op op_from(const json& o, const std::string& field) {
+constexpr std::string_view kOpKeys[] = {"kind",  "root",     "phase", "box",
+                                        "peers", "from_dst", "stream"};
+
+// One op; `has_stream` tells whether it had a "stream" (needed when the plan has "streams").
+Op op_from(JsonReader& r, std::size_t i, bool& has_stream) {
+  const auto field = [i] { return at_index("plan.ops", i); };
+  const auto f = [&](const char* member) { return [&field, member] { return field() + member; }; };
   Op op;
-  op.kind = value_of(kOpKinds, text_at(member(o, "kind", field), field + ".kind"), field + ".kind");
-  op.phase = integer<int>(member(o, "phase", field), field + ".phase");
-  op.box = box_from(member(o, "box", field), field + ".box");
-  op.root = integer<int>(member(o, "root", field), field + ".root");
-  op.peers = integers<int>(member(o, "peers", field), field + ".peers");
-  op.from_dst = flag_at(member(o, "from_dst", field), field + ".from_dst");
+  unsigned seen = 0;
+  r.object(field, [&](std::string_view key) {
+    const std::size_t k = key_index(kOpKeys, key);
+    seen |= 1u << k;
+    switch (k) {
+      case 0: {
+        const std::string text = r.string(f(".kind"));
+        op.kind = value_of(kOpKinds, text, field() + ".kind");
+        return;
+      }
+      case 1:
+        op.root = r.integer<int>(f(".root"));
+        return;
+      case 2:
+        op.phase = r.integer<int>(f(".phase"));
+        return;
+      case 3:
+        op.box = box_from(r, f(".box"));
+        return;
+      case 4:
+        r.array(f(".peers"), [&](std::size_t p) {
+          op.peers.push_back(r.integer<int>([&] { return at_index(field() + ".peers", p); }));
+        });
+        return;
+      case 5:
+        op.from_dst = r.boolean(f(".from_dst"));
+        return;
+      case 6:
+        op.stream = r.integer<std::int64_t>(f(".stream"));
+        return;
+      default:
+        r.skip();  // unknown members are ignored, as in every document
+    }
+  });
+  has_stream = seen >> 6 & 1u;
+  require(seen, kOpKeys, 6, field);  // all but "stream"
   return op;
 }
 
-json layout_json(const Layout& l) {
-  return {{"shape", l.shape()}, {"dtype", to_string(l.dtype())}, {"layout", l.str()}};
-}
-
-Layout layout_from(const json& j, const std::string& field) {
-  const Shape shape = integers<std::int64_t>(member(j, "shape", field), field + ".shape");
-  const DType dtype =
-      parse_dtype(text_at(member(j, "dtype", field), field + ".dtype"), field + ".dtype");
-  return Layout::parse(shape, dtype, text_at(member(j, "layout", field), field + ".layout"), field);
+Layout layout_from(JsonReader& r, const std::string& field) {
+  constexpr std::string_view kKeys[] = {"shape", "dtype", "layout"};
+  Shape shape;
+  std::string dtype, layout;
+  unsigned seen = 0;
+  r.object(field, [&](std::string_view key) {
+    const std::size_t k = key_index(kKeys, key);
+    seen |= 1u << k;
+    if (k == 0)
+      shape = integers<std::int64_t>(r, field + ".shape");
+    else if (k == 1)
+      dtype = r.string(field + ".dtype");
+    else if (k == 2)
+      layout = r.string(field + ".layout");
+    else
+      r.skip();
+  });
+  require(seen, kKeys, 3, field);
+  return Layout::parse(shape, parse_dtype(dtype, field + ".dtype"), layout, field);
 }
 
 }  // namespace
@@ -165,14 +207,20 @@ Balance parse_balance(std::string_view text, const std::string& field) {
 std::string to_string(OpKind k) { return name_of(kOpKinds, k); }
 
 Plan::Plan(Layout src, Layout dst, Strategy strategy, Balance balance, std::string topology,
-           std::vector<Op> ops, PlanStats stats)
+           std::vector<Op> ops, PlanStats stats, std::int64_t streams)
     : src_(std::move(src)),
       dst_(std::move(dst)),
       strategy_(strategy),
       balance_(balance),
       topology_(std::move(topology)),
       ops_(std::move(ops)),
-      stats_(std::move(stats)) {}
+      stats_(std::move(stats)),
+      streams_(streams) {
+  if (streams_ < 0) {
+    streams_ = static_cast<std::int64_t>(ops_.size());
+    for (std::size_t i = 0; i < ops_.size(); ++i) ops_[i].stream = static_cast<std::int64_t>(i);
+  }
+}
 
 int Plan::phases() const {
   int p = 0;
@@ -188,86 +236,188 @@ std::vector<int> Plan::devices() const {
   return d;
 }
 
-std::string Plan::to_json() const {
-  json ops = json::array();
-  for (const Op& op : ops_)
-    ops.push_back({{"kind", to_string(op.kind)},
-                   {"phase", op.phase},
-                   {"box", box_json(op.box)},
-                   {"root", op.root},
-                   {"peers", op.peers},
-                   {"from_dst", op.from_dst}});
-  auto per_device = [](const std::map<int, std::int64_t>& m) {
-    json o = json::object();
-    for (const auto& [d, b] : m) o[std::to_string(d)] = b;
-    return o;
+// Written op by op with no tree in between (a 4,096 -> 4,096 plan is 30 MB of text). The small
+// members come first, so a reader sees them before the ops.
+void Plan::write_json(std::ostream& os) const {
+  detail::JsonWriter w(os);
+  const auto layout = [&w](const char* key, const Layout& l) {
+    w.key(key);
+    w.begin_object();
+    w.key("shape");
+    w.begin_array();
+    for (const std::int64_t e : l.shape()) w.value(e);
+    w.end_array();
+    w.member("dtype", to_string(l.dtype()));
+    w.member("layout", l.str());
+    w.end_object();
   };
-  json j = {{"src", layout_json(src_)},
-            {"dst", layout_json(dst_)},
-            {"strategy", to_string(strategy_)},
-            {"balance", to_string(balance_)},
-            {"topology", topology_},
-            {"stats",
-             {{"bytes_moved", stats_.bytes_moved},
-              {"bytes_local", stats_.bytes_local},
-              {"bytes_intra_host", stats_.bytes_intra_host},
-              {"bytes_network", stats_.bytes_network},
-              {"sent", per_device(stats_.sent)},
-              {"received", per_device(stats_.received)},
-              {"predicted_seconds", stats_.predicted_seconds},
-              {"search_truncated", stats_.search_truncated}}},
-            {"ops", ops}};
-  return j.dump();
+  const auto per_device = [&w](const char* key, const std::map<int, std::int64_t>& m) {
+    w.key(key);
+    w.begin_object();
+    for (const auto& [d, b] : m) {
+      char id[16];
+      w.member(
+          std::string_view(id, static_cast<std::size_t>(std::to_chars(id, id + 16, d).ptr - id)),
+          b);
+    }
+    w.end_object();
+  };
+  w.begin_object();
+  layout("src", src_);
+  layout("dst", dst_);
+  w.member("strategy", name_of(kStrategies, strategy_));
+  w.member("balance", name_of(kBalances, balance_));
+  w.member("topology", topology_);
+  w.member("streams", streams_);
+  w.key("stats");
+  w.begin_object();
+  w.member("bytes_moved", stats_.bytes_moved);
+  w.member("bytes_local", stats_.bytes_local);
+  w.member("bytes_intra_host", stats_.bytes_intra_host);
+  w.member("bytes_network", stats_.bytes_network);
+  per_device("sent", stats_.sent);
+  per_device("received", stats_.received);
+  w.member("predicted_seconds", stats_.predicted_seconds);
+  w.member("search_truncated", stats_.search_truncated);
+  w.end_object();
+  w.key("ops");
+  w.begin_array();
+  for (const Op& op : ops_) {
+    w.begin_object();
+    w.member("kind", name_of(kOpKinds, op.kind));
+    w.member("phase", op.phase);
+    w.key("box");
+    w.begin_array();
+    for (const Range& r : op.box.ranges()) {
+      w.begin_array();
+      w.value(r.lo);
+      w.value(r.hi);
+      w.end_array();
+    }
+    w.end_array();
+    w.member("root", op.root);
+    w.key("peers");
+    w.begin_array();
+    for (const int p : op.peers) w.value(p);
+    w.end_array();
+    w.member("from_dst", op.from_dst);
+    w.member("stream", op.stream);
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
 }
 
+std::string Plan::to_json() const {
+  std::ostringstream os;
+  write_json(os);
+  return std::move(os).str();
+}
+
+// Read in place (JsonReader): a 30 MB plan loads in a fraction of a second, where a tree of it
+// took seconds and gigabytes.
 Plan Plan::from_json(std::string_view text) {
-  try {
-    json j;
-    try {
-      j = detail::parse_json(std::string(text), "plan");
-    } catch (const ParseError& e) {  // one bounded line: nlohmann quotes the token it read
-      if (e.cause().size() <= 300) throw;
-      throw ParseError(e.field(), e.cause().substr(0, 280) + "...");
+  JsonReader r(text, "plan");
+  r.check();  // malformed text and repeated keys first, as such
+  if (r.peek() != JsonReader::Type::Object) throw ParseError("plan", "expected a JSON object");
+  constexpr std::string_view kKeys[] = {"src",      "dst",   "strategy", "balance",
+                                        "topology", "stats", "ops",      "streams"};
+  constexpr std::string_view kStatKeys[] = {
+      "bytes_moved", "bytes_local", "bytes_intra_host",  "bytes_network",
+      "sent",        "received",    "predicted_seconds", "search_truncated"};
+  std::optional<Layout> src, dst;
+  std::string strategy, balance, topology;
+  PlanStats st;
+  std::vector<Op> ops;
+  std::int64_t streams = -1;  // absent: the ops are numbered in order
+  std::size_t without_stream = std::numeric_limits<std::size_t>::max();  // the first such op
+  unsigned seen = 0, stats_seen = 0;
+  r.object("plan", [&](std::string_view key) {
+    const std::size_t k = key_index(kKeys, key);
+    seen |= 1u << k;
+    switch (k) {
+      case 0:
+        src = layout_from(r, "plan.src");
+        return;
+      case 1:
+        dst = layout_from(r, "plan.dst");
+        return;
+      case 2:
+        strategy = r.string("plan.strategy");
+        return;
+      case 3:
+        balance = r.string("plan.balance");
+        return;
+      case 4:
+        topology = r.string("plan.topology");
+        return;
+      case 5:
+        r.object("plan.stats", [&](std::string_view sk) {
+          const std::size_t j = key_index(kStatKeys, sk);
+          stats_seen |= 1u << j;
+          const std::string f = "plan.stats." + std::string(sk);
+          switch (j) {
+            case 0:
+              st.bytes_moved = count_at(r, f);
+              return;
+            case 1:
+              st.bytes_local = count_at(r, f);
+              return;
+            case 2:
+              st.bytes_intra_host = count_at(r, f);
+              return;
+            case 3:
+              st.bytes_network = count_at(r, f);
+              return;
+            case 4:
+              st.sent = per_device(r, f);
+              return;
+            case 5:
+              st.received = per_device(r, f);
+              return;
+            case 6:
+              st.predicted_seconds = r.number(f);
+              if (!(st.predicted_seconds >= 0) || !std::isfinite(st.predicted_seconds))
+                throw ValidationError(f, "must be a finite number >= 0");
+              return;
+            case 7:
+              st.search_truncated = r.boolean(f);
+              return;
+            default:
+              r.skip();
+          }
+        });
+        return;
+      case 6: {
+        // Bounded before anything proportional to the ops (validate() is near linear in them).
+        const std::size_t n = r.count("plan.ops");
+        check_limit("plan.ops", static_cast<std::int64_t>(n), limits().plan_ops, "PLAN_OPS");
+        ops.reserve(n);
+        r.array("plan.ops", [&](std::size_t i) {
+          bool has_stream = false;
+          ops.push_back(op_from(r, i, has_stream));
+          if (!has_stream) without_stream = std::min(without_stream, i);
+        });
+        return;
+      }
+      case 7:
+        streams = r.integer<std::int64_t>("plan.streams");
+        if (streams < 0) throw ValidationError("plan.streams", "must be >= 0");
+        return;
+      default:
+        r.skip();
     }
-    if (!j.is_object()) throw ParseError("plan", "expected a JSON object");
-    const Layout src = layout_from(member(j, "src", "plan"), "plan.src");
-    const Layout dst = layout_from(member(j, "dst", "plan"), "plan.dst");
-    const Strategy strategy = value_of(
-        kStrategies, text_at(member(j, "strategy", "plan"), "plan.strategy"), "plan.strategy");
-    const Balance balance =
-        value_of(kBalances, text_at(member(j, "balance", "plan"), "plan.balance"), "plan.balance");
-    std::string topology = text_at(member(j, "topology", "plan"), "plan.topology");
-    const json& s = member(j, "stats", "plan");
-    PlanStats st;
-    st.bytes_moved = count_at(member(s, "bytes_moved", "plan.stats"), "plan.stats.bytes_moved");
-    st.bytes_local = count_at(member(s, "bytes_local", "plan.stats"), "plan.stats.bytes_local");
-    st.bytes_intra_host =
-        count_at(member(s, "bytes_intra_host", "plan.stats"), "plan.stats.bytes_intra_host");
-    st.bytes_network =
-        count_at(member(s, "bytes_network", "plan.stats"), "plan.stats.bytes_network");
-    st.sent = per_device(member(s, "sent", "plan.stats"), "plan.stats.sent");
-    st.received = per_device(member(s, "received", "plan.stats"), "plan.stats.received");
-    const json& predicted = member(s, "predicted_seconds", "plan.stats");
-    if (!predicted.is_number())
-      throw ParseError("plan.stats.predicted_seconds", "expected a number");
-    st.predicted_seconds = predicted.get<double>();
-    if (!(st.predicted_seconds >= 0) || !std::isfinite(st.predicted_seconds))
-      throw ValidationError("plan.stats.predicted_seconds", "must be a finite number >= 0");
-    st.search_truncated =
-        flag_at(member(s, "search_truncated", "plan.stats"), "plan.stats.search_truncated");
-    // Bounded before anything proportional to the ops (validate() is near linear in them).
-    const json& o = array_at(member(j, "ops", "plan"), "plan.ops");
-    check_limit("plan.ops", static_cast<std::int64_t>(o.size()), limits().plan_ops, "PLAN_OPS");
-    std::vector<Op> ops;
-    ops.reserve(o.size());
-    for (std::size_t i = 0; i < o.size(); ++i)
-      ops.push_back(op_from(o[i], at_index("plan.ops", i)));
-    Plan p(src, dst, strategy, balance, std::move(topology), std::move(ops), std::move(st));
-    p.validate();
-    return p;
-  } catch (const json::exception& e) {
-    throw ParseError("plan", std::string("invalid plan JSON: ") + e.what());
-  }
+  });
+  require(seen, kKeys, 7, "plan");  // all but "streams"
+  require(stats_seen, kStatKeys, 8, "plan.stats");
+  if (streams >= 0 && without_stream < ops.size())
+    throw ParseError(at_index("plan.ops", without_stream) + ".stream",
+                     "missing (the plan has \"streams\")");
+  Plan p(std::move(*src), std::move(*dst), value_of(kStrategies, strategy, "plan.strategy"),
+         value_of(kBalances, balance, "plan.balance"), std::move(topology), std::move(ops),
+         std::move(st), streams);
+  p.validate();
+  return p;
 }
 
 void Plan::validate() const { detail::check_plan(*this); }
@@ -282,8 +432,16 @@ std::string Plan::str(std::size_t max_ops) const {
      << ", network " << stats_.bytes_network << "), local copies " << stats_.bytes_local << '\n'
      << "  predicted " << std::setprecision(4) << stats_.predicted_seconds * 1e3 << " ms"
      << (stats_.search_truncated ? " (search cut short by its time cap)" : "") << '\n';
-  for (std::size_t i = 0; i < ops_.size() && i < max_ops; ++i) {
-    const Op& op = ops_[i];
+  detail::write_op_list(os, ops_, max_ops);
+  return os.str();
+}
+
+namespace detail {
+
+void write_op_list(std::ostream& os, const std::vector<Op>& ops, std::size_t max_ops) {
+  constexpr std::size_t kListedPeers = 16;
+  for (std::size_t i = 0; i < ops.size() && i < max_ops; ++i) {
+    const Op& op = ops[i];
     os << "  [" << op.phase << "] " << std::left << std::setw(9) << to_string(op.kind) << ' '
        << op.box.str() << ' ';
     switch (op.kind) {
@@ -293,7 +451,10 @@ std::string Plan::str(std::size_t max_ops) const {
         break;
       case OpKind::Multicast:
         os << op.root << (op.from_dst ? "(dst)" : "") << " -> ";
-        for (std::size_t k = 0; k < op.peers.size(); ++k) os << (k ? "," : "") << op.peers[k];
+        // A multicast to thousands would fill a screen per op: the first few, then a count.
+        for (std::size_t k = 0; k < op.peers.size() && k < kListedPeers; ++k)
+          os << (k ? "," : "") << op.peers[k];
+        if (op.peers.size() > kListedPeers) os << ",... (" << op.peers.size() << " receivers)";
         break;
       case OpKind::Reduce:
         for (std::size_t k = 0; k < op.peers.size(); ++k) os << (k ? "+" : "") << op.peers[k];
@@ -302,8 +463,9 @@ std::string Plan::str(std::size_t max_ops) const {
     }
     os << '\n';
   }
-  if (ops_.size() > max_ops) os << "  ... " << ops_.size() - max_ops << " more ops\n";
-  return os.str();
+  if (ops.size() > max_ops) os << "  ... " << ops.size() - max_ops << " more ops\n";
 }
+
+}  // namespace detail
 
 }  // namespace meshcast

@@ -149,6 +149,8 @@ class PlanChecker {
     int phase = -1;
     for (std::size_t i = 0; i < ops.size(); ++i) check_op(i, phase);
     coverage();
+    // After coverage: an op given twice is reported as the double write it is.
+    distinct_streams();
   }
 
  private:
@@ -165,6 +167,10 @@ class PlanChecker {
       throw ValidationError(at(".phase"), "phase " + std::to_string(op.phase) + " skips phase " +
                                               std::to_string(phase + 1));
     phase = op.phase;
+    if (op.stream < 0 || op.stream >= p_.streams())
+      throw ValidationError(at(".stream"), "stream " + std::to_string(op.stream) +
+                                               " is outside the plan's " +
+                                               std::to_string(p_.streams()) + " streams");
     const Shape& shape = src_.shape();
     if (op.box.ndim() != shape.size())
       throw ValidationError(at(".box"), "has " + std::to_string(op.box.ndim()) +
@@ -241,6 +247,22 @@ class PlanChecker {
       }
     }
     throw ValidationError(at(".kind"), "unknown op kind");
+  }
+
+  // Two transfers on one stream would share their tags: the receiver could take one's data for
+  // the other's. (Copies and zero-fills send nothing; their streams may repeat.)
+  void distinct_streams() const {
+    std::vector<std::pair<std::int64_t, std::size_t>> s;  // (stream, op)
+    for (std::size_t i = 0; i < p_.ops().size(); ++i)
+      if (const Op& op = p_.ops()[i]; op.kind == OpKind::Multicast || op.kind == OpKind::Reduce)
+        s.emplace_back(op.stream, i);
+    std::sort(s.begin(), s.end());
+    for (std::size_t k = 1; k < s.size(); ++k)
+      if (s[k].first == s[k - 1].first)
+        throw ValidationError(Where{s[k].second, ".stream"}.str(),
+                              "stream " + std::to_string(s[k].first) + " is also " +
+                                  op_field(s[k - 1].second) +
+                                  "'s: the transfers of a plan have distinct streams");
   }
 
   static void no_peers(const Op& op, const Where& w, const char* what) {

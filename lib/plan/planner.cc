@@ -1,13 +1,18 @@
-// plan(): tasks -> ops by strategy, senders chosen by the schedule model (none / greedy /
-// search), then the plan's byte accounting.
+// plan(): tasks -> ops by strategy, senders chosen task by task (none / local: detail::TaskOps)
+// or by the schedule model over the whole plan (greedy / search), then the plan's byte
+// accounting.
+#include "lib/plan/planner.h"
+
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
 #include <random>
 
-#include "link_timeline.h"
-#include "links.h"
+#include "lib/plan/link_timeline.h"
+#include "lib/plan/links.h"
+#include "lib/plan/strategy_price.h"
+#include "lib/plan/task_ops.h"
 #include "meshcast/error.h"
 #include "meshcast/plan.h"
 #include "meshcast/plan_size.h"
@@ -26,41 +31,23 @@ struct Unit {
   std::int64_t bytes = 0;
 };
 
-// Splits box along its first dimension of extent >= n (else its longest) into n slices.
-std::vector<Box> slices(const Box& box, std::size_t n) {
-  std::size_t dim = 0;
-  for (std::size_t d = 0; d < box.ndim(); ++d)
-    if (box[d].size() > box[dim].size() && box[dim].size() < static_cast<std::int64_t>(n)) dim = d;
-  for (std::size_t d = 0; d < box.ndim(); ++d)
-    if (box[d].size() >= static_cast<std::int64_t>(n)) {
-      dim = d;
-      break;
-    }
-  std::vector<Box> out;
-  const Range r = box[dim];
-  for (std::size_t j = 0; j < n; ++j) {
-    auto ranges = box.ranges();
-    const Range s =
-        shard_range(r.size(), static_cast<std::int64_t>(n), static_cast<std::int64_t>(j));
-    ranges[dim] = {r.lo + s.lo, r.lo + s.hi};
-    out.emplace_back(std::move(ranges));
-  }
-  return out;
-}
-
 class Builder {
  public:
-  Builder(const Layout& dst, Strategy strategy, Balance balance)
+  Builder(const Layout& dst, Strategy strategy)
       : dst_(dst),
         strategy_(strategy),
-        balance_(balance),
-        elem_(static_cast<std::int64_t>(dtype_size(dst.dtype()))) {}
+        elem_(static_cast<std::int64_t>(dtype_size(dst.dtype()))),
+        slots_(detail::stream_slots(strategy, dst)) {}
 
-  std::vector<Unit> build(const std::vector<Task>& ts) {
+  // Streams as detail::TaskOps numbers them: task * slots + slot.
+  std::vector<Unit> build(const TaskGrid& grid) {
     for (std::int64_t i = 0; i < dst_.mesh().size(); ++i)  // addends of a partial target
       if (dst_.partial_group(i) != 0 && !dst_.tile_at(i).empty())
-        add({OpKind::Zero, 0, dst_.tile_at(i), dst_.mesh().device(i), {}, false}, {});
-    for (const Task& t : ts) expand(t);
+        add({OpKind::Zero, 0, dst_.tile_at(i), dst_.mesh().device(i), {}, false, 0}, {});
+    for (std::int64_t i = 0; i < grid.size(); ++i) {
+      stream_ = i * slots_ + 1;
+      expand(grid.task(i));
+    }
     return std::move(units_);
   }
 
@@ -81,7 +68,7 @@ class Builder {
       std::vector<int> receivers;
       for (int d : t.destinations) {
         if (std::binary_search(sorted_.begin(), sorted_.end(), d))
-          add({OpKind::Copy, 0, t.box, d, {}, false}, {});
+          add({OpKind::Copy, 0, t.box, d, {}, false, 0}, {});
         else
           receivers.push_back(d);
       }
@@ -95,8 +82,8 @@ class Builder {
       for (const auto& g : t.sources)
         if (std::find(g.begin(), g.end(), d) != g.end()) roots.push_back(d);
     if (roots.empty()) roots = t.destinations;
-    const int root = balance_ == Balance::None ? roots.front() : least_loaded_root(roots);
-    Op reduce{OpKind::Reduce, 0, t.box, root, {}, true};
+    const int root = least_loaded_root(roots);
+    Op reduce{OpKind::Reduce, 0, t.box, root, {}, true, stream_ - 1};
     std::vector<std::vector<int>> choices;
     for (const auto& g : t.sources) {
       const bool at_root = std::find(g.begin(), g.end(), root) != g.end();
@@ -123,32 +110,43 @@ class Builder {
              int phase, bool from_dst) {
     if (receivers.empty()) return;
     if (receivers.size() > 1) fans_out_ = true;
+    const std::int64_t base = stream_;
     if (strategy_ == Strategy::SendRecv) {
-      for (int r : receivers)
-        add({OpKind::Multicast, phase, box, holders.front(), {r}, from_dst}, {holders});
+      for (std::size_t j = 0; j < receivers.size(); ++j)
+        add({OpKind::Multicast,
+             phase,
+             box,
+             holders.front(),
+             {receivers[j]},
+             from_dst,
+             base + static_cast<std::int64_t>(j)},
+            {holders});
       return;
     }
     if (strategy_ == Strategy::Broadcast || receivers.size() == 1) {
-      add({OpKind::Multicast, phase, box, holders.front(), receivers, from_dst}, {holders});
+      add({OpKind::Multicast, phase, box, holders.front(), receivers, from_dst, base}, {holders});
       return;
     }
     // AllGather: receiver j gets slice j, then broadcasts it to the other receivers.
-    const auto parts = slices(box, receivers.size());
+    const auto parts = detail::allgather_slices(box, receivers.size());
     for (std::size_t j = 0; j < parts.size(); ++j) {
       if (parts[j].empty()) continue;
-      add({OpKind::Multicast, phase, parts[j], holders.front(), {receivers[j]}, from_dst},
+      const auto slot = base + 2 * static_cast<std::int64_t>(j);
+      add({OpKind::Multicast, phase, parts[j], holders.front(), {receivers[j]}, from_dst, slot},
           {holders});
       std::vector<int> others;
       for (int r : receivers)
         if (r != receivers[j]) others.push_back(r);
-      add({OpKind::Multicast, phase + 1, parts[j], receivers[j], std::move(others), true}, {});
+      add({OpKind::Multicast, phase + 1, parts[j], receivers[j], std::move(others), true, slot + 1},
+          {});
     }
   }
 
   const Layout& dst_;
   Strategy strategy_;
-  Balance balance_;
   std::int64_t elem_;
+  std::int64_t slots_;
+  std::int64_t stream_ = 0;  // the current task's first transfer stream
   std::vector<Unit> units_;
   std::map<int, std::int64_t> reduce_load_;
   std::vector<int> sorted_;  // expand()'s scratch
@@ -181,7 +179,7 @@ Cost evaluate(const std::vector<Unit>& units, const Order& order, LinkTimeline& 
 }
 
 // Local ops first, then the largest transfers first (the greedy order).
-Order initial_order(const std::vector<Unit>& units, Balance balance) {
+Order initial_order(const std::vector<Unit>& units) {
   int phases = 0;
   for (const auto& u : units) phases = std::max(phases, u.op.phase + 1);
   Order order(static_cast<std::size_t>(phases));
@@ -192,7 +190,7 @@ Order initial_order(const std::vector<Unit>& units, Balance balance) {
       const bool la = units[a].op.kind == OpKind::Copy || units[a].op.kind == OpKind::Zero;
       const bool lb = units[b].op.kind == OpKind::Copy || units[b].op.kind == OpKind::Zero;
       if (la != lb) return la;
-      return balance != Balance::None && units[a].bytes > units[b].bytes;
+      return units[a].bytes > units[b].bytes;
     });
   return order;
 }
@@ -318,14 +316,6 @@ PlanStats account(const std::vector<Op>& ops, const LinkTimeline& s, std::int64_
   return st;
 }
 
-std::vector<int> union_devices(const Layout& src, const Layout& dst) {
-  std::vector<int> d = src.mesh().devices();
-  d.insert(d.end(), dst.mesh().devices().begin(), dst.mesh().devices().end());
-  std::sort(d.begin(), d.end());
-  d.erase(std::unique(d.begin(), d.end()), d.end());
-  return d;
-}
-
 // `fans_out` (optional) tells whether the strategy mattered (see Builder::fans_out_).
 // The ops of units in `order`, each multicast's receivers in chain order.
 std::vector<Op> ops_of(std::vector<Unit>& units, const Order& order, const LinkTimeline& s) {
@@ -340,12 +330,8 @@ std::vector<Op> ops_of(std::vector<Unit>& units, const Order& order, const LinkT
   return ops;
 }
 
-Plan plan_with(const Layout& src, const Layout& dst, const std::vector<Task>& ts, LinkTimeline& s,
+Plan plan_with(const Layout& src, const Layout& dst, const TaskGrid& grid, LinkTimeline& s,
                Strategy strategy, const PlanOptions& opt, bool* fans_out = nullptr) {
-  Builder builder(dst, strategy, opt.balance);
-  std::vector<Unit> units = builder.build(ts);
-  if (fans_out) *fans_out = builder.fans_out_;
-  Order order = initial_order(units, opt.balance);
   const auto elem = static_cast<std::int64_t>(dtype_size(src.dtype()));
   // The schedule ranks sender choices; the plan records the analytic model, which does not
   // depend on the order of a phase's ops (the executor posts them all at once).
@@ -354,8 +340,24 @@ Plan plan_with(const Layout& src, const Layout& dst, const std::vector<Task>& ts
     return links.analytic_seconds(ops, elem, opt.chunk_bytes);
   };
   bool truncated = false;
-  if (opt.balance != Balance::None) assign_greedy(units, order, s);
   std::vector<Op> ops;
+  if (opt.balance == Balance::None || opt.balance == Balance::Local) {
+    // Task by task, as each device computes its own part (plan_rank).
+    detail::TaskOps t(grid, s, strategy, opt.balance);
+    t.zeros(-1, ops);
+    for (std::int64_t i = 0; i < grid.size(); ++i) t.task(i, -1, ops);
+    detail::order_ops(ops);
+    if (fans_out) *fans_out = t.fans_out();
+    PlanStats st = account(ops, s, elem);
+    st.predicted_seconds = analytic(ops);
+    return Plan(src, dst, strategy, opt.balance, s.topology().name(), std::move(ops), std::move(st),
+                t.streams());
+  }
+  Builder builder(dst, strategy);
+  std::vector<Unit> units = builder.build(grid);
+  if (fans_out) *fans_out = builder.fans_out_;
+  Order order = initial_order(units);
+  assign_greedy(units, order, s);
   if (opt.balance == Balance::Search) {
     std::vector<Unit> greedy_units = units;
     Order greedy_order = order;
@@ -371,33 +373,40 @@ Plan plan_with(const Layout& src, const Layout& dst, const std::vector<Task>& ts
   PlanStats st = account(ops, s, elem);
   st.predicted_seconds = analytic(ops);
   st.search_truncated = truncated;
-  return Plan(src, dst, strategy, opt.balance, s.topology().name(), std::move(ops), std::move(st));
+  return Plan(src, dst, strategy, opt.balance, s.topology().name(), std::move(ops), std::move(st),
+              grid.size() * detail::stream_slots(strategy, dst));
 }
 
 }  // namespace
 
+namespace detail {
+
+std::vector<int> union_devices(const Layout& src, const Layout& dst) {
+  std::vector<int> d = src.mesh().devices();
+  d.insert(d.end(), dst.mesh().devices().begin(), dst.mesh().devices().end());
+  std::sort(d.begin(), d.end());
+  d.erase(std::unique(d.begin(), d.end()), d.end());
+  return d;
+}
+
+}  // namespace detail
+
 Plan plan(const Layout& src, const Layout& dst, const Topology& topology,
           const PlanOptions& options) {
   // Refused before any work when even the smallest candidate would not fit.
-  check_plan_size(estimate_plan_size(src, dst, options.strategy));
-  const std::vector<Task> ts = tasks(src, dst);
-  LinkTimeline s(topology, union_devices(src, dst), dtype_size(src.dtype()), options.chunk_bytes);
+  check_plan_size(estimate_plan_size(src, dst, options.strategy, options.balance),
+                  options.max_plan_bytes);
+  const TaskGrid grid(src, dst);
+  LinkTimeline s(topology, detail::union_devices(src, dst), dtype_size(src.dtype()),
+                 options.chunk_bytes);
   if (options.strategy != Strategy::Auto)
-    return plan_with(src, dst, ts, s, options.strategy, options);
-  // Auto: the cheapest by the schedule model; ties go to the earlier (fewer bytes) strategy.
-  // Strategies whose plan would exceed the limits are not candidates.
-  std::optional<Plan> best;
-  for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
-    if (!within_limits(estimate_plan_size(src, dst, st))) continue;
-    bool fans_out = true;
-    Plan p = plan_with(src, dst, ts, s, st, options, &fans_out);
-    // Every box has at most one receiver: the three strategies build the same ops, so their
-    // plans are equal and the tie goes to broadcast, the first. Skip the other two.
-    if (!fans_out) return p;
-    if (!best || p.stats().predicted_seconds < best->stats().predicted_seconds * (1 - 1e-9))
-      best = std::move(p);
-  }
-  return std::move(*best);
+    return plan_with(src, dst, grid, s, options.strategy, options);
+  // Auto: each candidate priced from the tasks by the model the plan records, without building
+  // it (strategy_price.h); only the cheapest is built (with the local rule if it fits only so).
+  const detail::AutoChoice choice = detail::auto_strategy(grid, s, options);
+  PlanOptions chosen = options;
+  chosen.balance = choice.balance;
+  return plan_with(src, dst, grid, s, choice.strategy, chosen);
 }
 
 }  // namespace meshcast

@@ -196,6 +196,67 @@ TEST(Reshard, RandomCasesMatchTheReference) {
   }
 }
 
+// Every device plans its own part alone (plan_rank), as the devices of a job do, and runs it; on
+// some cases half of the devices run the whole plan instead (the two forms mix).
+TEST(Reshard, PerRankPlansMatchTheReference) {
+  Rng rng(0x9e2b);
+  testing::Limits lim;
+  lim.pool = kWorld;
+  lim.max_mesh_size = 8;
+  lim.max_volume = 200;
+  lim.max_extent = 9;
+  const Topology topos[] = {Topology::single_host(),
+                            Topology::uniform("three", 3, 4, LinkClass{"intra", 50e9, 1e-6},
+                                              LinkClass{"network", 1e9, 2e-5})};
+  const Strategy strategies[] = {Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather,
+                                 Strategy::Auto};
+  const int n = testing::scaled(300);
+  for (int i = 0; i < n; ++i) {
+    const auto c = testing::random_case(rng, lim, kAllDTypes[i % 7]);
+    PlanOptions opt;
+    opt.strategy = strategies[rng.below(4)];
+    opt.balance = rng.chance(1, 4) ? Balance::None : Balance::Local;
+    const Topology& topo = topos[rng.below(2)];
+    const bool mixed = rng.chance(1, 3);
+    const std::string ctx = "case " + std::to_string(i) + ": " + c.str() + " strategy " +
+                            to_string(opt.strategy) + " balance " + to_string(opt.balance) +
+                            " topology " + topo.name() + (mixed ? " (mixed)" : "");
+    const Plan whole = plan(c.src, c.dst, topo, opt);
+    Buffers b = make_buffers(c.src, c.dst);
+    LocalWorld world(kWorld);
+    ASSERT_NO_THROW(world.run(
+        [&](Communicator& comm) {
+          const auto me = static_cast<std::size_t>(comm.rank());
+          const void* s = b.src[me].empty() ? nullptr : b.src[me].data();
+          void* d = b.dst[me].empty() ? nullptr : b.dst[me].data();
+          if (mixed && me % 2)
+            reshard(whole, comm, s, d);
+          else
+            reshard(plan_rank(c.src, c.dst, comm.rank(), topo, opt), comm, s, d);
+        },
+        whole.devices()))
+        << ctx;
+    std::string first;
+    ASSERT_EQ(check(c.dst, b, first), 0) << ctx << "\n" << first << "\n" << whole.str(64);
+  }
+}
+
+TEST(Reshard, AnotherDevicesPartIsRefused) {
+  const Layout src = Layout::parse({4}, DType::f32, "2@0-1:S0");
+  const Layout dst = Layout::parse({4}, DType::f32, "2@0-1:R");
+  LocalWorld world(2);
+  std::vector<float> a(2), b(4);
+  try {
+    world.run([&](Communicator& comm) {
+      reshard(plan_rank(src, dst, 1 - comm.rank()), comm, a.data(), b.data());
+    });
+    FAIL() << "a device ran another device's part";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "plan") << e.what();
+    EXPECT_NE(std::string(e.what()).find("is device"), std::string::npos) << e.what();
+  }
+}
+
 // ireshard(): two reshards in flight at once between the same devices, on one group (each takes
 // tags of its own from it), moved on only by test(), first one then the other on even devices
 // and the other way round on odd ones; multi-phase plans included.

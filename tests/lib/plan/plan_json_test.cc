@@ -1,12 +1,17 @@
 // Plan::from_json: malformed documents throw ParseError (never another exception), and
-// well-formed plans whose ops leave the tensor or the meshes throw ValidationError.
+// well-formed plans whose ops leave the tensor or the meshes throw ValidationError. The
+// streamed writer: every plan round-trips, streams included; a document without streams
+// loads with its ops numbered in order.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <typeinfo>
 
 #include "meshcast/error.h"
 #include "meshcast/plan.h"
+#include "support/testing.h"
 
 namespace meshcast {
 namespace {
@@ -54,6 +59,25 @@ TEST(PlanJson, MalformedInputThrowsParseError) {
   mutate([](auto& m) { m["src"]["layout"] = "2x2@0-3"; });
   mutate([](auto& m) { m["src"]["layout"] = "2x@0-3:S0R"; });
   mutate([](auto& m) { m["src"]["shape"] = "4,6"; });
+  mutate([](auto& m) { m["streams"] = "many"; });
+  mutate([](auto& m) { m["ops"][0]["stream"] = 1.5; });
+  mutate([](auto& m) { m["ops"][0].erase("stream"); });  // the plan has "streams"
+  mutate([](auto& m) { m["ops"][0]["box"][0] = nlohmann::json::array({0, 1, 2}); });
+  mutate([](auto& m) { m["stats"]["predicted_seconds"] = "soon"; });
+  mutate([](auto& m) { m["ops"][0]["phase"] = 4294967296; });
+  // Text that is not JSON, each at a place only a strict reader refuses.
+  const std::string text = good.to_json();
+  const std::size_t box = text.find("\"box\":[[") + 8;
+  for (const char* s : {"01", "-", "1.", ".5", "1e", "+1", "NaN", "[0,1,]", "[0 1]", "[0,1]]"})
+    bad.push_back(text.substr(0, box) + s + text.substr(text.find(']', box) + 1));
+  const std::size_t topo = text.find("\"topology\":\"") + 12;
+  for (const char* s : {"\x01", "\\x", "\\u12", "\\ud800", "\\udc00x", "\xc3\x28", "\xed\xa0\x80",
+                        "\xf4\x90\x80\x80", "\xc0\xaf"})
+    bad.push_back(text.substr(0, topo) + s + text.substr(topo));
+  bad.push_back(text.substr(0, text.size() - 1) + ",}");
+  bad.push_back(text.substr(0, text.size() - 1) + ",\"ops\":[]}");     // a key twice
+  bad.push_back(std::string(100000, '[') + std::string(100000, ']'));  // nested too deep
+  bad.push_back(text + " {}");
   for (const std::string& text : bad) {
     SCOPED_TRACE(text.substr(0, 200));
     try {
@@ -103,6 +127,141 @@ TEST(PlanJson, OpsOutsideTheTensorOrMeshesThrowValidationError) {
       ADD_FAILURE() << "not a ValidationError: " << e.what();
     }
   }
+}
+
+// Arbitrary text for a topology name: quotes, backslashes, control characters, UTF-8.
+std::string random_text(testing::Rng& rng) {
+  const std::vector<std::string> pieces = {"a",
+                                           "host",
+                                           "\"",
+                                           "\\",
+                                           "/",
+                                           "\n",
+                                           "\t",
+                                           "\x01",
+                                           "\x1f",
+                                           "\x7f",
+                                           "\xc3\xa9",
+                                           "\xe2\x82\xac",
+                                           "\xf0\x9f\x98\x80",
+                                           " ",
+                                           "{",
+                                           "]"};
+  std::string s;
+  for (auto n = rng.below(8); n > 0; --n) s += rng.pick(pieces);
+  return s;
+}
+
+// A plan as the planner makes it, with what a planner does not make: streams numbered sparsely
+// and out of order, any stats, a topology name that needs escapes.
+Plan random_plan(testing::Rng& rng, int i) {
+  testing::Limits lim;
+  lim.max_volume = 200;
+  const auto c = testing::random_case(rng, lim);
+  PlanOptions opt;
+  opt.strategy = static_cast<Strategy>(rng.below(4));
+  opt.balance = static_cast<Balance>(rng.below(3));
+  opt.search_moves = 50;
+  opt.search_seconds = 1e9;
+  const Plan p = plan(c.src, c.dst, Topology::single_host(), opt);
+  std::vector<Op> ops = p.ops();
+  std::vector<std::int64_t> streams(ops.size());
+  const std::int64_t spread = 1 + rng.below(3);
+  for (std::size_t k = 0; k < ops.size(); ++k) streams[k] = static_cast<std::int64_t>(k) * spread;
+  rng.shuffle(streams);
+  for (std::size_t k = 0; k < ops.size(); ++k) ops[k].stream = streams[k];
+  PlanStats st = p.stats();
+  const double seconds[] = {0.0, 1.0, 0.1, 1.0 / 3, 1e-300, 5e-324, 1e300, 123456789.125};
+  st.predicted_seconds = seconds[rng.below(8)] * (i % 3 == 0 ? 1 : std::ldexp(1.0, -i % 40));
+  st.search_truncated = rng.chance(1, 2);
+  st.sent[static_cast<int>(rng.below(1000000))] = rng.below(std::int64_t{1} << 62);
+  const auto n = static_cast<std::int64_t>(ops.size());
+  return Plan(p.src(), p.dst(), p.strategy(), static_cast<Balance>(rng.below(4)), random_text(rng),
+              std::move(ops), std::move(st), n * spread + rng.below(5));
+}
+
+// Property: every plan reads back equal from its document, which write_json() streams byte for
+// byte as to_json() returns it, and which any JSON reader takes.
+TEST(PlanJson, RandomPlansRoundTrip) {
+  testing::Rng rng(0x15011);
+  for (int i = 0; i < testing::scaled(400); ++i) {
+    const Plan p = random_plan(rng, i);
+    const std::string text = p.to_json();
+    SCOPED_TRACE(text.substr(0, 600));
+    std::ostringstream os;
+    p.write_json(os);
+    ASSERT_EQ(os.str(), text);
+    ASSERT_TRUE(Plan::from_json(text) == p);
+    const nlohmann::json j = nlohmann::json::parse(text);
+    ASSERT_EQ(j["streams"], p.streams());
+    ASSERT_EQ(j["ops"].size(), p.ops().size());
+    for (std::size_t k = 0; k < p.ops().size(); ++k)
+      ASSERT_EQ(j["ops"][k]["stream"], p.ops()[k].stream);
+    ASSERT_EQ(j["topology"], p.topology());
+    // Any JSON writer's text of the same document reads the same (key order, spacing, escapes).
+    ASSERT_TRUE(Plan::from_json(j.dump(1, '\t', true)) == p);
+  }
+}
+
+// A document of before streams (or written by hand) loads with its ops numbered in order;
+// "ops[i].stream" without "streams" is ignored.
+TEST(PlanJson, DocumentWithoutStreamsIsNumberedInOrder) {
+  const Plan good = plan(Layout::parse({4, 6}, DType::f32, "2x2@0-3:S0R"),
+                         Layout::parse({4, 6}, DType::f32, "3@4-6:RS0"));
+  nlohmann::json j = nlohmann::json::parse(good.to_json());
+  j.erase("streams");
+  for (auto& op : j["ops"]) op["stream"] = 7;
+  const Plan p = Plan::from_json(j.dump());
+  ASSERT_EQ(p.streams(), static_cast<std::int64_t>(p.ops().size()));
+  for (std::size_t k = 0; k < p.ops().size(); ++k)
+    EXPECT_EQ(p.ops()[k].stream, static_cast<std::int64_t>(k));
+  for (auto& op : j["ops"]) op.erase("stream");
+  EXPECT_TRUE(Plan::from_json(j.dump()) == p);
+  // With "streams", every op says its own.
+  j["streams"] = 6;
+  try {
+    (void)Plan::from_json(j.dump());
+    ADD_FAILURE() << "accepted";
+  } catch (const ParseError& e) {
+    EXPECT_EQ(e.field(), "plan.ops[0].stream") << e.what();
+  }
+  j["streams"] = -1;
+  for (std::size_t k = 0; k < j["ops"].size(); ++k) j["ops"][k]["stream"] = k;
+  try {
+    (void)Plan::from_json(j.dump());
+    ADD_FAILURE() << "accepted";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.field(), "plan.streams") << e.what();
+  }
+}
+
+// The reader's strictness on what a tree builder would hide: a key repeated inside an op (also
+// spelled with an escape), members it does not know (ignored), escapes decoded.
+TEST(PlanJson, ReaderIsStrictAndDecodesEscapes) {
+  const Plan good = plan(Layout::parse({4, 6}, DType::f32, "2x2@0-3:S0R"),
+                         Layout::parse({4, 6}, DType::f32, "3@4-6:RS0"));
+  const std::string text = good.to_json();
+  const std::size_t op = text.find("{\"kind\"");
+  for (const char* dup : {"\"root\":1,", "\"r\\u006fot\":1,"}) {
+    std::string t = text;
+    t.insert(op + 1, dup);
+    try {
+      (void)Plan::from_json(t);
+      ADD_FAILURE() << "accepted " << dup;
+    } catch (const ParseError& e) {
+      EXPECT_NE(std::string(e.what()).find("appears twice"), std::string::npos) << e.what();
+    }
+  }
+  std::string t = text;
+  t.insert(op + 1, "\"note\":{\"a\":[1,2.5e-3,null,true,\"\\u00e9\\ud83d\\ude00\"]},");
+  t.insert(1, " \n\t\"x\" : { } ,\r");
+  EXPECT_TRUE(Plan::from_json(t) == good);
+  // Escaped text decodes: the topology name comes back as written.
+  nlohmann::json j = nlohmann::json::parse(text);
+  j["topology"] = "caf\u00e9 \"q\" \\ \x01 \U0001F600";
+  const Plan p = Plan::from_json(j.dump());
+  EXPECT_EQ(p.topology(), j["topology"].get<std::string>());
+  EXPECT_TRUE(Plan::from_json(p.to_json()) == p);
 }
 
 }  // namespace

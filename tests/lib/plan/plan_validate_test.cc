@@ -142,6 +142,7 @@ TEST(PlanValidate, OverlappingBoxesAreRefused) {
   refused(j, "plan.ops[6]", "which plan.ops[4] also writes");
   // A replicated source on 0 and 1 and one target device: the two holders split the work.
   j = plan_json("2@0-1:RR", "1@2:RR");
+  j.erase("streams");  // hand-written ops: numbered in order
   j["ops"] = {multicast(0, {2}, box({{0, 4}, {0, 4}})), multicast(1, {2}, box({{0, 4}, {4, 6}}))};
   EXPECT_NO_THROW((void)Plan::from_json(j.dump()));
   j["ops"][1]["box"] = box({{0, 4}, {3, 6}});
@@ -194,6 +195,7 @@ TEST(PlanValidate, PartialSumsAreReducedInAddendOrder) {
   bad = j;
   bad["ops"][r] = multicast(j["ops"][r]["peers"][0].get<int>(), {j["ops"][r]["root"].get<int>()},
                             j["ops"][r]["box"]);
+  bad["ops"][r]["stream"] = j["ops"][r]["stream"];
   refused(bad, "plan.ops[" + std::to_string(r) + "].from_dst", "pending sum");
   // Partial target: addend 1 is zero-filled, not sent the value; addend 0 is not zero-filled.
   j = plan_json("4@0-3:S0R", "2x2@4-7:RS0+P1");
@@ -255,6 +257,51 @@ TEST(PlanValidate, HugeTensorsAreCheckedByBoxArithmetic) {
   }
 }
 
+// Streams: each op's below the plan's streams; the transfers' pairwise distinct (they would
+// share tags), copies' and zero-fills' free to repeat.
+TEST(PlanValidate, StreamsAreInRangeAndDistinctForTransfers) {
+  json j = base();
+  const std::string n = j["streams"].dump();
+  j["ops"][3]["stream"] = j["streams"];
+  refused(j, "plan.ops[3].stream", "stream " + n + " is outside the plan's " + n + " streams");
+  j["ops"][3]["stream"] = -1;
+  refused(j, "plan.ops[3].stream", "stream -1 is outside");
+  j = base();
+  j["ops"][4]["stream"] = j["ops"][1]["stream"];
+  refused(j, "plan.ops[4].stream",
+          "stream " + j["ops"][1]["stream"].dump() + " is also plan.ops[1]'s");
+  j = base();
+  j["streams"] = 1000;  // sparse numbering is fine
+  for (std::size_t i = 0; i < j["ops"].size(); ++i) j["ops"][i]["stream"] = 999 - 7 * i;
+  EXPECT_NO_THROW((void)Plan::from_json(j.dump()));
+  // A local copy may share a transfer's stream.
+  j = plan_json("1@0:RR", "2@0-1:S0R");
+  const std::size_t c = find_op(j, [](const json& o) { return o["kind"] == "copy"; });
+  const std::size_t m = find_op(j, [](const json& o) { return o["kind"] == "multicast"; });
+  j["ops"][c]["stream"] = j["ops"][m]["stream"];
+  EXPECT_NO_THROW((void)Plan::from_json(j.dump()));
+  // Reduces are transfers.
+  j = plan_json("2x2@0-3:RR+P1", "2@4-5:S0R");
+  ASSERT_EQ(j["ops"].size(), 2u);
+  ASSERT_EQ(j["ops"][1]["kind"], "reduce");
+  j["ops"][1]["stream"] = j["ops"][0]["stream"];
+  refused(j, "plan.ops[1].stream", "the transfers of a plan have distinct streams");
+  // A plan built in code renumbers when told to (streams < 0), else keeps the ops' streams.
+  const Plan p = Plan::from_json(base().dump());
+  std::vector<Op> ops = p.ops();
+  ops[0].stream = ops[1].stream;
+  const Plan kept(p.src(), p.dst(), p.strategy(), p.balance(), p.topology(), ops, p.stats(),
+                  p.streams());
+  try {
+    kept.validate();
+    ADD_FAILURE() << "accepted";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.field(), "plan.ops[1].stream") << e.what();
+  }
+  const Plan renumbered(p.src(), p.dst(), p.strategy(), p.balance(), p.topology(), ops, p.stats());
+  EXPECT_NO_THROW(renumbered.validate());
+}
+
 // A valid partition whose grid is large and whose boxes a sweep compares pairwise: the
 // staircase of L-shapes of a k x k tile. Accepted while the work is bounded; refused beyond.
 std::vector<Op> staircase(std::int64_t k) {
@@ -268,6 +315,7 @@ std::vector<Op> staircase(std::int64_t k) {
 }
 
 json with_ops(json j, const std::vector<Op>& ops) {
+  j.erase("streams");  // numbered in order
   j["ops"] = json::array();
   for (const Op& op : ops) {
     json b = json::array();

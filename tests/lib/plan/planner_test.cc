@@ -268,7 +268,9 @@ TEST(Planner, EveryPlanDeliversEveryElementExactlyOnce) {
       }
       plans.emplace(st, std::move(p));
     }
-    // Auto: the least predicted time of the three, and exactly that strategy's plan.
+    // Auto: exactly one strategy's plan; under balance none (which it prices with exactly) the
+    // least predicted of the three. Greedy and search are priced with the local rule
+    // (strategy_price_test.cc).
     opt.strategy = Strategy::Auto;
     const Plan a = plan(c.src, c.dst, topo, opt);
     double best = 1e300;
@@ -276,7 +278,9 @@ TEST(Planner, EveryPlanDeliversEveryElementExactlyOnce) {
     const std::string ctx =
         "case " + std::to_string(i) + ": " + describe(c, Strategy::Auto, opt.balance, topo);
     ASSERT_NE(a.strategy(), Strategy::Auto) << ctx;
-    ASSERT_LE(a.stats().predicted_seconds, best * (1 + 1e-9)) << ctx;
+    if (opt.balance == Balance::None) {
+      ASSERT_LE(a.stats().predicted_seconds, best * (1 + 1e-9)) << ctx;
+    }
     ASSERT_TRUE(a == plans.at(a.strategy())) << ctx << "\nauto:\n"
                                              << a.str() << "\n"
                                              << to_string(a.strategy()) << ":\n"

@@ -1,0 +1,82 @@
+// A device's own part of a plan: cut from the whole plan (Plan::rank), or computed alone
+// (plan_rank) from the tasks that meet the device's tiles.
+#include <algorithm>
+#include <iomanip>
+#include <sstream>
+
+#include "lib/plan/link_timeline.h"
+#include "lib/plan/op_text.h"
+#include "lib/plan/planner.h"
+#include "lib/plan/strategy_price.h"
+#include "lib/plan/task_ops.h"
+#include "meshcast/plan.h"
+#include "meshcast/task.h"
+
+namespace meshcast {
+namespace {
+
+bool takes_part(const Op& op, int device) {
+  return op.root == device || std::find(op.peers.begin(), op.peers.end(), device) != op.peers.end();
+}
+
+}  // namespace
+
+RankPlan::RankPlan(Layout src, Layout dst, Strategy strategy, Balance balance, int device,
+                   std::vector<Op> ops, std::int64_t streams)
+    : src_(std::move(src)),
+      dst_(std::move(dst)),
+      strategy_(strategy),
+      balance_(balance),
+      device_(device),
+      ops_(std::move(ops)),
+      streams_(streams) {}
+
+std::string RankPlan::str(std::size_t max_ops) const {
+  int phases = 0;
+  for (const Op& op : ops_) phases = std::max(phases, op.phase + 1);
+  std::ostringstream os;
+  os << "plan of device " << device_ << ": " << shape_str(src_.shape()) << ' '
+     << to_string(src_.dtype()) << "  " << src_.str() << " -> " << dst_.str() << '\n'
+     << "  strategy " << to_string(strategy_) << ", balance " << to_string(balance_) << ", "
+     << ops_.size() << (ops_.size() == 1 ? " op" : " ops") << " in " << phases
+     << (phases == 1 ? " phase" : " phases") << ", " << streams_ << " tag streams\n";
+  detail::write_op_list(os, ops_, max_ops);
+  return os.str();
+}
+
+RankPlan Plan::rank(int device) const {
+  std::vector<Op> mine;
+  for (const Op& op : ops_)
+    if (takes_part(op, device)) mine.push_back(op);
+  return RankPlan(src_, dst_, strategy_, balance_, device, std::move(mine), streams_);
+}
+
+RankPlan plan_rank(const Layout& src, const Layout& dst, int device, const Topology& topology,
+                   const PlanOptions& options) {
+  PlanOptions o = options;
+  if (o.balance != Balance::None) o.balance = Balance::Local;
+  const TaskGrid grid(src, dst);
+  const detail::LinkTimeline s(topology, detail::union_devices(src, dst), dtype_size(src.dtype()),
+                               o.chunk_bytes);
+  // Auto is priced from the task structure (strategy_price.h), the same on every device.
+  const Strategy strategy =
+      o.strategy == Strategy::Auto ? detail::auto_strategy(grid, s, o).strategy : o.strategy;
+  detail::TaskOps t(grid, s, strategy, o.balance);
+  std::vector<Op> ops;
+  t.zeros(device, ops);
+  // The tasks meeting the device's tiles: those it holds, and those it receives.
+  std::vector<std::int64_t> mine;
+  if (src.mesh().contains(device)) mine = grid.meeting(src.tile_of(device));
+  if (dst.mesh().contains(device)) {
+    const auto more = grid.meeting(dst.tile_of(device));
+    std::vector<std::int64_t> both;
+    both.reserve(mine.size() + more.size());
+    std::set_union(mine.begin(), mine.end(), more.begin(), more.end(), std::back_inserter(both));
+    mine = std::move(both);
+  }
+  for (std::int64_t i : mine) t.task(i, device, ops);
+  detail::order_ops(ops);
+  return RankPlan(src, dst, strategy, o.balance, device, std::move(ops), t.streams());
+}
+
+}  // namespace meshcast

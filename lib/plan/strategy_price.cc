@@ -1,0 +1,364 @@
+#include "lib/plan/strategy_price.h"
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "lib/algebra/holder_set.h"
+#include "lib/plan/task_ops.h"
+#include "meshcast/plan_size.h"
+
+namespace meshcast::detail {
+namespace {
+
+// Links::analytic_seconds fed op by op, or with a link's summed bytes, instead of from a plan:
+// per phase the busiest link's seconds plus the longest latency, or the slowest op alone.
+class PhaseModel {
+ public:
+  // A device's links (indices into `links`), looked up once: Links finds a device by binary
+  // search, which dominated pricing when done per hop.
+  struct Device {
+    std::size_t send, recv, out, in;
+    int host;
+  };
+
+  PhaseModel(const Links& links, const LinkTimeline& s, std::int64_t chunk)
+      : links_(links), topology_(s.topology()), s_(s), chunk_(chunk) {
+    for (int d : s.devices())
+      devices_.push_back({links.send(d), links.recv(d), links.out(d), links.in(d), links.host(d)});
+  }
+  const Device& device(int id) const { return devices_[s_.slot(id)]; }
+
+  // An op carrying `bytes` (its box is not read): its flows and its time, as analytic_seconds.
+  void op(const Op& op, std::int64_t bytes) {
+    if (op.kind == OpKind::Multicast) {
+      multicast(op, bytes);
+      return;
+    }
+    flows_.clear();
+    const OpTime t = links_.flows(op, bytes, chunk_, flows_);
+    Phase& ph = phase(op.phase);
+    double longest = 0;  // a reduce's occupancy: its busiest link's share of it
+    for (const Links::Flow& f : flows_)
+      for (std::size_t k = 0; k < f.links.size(); ++k) {
+        const double v = f.seconds(k, links_);
+        ph.load[f.links[k]] += v;
+        longest = std::max(longest, v);
+      }
+    time(op.phase, t.latency, t.latency + (op.kind == OpKind::Reduce ? longest : t.occupancy));
+  }
+  // Links::flows of a multicast (a chain root -> peers[0] -> ...: each hop's receive port, its
+  // sender's port at send_weight, both hosts' NICs between hosts) with the devices' links at hand.
+  void multicast(const Op& op, std::int64_t bytes) {
+    Phase& ph = phase(op.phase);
+    const std::int64_t m = messages(bytes, chunk_);
+    const double b = static_cast<double>(bytes);
+    const double weight[2] = {send_weight(bytes, m, false, topology_),
+                              send_weight(bytes, m, true, topology_)};
+    const Device* prev = &device(op.root);
+    int net = 0;
+    for (int p : op.peers) {
+      const Device& to = device(p);
+      const bool remote = prev->host != to.host;
+      ph.load[to.recv] += b / links_.bandwidth(to.recv);
+      ph.load[prev->send] += b * weight[remote] / links_.bandwidth(prev->send);
+      if (remote) {
+        ph.load[prev->out] += b / links_.bandwidth(prev->out);
+        ph.load[to.in] += b / links_.bandwidth(to.in);
+      }
+      net += remote;
+      prev = &to;
+    }
+    const OpTime t =
+        chain_time(bytes, net, static_cast<int>(op.peers.size()) - net, topology_, chunk_);
+    time(op.phase, t.latency, t.total());
+  }
+  // `bytes` more over a link that carries them at its bandwidth (weight 1).
+  void load(int p, std::size_t link, std::int64_t bytes) {
+    if (bytes != 0) phase(p).load[link] += static_cast<double>(bytes) / links_.bandwidth(link);
+  }
+  // `bytes` in `messages` messages more from a sender's port: send_weight is linear in both, so
+  // the sum over many flows is one call.
+  void send(int p, std::size_t link, std::int64_t bytes, std::int64_t messages, bool remote) {
+    if (bytes != 0)
+      phase(p).load[link] += static_cast<double>(bytes) *
+                             send_weight(bytes, messages, remote, topology_) /
+                             links_.bandwidth(link);
+  }
+  void time(int p, double latency, double alone) {
+    Phase& ph = phase(p);
+    ph.latency = std::max(ph.latency, latency);
+    ph.alone = std::max(ph.alone, alone);
+  }
+  double seconds() const {
+    double total = 0;
+    for (const Phase& ph : phases_) {
+      const double busiest =
+          ph.load.empty() ? 0 : *std::max_element(ph.load.begin(), ph.load.end());
+      total += std::max(busiest + ph.latency, ph.alone);
+    }
+    return total;
+  }
+
+ private:
+  struct Phase {
+    std::vector<double> load;  // seconds per link
+    double latency = 0, alone = 0;
+  };
+  Phase& phase(int p) {
+    while (phases_.size() <= static_cast<std::size_t>(p))
+      phases_.push_back({std::vector<double>(links_.size(), 0.0)});
+    return phases_[static_cast<std::size_t>(p)];
+  }
+
+  const Links& links_;
+  const Topology& topology_;
+  const LinkTimeline& s_;
+  std::int64_t chunk_;
+  std::vector<Device> devices_;  // per device slot
+  std::vector<Phase> phases_;
+  std::vector<Links::Flow> flows_;
+};
+
+// The forwarding phase of an all-gather among r >= 2 receivers, in closed form: receiver j
+// forwards its slice (s_j bytes, m_j messages) along a chain through the other r - 1 receivers
+// in chain_order (the root's host first by id, then the other hosts ascending, each by rail
+// from the root's NIC, then id). The r chains' r^2 hops are summed per link from per-host and
+// per-NIC totals: O(r log r + hosts x nics^2), not O(r^2).
+class AllGatherForward {
+ public:
+  AllGatherForward(const LinkTimeline& s, std::int64_t chunk)
+      : s_(s), chunk_(chunk), nics_(s.topology().nics_per_host()) {}
+
+  // receivers[j] forwards bytes[j] (0: an empty slice, no chain) in phase q.
+  void add(PhaseModel& m, const std::vector<int>& receivers, const std::vector<std::int64_t>& bytes,
+           int q) {
+    const std::size_t r = receivers.size();
+    rs_.clear();
+    std::int64_t total = 0, msgs = 0;
+    for (std::size_t j = 0; j < r; ++j) {
+      const int d = receivers[j];
+      const std::int64_t b = bytes[j], n = b > 0 ? messages(b, chunk_) : 0;
+      rs_.push_back({d, s_.host(d), static_cast<int>(s_.nic(d) % nics_), b, n, 0, 0, 0, 0});
+      total += b;
+      msgs += n;
+    }
+    // Sorted by (host, id): hosts are runs. Per host and NIC value: the least and greatest
+    // receiver id, and the bytes and messages of the chains rooted there.
+    std::sort(rs_.begin(), rs_.end(), [](const Recv& a, const Recv& b) {
+      return a.host != b.host ? a.host < b.host : a.id < b.id;
+    });
+    hosts_.clear();
+    const auto nics = static_cast<std::size_t>(nics_);
+    for (std::size_t i = 0; i < rs_.size(); ++i) {
+      if (i == 0 || rs_[i].host != rs_[i - 1].host)
+        hosts_.push_back({i, i, std::vector<Nic>(nics)});
+      Host& h = hosts_.back();
+      h.end = i + 1;
+      Nic& n = h.nic[static_cast<std::size_t>(rs_[i].nic)];
+      if (n.least < 0) n.least = rs_[i].id;
+      n.greatest = rs_[i].id;  // ids ascend within a host's run
+      n.bytes += rs_[i].bytes;
+      n.msgs += rs_[i].msgs;
+    }
+    Nic all;  // per NIC value over all hosts (only bytes and msgs used)
+    std::vector<Nic> t(nics, all);
+    for (const Host& h : hosts_)
+      for (std::size_t k = 0; k < nics; ++k) {
+        t[k].bytes += h.nic[k].bytes;
+        t[k].msgs += h.nic[k].msgs;
+      }
+    const std::size_t H = hosts_.size();
+    for (std::size_t hi = 0; hi < H; ++hi) {
+      const Host& h = hosts_[hi];
+      for (std::size_t i = h.begin; i < h.end; ++i) {
+        const Recv& x = rs_[i];
+        if (x.bytes == 0) continue;
+        // Every chain enters each other receiving host once: H - 1 hops between hosts.
+        const OpTime time = chain_time(x.bytes, static_cast<int>(H) - 1, static_cast<int>(r - H),
+                                       s_.topology(), chunk_);
+        m.time(q, time.latency, time.total());
+        // The root's block (the root, then its host's other receivers by id) ends at its
+        // host's greatest id other than the root (the root itself if alone on its host).
+        const std::size_t exit = h.end - 1 != i ? h.end - 1 : (i > h.begin ? i - 1 : i);
+        if (H == 1) {
+          end(exit, x);
+          continue;
+        }
+        leave(m, q, exit, x.bytes, x.msgs);
+        const Host& last = hosts_[hi == H - 1 ? H - 2 : H - 1];  // the greatest other host
+        end(find(last, exit_nic(last, x.nic), true), x);
+      }
+    }
+    if (H > 1) {
+      // The other hosts' blocks: a chain rooted on another host enters host h at its entry
+      // receiver and, unless h is the chain's last host (the greatest other than the root's),
+      // leaves from its exit receiver.
+      for (std::size_t hi = 0; hi < H; ++hi) {
+        const Host& h = hosts_[hi];
+        for (std::size_t k = 0; k < nics; ++k) {
+          const std::int64_t in_bytes = t[k].bytes - h.nic[k].bytes;
+          if (in_bytes == 0) continue;
+          const auto root_nic = static_cast<int>(k);
+          m.load(q, m.device(rs_[find(h, entry_nic(h, root_nic), false)].id).in, in_bytes);
+          if (hi == H - 1) continue;  // the greatest host is last for every chain entering it
+          std::int64_t b = in_bytes, n = t[k].msgs - h.nic[k].msgs;
+          if (hi == H - 2) {  // last for the chains rooted on the greatest host
+            b -= hosts_[H - 1].nic[k].bytes;
+            n -= hosts_[H - 1].nic[k].msgs;
+          }
+          if (b != 0) leave(m, q, find(h, exit_nic(h, root_nic), true), b, n);
+        }
+      }
+    }
+    // Receive ports: every slice but their own. Send ports: every slice less those of the
+    // chains they end, the hops that leave their host at the network's overhead.
+    for (const Recv& x : rs_) {
+      const PhaseModel::Device& dev = m.device(x.id);
+      m.load(q, dev.recv, total - x.bytes);
+      const std::int64_t b = total - x.end_bytes, n = msgs - x.end_msgs;
+      m.send(q, dev.send, b - x.out_bytes, n - x.out_msgs, false);
+      m.send(q, dev.send, x.out_bytes, x.out_msgs, true);
+    }
+  }
+
+ private:
+  struct Recv {
+    int id, host, nic;
+    std::int64_t bytes, msgs;          // its slice
+    std::int64_t end_bytes, end_msgs;  // of the chains it ends
+    std::int64_t out_bytes, out_msgs;  // of the chains it forwards to another host
+  };
+  struct Nic {
+    int least = -1, greatest = -1;     // receiver ids on this NIC of the host
+    std::int64_t bytes = 0, msgs = 0;  // of the chains rooted on this NIC of the host
+  };
+  struct Host {
+    std::size_t begin, end;  // run in rs_
+    std::vector<Nic> nic;
+  };
+
+  void end(std::size_t i, const Recv& chain) {
+    rs_[i].end_bytes += chain.bytes;
+    rs_[i].end_msgs += chain.msgs;
+  }
+  void leave(PhaseModel& m, int q, std::size_t i, std::int64_t bytes, std::int64_t msgs) {
+    rs_[i].out_bytes += bytes;
+    rs_[i].out_msgs += msgs;
+    m.load(q, m.device(rs_[i].id).out, bytes);
+  }
+  // A chain from a root on NIC `root_nic` takes another host's receivers by rail (their NIC's
+  // distance after the root's), then id: it enters at the least rail present, leaves at the
+  // greatest.
+  int entry_nic(const Host& h, int root_nic) const {
+    for (int t = 0; t < nics_; ++t)
+      if (h.nic[static_cast<std::size_t>((root_nic + t) % nics_)].least >= 0)
+        return (root_nic + t) % nics_;
+    return 0;
+  }
+  int exit_nic(const Host& h, int root_nic) const {
+    for (int t = nics_ - 1; t >= 0; --t)
+      if (h.nic[static_cast<std::size_t>((root_nic + t) % nics_)].least >= 0)
+        return (root_nic + t) % nics_;
+    return 0;
+  }
+  // The index in rs_ of host h's least (or greatest) receiver on NIC k.
+  std::size_t find(const Host& h, int k, bool greatest) const {
+    const Nic& n = h.nic[static_cast<std::size_t>(k)];
+    const int id = greatest ? n.greatest : n.least;
+    const auto it = std::lower_bound(rs_.begin() + static_cast<std::ptrdiff_t>(h.begin),
+                                     rs_.begin() + static_cast<std::ptrdiff_t>(h.end), id,
+                                     [](const Recv& a, int v) { return a.id < v; });
+    return static_cast<std::size_t>(it - rs_.begin());
+  }
+
+  const LinkTimeline& s_;
+  std::int64_t chunk_;
+  int nics_;
+  std::vector<Recv> rs_;
+  std::vector<Host> hosts_;
+};
+
+}  // namespace
+
+double strategy_price(const TaskGrid& grid, const LinkTimeline& s, const Links& links,
+                      Strategy strategy, Balance rule, std::int64_t chunk, bool* fans_out) {
+  const auto elem = static_cast<std::int64_t>(dtype_size(grid.src().dtype()));
+  PhaseModel m(links, s, chunk);
+  // Allgather's senders, receivers and phases are sendrecv's (one transfer per receiver, by the
+  // same rule and key): its ops give the scatter; the forwarding is priced in closed form.
+  const bool allgather = strategy == Strategy::AllGather;
+  TaskOps task_ops(grid, s, allgather ? Strategy::SendRecv : strategy, rule);
+  AllGatherForward forward(s, chunk);
+  std::vector<Op> ops;
+  std::vector<int> receivers;
+  std::vector<std::int64_t> bytes;
+  for (std::int64_t i = 0; i < grid.size(); ++i) {
+    ops.clear();
+    task_ops.task(i, -1, ops);  // one task's ops at a time: O(its receivers)
+    const std::int64_t task_bytes = grid.box(i).volume() * elem;
+    receivers.clear();
+    int phase = 0;
+    for (const Op& op : ops) {
+      if (!allgather || op.kind != OpKind::Multicast)
+        m.op(op, op.box.volume() * elem);
+      else {
+        receivers.push_back(op.peers.front());
+        phase = op.phase;
+      }
+    }
+    if (receivers.empty()) continue;
+    if (receivers.size() == 1) {  // no forwarding: one transfer, as broadcast
+      m.op(ops.back(), task_bytes);
+      continue;
+    }
+    // Receiver j's slice comes from the sender the sendrecv op to it has.
+    const auto parts = allgather_slices(grid.box(i), receivers.size());
+    bytes.clear();
+    std::size_t j = 0;
+    for (const Op& op : ops) {
+      if (op.kind != OpKind::Multicast) continue;
+      bytes.push_back(parts[j++].volume() * elem);
+      if (bytes.back() > 0) m.op(op, bytes.back());
+    }
+    forward.add(m, receivers, bytes, phase + 1);
+  }
+  if (fans_out) *fans_out = task_ops.fans_out();
+  return m.seconds();
+}
+
+AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const PlanOptions& options) {
+  const Links links(s.topology(), s.devices());
+  const Balance rule = options.balance == Balance::None ? Balance::None : Balance::Local;
+  std::optional<AutoChoice> best;
+  double best_price = 0;
+  // One receiver per tile: no box fans out, without pricing all the tasks (a device planning
+  // its own part alone must not pay for the whole plan's tasks).
+  const bool single = receivers_per_tile(grid.dst()) == 1;
+  // Only a destination tile with replicas can fan out; else every strategy builds the same ops
+  // and the first that fits is taken unpriced (a dense reshard has millions of boxes).
+  HolderSet targets(grid.dst());
+  targets.select(std::vector<std::int64_t>(grid.dst().ndim(), 0), 0);
+  const bool may_fan_out = targets.size() > 1;
+  for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
+    AutoChoice c{st, options.balance};
+    auto fits = [&] {
+      return within_limits(estimate_plan_size(grid.src(), grid.dst(), st, c.balance),
+                           options.max_plan_bytes);
+    };
+    if (!fits() && (c.balance = Balance::Local, !fits())) continue;
+    if (!may_fan_out) return c;
+    if (single) return c;
+    bool fans_out = true;
+    const double price = strategy_price(grid, s, links, st, rule, options.chunk_bytes, &fans_out);
+    if (!fans_out) return c;
+    if (!best || price < best_price * (1 - 1e-9)) {
+      best = c;
+      best_price = price;
+    }
+  }
+  // plan() checked that the smallest estimate fits, so there was a candidate.
+  return best.value_or(AutoChoice{Strategy::Broadcast, Balance::Local});
+}
+
+}  // namespace meshcast::detail

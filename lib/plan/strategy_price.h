@@ -1,0 +1,41 @@
+// The price of a strategy before it is built: the analytic model the plan records
+// (Links::analytic_seconds) evaluated over the flows the strategy would create, task by task,
+// without keeping its ops. `auto` prices the three strategies and builds only the cheapest.
+// Internal to lib/plan/.
+#pragma once
+
+#include <cstdint>
+
+#include "lib/plan/link_timeline.h"
+#include "lib/plan/links.h"
+#include "meshcast/plan.h"
+#include "meshcast/task.h"
+
+namespace meshcast::detail {
+
+// The predicted seconds of `strategy`'s plan (not Auto) of the move `grid`, its senders chosen
+// task by task by `rule` (Balance::None or Local, TaskOps' rules: greedy and search need the
+// whole plan): equal, up to rounding, to the predicted_seconds of plan() with that strategy and
+// balance. `s` and `links` cover the devices of both meshes. Time O(tasks x receivers) for every
+// strategy (allgather's r^2 chain hops per task are summed in closed form), memory O(devices +
+// the largest task's receivers). `fans_out` (optional): whether some box goes to more than one
+// receiver (only then do the strategies' ops differ).
+double strategy_price(const TaskGrid& grid, const LinkTimeline& s, const Links& links,
+                      Strategy strategy, Balance rule, std::int64_t chunk,
+                      bool* fans_out = nullptr);
+
+// What `auto` builds: the least priced of broadcast, allgather and sendrecv (ties to the
+// earlier), senders by options.balance's task-by-task rule (Local standing in for greedy and
+// search, which need the built plan). A strategy is a candidate if its estimated plan
+// (plan_size.h) fits the limits and options.max_plan_bytes under options.balance, or else under
+// Local, which it is then built with (greedy and search keep every holder as a candidate per
+// transfer: holders x receivers). Where no box goes to more than one receiver the strategies
+// build the same ops: the first candidate at once. A function of its arguments alone, so every
+// device resolves Auto alike.
+struct AutoChoice {
+  Strategy strategy;
+  Balance balance;
+};
+AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const PlanOptions& options);
+
+}  // namespace meshcast::detail

@@ -1,0 +1,208 @@
+#include "lib/plan/task_ops.h"
+
+#include <algorithm>
+
+namespace meshcast::detail {
+namespace {
+
+bool local(const Op& op) { return op.kind == OpKind::Copy || op.kind == OpKind::Zero; }
+
+}  // namespace
+
+std::int64_t receivers_per_tile(const Layout& dst) {
+  HolderSet h(dst);
+  h.select(std::vector<std::int64_t>(dst.ndim(), 0), 0);
+  return h.size();
+}
+
+std::int64_t stream_slots(Strategy strategy, const Layout& dst) {
+  switch (strategy) {
+    case Strategy::SendRecv:
+      return 1 + receivers_per_tile(dst);
+    case Strategy::AllGather:
+      return 1 + 2 * receivers_per_tile(dst);
+    default:
+      return 2;
+  }
+}
+
+std::vector<Box> allgather_slices(const Box& box, std::size_t n) {
+  std::size_t dim = 0;
+  for (std::size_t d = 0; d < box.ndim(); ++d)
+    if (box[d].size() > box[dim].size() && box[dim].size() < static_cast<std::int64_t>(n)) dim = d;
+  for (std::size_t d = 0; d < box.ndim(); ++d)
+    if (box[d].size() >= static_cast<std::int64_t>(n)) {
+      dim = d;
+      break;
+    }
+  std::vector<Box> out;
+  const Range r = box[dim];
+  for (std::size_t j = 0; j < n; ++j) {
+    auto ranges = box.ranges();
+    const Range s =
+        shard_range(r.size(), static_cast<std::int64_t>(n), static_cast<std::int64_t>(j));
+    ranges[dim] = {r.lo + s.lo, r.lo + s.hi};
+    out.emplace_back(std::move(ranges));
+  }
+  return out;
+}
+
+void order_ops(std::vector<Op>& ops) {
+  std::stable_sort(ops.begin(), ops.end(), [](const Op& a, const Op& b) {
+    if (a.phase != b.phase) return a.phase < b.phase;
+    return local(a) && !local(b);
+  });
+}
+
+TaskOps::TaskOps(const TaskGrid& grid, const LinkTimeline& timeline, Strategy strategy,
+                 Balance balance)
+    : grid_(&grid),
+      s_(&timeline),
+      strategy_(strategy),
+      balance_(balance),
+      slots_(stream_slots(strategy, grid.dst())),
+      targets_(grid.dst()) {
+  for (int d : timeline.devices()) {  // ascending, so each host's list is too
+    const auto h = static_cast<std::size_t>(timeline.host(d));
+    if (on_host_.size() <= h) on_host_.resize(h + 1);
+    on_host_[h].push_back(d);
+  }
+  holders_.assign(static_cast<std::size_t>(grid.src().partial_groups()), HolderSet(grid.src()));
+}
+
+void TaskOps::push(Op op, int device, std::vector<Op>& out) const {
+  if (device >= 0 && op.root != device &&
+      std::find(op.peers.begin(), op.peers.end(), device) == op.peers.end())
+    return;
+  out.push_back(std::move(op));
+}
+
+void TaskOps::zeros(int device, std::vector<Op>& out) const {
+  const Layout& dst = grid_->dst();
+  if (!dst.spec().is_partial()) return;
+  auto zero = [&](std::int64_t k) {
+    if (dst.partial_group(k) != 0 && !dst.tile_at(k).empty())
+      out.push_back({OpKind::Zero, 0, dst.tile_at(k), dst.mesh().device(k), {}, false, 0});
+  };
+  if (device < 0) {
+    for (std::int64_t k = 0; k < dst.mesh().size(); ++k) zero(k);
+  } else if (const auto k = dst.mesh().index_of(device)) {
+    zero(*k);
+  }
+}
+
+int TaskOps::choose(const HolderSet& holders, int to, std::int64_t key) {
+  if (balance_ == Balance::None) return holders[0];
+  if (on_host_.size() > 1) {
+    // The holders on the receiver's host: walk whichever list is shorter, then sort by id so
+    // that the choice does not depend on which.
+    const auto& host = on_host_[static_cast<std::size_t>(s_->host(to))];
+    near_.clear();
+    if (static_cast<std::int64_t>(host.size()) <= holders.size()) {
+      for (int d : host)
+        if (holders.contains(d)) near_.push_back(d);
+    } else {
+      for (std::int64_t k = 0; k < holders.size(); ++k)
+        if (s_->host(holders[k]) == s_->host(to)) near_.push_back(holders[k]);
+      std::sort(near_.begin(), near_.end());
+    }
+    if (!near_.empty()) return near_[static_cast<std::size_t>(key) % near_.size()];
+  }
+  return holders[key % holders.size()];
+}
+
+void TaskOps::task(std::int64_t i, int device, std::vector<Op>& out) {
+  grid_->shards(i, src_shard_, dst_shard_);
+  targets_.select(dst_shard_, 0);
+  for (std::size_t g = 0; g < holders_.size(); ++g)
+    holders_[g].select(src_shard_, static_cast<std::int64_t>(g));
+  if (device >= 0 && !targets_.contains(device) &&
+      std::none_of(holders_.begin(), holders_.end(),
+                   [&](const HolderSet& h) { return h.contains(device); }))
+    return;  // neither holds nor receives it
+  const Box box = grid_->box(i);
+  receivers_.clear();
+  if (holders_.size() == 1) {
+    // Devices holding the data in both layouts copy it locally; the others receive it.
+    for (std::int64_t k = 0; k < targets_.size(); ++k) {
+      const int d = targets_[k];
+      if (!holders_[0].contains(d))
+        receivers_.push_back(d);
+      else if (device < 0 || device == d)
+        out.push_back({OpKind::Copy, 0, box, d, {}, false, 0});
+    }
+    serve(box, -1, 0, false, i, device, out);
+    return;
+  }
+  // A pending sum: reduced at a destination device (one holding an addend where there is one,
+  // so its own addend need not move), which then serves the others.
+  for (std::int64_t k = 0; k < targets_.size(); ++k) {  // the candidate roots, for now
+    const int d = targets_[k];
+    if (std::any_of(holders_.begin(), holders_.end(),
+                    [&](const HolderSet& h) { return h.contains(d); }))
+      receivers_.push_back(d);
+  }
+  if (receivers_.empty())
+    for (std::int64_t k = 0; k < targets_.size(); ++k) receivers_.push_back(targets_[k]);
+  const int root = balance_ == Balance::None
+                       ? receivers_.front()
+                       : receivers_[static_cast<std::size_t>(i) % receivers_.size()];
+  Op reduce{OpKind::Reduce, 0, box, root, {}, true, i * slots_};
+  for (std::size_t g = 0; g < holders_.size(); ++g)
+    reduce.peers.push_back(holders_[g].contains(root)
+                               ? root
+                               : choose(holders_[g], root, i + static_cast<std::int64_t>(g)));
+  push(std::move(reduce), device, out);
+  receivers_.clear();
+  for (std::int64_t k = 0; k < targets_.size(); ++k)
+    if (targets_[k] != root) receivers_.push_back(targets_[k]);
+  serve(box, root, 1, true, i, device, out);
+}
+
+void TaskOps::serve(const Box& box, int root, int phase, bool from_dst, std::int64_t i, int device,
+                    std::vector<Op>& out) {
+  const std::vector<int>& to = receivers_;
+  if (to.empty()) return;
+  if (to.size() > 1) fans_out_ = true;
+  auto sender = [&](std::size_t j) {
+    return root >= 0 ? root : choose(holders_[0], to[j], i + static_cast<std::int64_t>(j));
+  };
+  const std::int64_t base = i * slots_ + 1;
+  if (strategy_ == Strategy::SendRecv) {
+    for (std::size_t j = 0; j < to.size(); ++j)
+      push({OpKind::Multicast,
+            phase,
+            box,
+            sender(j),
+            {to[j]},
+            from_dst,
+            base + static_cast<std::int64_t>(j)},
+           device, out);
+    return;
+  }
+  if (strategy_ == Strategy::Broadcast || to.size() == 1) {
+    const int from = sender(0);
+    if (device >= 0 && device != from && std::find(to.begin(), to.end(), device) == to.end())
+      return;
+    Op op{OpKind::Multicast, phase, box, from, to, from_dst, base};
+    chain_order(op.peers, from, *s_);
+    out.push_back(std::move(op));
+    return;
+  }
+  // AllGather: receiver j gets slice j, then forwards it to the other receivers.
+  const auto parts = allgather_slices(box, to.size());
+  const bool receives = device < 0 || std::find(to.begin(), to.end(), device) != to.end();
+  for (std::size_t j = 0; j < parts.size(); ++j) {
+    if (parts[j].empty()) continue;
+    const auto slot = base + 2 * static_cast<std::int64_t>(j);
+    push({OpKind::Multicast, phase, parts[j], sender(j), {to[j]}, from_dst, slot}, device, out);
+    if (!receives) continue;
+    Op fwd{OpKind::Multicast, phase + 1, parts[j], to[j], {}, true, slot + 1};
+    for (int r : to)
+      if (r != to[j]) fwd.peers.push_back(r);
+    chain_order(fwd.peers, to[j], *s_);
+    out.push_back(std::move(fwd));
+  }
+}
+
+}  // namespace meshcast::detail

@@ -1,0 +1,65 @@
+// The ops of a task under the sender rules that need no other task (Balance::None and Local):
+// the whole plan lists every task's, and a device lists only those it takes part in, by the same
+// code, so that the two agree op for op (plan_rank() == plan().rank()). Internal to lib/plan/.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lib/algebra/holder_set.h"
+#include "lib/plan/link_timeline.h"
+#include "meshcast/plan.h"
+#include "meshcast/task.h"
+
+namespace meshcast::detail {
+
+// Devices a tile of the target goes to: the holders of its first addend (the others are
+// zeroed). The same for every tile.
+std::int64_t receivers_per_tile(const Layout& dst);
+
+// Tag streams a task's ops may use: slot 0 its reduce, then one per transfer of the strategy
+// (at most one per receiver, two for allgather). An op's stream is task * slots + slot.
+std::int64_t stream_slots(Strategy strategy, const Layout& dst);
+
+// Splits `box` along its first dimension of extent >= n (else its longest) into n slices: the
+// pieces the receivers of an allgather get.
+std::vector<Box> allgather_slices(const Box& box, std::size_t n);
+
+// Orders ops as a plan lists them: by phase, local ops (copy, zero) first, else as emitted.
+void order_ops(std::vector<Op>& ops);
+
+class TaskOps {
+ public:
+  // `timeline` places the devices of both meshes on hosts (its chain_order orders receivers).
+  TaskOps(const TaskGrid& grid, const LinkTimeline& timeline, Strategy strategy, Balance balance);
+  std::int64_t streams() const { return grid_->size() * slots_; }
+  // Appends the zero-fills of a partial target's other addends: all (device < 0) or device's.
+  void zeros(int device, std::vector<Op>& out) const;
+  // Appends task i's ops: all of them (device < 0), or those `device` takes part in.
+  void task(std::int64_t i, int device, std::vector<Op>& out);
+  // Whether some box went to more than one receiver: only then do the strategies' ops differ.
+  bool fans_out() const { return fans_out_; }
+
+ private:
+  // The sender for receiver `to` among `holders`: under Local a holder on `to`'s host if there
+  // is one, else one of all; in rotation by `key` either way. Under None the first holder.
+  int choose(const HolderSet& holders, int to, std::int64_t key);
+  // Moves `box` from `root` (or, root < 0, from one of holders_[0]) to `receivers`.
+  void serve(const Box& box, int root, int phase, bool from_dst, std::int64_t i, int device,
+             std::vector<Op>& out);
+  void push(Op op, int device, std::vector<Op>& out) const;
+
+  const TaskGrid* grid_;
+  const LinkTimeline* s_;
+  Strategy strategy_;
+  Balance balance_;
+  std::int64_t slots_;
+  std::vector<std::vector<int>> on_host_;  // per host: its devices of the meshes, ascending
+  HolderSet targets_;                      // the task's destinations
+  std::vector<HolderSet> holders_;         // per addend of the source
+  std::vector<std::int64_t> src_shard_, dst_shard_;
+  std::vector<int> receivers_, near_;  // scratch
+  bool fans_out_ = false;
+};
+
+}  // namespace meshcast::detail

@@ -1,0 +1,115 @@
+// Per-rank plans: what a device computes alone (plan_rank) is exactly its part of the whole
+// plan (Plan::rank) — the same ops, in the same order, with the same streams — over random
+// layouts, meshes, strategies and topologies; and the whole plan under the local rule is valid.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "meshcast/error.h"
+#include "meshcast/plan.h"
+#include "support/testing.h"
+
+namespace meshcast {
+namespace {
+
+using testing::Rng;
+
+std::vector<Topology> topologies() {
+  return {Topology::single_host(),
+          Topology::uniform("four", 4, 4, LinkClass{"intra", 100e9, 1e-6},
+                            LinkClass{"network", 1.25e9, 1e-5}),
+          Topology::uniform("pairs", 8, 2, LinkClass{"intra", 50e9, 2e-6},
+                            LinkClass{"network", 10e9, 5e-6})};
+}
+
+TEST(RankPlan, EqualsTheDevicesPartOfTheWholePlan) {
+  Rng rng(0x7a11);
+  testing::Limits lim;
+  lim.max_volume = 96;
+  const auto topos = topologies();
+  const Strategy strategies[] = {Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather,
+                                 Strategy::Auto};
+  const int n = testing::scaled(3000);
+  for (int i = 0; i < n; ++i) {
+    const auto c = testing::random_case(rng, lim);
+    const Topology& topo = topos[static_cast<std::size_t>(i) % topos.size()];
+    PlanOptions opt;
+    opt.strategy = strategies[rng.below(4)];
+    opt.balance = rng.chance(1, 3) ? Balance::None : Balance::Local;
+    const Plan whole = plan(c.src, c.dst, topo, opt);
+    const std::string ctx = "case " + std::to_string(i) + ": " + c.str() + " strategy " +
+                            to_string(opt.strategy) + " balance " + to_string(opt.balance) +
+                            " topology " + topo.name();
+    ASSERT_NO_THROW(whole.validate()) << ctx << "\n" << whole.str(64);
+    ASSERT_EQ(whole.balance(), opt.balance) << ctx;
+    // Every device of either mesh, and one outside both (it takes part in nothing).
+    std::vector<int> devices = whole.devices();
+    devices.push_back(99);
+    std::size_t listed = 0;
+    for (int d : devices) {
+      const RankPlan mine = plan_rank(c.src, c.dst, d, topo, opt);
+      const RankPlan cut = whole.rank(d);
+      ASSERT_TRUE(mine == cut) << ctx << "\ndevice " << d << " alone:\n"
+                               << mine.str(64) << "cut from the whole plan:\n"
+                               << cut.str(64) << "whole:\n"
+                               << whole.str(64);
+      for (const Op& op : mine.ops()) listed += op.root == d ? 1 : 0;
+    }
+    // Each op has a root among the devices, so the parts cover the plan.
+    ASSERT_EQ(listed, whole.ops().size()) << ctx;
+  }
+}
+
+// Greedy and search need the whole plan: a device alone uses the local rule, and says so.
+TEST(RankPlan, GlobalBalancersGiveWayToTheLocalRule) {
+  const Layout src = Layout::parse({8, 8}, DType::f32, "2x2@0-3:S0R");
+  const Layout dst = Layout::parse({8, 8}, DType::f32, "4@4-7:RS0");
+  const auto topo = topologies()[1];
+  for (Balance b : {Balance::Greedy, Balance::Search}) {
+    PlanOptions opt;
+    opt.balance = b;
+    opt.strategy = Strategy::Broadcast;
+    PlanOptions local = opt;
+    local.balance = Balance::Local;
+    const Plan whole = plan(src, dst, topo, local);
+    for (int d = 0; d < 8; ++d) {
+      const RankPlan mine = plan_rank(src, dst, d, topo, opt);
+      EXPECT_EQ(mine.balance(), Balance::Local);
+      EXPECT_TRUE(mine == whole.rank(d)) << mine.str();
+    }
+  }
+}
+
+// The local rule spreads a replicated source's boxes over its replicas and keeps a transfer
+// inside a host when a replica lives there.
+TEST(RankPlan, LocalRulePrefersAHolderOnTheReceiversHost) {
+  // Source replicated on hosts 0 and 1 (devices 0-3, 4-7 of "four"); target on hosts 0 and 2.
+  const auto topo = topologies()[1];
+  const Layout src = Layout::parse({16, 4}, DType::f32, "2x4@0-7:RS1");
+  const Layout dst = Layout::parse({16, 4}, DType::f32, "8@[0-3,8-11]:S0R");
+  PlanOptions opt;
+  opt.strategy = Strategy::Broadcast;
+  opt.balance = Balance::Local;
+  const Plan p = plan(src, dst, topo, opt);
+  std::set<int> roots;
+  for (const Op& op : p.ops()) {
+    if (op.kind != OpKind::Multicast) continue;
+    roots.insert(op.root);
+    if (topo.host_of(op.peers[0]) == 0) {
+      EXPECT_EQ(topo.host_of(op.root), 0) << p.str(64);
+    }
+  }
+  EXPECT_GT(roots.size(), 2u) << p.str(64);  // more than one replica serves
+}
+
+TEST(RankPlan, SaysWhoseItIs) {
+  const Layout src = Layout::parse({4}, DType::f32, "2@0-1:S0");
+  const Layout dst = Layout::parse({4}, DType::f32, "2@0-1:R");
+  const RankPlan part = plan_rank(src, dst, 1);
+  EXPECT_EQ(part.device(), 1);
+  EXPECT_FALSE(part.ops().empty());
+  EXPECT_NE(part.str().find("plan of device 1"), std::string::npos) << part.str();
+}
+
+}  // namespace
+}  // namespace meshcast

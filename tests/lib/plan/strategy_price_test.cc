@@ -1,0 +1,208 @@
+// strategy_price(): a strategy's price from the tasks equals the prediction of the plan built
+// with that strategy and sender rule, over random layouts, meshes and topologies (several NICs
+// per host, hosts of uneven size, per-message overheads); auto builds the least priced; the
+// memory bound refuses in one line.
+#include "lib/plan/strategy_price.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "lib/plan/planner.h"
+#include "meshcast/error.h"
+#include "meshcast/plan.h"
+#include "meshcast/plan_size.h"
+#include "support/testing.h"
+
+namespace meshcast {
+namespace {
+
+using testing::Rng;
+
+// The devices [0, pool) shuffled over 1..6 hosts of uneven sizes, 1..4 NICs per host, random
+// link classes (with or without chain latency and per-message overhead).
+Topology random_topology(Rng& rng, int pool) {
+  std::vector<int> ids(static_cast<std::size_t>(pool));
+  for (int i = 0; i < pool; ++i) ids[static_cast<std::size_t>(i)] = i;
+  rng.shuffle(ids);
+  const auto hosts = rng.between(1, 6);
+  std::vector<std::vector<int>> on(static_cast<std::size_t>(hosts));
+  for (std::size_t i = 0; i < ids.size(); ++i)  // every host gets one, the rest at random
+    on[i < on.size() ? i : static_cast<std::size_t>(rng.below(hosts))].push_back(ids[i]);
+  auto link = [&](const char* bandwidth_key) {
+    std::ostringstream os;
+    os << "{\"" << bandwidth_key << "\": " << rng.between(1, 200)
+       << ", \"latency_us\": " << rng.between(0, 20);
+    if (rng.chance(1, 2)) os << ", \"chain_latency_us\": " << rng.between(0, 5);
+    os << ", \"overhead_us\": " << (rng.chance(1, 3) ? 0 : rng.between(1, 4));
+    return os.str();
+  };
+  std::ostringstream os;
+  os << "{\"name\": \"random\", \"links\": {\"intra\": " << link("bandwidth_gbyte_s")
+     << "}, \"network\": " << link("bandwidth_gbit_s")
+     << ", \"nics_per_host\": " << rng.between(1, 4) << "}}, \"hosts\": [";
+  for (std::size_t h = 0; h < on.size(); ++h) {
+    os << (h ? ", " : "") << "{\"devices\": [";
+    for (std::size_t k = 0; k < on[h].size(); ++k) os << (k ? ", " : "") << on[h][k];
+    os << "]}";
+  }
+  os << "]}";
+  return Topology::from_json(os.str());
+}
+
+double price(const Layout& src, const Layout& dst, const Topology& topo, Strategy st, Balance rule,
+             std::int64_t chunk, bool* fans_out = nullptr) {
+  const TaskGrid grid(src, dst);
+  const detail::LinkTimeline s(topo, detail::union_devices(src, dst), dtype_size(src.dtype()),
+                               chunk);
+  const detail::Links links(topo, s.devices());
+  return detail::strategy_price(grid, s, links, st, rule, chunk, fans_out);
+}
+
+// The price, the prediction of the plan built alike, and the two within rounding.
+void expect_price_matches(const testing::Case& c, const Topology& topo, Strategy st, Balance rule,
+                          std::int64_t chunk, const std::string& ctx) {
+  PlanOptions opt;
+  opt.strategy = st;
+  opt.balance = rule;
+  opt.chunk_bytes = chunk;
+  const Plan p = plan(c.src, c.dst, topo, opt);
+  const double want = p.stats().predicted_seconds;
+  const double got = price(c.src, c.dst, topo, st, rule, chunk);
+  ASSERT_NEAR(got, want, 1e-9 * std::max(want, 1e-12))
+      << ctx << " strategy " << to_string(st) << " rule " << to_string(rule) << "\n"
+      << p.str(64);
+}
+
+TEST(StrategyPrice, EqualsThePredictionOfThePlanBuilt) {
+  Rng rng(0x5717);
+  testing::Limits lim;
+  lim.max_volume = 96;
+  lim.max_extent = 8;
+  lim.max_mesh_size = 12;
+  lim.max_mesh_extent = 6;
+  lim.pool = 24;
+  const int n = testing::scaled(1500);
+  for (int i = 0; i < n; ++i) {
+    const auto c = testing::random_case(rng, lim);
+    const Topology topo = i % 7 == 0 ? Topology::single_host() : random_topology(rng, lim.pool);
+    const std::int64_t chunk = rng.chance(1, 2) ? kDefaultChunkBytes : rng.between(1, 64);
+    const std::string ctx = "case " + std::to_string(i) + ": " + c.str() + "\n" + topo.to_json();
+    for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv})
+      for (Balance rule : {Balance::None, Balance::Local})
+        ASSERT_NO_FATAL_FAILURE(expect_price_matches(c, topo, st, rule, chunk, ctx));
+  }
+}
+
+// Wide all-gathers: many receivers over many hosts and NICs, where the closed form of the
+// forwarding chains matters most (one task, r receivers, r^2 hops).
+TEST(StrategyPrice, AllGatherClosedFormOnWideReplicas) {
+  Rng rng(0xa11);
+  for (int i = 0; i < testing::scaled(60); ++i) {
+    const int pool = static_cast<int>(rng.between(8, 96));
+    const Topology topo = random_topology(rng, pool);
+    std::vector<int> ids(static_cast<std::size_t>(pool));
+    for (int k = 0; k < pool; ++k) ids[static_cast<std::size_t>(k)] = k;
+    rng.shuffle(ids);
+    const auto ns = rng.between(1, pool / 4), nd = rng.between(2, pool - ns);
+    const std::vector<int> s_dev(ids.begin(), ids.begin() + ns);
+    const std::vector<int> d_dev(ids.begin() + ns, ids.begin() + ns + nd);
+    const Shape shape{rng.between(1, 3 * nd), rng.between(1, 4)};
+    testing::Case c{Layout(shape, DType::f32, Mesh({ns}, s_dev), ShardingSpec::parse("RR")),
+                    Layout(shape, DType::f32, Mesh({nd}, d_dev), ShardingSpec::parse("RR")),
+                    testing::Devices::Disjoint};
+    const std::int64_t chunk = rng.chance(1, 2) ? kDefaultChunkBytes : rng.between(1, 32);
+    const std::string ctx = "case " + std::to_string(i) + ": " + c.str() + "\n" + topo.to_json();
+    for (Balance rule : {Balance::None, Balance::Local})
+      ASSERT_NO_FATAL_FAILURE(expect_price_matches(c, topo, Strategy::AllGather, rule, chunk, ctx));
+  }
+}
+
+// Auto builds the strategy of least price (ties to the earlier), and nothing else.
+TEST(StrategyPrice, AutoBuildsTheLeastPriced) {
+  Rng rng(0xa070);
+  testing::Limits lim;
+  lim.max_volume = 64;
+  lim.pool = 20;
+  for (int i = 0; i < testing::scaled(400); ++i) {
+    const auto c = testing::random_case(rng, lim);
+    const Topology topo = random_topology(rng, lim.pool);
+    PlanOptions opt;
+    opt.balance = i % 2 ? Balance::None : Balance::Local;
+    const Plan a = plan(c.src, c.dst, topo, opt);
+    bool fans_out = true;
+    std::optional<Strategy> best;
+    double best_price = 0;
+    for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
+      const double p = price(c.src, c.dst, topo, st, opt.balance, opt.chunk_bytes, &fans_out);
+      if (!best || p < best_price * (1 - 1e-9)) best = st, best_price = p;
+    }
+    const std::string ctx = "case " + std::to_string(i) + ": " + c.str();
+    ASSERT_EQ(a.strategy(), fans_out ? *best : Strategy::Broadcast) << ctx;
+    PlanOptions named = opt;
+    named.strategy = a.strategy();
+    ASSERT_TRUE(a == plan(c.src, c.dst, topo, named)) << ctx;
+    ASSERT_NEAR(a.stats().predicted_seconds, best_price, 1e-9 * best_price) << ctx;
+  }
+}
+
+// A 4-byte tensor replicated on thousands of devices: a chain through them all pays a hop's
+// latency per receiver, one send per receiver from holders in rotation pays about one. Auto
+// prices allgather's r^2 hops without building them and builds the sends.
+TEST(StrategyPrice, AutoOnAWideReplicaSendsInParallel) {
+  const auto src = Layout::parse({1}, DType::f32, "4096@0-4095:R");
+  const auto dst = Layout::parse({1}, DType::f32, "4096@4096-8191:R");
+  const Topology topo =
+      Topology::uniform("8-per-host", 1024, 8, LinkClass{"nvlink", 150e9, 2e-6, {}, 1e-6},
+                        LinkClass{"network", 25e9, 5e-6, {}, 2e-6});
+  PlanOptions opt;
+  opt.balance = Balance::Local;
+  const Plan p = plan(src, dst, topo, opt);
+  EXPECT_EQ(p.strategy(), Strategy::SendRecv);
+  ASSERT_EQ(p.ops().size(), 4096u);
+  opt.strategy = Strategy::Broadcast;
+  EXPECT_LT(p.stats().predicted_seconds * 100, plan(src, dst, topo, opt).stats().predicted_seconds);
+  // Under search, sendrecv's candidate lists (holders x receivers) exceed a bound that
+  // broadcast's fit: auto builds sendrecv with the local rule rather than the worse broadcast.
+  opt = {};
+  opt.max_plan_bytes =
+      static_cast<std::int64_t>(estimate_plan_size(src, dst, Strategy::SendRecv).bytes) - 1;
+  const Plan q = plan(src, dst, topo, opt);
+  EXPECT_EQ(q.strategy(), Strategy::SendRecv);
+  EXPECT_EQ(q.balance(), Balance::Local);
+  EXPECT_TRUE(q == p);
+}
+
+TEST(StrategyPrice, TheMemoryBoundRefusesInOneLine) {
+  const auto src = Layout::parse({64, 64}, DType::f32, "64@0-63:S0R");
+  const auto dst = Layout::parse({64, 64}, DType::f32, "64@64-127:RS0");
+  PlanOptions opt;
+  opt.strategy = Strategy::AllGather;
+  opt.max_plan_bytes = 1000;
+  try {
+    (void)plan(src, dst, Topology::single_host(), opt);
+    FAIL() << "no error";
+  } catch (const ValidationError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    EXPECT_NE(what.find("plan memory"), std::string::npos) << what;
+    EXPECT_NE(what.find("1000 B"), std::string::npos) << what;  // the bound
+    EXPECT_NE(what.find("allgather"), std::string::npos) << what;
+    EXPECT_NE(what.find("max_plan_bytes"), std::string::npos) << what;
+  }
+  // Auto leaves out what does not fit: at a bound of its smallest estimate it builds that
+  // strategy under that balance (here broadcast with the local rule); below it, nothing.
+  opt.strategy = Strategy::Auto;
+  const PlanSize least = estimate_plan_size(src, dst, Strategy::Auto);
+  EXPECT_EQ(least.strategy, Strategy::Broadcast);
+  EXPECT_EQ(least.balance, Balance::Local);
+  opt.max_plan_bytes = static_cast<std::int64_t>(least.bytes);
+  const Plan p = plan(src, dst, Topology::single_host(), opt);
+  EXPECT_EQ(p.strategy(), least.strategy);
+  EXPECT_EQ(p.balance(), least.balance);
+  opt.max_plan_bytes -= 1;
+  EXPECT_THROW((void)plan(src, dst, Topology::single_host(), opt), ValidationError);
+}
+
+}  // namespace
+}  // namespace meshcast
