@@ -60,6 +60,8 @@ class Study {
     std::vector<mcbench::PlanMethod> methods(std::begin(mcbench::kPlanMethods),
                                              std::end(mcbench::kPlanMethods));
     methods.push_back({"auto", Strategy::Auto, Balance::Search});
+    // The rule each device applies alone (plan_rank), against search's whole-plan balance.
+    methods.push_back({"broadcast+local", Strategy::Broadcast, Balance::Local});
     for (const mcbench::PlanMethod& m : methods) {
       if (most > kMaxAllGatherReceivers && m.strategy != Strategy::Broadcast &&
           m.strategy != Strategy::SendRecv)

@@ -135,6 +135,34 @@ def plot_one_to_m(plt, study, topology, path):
     return True
 
 
+def local_vs_search(study):
+    """Simulated time of broadcast with the local rule (what each device computes alone) over
+    broadcast with search (the whole plan's balancer), case by case."""
+    by = {}
+    for r in study:
+        by.setdefault((r["topology"], r["group"], r["case"], r["bytes"]), {})[r["method"]] = r
+    rows = []
+    for (topo, group, case, size), m in sorted(by.items()):
+        if "broadcast+local" in m and "broadcast+search" in m:
+            rows.append((topo, case, size, m["broadcast+local"]["simulated_seconds"] /
+                         m["broadcast+search"]["simulated_seconds"]))
+    if not rows:
+        return []
+    ratios = sorted(x[3] for x in rows)
+    worst = max(rows, key=lambda x: x[3])
+    d = ["### Per-rank plans: the local rule against search\n",
+         "A device planning its own part alone (`plan_rank`) cannot run search, which balances "
+         "senders over the whole plan; it uses the local rule (a holder on the receiver's host, "
+         "in rotation by task). Simulated time of broadcast+local over broadcast+search, on "
+         f"every case of the study ({len(rows)}): median {ratios[len(ratios) // 2]:.3f}, best "
+         f"{ratios[0]:.3f}, worst {worst[3]:.3f} ({worst[0]} {worst[1]} "
+         f"{worst[2] / 2**20:g} MiB); above 1 the local plan is slower.\n",
+         "| topology | case | size | local / search |", "|---|---|---|---|"]
+    d += [f"| {t} | {c} | {s / 2**20:g} MiB | {x:.3f} |" for t, c, s, x in rows]
+    d.append("")
+    return d
+
+
 def study_table(study, topology, group):
     rows = [r for r in study if r["topology"] == topology and r["group"] == group]
     methods = [m for m in MESHCAST + ["auto"] if any(r["method"] == m for r in rows)]
@@ -256,6 +284,8 @@ def main():
         d.append(f"| {case} | {size / 2**20:g} MiB | " + " | ".join(cells) +
                  f" | {n[0] / g[0]:.2f}×, {n[0] / s[0]:.2f}× | {n[1] / g[1]:.2f}×, {n[1] / s[1]:.2f}× |")
     d.append("")
+
+    d += local_vs_search(study)
 
     d.append("## At scale: the paper's cluster and a 1,024-host cluster\n")
     d.append("Effective GB/s (tensor bytes / simulated time) per method, from `bench/model` "

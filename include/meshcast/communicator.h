@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "meshcast/error.h"
+#include "meshcast/multicast_tree.h"
 #include "meshcast/region.h"
 #include "meshcast/transport.h"
 
@@ -110,8 +111,11 @@ class Communicator {
   // From `root` to the other devices of `chain` (root first, then in forwarding order): the
   // root passes its source region, the others their destination region. Travels as the
   // transport says (TransportCaps::multicast); a chain pipelines chunks of at most
-  // Transport::chain_chunk(), each member forwarding a chunk as soon as it arrived.
-  Request ibcast(const Region& region, int root, std::span<const int> chain, int tag);
+  // Transport::chain_chunk(), each member forwarding a chunk as soon as it arrived. `group` > 0
+  // makes it a tree of chains over the receivers (meshcast/multicast_tree.h; Op::group): every
+  // member passes the same. A native multicast or a fan-out ignores the order and the tree.
+  Request ibcast(const Region& region, int root, std::span<const int> chain, int tag,
+                 std::int64_t group = 0);
   // Brackets the posts of one phase (for transports that batch them).
   void begin_batch() { transport_->begin_batch(); }
   void end_batch() { transport_->end_batch(); }
@@ -155,7 +159,7 @@ class Communicator {
  private:
   struct Chain;
   struct Composite;
-  Request chain(const Region& region, std::span<const int> members, int tag);
+  Request chain(const Region& region, std::span<const int> members, int tag, std::int64_t group);
   bool advance_chain(Chain& c);
   bool advance_chains();
   void wait_request(Request::Impl& r);

@@ -12,7 +12,8 @@ constexpr std::size_t kChainWindow = 4;
 
 }  // namespace
 
-Request Communicator::chain(const Region& region, std::span<const int> members, int tag) {
+Request Communicator::chain(const Region& region, std::span<const int> members, int tag,
+                            std::int64_t group) {
   auto c = std::make_shared<Chain>();
   std::size_t pos = 0;
   while (pos < members.size() && members[pos] != rank_) ++pos;
@@ -21,8 +22,16 @@ Request Communicator::chain(const Region& region, std::span<const int> members, 
                           "a chain contains the caller (device " + std::to_string(rank_) + ")");
   c->region = region;
   c->root = pos == 0;
-  c->prev = pos ? members[pos - 1] : -1;
-  c->next = pos + 1 < members.size() ? members[pos + 1] : -1;
+  // Receiver k is members[k + 1]; the root is receiver -1. A member's successors lie within
+  // one group after it (its chain's next, and a leader's next leader): farther first, so that
+  // the trunk, whose path is the deepest, gets each chunk first.
+  const auto n = static_cast<std::int64_t>(members.size()) - 1,
+             k = static_cast<std::int64_t>(pos) - 1;
+  if (k >= 0) c->prev = members[static_cast<std::size_t>(multicast_parent(k, n, group) + 1)];
+  const std::int64_t reach = group < 2 || group >= n ? 1 : group;
+  for (std::int64_t j = std::min(n - 1, k + reach); j > k; --j)
+    if (multicast_parent(j, n, group) == k)
+      c->next.push_back(members[static_cast<std::size_t>(j + 1)]);
   c->bytes = region.bytes();
   c->chunk = std::max<std::size_t>(transport_->chain_chunk(members), 1);
   c->chunks = std::max<std::size_t>(1, (c->bytes + c->chunk - 1) / c->chunk);
@@ -38,7 +47,7 @@ Request Communicator::chain(const Region& region, std::span<const int> members, 
   }
   // Requests are appended while wait() holds a reference to an earlier one: never reallocate.
   c->recvs.reserve(c->chunks);
-  c->sends.reserve(c->chunks);
+  c->sends.reserve(c->chunks * c->next.size());
   chains_.push_back(c);
   advance_chains();  // the first receives, or the root's first window
   return Request(std::move(c));
@@ -61,12 +70,13 @@ bool Communicator::advance_chain(Chain& c) {
   // posted sends (Open MPI's TCP transport interleaves them) would otherwise finish every
   // chunk at about the same time, and the next hop could start only when this one ends (a
   // chain over 3 hosts took 3x one transfer on the emulated hosts; with the window, 1.1x).
+  // (Counted in chunks: a tree's leader keeps the window on each of its two hops.)
   const std::size_t ready = c.root ? c.chunks : c.received;
-  while (c.next >= 0 && c.forwarded < ready && c.forwarded - c.retired < kChainWindow &&
-         c.slot_free(c.forwarded)) {
+  while (!c.next.empty() && c.forwarded < ready &&
+         c.forwarded - c.retired_chunks() < kChainWindow && c.slot_free(c.forwarded)) {
     const std::size_t k = c.forwarded;
     if (c.root && c.staged) pack_range(c.region, k * c.chunk, c.size_of(k), c.piece(k).origin());
-    c.sends.push_back(isend(c.piece(k), c.next, c.tag));
+    for (const int to : c.next) c.sends.push_back(isend(c.piece(k), to, c.tag));
     ++c.forwarded;
     moved = true;
   }

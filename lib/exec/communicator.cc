@@ -41,14 +41,15 @@ Request Communicator::irecv(const Region& to, int src, int tag) {
   return transport_->post_recv(to, src, tag);
 }
 
-Request Communicator::ibcast(const Region& region, int root, std::span<const int> chain, int tag) {
+Request Communicator::ibcast(const Region& region, int root, std::span<const int> chain, int tag,
+                             std::int64_t group) {
   if (chain.empty() || chain.front() != root)
     throw ValidationError("group", "a multicast's devices start with its root");
   switch (caps_.multicast) {
     case TransportCaps::Multicast::Native:
       return transport_->post_broadcast(region, root, chain, tag);
     case TransportCaps::Multicast::Chain:
-      return this->chain(region, chain, tag);
+      return this->chain(region, chain, tag, group);
     case TransportCaps::Multicast::Fanout:
       break;
   }
@@ -116,8 +117,9 @@ void Communicator::cancel(Request& r) {
   } else if (auto* ch = dynamic_cast<Chain*>(r.get())) {
     for (Request& p : ch->sends) cancel(p);
     for (Request& p : ch->recvs) cancel(p);
-    ch->received = ch->retired = ch->chunks;  // done: advance_chains drops it
-    ch->next = -1;
+    ch->received = ch->chunks;  // done: advance_chains drops it
+    ch->next.clear();
+    ch->retired = 0;
   } else {
     transport_->cancel(*r.get());
   }
@@ -134,9 +136,10 @@ void Communicator::barrier() {
     if (chains_.empty()) break;
     std::vector<int> peers;
     for (const auto& w : chains_)
-      if (const auto c = w.lock())
-        for (int d : {c->prev, c->next})
-          if (d >= 0) peers.push_back(d);
+      if (const auto c = w.lock()) {
+        if (c->prev >= 0) peers.push_back(c->prev);
+        peers.insert(peers.end(), c->next.begin(), c->next.end());
+      }
     transport_->idle(nullptr, peers, ++polls, since);
   }
   transport_->barrier();

@@ -140,7 +140,7 @@ class Transfer::Executor final : public InFlight {
         }
         std::vector<int> group{op.root};
         group.insert(group.end(), op.peers.begin(), op.peers.end());
-        reqs.push_back(comm_.ibcast(r, op.root, group, tag));
+        reqs.push_back(comm_.ibcast(r, op.root, group, tag, op.group));
         return;
       }
       case OpKind::Reduce:

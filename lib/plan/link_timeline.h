@@ -26,7 +26,9 @@ class LinkTimeline {
   void reset();
   // Ops of the next phase start after their devices finished the earlier phases.
   void next_phase();
-  // Places an op at the earliest time its resources allow; returns its end time.
+  // Places an op at the earliest time its resources allow; returns its end time. A multicast is
+  // placed as one chain: the planner chooses senders here before it cuts multicasts into trees
+  // of chains (tree_group, lib/plan/multicast_tree.h), which the plan's prediction then times.
   double place(const Op& op) {
     return place(op, op.box.volume() * static_cast<std::int64_t>(elem_size_));
   }
@@ -52,6 +54,8 @@ class LinkTimeline {
   const std::vector<int>& devices() const { return devices_; }
   std::size_t slot(int device) const { return index(device); }
   const Topology& topology() const { return *topology_; }
+  std::size_t elem_size() const { return elem_size_; }
+  std::int64_t chunk() const { return chunk_; }
 
  private:
   // The receiver a multicast's chain ends at (chain_order's last): it forwards nothing.

@@ -29,7 +29,8 @@ struct OpTime {
 //   stage = max(o + c / B_intra, c / B_nic)                 between hosts,
 // and a chain of hops h takes
 //   sum_h latency_h + sum_h stage_h + (m - 1) max_h stage_h
-// (every hop's latency, the first message across every hop, the rest at the slowest stage).
+// (every hop's latency, the first message across every hop, the rest at the slowest stage). A
+// tree of chains (Op::group) takes the same along its deepest path: MulticastTree.
 std::int64_t messages(std::int64_t bytes, std::int64_t chunk);
 double stage_time(double message_bytes, bool network, const Topology& topology);
 OpTime chain_time(std::int64_t bytes, int net_hops, int intra_hops, const Topology& topology,
@@ -63,7 +64,8 @@ class Links {
   int host(int device) const { return host_[slot(device)]; }
 
   // The op's transfers as (links, bytes) flows: a multicast is one flow over its whole chain
-  // (root -> peers[0] -> peers[1] ...), a reduce one flow per contributor other than the root
+  // (root -> peers[0] -> peers[1] ...) or tree (its edges; a link on two of them appears twice;
+  // its time: MulticastTree), a reduce one flow per contributor other than the root
   // (one message each), a copy one flow on the device's receive port, a zero none. A flow keeps
   // link links[k] busy for bytes * weights[k] / bandwidth (a sender's port pays its messages'
   // overhead: send_weight). Also returns the op's time alone on idle links (its latency and

@@ -126,8 +126,8 @@ Box box_from(JsonReader& r, W&& where) {
   return Box(std::move(ranges));
 }
 
-constexpr std::string_view kOpKeys[] = {"kind",  "root",     "phase", "box",
-                                        "peers", "from_dst", "stream"};
+constexpr std::string_view kOpKeys[] = {"kind",  "root",     "phase",  "box",
+                                        "peers", "from_dst", "stream", "group"};
 
 // One op; `has_stream` tells whether it had a "stream" (needed when the plan has "streams").
 Op op_from(JsonReader& r, std::size_t i, bool& has_stream) {
@@ -164,12 +164,15 @@ Op op_from(JsonReader& r, std::size_t i, bool& has_stream) {
       case 6:
         op.stream = r.integer<std::int64_t>(f(".stream"));
         return;
+      case 7:
+        op.group = r.integer<std::int32_t>(f(".group"));
+        return;
       default:
         r.skip();  // unknown members are ignored, as in every document
     }
   });
   has_stream = seen >> 6 & 1u;
-  require(seen, kOpKeys, 6, field);  // all but "stream"
+  require(seen, kOpKeys, 6, field);  // all but "stream" and "group"
   return op;
 }
 
@@ -302,6 +305,7 @@ void Plan::write_json(std::ostream& os) const {
     w.end_array();
     w.member("from_dst", op.from_dst);
     w.member("stream", op.stream);
+    if (op.group != 0) w.member("group", op.group);  // absent: one chain (older documents)
     w.end_object();
   }
   w.end_array();
@@ -455,6 +459,9 @@ void write_op_list(std::ostream& os, const std::vector<Op>& ops, std::size_t max
         for (std::size_t k = 0; k < op.peers.size() && k < kListedPeers; ++k)
           os << (k ? "," : "") << op.peers[k];
         if (op.peers.size() > kListedPeers) os << ",... (" << op.peers.size() << " receivers)";
+        if (op.group != 0)
+          os << " as " << multicast_chains(static_cast<std::int64_t>(op.peers.size()), op.group)
+             << " chains of <= " << op.group;
         break;
       case OpKind::Reduce:
         for (std::size_t k = 0; k < op.peers.size(); ++k) os << (k ? "+" : "") << op.peers[k];

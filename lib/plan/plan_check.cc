@@ -171,6 +171,16 @@ class PlanChecker {
       throw ValidationError(at(".stream"), "stream " + std::to_string(op.stream) +
                                                " is outside the plan's " +
                                                std::to_string(p_.streams()) + " streams");
+    // A tree of chains cuts a multicast's receivers into groups of at least 2 and at least two
+    // groups (any other cut is one chain, written 0).
+    if (op.group != 0 && (op.kind != OpKind::Multicast || op.group < 2 ||
+                          static_cast<std::size_t>(op.group) >= op.peers.size()))
+      throw ValidationError(at(".group"),
+                            "group " + std::to_string(op.group) +
+                                (op.kind != OpKind::Multicast
+                                     ? " on a " + to_string(op.kind) + ": only multicasts have one"
+                                     : " must be 0 (one chain) or in [2, " +
+                                           std::to_string(op.peers.size()) + ") (its receivers)"));
     const Shape& shape = src_.shape();
     if (op.box.ndim() != shape.size())
       throw ValidationError(at(".box"), "has " + std::to_string(op.box.ndim()) +

@@ -11,6 +11,7 @@
 
 #include "lib/plan/link_timeline.h"
 #include "lib/plan/links.h"
+#include "lib/plan/multicast_tree.h"
 #include "lib/plan/strategy_price.h"
 #include "lib/plan/task_ops.h"
 #include "meshcast/error.h"
@@ -292,11 +293,12 @@ PlanStats account(const std::vector<Op>& ops, const LinkTimeline& s, std::int64_
         break;
       case OpKind::Zero:
         break;
-      case OpKind::Multicast: {  // a chain: root -> peers[0] -> peers[1] -> ...
-        int prev = op.root;
-        for (int r : op.peers) {
-          hop(prev, r, bytes);
-          prev = r;
+      case OpKind::Multicast: {  // a chain root -> peers[0] -> peers[1] -> ..., or a tree
+        const auto n = static_cast<std::int64_t>(op.peers.size());
+        for (std::int64_t k = 0; k < n; ++k) {
+          const std::int64_t from = multicast_parent(k, n, op.group);
+          hop(from < 0 ? op.root : op.peers[static_cast<std::size_t>(from)],
+              op.peers[static_cast<std::size_t>(k)], bytes);
         }
         break;
       }
@@ -317,14 +319,19 @@ PlanStats account(const std::vector<Op>& ops, const LinkTimeline& s, std::int64_
 }
 
 // `fans_out` (optional) tells whether the strategy mattered (see Builder::fans_out_).
-// The ops of units in `order`, each multicast's receivers in chain order.
-std::vector<Op> ops_of(std::vector<Unit>& units, const Order& order, const LinkTimeline& s) {
+// The ops of units in `order`, each multicast's receivers in chain order, as a tree of chains
+// where the model prefers one (not an all-gather's forwarding: see tree_group).
+std::vector<Op> ops_of(std::vector<Unit>& units, const Order& order, const LinkTimeline& s,
+                       Strategy strategy) {
   std::vector<Op> ops;
   ops.reserve(units.size());
   for (const auto& phase : order)
     for (auto i : phase) {
       Op op = std::move(units[i].op);
-      if (op.kind == OpKind::Multicast) detail::chain_order(op.peers, op.root, s);
+      if (op.kind == OpKind::Multicast) {
+        detail::chain_order(op.peers, op.root, s);
+        if (strategy != Strategy::AllGather) op.group = detail::tree_group(op, s);
+      }
       ops.push_back(std::move(op));
     }
   return ops;
@@ -362,13 +369,13 @@ Plan plan_with(const Layout& src, const Layout& dst, const TaskGrid& grid, LinkT
     std::vector<Unit> greedy_units = units;
     Order greedy_order = order;
     truncated = search(units, order, s, opt);
-    ops = ops_of(units, order, s);
+    ops = ops_of(units, order, s, strategy);
     // The search improves the schedule; keep greedy's plan where the model prefers it, so that
     // search is never worse than greedy by the time the plan records.
-    std::vector<Op> greedy = ops_of(greedy_units, greedy_order, s);
+    std::vector<Op> greedy = ops_of(greedy_units, greedy_order, s, strategy);
     if (analytic(greedy) < analytic(ops) * (1 - 1e-12)) ops = std::move(greedy);
   } else {
-    ops = ops_of(units, order, s);
+    ops = ops_of(units, order, s, strategy);
   }
   PlanStats st = account(ops, s, elem);
   st.predicted_seconds = analytic(ops);

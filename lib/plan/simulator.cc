@@ -2,7 +2,8 @@
 // executor starts them (a device posts its whole phase once it finished the earlier ones); an op
 // waits its latency and pipeline fill, then its flows move at max-min fair rates (progressive
 // filling over the links they share), recomputed whenever a flow starts or ends. A pipelined
-// chain is one flow over all its hops (closed form per hop: no chunk is simulated); a sender's
+// chain, or tree of chains, is one flow over all its hops (closed form per hop: no chunk is
+// simulated; a link two hops share carries it twice); a sender's
 // per-message overhead weighs on its send port (Links::Flow::weights), as in predict().
 #include <algorithm>
 #include <limits>
@@ -50,13 +51,22 @@ class Simulator {
       fs.clear();
       const std::int64_t bytes = op.box.volume() * elem;
       const detail::OpTime alone = links_.flows(op, bytes, chunk, fs);
-      // Alone on idle links the flow moves at its slowest link (weighted): what the op's time
-      // alone adds beyond that (the pipeline fill, an empty chain's overheads) waits with the
-      // latency.
+      // Alone on idle links the flow moves at its slowest link (weighted, summed over the
+      // entries of a link it crosses twice: a tree's leader port): what the op's time alone
+      // adds beyond that (the pipeline fill, an empty chain's overheads) waits with the latency.
       double per_byte = 0;
-      for (const auto& f : fs)
+      for (const auto& f : fs) {
+        use_.clear();
         for (std::size_t k = 0; k < f.links.size(); ++k)
-          per_byte = std::max(per_byte, f.weights[k] / links_.bandwidth(f.links[k]));
+          use_.emplace_back(f.links[k], f.weights[k] / links_.bandwidth(f.links[k]));
+        std::sort(use_.begin(), use_.end());
+        for (std::size_t k = 0; k < use_.size();) {
+          double sum = 0;
+          const std::size_t l = use_[k].first;
+          for (; k < use_.size() && use_[k].first == l; ++k) sum += use_[k].second;
+          per_byte = std::max(per_byte, sum);
+        }
+      }
       s.delay = alone.latency;
       if (op.kind == OpKind::Multicast)
         s.delay += std::max(0.0, alone.occupancy - static_cast<double>(bytes) * per_byte);
@@ -245,6 +255,7 @@ class Simulator {
 
   std::vector<int> devices_;
   Links links_;
+  std::vector<std::pair<std::size_t, double>> use_;  // the constructor's scratch: (link, s/byte)
   int phases_ = 0;
   std::vector<SimOp> ops_;
   std::vector<SimFlow> flows_;

@@ -31,7 +31,7 @@ class PhaseModel {
 
   // An op carrying `bytes` (its box is not read): its flows and its time, as analytic_seconds.
   void op(const Op& op, std::int64_t bytes) {
-    if (op.kind == OpKind::Multicast) {
+    if (op.kind == OpKind::Multicast && op.group == 0) {  // a tree goes through Links::flows
       multicast(op, bytes);
       return;
     }

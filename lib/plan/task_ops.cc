@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "lib/plan/multicast_tree.h"
+
 namespace meshcast::detail {
 namespace {
 
@@ -48,10 +50,17 @@ std::vector<Box> allgather_slices(const Box& box, std::size_t n) {
 }
 
 void order_ops(std::vector<Op>& ops) {
-  std::stable_sort(ops.begin(), ops.end(), [](const Op& a, const Op& b) {
-    if (a.phase != b.phase) return a.phase < b.phase;
-    return local(a) && !local(b);
-  });
+  // A stable bucket pass over (phase, not local): phases are few, and a stable sort of millions
+  // of ops moved each of them log n times.
+  int phases = 0;
+  for (const Op& op : ops) phases = std::max(phases, op.phase + 1);
+  std::vector<std::size_t> start(2 * static_cast<std::size_t>(phases) + 1, 0);
+  auto key = [](const Op& op) { return 2 * static_cast<std::size_t>(op.phase) + !local(op); };
+  for (const Op& op : ops) ++start[key(op) + 1];
+  for (std::size_t k = 1; k < start.size(); ++k) start[k] += start[k - 1];
+  std::vector<Op> out(ops.size());
+  for (Op& op : ops) out[start[key(op)]++] = std::move(op);
+  ops = std::move(out);
 }
 
 TaskOps::TaskOps(const TaskGrid& grid, const LinkTimeline& timeline, Strategy strategy,
@@ -186,6 +195,7 @@ void TaskOps::serve(const Box& box, int root, int phase, bool from_dst, std::int
       return;
     Op op{OpKind::Multicast, phase, box, from, to, from_dst, base};
     chain_order(op.peers, from, *s_);
+    op.group = tree_group(op, *s_);
     out.push_back(std::move(op));
     return;
   }
@@ -200,7 +210,7 @@ void TaskOps::serve(const Box& box, int root, int phase, bool from_dst, std::int
     Op fwd{OpKind::Multicast, phase + 1, parts[j], to[j], {}, true, slot + 1};
     for (int r : to)
       if (r != to[j]) fwd.peers.push_back(r);
-    chain_order(fwd.peers, to[j], *s_);
+    chain_order(fwd.peers, to[j], *s_);  // a chain: see tree_group
     out.push_back(std::move(fwd));
   }
 }

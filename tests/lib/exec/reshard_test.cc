@@ -5,6 +5,7 @@
 #include <cstring>
 #include <thread>
 
+#include "lib/exec/chain_world.h"
 #include "meshcast/meshcast.h"
 #include "support/testing.h"
 
@@ -337,6 +338,76 @@ TEST(Reshard, HandPickedCases) {
         EXPECT_EQ(check(dst, b, first), 0) << to_string(t) << " " << c.src << " -> " << c.dst << " "
                                            << to_string(st) << ": " << first;
       }
+}
+
+// Multicasts to many hosts travel as trees of chains (Op::group): on 6 hosts of 2 devices, in
+// many chunks, the planner sends each box along a trunk through the hosts, each leader feeding
+// its host. Run on the
+// engine's chains (ChainWorld; the local transport fans out) and on the local transport, as the
+// planner builds them and with every other group size forced (trees whose groups straddle hosts
+// included), in chunks of 5 bytes: every element arrives.
+TEST(Reshard, TreesOfChainsMatchTheReference) {
+  const Topology pairs = Topology::uniform("pairs", 6, 2, LinkClass{"intra", 50e9, 1e-6},
+                                           LinkClass{"network", 1e9, 2e-5});
+  struct Case {
+    Shape shape;
+    DType dtype;
+    const char* src;
+    const char* dst;
+  };
+  const Case cases[] = {
+      {{30, 17}, DType::i32, "1@0:RR", "11@1-11:RR"},
+      {{9, 14}, DType::f64, "2@0-1:RS0", "2x5@2-11:RR"},   // two boxes, each to 10
+      {{12, 8}, DType::i64, "2@0-1:RR+P0", "10@2-11:RR"},  // reduced at one, sent on
+  };
+  for (const Case& c : cases) {
+    const auto src = Layout::parse(c.shape, c.dtype, c.src);
+    const auto dst = Layout::parse(c.shape, c.dtype, c.dst);
+    PlanOptions opt;
+    opt.strategy = Strategy::Broadcast;
+    opt.balance = Balance::None;
+    opt.chunk_bytes = 5;  // many chunks: a NIC that carried two hops would be the bottleneck
+    const Plan planned = plan(src, dst, pairs, opt);
+    std::size_t receivers = 0;
+    std::int64_t most = 1;
+    for (const Op& op : planned.ops())
+      if (op.kind == OpKind::Multicast) {
+        receivers = std::max(receivers, op.peers.size());
+        most =
+            std::max(most, multicast_chains(static_cast<std::int64_t>(op.peers.size()), op.group));
+      }
+    ASSERT_GE(most, 3) << c.src << " -> " << c.dst << "\n" << planned.str();
+    for (std::size_t g = 0; g < receivers; ++g) {
+      if (g == 1) continue;
+      std::vector<Op> ops = planned.ops();
+      for (Op& op : ops)
+        if (op.kind == OpKind::Multicast && g < op.peers.size())
+          op.group = static_cast<std::int32_t>(g);
+      const Plan p = g == 0 ? planned
+                            : Plan(src, dst, planned.strategy(), planned.balance(), pairs.name(),
+                                   std::move(ops), planned.stats(), planned.streams());
+      p.validate();
+      const std::string ctx = std::string(c.src) + " -> " + c.dst + " group " + std::to_string(g);
+      for (bool chains : {true, false}) {
+        Buffers b = make_buffers(src, dst);
+        if (chains) {
+          testing::ChainWorld world(kWorld, 5, 15);
+          ASSERT_NO_THROW(world.run(
+              [&](Communicator& comm) {
+                const auto me = static_cast<std::size_t>(comm.rank());
+                reshard(p, comm, b.src[me].empty() ? nullptr : b.src[me].data(),
+                        b.dst[me].empty() ? nullptr : b.dst[me].data());
+              },
+              p.devices()))
+              << ctx;
+        } else {
+          execute(p, b);
+        }
+        std::string first;
+        ASSERT_EQ(check(dst, b, first), 0) << ctx << (chains ? " (chains)" : "") << ": " << first;
+      }
+    }
+  }
 }
 
 // The checker itself: one corrupted element is one mismatch.

@@ -281,6 +281,47 @@ TEST(Cost, OneChainAloneIsTheClosedFormInBothModels) {
   }
 }
 
+// A tree of chains (Op::group), by hand: 5 hosts of 2, device 0 to devices 2..9.
+TEST(Cost, ATreeOfChainsPaysItsDeepestPathAndItsSlowestHop) {
+  const Topology t = Topology::uniform("h5", 5, 2, LinkClass{"intra", kIntraBw, kIntraLat},
+                                       LinkClass{"network", kNetBw, kNetLat});
+  const Layout l = Layout::parse({kN}, DType::f32, "10@0-9:R");
+  auto tree = [&](std::int32_t group) {
+    Op op = send(0, kN, 0, {2, 3, 4, 5, 6, 7, 8, 9});
+    op.group = group;
+    return Plan(l, l, Strategy::Broadcast, Balance::None, "h5", {op}, PlanStats{});
+  };
+  // Groups of 2, one per host: the trunk 0 -> 2 -> 4 -> 6 -> 8 crosses the network, each leader
+  // also feeds its host's other device (its port copies each chunk twice, within the network's
+  // pace). Deepest path 0 -> 2 -> 4 -> 6 -> 8 -> 9: 4 network hops and 1 inside a host.
+  const double pairs = 4 * kNetLat + kIntraLat + 4 * kChunk / kNetBw + kChunk / kIntraBw +
+                       (kBytes - kChunk) / kNetBw;
+  EXPECT_NEAR(predict(tree(2), t).seconds, pairs, pairs * 1e-12);
+  EXPECT_NEAR(simulate(tree(2), t).seconds, pairs, pairs * 1e-12);
+  // The chain pays 4 more hops inside hosts.
+  EXPECT_NEAR(predict(tree(0), t).seconds, chain_seconds(4 * kN, 4, 4, t), pairs * 1e-12);
+  EXPECT_LT(pairs, chain_seconds(4 * kN, 4, 4, t));
+  // Groups of 4 (2 hosts each): leader 2 sends to leader 6 and its group's chain leaves host 1
+  // from device 3 to 4, both through host 1's one NIC, which then carries the box twice.
+  // Deepest path 0 -> 2 -> 6 -> 7 -> 8 -> 9; every chunk at the shared NIC's pace.
+  const double quads = 3 * kNetLat + 2 * kIntraLat + 4 * kChunk / kNetBw + 2 * kChunk / kIntraBw +
+                       2 * (kBytes - kChunk) / kNetBw;
+  EXPECT_NEAR(predict(tree(4), t).seconds, quads, quads * 1e-12);
+  EXPECT_NEAR(simulate(tree(4), t).seconds, quads, quads * 1e-12);
+  // The planner takes the pairs.
+  PlanOptions opt;
+  opt.strategy = Strategy::Broadcast;
+  const Plan p = plan(Layout::parse({kN}, DType::f32, "1@0:R"),
+                      Layout::parse({kN}, DType::f32, "8@2-9:R"), t, opt);
+  ASSERT_EQ(p.ops().size(), 1u);
+  EXPECT_EQ(p.ops()[0].group, 2) << p.str();
+  EXPECT_NEAR(p.stats().predicted_seconds, pairs, pairs * 1e-12);
+  // Accounting: one hop per receiver, the leaders' two.
+  EXPECT_EQ(p.stats().bytes_network, 4 * static_cast<std::int64_t>(kBytes));
+  EXPECT_EQ(p.stats().sent.at(2), 2 * static_cast<std::int64_t>(kBytes));
+  EXPECT_EQ(p.stats().sent.count(3), 0u);
+}
+
 // Laws over random plans on a random small cluster.
 TEST(Cost, LawsOverRandomPlans) {
   testing::Rng rng(0xc057);

@@ -114,6 +114,29 @@ TEST(PlanValidate, PeersMustBeDistinctReceiversOtherThanTheRoot) {
   refused(j, "plan.ops[1].peers", "does not send to itself");
 }
 
+// A tree of chains: groups of at least 2 and at least two groups, on multicasts only; absent
+// (0) is one chain, and a tree round-trips.
+TEST(PlanValidate, TreeGroupsAreWithinTheReceivers) {
+  json j = plan_json("1@0:RR", "6@1-6:RR", {4, 6}, Strategy::Broadcast);
+  ASSERT_EQ(j["ops"].size(), 1u);
+  j["ops"][0]["group"] = 2;
+  const Plan p = Plan::from_json(j.dump());
+  EXPECT_EQ(p.ops()[0].group, 2);
+  EXPECT_TRUE(Plan::from_json(p.to_json()) == p);
+  EXPECT_NE(p.str().find("as 3 chains of <= 2"), std::string::npos) << p.str();
+  for (int bad : {-1, 1, 6, 7}) {
+    j["ops"][0]["group"] = bad;
+    refused(j, "plan.ops[0].group", "must be 0 (one chain) or in [2, 6)");
+  }
+  j = base();
+  j["ops"][0]["group"] = 2;
+  refused(j, "plan.ops[0].group", "must be 0");  // one receiver: no tree
+  j = plan_json("2@0-1:RR+P0", "1@2:RR");
+  const std::size_t r = find_op(j, [](const json& o) { return o["kind"] == "reduce"; });
+  j["ops"][r]["group"] = 2;
+  refused(j, "plan.ops[" + std::to_string(r) + "].group", "on a reduce: only multicasts have one");
+}
+
 TEST(PlanValidate, SendersHoldTheBoxAndReceiversNeedIt) {
   json j = base();
   // Rows 0:2 are on devices 0 and 1 only.

@@ -126,7 +126,14 @@ std::string simulate(const Plan& p) {
             v[static_cast<std::size_t>(e)] = a;
           });
         }
-        for (int r : op.peers) {
+        // Along the chain or tree's edges: each receiver gets what its parent (the root or an
+        // earlier receiver, which got all of it first) forwards.
+        const auto peers = static_cast<std::int64_t>(op.peers.size());
+        for (std::int64_t k = 0; k < peers; ++k) {
+          const int r = op.peers[static_cast<std::size_t>(k)];
+          const std::int64_t from = multicast_parent(k, peers, op.group);
+          if (from < -1 || from >= k)
+            return where + ": receiver " + std::to_string(r) + " is fed by no earlier member";
           const auto di = d.holding(r, op.box);
           if (di < 0) return where + ": receiver " + std::to_string(r) + " does not need the box";
           write_all(di, [&](std::int64_t e) { return v[static_cast<std::size_t>(e)]; });

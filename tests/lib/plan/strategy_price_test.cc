@@ -161,7 +161,8 @@ TEST(StrategyPrice, AutoOnAWideReplicaSendsInParallel) {
   EXPECT_EQ(p.strategy(), Strategy::SendRecv);
   ASSERT_EQ(p.ops().size(), 4096u);
   opt.strategy = Strategy::Broadcast;
-  EXPECT_LT(p.stats().predicted_seconds * 100, plan(src, dst, topo, opt).stats().predicted_seconds);
+  // (Broadcast's one multicast to 4,096 is a tree of chains: ~0.7 ms, ~100x the parallel sends.)
+  EXPECT_LT(p.stats().predicted_seconds * 50, plan(src, dst, topo, opt).stats().predicted_seconds);
   // Under search, sendrecv's candidate lists (holders x receivers) exceed a bound that
   // broadcast's fit: auto builds sendrecv with the local rule rather than the worse broadcast.
   opt = {};

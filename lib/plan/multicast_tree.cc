@@ -1,0 +1,149 @@
+#include "lib/plan/multicast_tree.h"
+
+#include <algorithm>
+
+#include "lib/plan/link_timeline.h"
+
+namespace meshcast::detail {
+
+void MulticastTree::reset(const Topology& topology, std::int64_t bytes, std::int64_t chunk) {
+  topology_ = &topology;
+  messages_ = messages(bytes, chunk);
+  c_ = static_cast<double>(bytes) / static_cast<double>(messages_);
+  host_.clear();
+  nic_.clear();
+  ready_ = false;
+}
+
+void MulticastTree::add(int host, std::size_t nic) {
+  host_.push_back(host);
+  nic_.push_back(nic);
+  ready_ = false;
+}
+
+void MulticastTree::prepare() {
+  if (ready_) return;
+  ready_ = true;
+  const std::size_t n = host_.size() - 1;
+  const bool chained = n > 1;  // as chain_time: a lone hop pays the plain latency
+  stage_net_ = stage_time(c_, true, *topology_);
+  stage_intra_ = stage_time(c_, false, *topology_);
+  lat_net_ = topology_->network().hop_latency(chained);
+  lat_intra_ = topology_->intra().hop_latency(chained);
+  net_.assign(n, 0);
+  sum_.assign(n + 1, 0);
+  lat_.assign(n + 1, 0);
+  nets_.assign(n + 1, 0);
+  for (std::size_t k = 0; k < n; ++k) {
+    const bool net = host_[k] != host_[k + 1];
+    net_[k] = net;
+    sum_[k + 1] = sum_[k] + latency(net) + stage(net);
+    lat_[k + 1] = lat_[k] + latency(net);
+    nets_[k + 1] = nets_[k] + net;
+  }
+  run_.assign(n, 0);
+  for (std::size_t p = n; p-- > 0;)
+    run_[p] =
+        p + 1 < n && host_[p + 1] == host_[p + 2] ? run_[p + 1] : static_cast<std::int64_t>(p);
+}
+
+OpTime MulticastTree::time(std::int64_t group) {
+  prepare();
+  const auto n = static_cast<std::int64_t>(host_.size()) - 1;
+  if (n <= 0) return {};
+  const double tail = static_cast<double>(messages_ - 1);
+  if (group < 2 || group >= n) {  // one chain: chain_time
+    const std::int64_t net = nets_[n];
+    const double slowest = std::max(net ? stage_net_ : 0.0, net < n ? stage_intra_ : 0.0);
+    return {lat_[n], sum_[n] - lat_[n] + tail * slowest};
+  }
+  const std::int64_t first = n % group ? n % group : group;
+  const std::int64_t groups = (n - first) / group + 1;
+  const double copy = c_ / topology_->intra().bandwidth, wire = c_ / topology_->nic_bandwidth();
+  const auto overhead = [this](bool net) {
+    return (net ? topology_->network() : topology_->intra()).overhead;
+  };
+  // Receiver k is member k + 1 (host_, nic_); chain hop k reaches it (net_, sum_, lat_).
+  double trunk = sum_[1], trunk_lat = lat_[1];  // the path to the current leader
+  double deepest = -1, deepest_lat = 0, slowest = 0;
+  std::int64_t kept = n, kept_net = nets_[n];  // chain hops the tree keeps: not into leaders 1..
+  for (std::int64_t j = 0; j < groups; ++j) {
+    const std::int64_t a = j ? first + (j - 1) * group : 0, end = j ? a + group : first;
+    const bool next = j + 1 < groups;  // the trunk goes on to the leader `end`
+    const bool net_t = next && host_[a + 1] != host_[end + 1];
+    const bool inner = end - a > 1, net_f = inner && net_[a + 1];
+    // The group's chain leaves the leader's host from its last receiver there (`e`), perhaps
+    // through the NIC the trunk leaves by.
+    const std::int64_t e = run_[a];
+    const bool cont = e != a && e + 1 < end, shared = cont && nic_[e + 1] == nic_[a + 1];
+    const double port =
+        (next ? overhead(net_t) + copy : 0.0) + (inner ? overhead(net_f) + copy : 0.0);
+    const double out = static_cast<double>(int{net_t} + int{net_f} + int{shared}) * wire;
+    const double stage_t = std::max(port, net_t ? out : 0.0);
+    const double stage_f = std::max(port, net_f ? out : 0.0);
+    const double stage_c = std::max(overhead(true) + copy, shared ? out : wire);
+    double path = trunk + sum_[end] - sum_[a + 1];
+    if (inner) {
+      path += stage_f - stage(net_f);
+      slowest = std::max(slowest, stage_f);
+    }
+    if (cont) {
+      path += stage_c - stage_net_;
+      slowest = std::max(slowest, stage_c);
+    }
+    if (path > deepest) {
+      deepest = path;
+      deepest_lat = trunk_lat + lat_[end] - lat_[a + 1];
+    }
+    if (next) {
+      slowest = std::max(slowest, stage_t);
+      trunk += latency(net_t) + stage_t;
+      trunk_lat += latency(net_t);
+      --kept;
+      kept_net -= net_[end];
+    }
+  }
+  slowest = std::max({slowest, kept_net ? stage_net_ : 0.0, kept > kept_net ? stage_intra_ : 0.0});
+  return {deepest_lat, deepest - deepest_lat + tail * slowest};
+}
+
+bool MulticastTree::whole(std::int64_t group) {
+  prepare();
+  const auto n = static_cast<std::int64_t>(host_.size()) - 1;
+  if (group < 2 || group >= n) return true;  // one chain
+  const std::int64_t first = n % group ? n % group : group;
+  bool hosts = true, within = true;
+  for (std::int64_t a = 0, end = first; a < n; a = end, end += group) {
+    hosts = hosts && (a == 0 || net_[a]);
+    within = within && run_[a] >= end - 1;
+    if (!hosts && !within) return false;
+  }
+  return true;
+}
+
+std::int32_t MulticastTree::best() {
+  const auto n = static_cast<std::int64_t>(host_.size()) - 1;
+  // With 3 receivers or fewer, every tree is a chain (no leader has both a trunk and a group).
+  if (n < 4) return 0;
+  double least = time(0).total();
+  std::int32_t best = 0;
+  // sum over g of n / g: O(n log n) in all.
+  for (std::int64_t g = 2; g < n; ++g)
+    if (whole(g))
+      if (const double t = time(g).total(); t < least * (1 - 1e-12)) {
+        least = t;
+        best = static_cast<std::int32_t>(g);
+      }
+  return best;
+}
+
+std::int32_t tree_group(const Op& op, const LinkTimeline& s) {
+  if (op.peers.size() < 4) return 0;
+  thread_local MulticastTree tree;  // scratch reused across the ops of a plan
+  tree.reset(s.topology(), op.box.volume() * static_cast<std::int64_t>(s.elem_size()), s.chunk());
+  tree.add(s.host(op.root), s.nic(op.root));
+  for (int p : op.peers) tree.add(s.host(p), s.nic(p));
+  return tree.best();
+}
+
+}  // namespace meshcast::detail

@@ -1,0 +1,66 @@
+// The cost model's time of a multicast as a tree of chains (meshcast/multicast_tree.h), and the
+// choice of its groups. Internal to lib/plan/.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lib/plan/links.h"
+#include "meshcast/plan.h"
+#include "meshcast/topology.h"
+
+namespace meshcast::detail {
+
+class LinkTimeline;
+
+// A multicast's devices on hosts and NICs; its time as a chain or a tree (the chain_time model
+// of links.h, hop by hop). A tree's hops are the chain's, but for the trunk's, which replace the
+// hops into the leaders; they all stream at once, so
+//   time = sum over the deepest path's hops (latency_h + stage_h) + (m - 1) max_h stage_h,
+// where a hop's stage is its slowest link's time per message over every hop of the tree that
+// shares the link: a leader's send port posts and copies each message twice (to the next leader
+// and into its group), and a NIC carries each hop that leaves or enters a host through it (the
+// trunk and its group's chain may leave a leader's host through one NIC). Exact for the trees
+// whole() admits (a host entered once, left at most twice through the leader's host), O(n / g)
+// per group size g after O(n) preparation.
+class MulticastTree {
+ public:
+  // Starts a multicast of `bytes` in messages of `chunk`; add() then places its root, then its
+  // receivers in chain order: host and NIC (any numbering, equal iff the same NIC).
+  void reset(const Topology& topology, std::int64_t bytes, std::int64_t chunk);
+  void add(int host, std::size_t nic);
+
+  // The time of the tree with groups of `group` (0: one chain).
+  OpTime time(std::int64_t group);
+  // Whether the groups are whole hosts (every leader the first receiver on its host) or each
+  // lies within one host: the trees the planner considers.
+  bool whole(std::int64_t group);
+  // The group (0 or one whole() admits) of the least time; a tree only where it is faster.
+  std::int32_t best();
+
+ private:
+  void prepare();
+  double stage(bool network) const { return network ? stage_net_ : stage_intra_; }
+  double latency(bool network) const { return network ? lat_net_ : lat_intra_; }
+
+  const Topology* topology_ = nullptr;
+  std::int64_t messages_ = 1;
+  double c_ = 0;  // bytes per message
+  double stage_net_ = 0, stage_intra_ = 0, lat_net_ = 0, lat_intra_ = 0;
+  bool ready_ = false;
+  std::vector<int> host_;           // per member: the root, then the receivers
+  std::vector<std::size_t> nic_;    // per member
+  std::vector<char> net_;           // per chain hop k (member k -> k + 1): between hosts
+  std::vector<double> sum_, lat_;   // prefix over chain hops: latency + stage, latency
+  std::vector<std::int64_t> nets_;  // prefix: hops between hosts
+  std::vector<std::int64_t> run_;   // per receiver: the last receiver of its host's run
+};
+
+// The group for a multicast whose receivers are in chain order (chain_order): the one its tree
+// takes least time with by the cost model (MulticastTree::best), 0 for one chain. The planner
+// asks it for the broadcast strategy's multicasts; an all-gather's forwarding multicasts stay
+// chains (their r chains at once already spread the load, and auto prices them in closed form
+// as chains: lib/plan/strategy_price.cc).
+std::int32_t tree_group(const Op& op, const LinkTimeline& s);
+
+}  // namespace meshcast::detail
