@@ -53,9 +53,24 @@ Links::Links(const Topology& topology, std::vector<int> devices)
   bandwidth_.assign(2 * devices_.size(), topology.intra().bandwidth);
   bandwidth_.resize(bandwidth_.size() + 2 * static_cast<std::size_t>(hosts) * nics_,
                     topology.nic_bandwidth());
+  // A table where ids are not far beyond the device count (ids are >= 0): pricing and the
+  // model look a device up per hop, and the binary search was most of their time.
+  if (!devices_.empty() &&
+      static_cast<std::size_t>(devices_.back()) < 4 * devices_.size() + 4096) {
+    dense_.assign(static_cast<std::size_t>(devices_.back()) + 1, kNone);
+    for (std::size_t i = 0; i < devices_.size(); ++i)
+      dense_[static_cast<std::size_t>(devices_[i])] = static_cast<std::uint32_t>(i);
+  }
 }
 
 std::size_t Links::slot(int device) const {
+  if (!dense_.empty()) {
+    if (device >= 0 && static_cast<std::size_t>(device) < dense_.size() &&
+        dense_[static_cast<std::size_t>(device)] != kNone)
+      return dense_[static_cast<std::size_t>(device)];
+    throw ValidationError("plan",
+                          "device " + std::to_string(device) + " is in no mesh of the plan");
+  }
   const auto it = std::lower_bound(devices_.begin(), devices_.end(), device);
   if (it == devices_.end() || *it != device)
     throw ValidationError("plan",

@@ -99,6 +99,8 @@ class Links {
   const Topology* topology_;
   std::vector<int> devices_;
   std::vector<int> host_, nic_;  // per device slot
+  static constexpr std::uint32_t kNone = ~std::uint32_t{0};
+  std::vector<std::uint32_t> dense_;  // dense_[id]: slot(id), kNone if absent; may be empty
   std::size_t nics_ = 1;
   std::vector<double> bandwidth_;
 };
