@@ -87,8 +87,16 @@ int run_cases(Communicator& comm, Bootstrap& boot, [[maybe_unused]] void* gpu, i
     const Layout dst(shape, t, dm, random_spec(rng, rank, dm.ndim(), pick(rng, 4) == 0));
     PlanOptions opt;
     opt.strategy = strategies[c % 4];
-    const Plan p = plan(src, dst, Topology::single_host(), opt);
     const int me = comm.rank();
+    // Even cases: every rank plans the whole move and runs its part of it. Odd cases: every rank
+    // plans only its own part (plan_rank, as the ranks of a job do), on hosts of two devices so
+    // that trees of chains and the local rule's host preference come into play.
+    const Topology pairs =
+        Topology::uniform("pairs", (comm.size() + 1) / 2, 2, LinkClass{"intra", 50e9, 2e-6},
+                          LinkClass{"network", 5e9, 1e-5});
+    const bool alone = c % 2 == 1;
+    const RankPlan part = alone ? plan_rank(src, dst, me, pairs, opt)
+                                : plan(src, dst, Topology::single_host(), opt).rank(me);
     const std::size_t elem = dtype_size(t);
     std::vector<std::byte> in, out;
     if (src.mesh().contains(me)) {
@@ -101,11 +109,11 @@ int run_cases(Communicator& comm, Bootstrap& boot, [[maybe_unused]] void* gpu, i
     if (nccl) {  // the same buffers, in GPU memory
       auto gin = nccl->allocate(in.size()), gout = nccl->allocate(out.size());
       nccl->upload(in.data(), gin.get(), in.size());
-      reshard(p, comm, in.empty() ? nullptr : gin.get(), out.empty() ? nullptr : gout.get());
+      reshard(part, comm, in.empty() ? nullptr : gin.get(), out.empty() ? nullptr : gout.get());
       nccl->download(gout.get(), out.data(), out.size());
     } else
 #endif
-      reshard(p, comm, in.empty() ? nullptr : in.data(), out.empty() ? nullptr : out.data());
+      reshard(part, comm, in.empty() ? nullptr : in.data(), out.empty() ? nullptr : out.data());
     const long long wrong =
         boot.sum(dst.mesh().contains(me) ? count_mismatches(dst, me, out.data()) : 0);
     elements += boot.sum(static_cast<long long>(out.size() / elem));
@@ -114,7 +122,7 @@ int run_cases(Communicator& comm, Bootstrap& boot, [[maybe_unused]] void* gpu, i
       if (me == 0)
         std::printf("FAIL case %d: shape %s %s %s -> %s (%s): %lld wrong\n", c,
                     shape_str(shape).c_str(), to_string(t).c_str(), src.str().c_str(),
-                    dst.str().c_str(), to_string(p.strategy()).c_str(), wrong);
+                    dst.str().c_str(), to_string(part.strategy()).c_str(), wrong);
     }
   }
   if (comm.rank() == 0)
