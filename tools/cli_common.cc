@@ -162,8 +162,9 @@ void write_file(const std::string& path, const std::string& text, const std::str
 
 Topology builtin_aws_p3() {
   // Keep in step with meshes/aws-p3.8xlarge.json (tests/tools/cli_test.sh compares them).
-  return Topology::uniform("aws-p3.8xlarge", 8, 4, LinkClass{"intra", 50e9, 5e-6},
-                           LinkClass{"network", 10e9 / 8, 30e-6});
+  return Topology::uniform("aws-p3.8xlarge", 8, 4,
+                           LinkClass{"intra", 50e9, 5e-6, {}, kDefaultIntraOverhead},
+                           LinkClass{"network", 10e9 / 8, 30e-6, {}, kDefaultNetworkOverhead});
 }
 
 int exit_status(const std::exception& e) {

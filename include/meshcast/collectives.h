@@ -41,13 +41,10 @@ void reduce_into(const void* from, const void* base, void* to, std::int64_t coun
                  ReduceOp op);
 
 enum class Algorithm {
-  Auto,               // by size and topology: RecursiveDoubling below 64 KiB (of the whole
-                      // vector); above, for the all-reduce and the reduce-scatter, where the
-                      // topology puts the group on several hosts with equal devices (at least
-                      // 2) each, Hierarchical below 512 KiB or when the group's order hops
-                      // between hosts more than once per host, else Ring; for the all-gather
-                      // Hierarchical on several hosts, RecursiveDoubling for a power of two
-                      // without them, else Ring
+  Auto,               // the cheapest for this size on options.topology (one host if null)
+                      // by the cost model of meshcast/cost.h: each algorithm states its rounds'
+                      // latencies, per-message overheads and bytes per link (round_seconds);
+                      // no size thresholds
   Ring,               // bandwidth-optimal: 2(n-1)/n of the data over each link (all-reduce)
   RecursiveDoubling,  // log2(n) rounds, for small sizes: whole-vector exchanges (all-reduce;
                       // the reduce-scatter all-reduces and keeps its piece); the all-gather's
