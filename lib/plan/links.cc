@@ -55,8 +55,7 @@ Links::Links(const Topology& topology, std::vector<int> devices)
                     topology.nic_bandwidth());
   // A table where ids are not far beyond the device count (ids are >= 0): pricing and the
   // model look a device up per hop, and the binary search was most of their time.
-  if (!devices_.empty() &&
-      static_cast<std::size_t>(devices_.back()) < 4 * devices_.size() + 4096) {
+  if (!devices_.empty() && static_cast<std::size_t>(devices_.back()) < 4 * devices_.size() + 4096) {
     dense_.assign(static_cast<std::size_t>(devices_.back()) + 1, kNone);
     for (std::size_t i = 0; i < devices_.size(); ++i)
       dense_[static_cast<std::size_t>(devices_[i])] = static_cast<std::uint32_t>(i);
