@@ -155,24 +155,34 @@ std::int64_t check(const Layout& dst, const Buffers& b, std::string& first) {
   return wrong;
 }
 
-TEST(Reshard, RandomCasesMatchTheReference) {
-  Rng rng(0x7e5a);
+// The random cases' bounds: meshes within the world, tensors small enough to check by element.
+testing::Limits random_limits() {
   testing::Limits lim;
   lim.pool = kWorld;
   lim.max_mesh_size = 8;
   lim.max_volume = 200;
   lim.max_extent = 9;
-  const Topology topos[] = {Topology::single_host(),
-                            Topology::uniform("three", 3, 4, LinkClass{"intra", 50e9, 1e-6},
-                                              LinkClass{"network", 1e9, 2e-5})};
-  const Strategy strategies[] = {Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather,
-                                 Strategy::Auto};
+  return lim;
+}
+
+Topology three_hosts() {
+  return Topology::uniform("three", 3, 4, LinkClass{"intra", 50e9, 1e-6},
+                           LinkClass{"network", 1e9, 2e-5});
+}
+
+constexpr Strategy kStrategies[] = {Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather,
+                                    Strategy::Auto};
+
+TEST(Reshard, RandomCasesMatchTheReference) {
+  Rng rng(0x7e5a);
+  const testing::Limits lim = random_limits();
+  const Topology topos[] = {Topology::single_host(), three_hosts()};
   const int n = testing::scaled(560);
   for (int i = 0; i < n; ++i) {
     const DType t = kAllDTypes[i % 7];
     const auto c = testing::random_case(rng, lim, t);
     PlanOptions opt;
-    opt.strategy = strategies[(i / 7) % 4];
+    opt.strategy = kStrategies[(i / 7) % 4];
     opt.balance = static_cast<Balance>(rng.below(3));
     opt.search_moves = 200;
     const Topology& topo = topos[rng.below(2)];
@@ -201,21 +211,13 @@ TEST(Reshard, RandomCasesMatchTheReference) {
 // some cases half of the devices run the whole plan instead (the two forms mix).
 TEST(Reshard, PerRankPlansMatchTheReference) {
   Rng rng(0x9e2b);
-  testing::Limits lim;
-  lim.pool = kWorld;
-  lim.max_mesh_size = 8;
-  lim.max_volume = 200;
-  lim.max_extent = 9;
-  const Topology topos[] = {Topology::single_host(),
-                            Topology::uniform("three", 3, 4, LinkClass{"intra", 50e9, 1e-6},
-                                              LinkClass{"network", 1e9, 2e-5})};
-  const Strategy strategies[] = {Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather,
-                                 Strategy::Auto};
+  const testing::Limits lim = random_limits();
+  const Topology topos[] = {Topology::single_host(), three_hosts()};
   const int n = testing::scaled(300);
   for (int i = 0; i < n; ++i) {
     const auto c = testing::random_case(rng, lim, kAllDTypes[i % 7]);
     PlanOptions opt;
-    opt.strategy = strategies[rng.below(4)];
+    opt.strategy = kStrategies[rng.below(4)];
     opt.balance = rng.chance(1, 4) ? Balance::None : Balance::Local;
     const Topology& topo = topos[rng.below(2)];
     const bool mixed = rng.chance(1, 3);
