@@ -219,6 +219,13 @@ class NcclTransport final : public Transport {
     cuda_check(detail::gpu_add(from, to, dtype, local_), "add kernel");
     cuda_check(cudaStreamSynchronize(local_), "add kernel");
   }
+  // No conversion kernel yet: the host loop of the default would read device memory.
+  void convert(const Region& from, DType from_type, const Region& to, DType to_type) override {
+    if (from_type != to_type)
+      throw ValidationError("cast",
+                            "the nccl transport does not convert dtypes yet; sync without --cast");
+    copy(from, to);
+  }
   std::shared_ptr<void> scratch(std::size_t bytes) override { return caller_memory(bytes, local_); }
 
   void barrier() override {

@@ -47,5 +47,11 @@ void unpack_range(const void* in, const Region& to, std::size_t offset, std::siz
 void accumulate(const Region& from, const Region& to, DType dtype);
 // Zero-fills a region.
 void zero_region(const Region& r);
+// Converts element-wise between two regions of equal counts whose elem_size are the dtypes'
+// sizes (regions must not overlap). Narrowing rounds to nearest even as float_to_bf16 and
+// float_to_half do (NaN stays a quiet NaN with its sign, f16 overflows to inf); widening is
+// exact. Supports f32 <-> bf16, f32 <-> f16, bf16 <-> f16 (exact through f32, one rounding) and
+// any dtype to itself (copy_region); other pairs throw ValidationError("dtype", ...).
+void convert_region(const Region& from, DType from_type, const Region& to, DType to_type);
 
 }  // namespace meshcast

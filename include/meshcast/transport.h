@@ -97,6 +97,11 @@ class Transport {
   virtual void add(const Region& from, const Region& to, DType dtype) {
     accumulate(from, to, dtype);
   }
+  // Element-wise dtype conversion (the sender-side cast of whole-model sync): round to nearest
+  // even when narrowing, exact when widening; see convert_region for the pairs supported.
+  virtual void convert(const Region& from, DType from_type, const Region& to, DType to_type) {
+    convert_region(from, from_type, to, to_type);
+  }
   virtual std::shared_ptr<void> scratch(std::size_t bytes);
 
   // Memory shared with the devices of this node, where the transport maps it: device d's segment
