@@ -124,7 +124,14 @@ class Communicator {
   void copy(const Region& from, const Region& to) { transport_->copy(from, to); }
   void zero(const Region& r) { transport_->zero(r); }
   void add(const Region& from, const Region& to, DType dtype) { transport_->add(from, to, dtype); }
+  void convert(const Region& from, DType from_type, const Region& to, DType to_type) {
+    transport_->convert(from, from_type, to, to_type);
+  }
   std::shared_ptr<void> scratch(std::size_t bytes) { return transport_->scratch(bytes); }
+  // Scratch that stays allocated for the next operation asking as much or less (a sync's
+  // staging, every step): a fresh buffer pays its page faults on every use. Holds one buffer;
+  // one still in use is never handed out twice.
+  std::shared_ptr<void> kept_scratch(std::size_t bytes);
 
   // Completes a request (throws CommError if a peer failed); the request is reset. Every chain
   // of this device moves on while it waits.
@@ -168,6 +175,8 @@ class Communicator {
   std::unique_ptr<Transport> transport_;
   TransportCaps caps_;
   int rank_, size_;
+  std::shared_ptr<void> kept_;
+  std::size_t kept_bytes_ = 0;
   std::vector<std::weak_ptr<Chain>> chains_;
   Group world_;
   std::uint32_t window_ = 1, contexts_ = 1;  // tags per group, and groups the tag space holds

@@ -41,10 +41,9 @@ class Transfer {
   void wait();
   bool done() const;
 
-  class Executor;
+  class Executor;  // what a reshard or a sync runs on (lib/exec/executor.h)
 
  private:
-  friend Transfer ireshard(const RankPlan&, const Group&, const void*, void*);
   void give_up() noexcept;
   std::shared_ptr<Executor> exec_;
 };

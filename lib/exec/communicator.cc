@@ -21,6 +21,17 @@ std::shared_ptr<void> Transport::scratch(std::size_t bytes) {
   return std::shared_ptr<void>(::operator new(bytes), [](void* p) { ::operator delete(p); });
 }
 
+std::shared_ptr<void> Communicator::kept_scratch(std::size_t bytes) {
+  const bool free = kept_.use_count() == 1;
+  if (free && kept_bytes_ >= bytes) return kept_;
+  std::shared_ptr<void> fresh = scratch(bytes);
+  if (!kept_ || free) {
+    kept_ = fresh;
+    kept_bytes_ = bytes;
+  }
+  return fresh;
+}
+
 Communicator::Communicator(std::unique_ptr<Transport> transport)
     : transport_(std::move(transport)),
       caps_(transport_->caps()),

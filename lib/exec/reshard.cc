@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "lib/exec/executor.h"
 #include "meshcast/error.h"
 
 namespace meshcast {
@@ -18,15 +19,12 @@ struct PendingReduce {
   std::vector<Request> reqs;
 };
 
-}  // namespace
-
-class Transfer::Executor final : public InFlight {
+class ReshardExecutor final : public Transfer::Executor {
  public:
-  Executor(RankPlan part, const Group& group, const void* src, void* dst)
-      : plan_(std::move(part)),
+  ReshardExecutor(RankPlan part, const Group& group, const void* src, void* dst)
+      : Executor(group.comm()),
+        plan_(std::move(part)),
         group_(group),
-        comm_(group.comm()),
-        me_(comm_.rank()),
         src_(const_cast<void*>(src)),
         dst_(dst),
         elem_(dtype_size(plan_.src().dtype())) {
@@ -48,42 +46,16 @@ class Transfer::Executor final : public InFlight {
     }
   }
 
-  void set_tags(const TagBlock& tags) { tags_ = tags; }
-
-  // advance() that hands a failure to the peers (Communicator::abandon_for) and keeps it: the
-  // reshard then throws it again wherever it is driven from.
-  bool step(bool block) {
-    if (failure_) std::rethrow_exception(failure_);
-    if (finished_) return true;
-    try {
-      finished_ = advance(block);
-    } catch (const std::exception& e) {
-      failure_ = std::current_exception();
-      comm_.abandon_for(e);
-      throw;
-    }
-    return finished_;
-  }
-  bool done() const override { return finished_ || failure_; }
-  void finish() override { step(true); }
-
-  // Gives up: no peer reads or writes this device's buffers once it returns.
-  void drop() noexcept {
-    if (done()) return;
-    try {
-      for (auto& r : reqs_) comm_.cancel(r);
-      for (auto& p : reduces_)
-        for (auto& r : p.reqs) comm_.cancel(r);
-      comm_.abandon(CommError(me_, "dropped a reshard before it completed"));
-    } catch (...) {  // best effort, as abandon() itself is
-    }
-    failure_ = std::make_exception_ptr(CommError(me_, "dropped a reshard before it completed"));
-  }
-
  private:
+  void cancel_all() override {
+    for (auto& r : reqs_) comm_.cancel(r);
+    for (auto& p : reduces_)
+      for (auto& r : p.reqs) comm_.cancel(r);
+  }
+
   // Posts the phases whose predecessors completed; `block`: wait for each instead of testing.
   // True once every op of the plan completed.
-  bool advance(bool block) {
+  bool advance(bool block) override {
     const auto& ops = plan_.ops();
     while (true) {
       if (started_) {
@@ -188,21 +160,53 @@ class Transfer::Executor final : public InFlight {
   }
 
   const RankPlan plan_;
-  Group group_;  // keeps the group's tags reserved while the reshard is in flight
-  Communicator& comm_;
-  TagBlock tags_;
-  bool finished_ = false;
-  std::exception_ptr failure_;
+  Group group_;           // keeps the group's tags reserved while the reshard is in flight
   std::size_t next_ = 0;  // the first op not yet posted
   bool started_ = false;  // a phase is posted (reqs_ and reduces_ belong to it)
   std::vector<Request> reqs_;
   std::vector<PendingReduce> reduces_;
-  int me_;
   void* src_;
   void* dst_;
   std::size_t elem_;
   Box src_tile_, dst_tile_;
 };
+
+}  // namespace
+
+bool Transfer::Executor::step(bool block) {
+  if (failure_) std::rethrow_exception(failure_);
+  if (finished_) return true;
+  try {
+    finished_ = advance(block);
+  } catch (const std::exception& e) {
+    failure_ = std::current_exception();
+    comm_.abandon_for(e);
+    throw;
+  }
+  return finished_;
+}
+
+void Transfer::Executor::drop() noexcept {
+  if (done()) return;
+  try {
+    cancel_all();
+    comm_.abandon(CommError(me_, "dropped a transfer before it completed"));
+  } catch (...) {  // best effort, as abandon() itself is
+  }
+  failure_ = std::make_exception_ptr(CommError(me_, "dropped a transfer before it completed"));
+}
+
+Transfer Transfer::Executor::start(std::shared_ptr<Executor> exec, const Group& group,
+                                   std::size_t streams) {
+  Transfer t;
+  t.exec_ = std::move(exec);
+  const TagBlock tags = group.reserve(streams, t.exec_);
+  if (t.exec_) {
+    t.exec_->set_tags(tags);
+    t.test();  // posts what it can
+  }
+  return t;
+}
 
 Transfer::Transfer() = default;
 // Dropping a transfer in flight gives it up: the peers end with an error instead of waiting, and
@@ -236,33 +240,32 @@ void Transfer::wait() {
   e->step(true);
 }
 
+void detail::check_members(const Group& group, const std::vector<const Mesh*>& meshes) {
+  const int me = group.comm().rank();
+  if (!group.contains(me))
+    throw ValidationError("group", "device " + std::to_string(me) + " is not in the group");
+  for (const Mesh* m : meshes)
+    for (int d : m->devices())
+      if (!group.contains(d))
+        throw ValidationError("group",
+                              "device " + std::to_string(d) + " of the plan is not in the group");
+}
+
 Transfer ireshard(const RankPlan& plan, const Group& group, const void* src_local,
                   void* dst_local) {
   Communicator& comm = group.comm();
   const int me = comm.rank();
-  const auto streams = static_cast<std::size_t>(plan.streams());
-  Transfer t;
+  std::shared_ptr<Transfer::Executor> exec;
   try {
-    if (!group.contains(me))
-      throw ValidationError("group", "device " + std::to_string(me) + " is not in the group");
-    for (const Mesh* m : {&plan.src().mesh(), &plan.dst().mesh()})
-      for (int d : m->devices())
-        if (!group.contains(d))
-          throw ValidationError("group",
-                                "device " + std::to_string(d) + " of the plan is not in the group");
+    detail::check_members(group, {&plan.src().mesh(), &plan.dst().mesh()});
     if (plan.src().mesh().contains(me) || plan.dst().mesh().contains(me))
-      t.exec_ = std::make_shared<Transfer::Executor>(plan, group, src_local, dst_local);
+      exec = std::make_shared<ReshardExecutor>(plan, group, src_local, dst_local);
   } catch (const std::exception& e) {
     comm.abandon_for(e);
     throw;
   }
-  // Every member takes the plan's tags, so that the group's sequence stays the same everywhere.
-  const TagBlock tags = group.reserve(streams, t.exec_);
-  if (t.exec_) {
-    t.exec_->set_tags(tags);
-    t.test();  // posts the first phase
-  }
-  return t;
+  return Transfer::Executor::start(std::move(exec), group,
+                                   static_cast<std::size_t>(plan.streams()));
 }
 
 Transfer ireshard(const Plan& plan, const Group& group, const void* src_local, void* dst_local) {

@@ -51,32 +51,47 @@ RankPlan Plan::rank(int device) const {
   return RankPlan(src_, dst_, strategy_, balance_, device, std::move(mine), streams_);
 }
 
-RankPlan plan_rank(const Layout& src, const Layout& dst, int device, const Topology& topology,
-                   const PlanOptions& options) {
+namespace detail {
+
+TensorOps tensor_ops(const Layout& src, const Layout& dst, int device, const Topology& topology,
+                     const PlanOptions& options, std::int64_t key_offset) {
   PlanOptions o = options;
   if (o.balance != Balance::None) o.balance = Balance::Local;
   const TaskGrid grid(src, dst);
-  const detail::LinkTimeline s(topology, detail::union_devices(src, dst), dtype_size(src.dtype()),
-                               o.chunk_bytes);
+  const LinkTimeline s(topology, union_devices(src, dst), dtype_size(src.dtype()), o.chunk_bytes);
   // Auto is priced from the task structure (strategy_price.h), the same on every device.
-  const Strategy strategy =
-      o.strategy == Strategy::Auto ? detail::auto_strategy(grid, s, o).strategy : o.strategy;
-  detail::TaskOps t(grid, s, strategy, o.balance);
-  std::vector<Op> ops;
-  t.zeros(device, ops);
-  // The tasks meeting the device's tiles: those it holds, and those it receives.
-  std::vector<std::int64_t> mine;
-  if (src.mesh().contains(device)) mine = grid.meeting(src.tile_of(device));
-  if (dst.mesh().contains(device)) {
-    const auto more = grid.meeting(dst.tile_of(device));
-    std::vector<std::int64_t> both;
-    both.reserve(mine.size() + more.size());
-    std::set_union(mine.begin(), mine.end(), more.begin(), more.end(), std::back_inserter(both));
-    mine = std::move(both);
+  TensorOps r;
+  r.strategy = o.strategy == Strategy::Auto ? auto_strategy(grid, s, o).strategy : o.strategy;
+  r.balance = o.balance;
+  r.tasks = grid.size();
+  TaskOps t(grid, s, r.strategy, o.balance, key_offset);
+  t.zeros(device, r.ops);
+  if (device < 0) {
+    for (std::int64_t i = 0; i < grid.size(); ++i) t.task(i, device, r.ops);
+  } else {
+    // The tasks meeting the device's tiles: those it holds, and those it receives.
+    std::vector<std::int64_t> mine;
+    if (src.mesh().contains(device)) mine = grid.meeting(src.tile_of(device));
+    if (dst.mesh().contains(device)) {
+      const auto more = grid.meeting(dst.tile_of(device));
+      std::vector<std::int64_t> both;
+      both.reserve(mine.size() + more.size());
+      std::set_union(mine.begin(), mine.end(), more.begin(), more.end(), std::back_inserter(both));
+      mine = std::move(both);
+    }
+    for (std::int64_t i : mine) t.task(i, device, r.ops);
   }
-  for (std::int64_t i : mine) t.task(i, device, ops);
-  detail::order_ops(ops);
-  return RankPlan(src, dst, strategy, o.balance, device, std::move(ops), t.streams());
+  order_ops(r.ops);
+  r.streams = t.streams();
+  return r;
+}
+
+}  // namespace detail
+
+RankPlan plan_rank(const Layout& src, const Layout& dst, int device, const Topology& topology,
+                   const PlanOptions& options) {
+  detail::TensorOps t = detail::tensor_ops(src, dst, device, topology, options);
+  return RankPlan(src, dst, t.strategy, t.balance, device, std::move(t.ops), t.streams);
 }
 
 }  // namespace meshcast

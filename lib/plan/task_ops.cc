@@ -64,11 +64,12 @@ void order_ops(std::vector<Op>& ops) {
 }
 
 TaskOps::TaskOps(const TaskGrid& grid, const LinkTimeline& timeline, Strategy strategy,
-                 Balance balance)
+                 Balance balance, std::int64_t key_offset)
     : grid_(&grid),
       s_(&timeline),
       strategy_(strategy),
       balance_(balance),
+      key_offset_(key_offset),
       slots_(stream_slots(strategy, grid.dst())),
       targets_(grid.dst()) {
   for (int d : timeline.devices()) {  // ascending, so each host's list is too
@@ -102,6 +103,7 @@ void TaskOps::zeros(int device, std::vector<Op>& out) const {
 
 int TaskOps::choose(const HolderSet& holders, int to, std::int64_t key) {
   if (balance_ == Balance::None) return holders[0];
+  key += key_offset_;
   if (on_host_.size() > 1) {
     // The holders on the receiver's host: walk whichever list is shorter, then sort by id so
     // that the choice does not depend on which.

@@ -28,10 +28,27 @@ std::vector<Box> allgather_slices(const Box& box, std::size_t n);
 // Orders ops as a plan lists them: by phase, local ops (copy, zero) first, else as emitted.
 void order_ops(std::vector<Op>& ops);
 
+// One tensor's ops under a task-local rule (balance none or local; greedy and search give way
+// to local): all of them (device < 0, the plan's ops) or those `device` takes part in
+// (plan_rank). `key_offset` as TaskOps's.
+struct TensorOps {
+  Strategy strategy = Strategy::Broadcast;
+  Balance balance = Balance::Local;
+  std::vector<Op> ops;
+  std::int64_t streams = 0;
+  std::int64_t tasks = 0;
+};
+TensorOps tensor_ops(const Layout& src, const Layout& dst, int device, const Topology& topology,
+                     const PlanOptions& options, std::int64_t key_offset = 0);
+
 class TaskOps {
  public:
   // `timeline` places the devices of both meshes on hosts (its chain_order orders receivers).
-  TaskOps(const TaskGrid& grid, const LinkTimeline& timeline, Strategy strategy, Balance balance);
+  // `key_offset` shifts the local rule's rotation: a sync of many tensors rotates each tensor's
+  // senders on from where the previous tensor's stopped, so small tensors do not all start on
+  // the first replica.
+  TaskOps(const TaskGrid& grid, const LinkTimeline& timeline, Strategy strategy, Balance balance,
+          std::int64_t key_offset = 0);
   std::int64_t streams() const { return grid_->size() * slots_; }
   // Appends the zero-fills of a partial target's other addends: all (device < 0) or device's.
   void zeros(int device, std::vector<Op>& out) const;
@@ -53,6 +70,7 @@ class TaskOps {
   const LinkTimeline* s_;
   Strategy strategy_;
   Balance balance_;
+  std::int64_t key_offset_;
   std::int64_t slots_;
   std::vector<std::vector<int>> on_host_;  // per host: its devices of the meshes, ascending
   HolderSet targets_;                      // the task's destinations

@@ -7,113 +7,19 @@
 
 #include "lib/exec/chain_world.h"
 #include "meshcast/meshcast.h"
+#include "support/tensor_data.h"
 #include "support/testing.h"
 
 namespace meshcast {
 namespace {
 
 using testing::Rng;
-using Bytes = std::vector<std::byte>;
-
-// The test's own data: a small integer per global element, exact in every dtype, and for a
-// partial source G addends (small offsets, the rest in addend 0) whose every partial sum in
-// addend order stays exact.
-std::int64_t modulus(DType t) {
-  switch (t) {
-    case DType::i8:
-      return 101;  // |v| <= 50, |partial sums| <= 50 + 2*7
-    case DType::bf16:
-      return 201;  // exact integers up to 256
-    case DType::f16:
-      return 1001;  // up to 2048
-    case DType::f32:
-      return 1000003;
-    case DType::i32:
-      return 1000003;
-    case DType::f64:
-      return std::int64_t{1} << 40;
-    case DType::i64:
-      return std::int64_t{1} << 50;
-  }
-  return 1;
-}
-std::int64_t value(std::int64_t e, DType t) {
-  const std::int64_t m = modulus(t);
-  return (e * 7919 + 13) % m - m / 2;
-}
-std::int64_t addend(std::int64_t e, std::int64_t g, std::int64_t groups, DType t) {
-  if (g > 0) return (e + 3 * g) % 5 - 2;
-  std::int64_t a = value(e, t);
-  for (std::int64_t k = 1; k < groups; ++k) a -= (e + 3 * k) % 5 - 2;
-  return a;
-}
-
-void store(DType t, std::byte* p, std::int64_t v) {
-  switch (t) {
-    case DType::f16: {
-      const unsigned short h = float_to_half(static_cast<float>(v));
-      std::memcpy(p, &h, 2);
-      return;
-    }
-    case DType::bf16: {
-      const unsigned short h = float_to_bf16(static_cast<float>(v));
-      std::memcpy(p, &h, 2);
-      return;
-    }
-    case DType::f32: {
-      const float f = static_cast<float>(v);
-      std::memcpy(p, &f, 4);
-      return;
-    }
-    case DType::f64: {
-      const double f = static_cast<double>(v);
-      std::memcpy(p, &f, 8);
-      return;
-    }
-    case DType::i8:
-      *p = static_cast<std::byte>(static_cast<std::int8_t>(v));
-      return;
-    case DType::i32: {
-      const auto x = static_cast<std::int32_t>(v);
-      std::memcpy(p, &x, 4);
-      return;
-    }
-    case DType::i64:
-      std::memcpy(p, &v, 8);
-      return;
-  }
-}
 
 constexpr int kWorld = 12;  // device ids 0..11
+using testing::Buffers;
 
-struct Buffers {
-  std::vector<Bytes> src = std::vector<Bytes>(kWorld), dst = std::vector<Bytes>(kWorld);
-};
-
-// Source tiles filled with the test's values; target tiles with a sentinel no expected value
-// equals (0x5a bytes: 203.25 in f16, 90 in i8, huge otherwise).
 Buffers make_buffers(const Layout& src, const Layout& dst) {
-  Buffers b;
-  const DType t = src.dtype();
-  const std::size_t elem = dtype_size(t);
-  const std::int64_t groups = testing::ref_groups(src);
-  for (std::int64_t i = 0; i < src.mesh().size(); ++i) {
-    const Box tile = testing::ref_tile(src, i);
-    Bytes& buf = b.src[static_cast<std::size_t>(src.mesh().device(i))];
-    buf.resize(static_cast<std::size_t>(tile.volume()) * elem);
-    const std::int64_t g = testing::ref_addend(src, i);
-    std::size_t at = 0;
-    testing::ref_for_each(src.shape(), tile, [&](const auto&, std::int64_t e) {
-      store(t, buf.data() + at, groups == 1 ? value(e, t) : addend(e, g, groups, t));
-      at += elem;
-    });
-  }
-  for (std::int64_t i = 0; i < dst.mesh().size(); ++i) {
-    const Box tile = testing::ref_tile(dst, i);
-    b.dst[static_cast<std::size_t>(dst.mesh().device(i))].assign(
-        static_cast<std::size_t>(tile.volume()) * elem, std::byte{0x5a});
-  }
-  return b;
+  return testing::make_buffers(src, dst, kWorld);
 }
 
 // Runs the plan on every device of either mesh; a device with an empty (or no) tile passes
@@ -130,30 +36,7 @@ void execute(const Plan& p, Buffers& b) {
       p.devices());
 }
 
-// Mismatches of every target tile against the expected values; describes the first.
-std::int64_t check(const Layout& dst, const Buffers& b, std::string& first) {
-  const DType t = dst.dtype();
-  const std::size_t elem = dtype_size(t);
-  const bool partial = !dst.spec().partial().empty();
-  std::int64_t wrong = 0;
-  for (std::int64_t i = 0; i < dst.mesh().size(); ++i) {
-    const int dev = dst.mesh().device(i);
-    const Bytes& buf = b.dst[static_cast<std::size_t>(dev)];
-    const bool zero = partial && testing::ref_addend(dst, i) != 0;
-    std::size_t at = 0;
-    testing::ref_for_each(dst.shape(), testing::ref_tile(dst, i), [&](const auto&, std::int64_t e) {
-      const double want = zero ? 0.0 : static_cast<double>(value(e, t));
-      const double got = testing::load_element(t, buf.data() + at);
-      if (got != want) {
-        if (wrong++ == 0)
-          first = "device " + std::to_string(dev) + " element " + std::to_string(e) + ": got " +
-                  std::to_string(got) + ", want " + std::to_string(want);
-      }
-      at += elem;
-    });
-  }
-  return wrong;
-}
+using testing::check;
 
 // The random cases' bounds: meshes within the world, tensors small enough to check by element.
 testing::Limits random_limits() {

@@ -1,0 +1,115 @@
+// Model manifests: the tensors of a whole-model sync, read from the files people already have.
+//
+// Two forms of one JSON object `{"<tensor name>": {...}, ...}`, told apart per file:
+//
+// * NCCL M2N's model config, as it is: `{"name": {"shape": [..], "dtype": "BF16", ...}}`, other
+//   keys ignored. Layouts come from a system config (M2N's too) and the Megatron placement below.
+// * Explicit, for any framework: every entry also has `"src": "MESH:SPEC"` and
+//   `"dst": "MESH:SPEC"` (partial sums and uneven shards allowed) and may have `"dst_dtype"`
+//   ("bf16" or "f16" for an f32 tensor: the sender casts).
+//
+// A file whose entries all have src and dst is explicit; one where none has either is a model
+// config; anything between is refused. Errors name the offending field: "tensors.<name>.dtype",
+// "tensors.<name>.src", "system.train.tp_size".
+//
+// Dtypes: safetensors' names (F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32 U16 U8 BOOL F8_E4M3
+// F8_E5M2) or meshcast's (f32, bf16, ...). A tensor travels in the meshcast dtype of its width:
+// 1-byte types as i8, I16/U16 as f16, U32 as i32, U64 as i64 (bits are copied, never
+// converted); the original name is kept in ModelManifest::dtype_names. A shape [] (a scalar) is
+// read as [1].
+//
+// System config: `{"train": {...}, "generation": {...}}`, each with "num_gpus" (required) and
+// "tp_size", "pp_size", "dp_size", "cp_size", "ep_size", "fsdp_size", "etp_size" (default 1,
+// etp_size see below); other keys are ignored. Trainer ranks are [0, T), generator ranks
+// [T, T + G) (T, G = the sides' num_gpus). Both sides are placed by the same rule:
+//
+// Rank order (Megatron-Core's "tp-cp-ep-dp-pp"): within a side, rank = ((p·dp + d)·cp + c)·tp + t
+// for pipeline stage p, data-parallel index d, context-parallel index c, tensor-parallel index t:
+// tp varies fastest, pp slowest, so a stage owns tp·cp·dp consecutive ranks. tp·cp·dp·pp must
+// equal num_gpus (EP does not multiply: it is carved out of a stage's ranks, as in Megatron).
+// Experts view the same stage ranks as (expert-dp, ep, etp) with etp fastest: ep·etp must
+// divide tp·cp·dp. etp_size (Megatron's expert_tensor_parallel_size) defaults to tp_size when
+// ep_size is 1 (every rank holds every expert, its inner dims split like a dense MLP: vLLM's
+// TP-only MoE) and to 1 otherwise (whole experts per rank).
+//
+// FSDP is not an axis of its own (Megatron's FSDP shards over the data-parallel group):
+// fsdp_size must divide cp·dp and the expert-dp count tp·cp·dp/(ep·etp). The fsdp ranks are the
+// fastest-varying data-parallel replicas; FSDP splits dim 0 of each rank's shard further into
+// fsdp contiguous blocks (for an experts tensor: each rank's experts).
+//
+// Placement of a tensor, by its name (the module is the component before ".weight"/".bias"):
+// * pipeline: "layers.N." (or "h.N.", "layer.N.", "blocks.N.") gives layer N; with L layers
+//   (the largest N + 1), stage s owns layers [⌊s·L/pp⌋, ⌊(s+1)·L/pp⌋) (uneven splits are
+//   fine). A tensor of no layer goes to the last stage when its name has "lm_head",
+//   "output_layer", "embed_out", "norm" or "ln_f" (the head and final norm), else the first
+//   (embeddings).
+// * column-parallel, dim 0 over tp (and a column layer's bias with it, as Megatron's
+//   ColumnParallelLinear): q/k/v/qkv projections (q_proj k_proj v_proj qkv_proj
+//   query_key_value c_attn linear_qkv wq wk wv q_b_proj kv_b_proj), gate/up (gate_proj up_proj
+//   gate_up_proj w1 w3 c_fc fc1 dense_h_to_4h linear_fc1), vocabulary embeddings and heads
+//   (embed_tokens wte word_embeddings tok_embeddings embed_in lm_head output_layer embed_out).
+// * row-parallel, dim 1 over tp (bias replicated): o_proj down_proj dense out_proj c_proj w2
+//   fc2 dense_4h_to_h linear_proj wo linear_fc2.
+// * replicated: everything else — norms, row biases, MoE routers (`mlp.gate.weight` is the
+//   router; `gate_proj` is not), position embeddings, MLA's down-projections (q_a_proj,
+//   kv_a_proj_with_mqa), unknown modules.
+// * experts: the N tensors named "<prefix>.experts.<i>.<rest>" (i = 0..N-1, same shape and
+//   dtype) become ONE tensor "<prefix>.experts.<rest>" of shape [N, ...], dim 0 split over ep,
+//   its inner dims over etp as the module's kind says (column: dim 1, row: dim 2).
+// * data and context parallelism replicate.
+// The mesh of a tensor is its stage's ranks, axes (replicas/fsdp, fsdp, tp) for dense tensors
+// and (expert-dp/fsdp, fsdp, ep, etp) for experts, axes of extent 1 left out.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "meshcast/dtype.h"
+#include "meshcast/sync.h"
+
+namespace meshcast {
+
+// One side's parallel degrees. etp 0: the default (tp when ep is 1, else 1).
+struct ParallelConfig {
+  int num_gpus = 0;
+  int tp = 1, pp = 1, dp = 1, ep = 1, cp = 1, fsdp = 1, etp = 0;
+};
+
+struct SystemConfig {
+  ParallelConfig train, generation;
+};
+
+// Strict JSON (a key given twice is a ParseError). Throws ParseError / ValidationError naming
+// "system", "system.train.num_gpus", "system.generation.dp_size", ...
+SystemConfig parse_system_config(std::string_view json);
+
+// A model's tensors, in the file's order (a group of experts where its first expert was).
+struct ModelManifest {
+  std::vector<TensorMove> moves;
+  std::vector<std::string> dtype_names;  // per move, as the file names it ("F8_E4M3", "f32")
+  int trainer_devices = 0;     // devices of the source side (explicit form: distinct src ids)
+  int generator_devices = 0;   // and of the target side
+  std::int64_t bytes() const;  // source bytes of all tensors
+};
+
+// At most this many tensors in one file.
+inline constexpr std::int64_t kMaxManifestTensors = std::int64_t{1} << 20;
+
+// Reads a model file (either form). `system` is required for a model config and refused with
+// an explicit one. `cast` (bf16 or f16) is the target dtype of f32 tensors that give no
+// dst_dtype; other tensors keep theirs. Throws ParseError / ValidationError naming the field;
+// ValidationError("model") past kMaxManifestTensors, 2^50 bytes in all, or 2^27 mesh devices
+// summed over the tensors' layouts.
+ModelManifest read_model(std::string_view model_json, const SystemConfig* system,
+                         std::optional<DType> cast = {});
+
+// The same from files, read by read_input_file (meshcast/limits.h) under the fields "model" and
+// "system".
+SystemConfig load_system_config(const std::string& path);
+ModelManifest load_model(const std::string& path, const SystemConfig* system,
+                         std::optional<DType> cast = {});
+
+}  // namespace meshcast

@@ -1,0 +1,51 @@
+// What every operation behind a Transfer (a reshard, a sync) shares: failures handed to the
+// peers and kept, so that the operation throws them again wherever it is driven from; dropping
+// it in flight; starting it on a group. Internal to lib/exec/.
+#pragma once
+
+#include <exception>
+#include <memory>
+#include <vector>
+
+#include "meshcast/communicator.h"
+#include "meshcast/reshard.h"
+
+namespace meshcast {
+
+class Transfer::Executor : public InFlight {
+ public:
+  explicit Executor(Communicator& comm) : comm_(comm), me_(comm.rank()) {}
+  void set_tags(const TagBlock& tags) { tags_ = tags; }
+
+  // advance() that hands a failure to the peers (Communicator::abandon_for) and keeps it.
+  bool step(bool block);
+  bool done() const override { return finished_ || failure_; }
+  void finish() override { step(true); }
+  // Gives up: no peer reads or writes this device's buffers once it returns.
+  void drop() noexcept;
+
+  // Starts `exec` (null: this device has no part) on `group`: every member reserves `streams`
+  // tags, so that the group's sequence stays the same everywhere, and posts what it can.
+  static Transfer start(std::shared_ptr<Executor> exec, const Group& group, std::size_t streams);
+
+ protected:
+  // Posts what it can; `block`: wait until everything completed. True once it has.
+  virtual bool advance(bool block) = 0;
+  // Cancels every request in flight (drop()).
+  virtual void cancel_all() = 0;
+
+  Communicator& comm_;
+  const int me_;
+  TagBlock tags_;
+
+ private:
+  bool finished_ = false;
+  std::exception_ptr failure_;
+};
+
+namespace detail {
+// Throws ValidationError("group") unless the group holds this device and every device of `meshes`.
+void check_members(const Group& group, const std::vector<const Mesh*>& meshes);
+}  // namespace detail
+
+}  // namespace meshcast

@@ -1,0 +1,317 @@
+// A sync's plan: every tensor's ops (one device's, or all of them for a prediction) under the
+// task-local sender rule, then the transfers of each (phase, sender, receivers) coalesced into
+// messages of at most a bucket's bytes.
+#include <algorithm>
+#include <map>
+#include <sstream>
+#include <tuple>
+#include <unordered_set>
+
+#include "lib/plan/links.h"
+#include "lib/plan/op_text.h"
+#include "lib/plan/task_ops.h"
+#include "meshcast/cost.h"
+#include "meshcast/error.h"
+#include "meshcast/sync.h"
+#include "meshcast/task.h"
+
+namespace meshcast {
+namespace {
+
+std::string tensor_field(std::size_t i, const char* what) {
+  return "tensors[" + std::to_string(i) + "]." + what;
+}
+
+void check(const std::vector<TensorMove>& tensors, const SyncOptions& o) {
+  if (o.max_staging_bytes < 8)  // one element of any dtype
+    throw ValidationError("max_staging_bytes",
+                          "must be at least 8, got " + std::to_string(o.max_staging_bytes));
+  if (o.bucket_bytes < 0)
+    throw ValidationError("bucket_bytes", "must be >= 0, got " + std::to_string(o.bucket_bytes));
+  std::unordered_set<std::string_view> names;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const TensorMove& t = tensors[i];
+    if (t.name.empty()) throw ValidationError(tensor_field(i, "name"), "is empty");
+    if (!names.insert(t.name).second)
+      throw ValidationError(tensor_field(i, "name"), "\"" + t.name + "\" is named twice");
+    if (t.src.shape() != t.dst.shape())
+      throw ValidationError(tensor_field(i, "dst.shape"), t.name + ": " + shape_str(t.dst.shape()) +
+                                                              " differs from the source's " +
+                                                              shape_str(t.src.shape()));
+    const DType a = t.src.dtype(), b = t.dst.dtype();
+    if (a != b && !(a == DType::f32 && (b == DType::bf16 || b == DType::f16)))
+      throw ValidationError(tensor_field(i, "dst.dtype"), t.name + ": cannot cast " + to_string(a) +
+                                                              " to " + to_string(b) +
+                                                              " (casts: f32 to bf16 or f16)");
+  }
+}
+
+// The bucket: the largest coalesced message, and the largest piece of a split box.
+std::int64_t bucket_of(const SyncOptions& o) {
+  if (o.bucket_bytes > 0) return std::min(o.bucket_bytes, o.max_staging_bytes);
+  return std::max<std::int64_t>(
+      1, std::min<std::int64_t>(std::int64_t{4} << 20, o.max_staging_bytes / 4));
+}
+
+// Splits `box` into pieces of at most `max_elems` elements (>= 1), slabs along its outermost
+// dimensions first, so each piece is as contiguous as the box allows.
+void split_box(const Box& box, std::int64_t max_elems, std::vector<Box>& out) {
+  if (box.volume() <= max_elems) {
+    out.push_back(box);
+    return;
+  }
+  std::size_t d = 0;
+  while (box[d].size() == 1) ++d;  // volume > max_elems >= 1: some extent exceeds 1
+  const std::int64_t inner = box.volume() / box[d].size();
+  std::vector<Range> r = box.ranges();
+  const std::int64_t step = std::max<std::int64_t>(1, max_elems / inner);
+  for (std::int64_t lo = box[d].lo; lo < box[d].hi; lo += step) {
+    r[d] = {lo, std::min(box[d].hi, lo + step)};
+    if (inner > max_elems)
+      split_box(Box(r), max_elems, out);
+    else
+      out.push_back(Box(r));
+  }
+}
+
+// The sync's ops, coalesced. `device` < 0: every device's (a prediction).
+struct Built {
+  std::vector<SyncPlan::Local> locals;
+  std::vector<SyncPlan::Message> messages;
+  std::int64_t streams = 0;
+};
+
+Built build(const std::vector<TensorMove>& tensors, int device, const Topology& topology,
+            const SyncOptions& options) {
+  check(tensors, options);
+  const std::int64_t bucket = bucket_of(options);
+  // Stream space: tensor t's ops take [offset_t, offset_t + tasks_t * slots_t) with slots_t the
+  // most any strategy uses, so that every device numbers them alike without pricing tensors it
+  // does not take part in; the pieces of a split box take further multiples of the total.
+  std::vector<std::int64_t> offset(tensors.size() + 1, 0), key(tensors.size() + 1, 0);
+  // Planned in the source's dtype; the wire carries the target's (a cast at the sender).
+  const auto planned = [&](std::size_t t) {
+    const Layout& d = tensors[t].dst;
+    return Layout(d.shape(), tensors[t].src.dtype(), d.mesh(), d.spec());
+  };
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const TaskGrid grid(tensors[t].src, planned(t));
+    std::int64_t slots = 0;
+    for (Strategy s : {Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather})
+      slots = std::max(slots, detail::stream_slots(s, tensors[t].dst));
+    offset[t + 1] = offset[t] + grid.size() * slots;
+    key[t + 1] = key[t] + grid.size();
+  }
+  const std::int64_t total = std::max<std::int64_t>(1, offset.back());
+
+  using Key = std::tuple<int, int, std::vector<int>, std::int32_t>;  // phase, root, peers, group
+  struct Seg {
+    std::int64_t stream;
+    SyncPlan::Segment seg;
+    std::int64_t bytes;
+  };
+  std::map<Key, std::vector<Seg>> coalesced;
+  Built out;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const TensorMove& m = tensors[t];
+    if (device >= 0 && !m.src.mesh().contains(device) && !m.dst.mesh().contains(device)) continue;
+    const Layout dst = planned(t);
+    detail::TensorOps ops = detail::tensor_ops(m.src, dst, device, topology, options.plan, key[t]);
+    const auto wire = static_cast<std::int64_t>(dtype_size(m.dst.dtype()));
+    const auto src_elem = static_cast<std::int64_t>(dtype_size(m.src.dtype()));
+    const bool cast = m.src.dtype() != m.dst.dtype();
+    const auto tensor = static_cast<std::int32_t>(t);
+    std::vector<Box> pieces;
+    for (Op& op : ops.ops) {
+      const std::int64_t stream = offset[t] + op.stream;
+      if (op.kind == OpKind::Copy || op.kind == OpKind::Zero) {
+        out.locals.push_back({tensor, std::move(op)});
+        continue;
+      }
+      pieces.clear();
+      if (op.kind == OpKind::Reduce) {
+        // The root stages every addend of a piece: keep them within a bucket together, or at
+        // least within the bound.
+        const std::int64_t one = static_cast<std::int64_t>(op.peers.size()) * src_elem;
+        if (one > options.max_staging_bytes)
+          throw ValidationError("max_staging_bytes",
+                                "must be at least " + std::to_string(one) + ": " + m.name +
+                                    " sums " + std::to_string(op.peers.size()) +
+                                    " addends, staged together, of at least one element each");
+        split_box(op.box, std::max<std::int64_t>(1, std::max(bucket, one) / one), pieces);
+        for (std::size_t k = 0; k < pieces.size(); ++k)
+          out.messages.push_back({op.phase,
+                                  OpKind::Reduce,
+                                  op.root,
+                                  op.peers,
+                                  0,
+                                  stream + static_cast<std::int64_t>(k) * total,
+                                  false,
+                                  pieces[k].volume() * src_elem,
+                                  {{tensor, pieces[k], false}}});
+        continue;
+      }
+      const std::int64_t bytes = op.box.volume() * wire;
+      if (bytes > bucket && cast && !op.from_dst) {
+        split_box(op.box, std::max<std::int64_t>(1, bucket / wire), pieces);
+      } else {
+        pieces.push_back(op.box);
+      }
+      Key k{op.phase, op.root, op.peers, op.group};
+      for (std::size_t p = 0; p < pieces.size(); ++p)
+        coalesced[k].push_back({stream + static_cast<std::int64_t>(p) * total,
+                                {tensor, pieces[p], op.from_dst},
+                                pieces[p].volume() * wire});
+    }
+  }
+  // Each (phase, sender, receivers) in buckets of consecutive boxes by stream: the same on the
+  // sender and every receiver, which see the same boxes. A box larger than a bucket travels
+  // alone, unpacked (a cast one was split above).
+  for (auto& [k, segs] : coalesced) {
+    std::sort(segs.begin(), segs.end(),
+              [](const Seg& a, const Seg& b) { return a.stream < b.stream; });
+    SyncPlan::Message msg;
+    auto flush = [&] {
+      if (msg.segments.empty()) return;
+      out.messages.push_back(std::move(msg));
+      msg = {};
+    };
+    for (Seg& s : segs) {
+      if (s.bytes > bucket) {
+        flush();
+        out.messages.push_back({std::get<0>(k),
+                                OpKind::Multicast,
+                                std::get<1>(k),
+                                std::get<2>(k),
+                                std::get<3>(k),
+                                s.stream,
+                                false,
+                                s.bytes,
+                                {s.seg}});
+        continue;
+      }
+      if (!msg.segments.empty() && msg.bytes + s.bytes > bucket) flush();
+      if (msg.segments.empty()) {
+        msg.phase = std::get<0>(k);
+        msg.root = std::get<1>(k);
+        msg.peers = std::get<2>(k);
+        msg.group = std::get<3>(k);
+        msg.stream = s.stream;
+      }
+      msg.bytes += s.bytes;
+      msg.segments.push_back(std::move(s.seg));
+    }
+    flush();
+  }
+  std::sort(out.messages.begin(), out.messages.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.phase, a.stream) < std::tie(b.phase, b.stream);
+  });
+  std::stable_sort(out.locals.begin(), out.locals.end(),
+                   [](const auto& a, const auto& b) { return a.op.phase < b.op.phase; });
+  out.streams = total;
+  return out;
+}
+
+}  // namespace
+
+SyncPlan::SyncPlan(std::vector<TensorMove> tensors, int device, std::vector<Local> locals,
+                   std::vector<Message> messages, std::int64_t streams, SyncOptions options)
+    : tensors_(std::move(tensors)),
+      device_(device),
+      locals_(std::move(locals)),
+      messages_(std::move(messages)),
+      streams_(streams),
+      options_(std::move(options)) {}
+
+int SyncPlan::index(std::string_view name) const {
+  for (std::size_t i = 0; i < tensors_.size(); ++i)
+    if (tensors_[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+SyncStats SyncPlan::stats() const {
+  SyncStats s;
+  s.tensors = static_cast<std::int64_t>(tensors_.size());
+  s.messages = static_cast<std::int64_t>(messages_.size());
+  for (const Message& m : messages_) {
+    s.boxes += static_cast<std::int64_t>(m.segments.size());
+    if (m.root != device_) s.bytes_moved += m.bytes;  // what this device receives
+  }
+  return s;
+}
+
+std::string SyncPlan::str(std::size_t max_messages) const {
+  const SyncStats s = stats();
+  std::ostringstream os;
+  os << "sync plan of device " << device_ << ": " << s.tensors << " tensors, " << locals_.size()
+     << " local ops, " << s.messages << " messages carrying " << s.boxes << " boxes, "
+     << s.bytes_moved << " bytes received\n";
+  for (std::size_t i = 0; i < messages_.size() && i < max_messages; ++i) {
+    const Message& m = messages_[i];
+    os << "  phase " << m.phase << "  " << (m.kind == OpKind::Reduce ? "reduce " : "message ")
+       << m.root << (m.kind == OpKind::Reduce ? " <- " : " -> ");
+    for (std::size_t k = 0; k < m.peers.size(); ++k) os << (k ? "," : "") << m.peers[k];
+    os << "  " << m.bytes << " bytes, " << m.segments.size()
+       << (m.segments.size() == 1 ? " box" : " boxes") << (m.packed ? "" : " (unpacked)")
+       << ", first " << tensors_[static_cast<std::size_t>(m.segments[0].tensor)].name << ' '
+       << m.segments[0].box.str() << '\n';
+  }
+  if (messages_.size() > max_messages)
+    os << "  ... " << messages_.size() - max_messages << " more messages\n";
+  return os.str();
+}
+
+SyncPlan plan_sync(std::vector<TensorMove> tensors, int device, const Topology& topology,
+                   const SyncOptions& options) {
+  if (device < 0) throw ValidationError("device", "must be >= 0, got " + std::to_string(device));
+  Built b = build(tensors, device, topology, options);
+  return SyncPlan(std::move(tensors), device, std::move(b.locals), std::move(b.messages), b.streams,
+                  options);
+}
+
+SyncStats predict_sync(const std::vector<TensorMove>& tensors, const Topology& topology,
+                       const SyncOptions& options) {
+  const Built b = build(tensors, -1, topology, options);
+  std::vector<int> devices;
+  for (const TensorMove& t : tensors)
+    for (const Mesh* m : {&t.src.mesh(), &t.dst.mesh()})
+      devices.insert(devices.end(), m->devices().begin(), m->devices().end());
+  std::sort(devices.begin(), devices.end());
+  devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+  const detail::Links links(topology, devices);
+  const std::int64_t chunk = options.plan.chunk_bytes;
+  detail::check_chunk(chunk);
+
+  // Each message as an op over a tensor of bytes: the cost model prices bytes, not boxes.
+  SyncStats s;
+  s.tensors = static_cast<std::int64_t>(tensors.size());
+  s.messages = static_cast<std::int64_t>(b.messages.size());
+  std::vector<Op> ops;
+  ops.reserve(b.messages.size());
+  std::vector<double> link_bytes(links.size(), 0);
+  std::vector<detail::Links::Flow> flows;
+  for (const SyncPlan::Message& m : b.messages) {
+    s.boxes += static_cast<std::int64_t>(m.segments.size());
+    Op op{m.kind, m.phase, Box({{0, m.bytes}}), m.root, m.peers, false, m.stream, m.group};
+    flows.clear();
+    links.flows(op, m.bytes, chunk, flows);
+    for (const auto& f : flows)
+      for (std::size_t l : f.links) link_bytes[l] += static_cast<double>(f.bytes);
+    const auto receivers = static_cast<std::int64_t>(m.peers.size());
+    const bool root_adds = std::find(m.peers.begin(), m.peers.end(), m.root) != m.peers.end();
+    s.bytes_moved += m.bytes * (m.kind == OpKind::Reduce ? receivers - root_adds : receivers);
+    ops.push_back(std::move(op));
+  }
+  s.predicted_seconds = links.analytic_seconds(ops, 1, chunk);
+  for (std::size_t l = 0; l < links.size(); ++l) {
+    if (link_bytes[l] / links.bandwidth(l) > s.link_bound_seconds) {
+      s.link_bound_seconds = link_bytes[l] / links.bandwidth(l);
+      s.busiest_link = links.name(l);
+    }
+    // Every network hop leaves through one NIC's out link (even indices among the NICs').
+    if (links.network(l) && l % 2 == 0) s.bytes_network += static_cast<std::int64_t>(link_bytes[l]);
+  }
+  return s;
+}
+
+}  // namespace meshcast

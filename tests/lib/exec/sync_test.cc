@@ -1,0 +1,222 @@
+// sync() on the in-process backend: random sets of tensors with random layouts, dtypes and casts,
+// every device planning its own part, every element of every tensor checked by the tests' own
+// reference; the plans' messages checked against the per-tensor plans they coalesce.
+#include "meshcast/sync.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <tuple>
+
+#include "meshcast/meshcast.h"
+#include "support/tensor_data.h"
+#include "support/testing.h"
+
+namespace meshcast {
+namespace {
+
+using testing::Rng;
+constexpr int kWorld = 12;
+
+Topology three_hosts() {
+  return Topology::uniform("three", 3, 4, LinkClass{"intra", 50e9, 1e-6},
+                           LinkClass{"network", 1e9, 2e-5});
+}
+
+// 1..6 tensors of random cases; an f32 one is sometimes cast to bf16 or f16.
+std::vector<TensorMove> random_tensors(Rng& rng) {
+  testing::Limits lim;
+  lim.pool = kWorld;
+  lim.max_mesh_size = 8;
+  lim.max_volume = 200;
+  lim.max_extent = 9;
+  std::vector<TensorMove> out;
+  const int n = 1 + static_cast<int>(rng.below(6));
+  for (int i = 0; i < n; ++i) {
+    const DType t = kAllDTypes[rng.below(7)];
+    auto c = testing::random_case(rng, lim, rng.chance(1, 2) ? DType::f32 : t);
+    Layout dst = c.dst;
+    if (c.src.dtype() == DType::f32 && rng.chance(1, 2))
+      dst =
+          Layout(dst.shape(), rng.chance(1, 2) ? DType::bf16 : DType::f16, dst.mesh(), dst.spec());
+    out.push_back({"t" + std::to_string(i), c.src, dst});
+  }
+  return out;
+}
+
+std::string describe(const std::vector<TensorMove>& ts) {
+  std::string s;
+  for (const auto& t : ts)
+    s += "\n  " + t.name + " " + shape_str(t.src.shape()) + " " + to_string(t.src.dtype()) + " " +
+         t.src.str() + " -> " + to_string(t.dst.dtype()) + " " + t.dst.str();
+  return s;
+}
+
+std::vector<int> devices_of(const std::vector<TensorMove>& ts) {
+  std::vector<int> d;
+  for (const auto& t : ts)
+    for (const Mesh* m : {&t.src.mesh(), &t.dst.mesh()})
+      d.insert(d.end(), m->devices().begin(), m->devices().end());
+  std::sort(d.begin(), d.end());
+  d.erase(std::unique(d.begin(), d.end()), d.end());
+  return d;
+}
+
+TEST(Sync, RandomTensorSetsMatchTheReference) {
+  Rng rng(0x51c0);
+  const Topology topos[] = {Topology::single_host(), three_hosts()};
+  const Strategy strategies[] = {Strategy::Auto, Strategy::Broadcast, Strategy::SendRecv,
+                                 Strategy::AllGather};
+  const int n = testing::scaled(250);
+  for (int i = 0; i < n; ++i) {
+    const auto tensors = random_tensors(rng);
+    SyncOptions opt;
+    opt.plan.strategy = strategies[rng.below(4)];
+    if (rng.chance(1, 4)) opt.plan.balance = Balance::None;
+    // Small bounds split boxes, fill the window and leave messages unpacked.
+    // At least 8 addends of the largest element (random partial sums have at most 8).
+    opt.max_staging_bytes =
+        rng.chance(1, 3) ? 64 << 20 : 64 + static_cast<std::int64_t>(rng.below(600));
+    if (rng.chance(1, 3)) opt.bucket_bytes = 1 + static_cast<std::int64_t>(rng.below(300));
+    const Topology& topo = topos[rng.below(2)];
+    const std::string ctx =
+        "case " + std::to_string(i) + " staging " + std::to_string(opt.max_staging_bytes) +
+        " bucket " + std::to_string(opt.bucket_bytes) + " strategy " +
+        to_string(opt.plan.strategy) + " topology " + topo.name() + describe(tensors);
+    std::vector<testing::Buffers> bufs;
+    for (const auto& t : tensors) bufs.push_back(testing::make_buffers(t.src, t.dst, kWorld));
+    const auto before = bufs;
+    LocalWorld world(kWorld);
+    ASSERT_NO_THROW(world.run(
+        [&](Communicator& comm) {
+          const auto me = static_cast<std::size_t>(comm.rank());
+          const SyncPlan p = plan_sync(tensors, comm.rank(), topo, opt);
+          std::vector<const void*> src;
+          std::vector<void*> dst;
+          for (auto& b : bufs) {
+            src.push_back(b.src[me].empty() ? nullptr : b.src[me].data());
+            dst.push_back(b.dst[me].empty() ? nullptr : b.dst[me].data());
+          }
+          sync(p, comm.world(), src, dst);
+        },
+        devices_of(tensors)))
+        << ctx;
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      std::string first;
+      ASSERT_EQ(testing::check(tensors[t].dst, bufs[t], first), 0)
+          << ctx << "\ntensor " << tensors[t].name << ": " << first;
+      ASSERT_TRUE(bufs[t].src == before[t].src) << ctx << ": a source buffer changed";
+    }
+  }
+}
+
+// Coalescing moves exactly what the per-tensor plans move: under Balance::None (the plans' own
+// senders) per (tensor, sender, receivers, phase) the same elements; every device that takes
+// part in a message sees the same message; its boxes lie inside every receiver's target tile;
+// a packed message is never larger than the bucket.
+TEST(Sync, MessagesCarryWhatPerTensorPlansMove) {
+  Rng rng(0xc0a1);
+  const Topology topo = three_hosts();
+  for (int i = 0; i < testing::scaled(200); ++i) {
+    const auto tensors = random_tensors(rng);
+    SyncOptions opt;
+    opt.plan.balance = Balance::None;
+    opt.max_staging_bytes = 64 + static_cast<std::int64_t>(rng.below(2000));
+    const std::int64_t bucket = std::max<std::int64_t>(1, opt.max_staging_bytes / 4);
+    using Key = std::tuple<int, int, std::vector<int>, int>;  // tensor, root, peers, phase
+    std::map<Key, std::int64_t> want, got;
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      const Layout dst(tensors[t].dst.shape(), tensors[t].src.dtype(), tensors[t].dst.mesh(),
+                       tensors[t].dst.spec());
+      const Plan p = plan(tensors[t].src, dst, topo, opt.plan);
+      for (const Op& op : p.ops())
+        if (op.kind == OpKind::Multicast || op.kind == OpKind::Reduce)
+          want[{static_cast<int>(t), op.root, op.peers, op.phase}] += op.box.volume();
+    }
+    std::map<std::int64_t, SyncPlan::Message> seen;  // by stream
+    for (int d : devices_of(tensors)) {
+      const SyncPlan sp = plan_sync(tensors, d, topo, opt);
+      for (const auto& m : sp.messages()) {
+        ASSERT_TRUE(m.root == d || std::count(m.peers.begin(), m.peers.end(), d)) << i;
+        ASSERT_TRUE(!m.packed || m.kind == OpKind::Reduce || m.bytes <= bucket) << i;
+        const auto [it, fresh] = seen.emplace(m.stream, m);
+        if (!fresh) {
+          ASSERT_EQ(it->second.root, m.root) << i;
+          ASSERT_EQ(it->second.peers, m.peers) << i;
+          ASSERT_EQ(it->second.bytes, m.bytes) << i;
+          ASSERT_EQ(it->second.segments.size(), m.segments.size()) << i;
+          for (std::size_t k = 0; k < m.segments.size(); ++k)
+            ASSERT_EQ(it->second.segments[k].box, m.segments[k].box) << i;
+        }
+        std::int64_t bytes = 0;
+        for (const auto& s : m.segments) {
+          const TensorMove& t = tensors[static_cast<std::size_t>(s.tensor)];
+          if (m.kind == OpKind::Multicast) {
+            for (int r : m.peers) ASSERT_TRUE(t.dst.tile_of(r).contains(s.box)) << i;
+          }
+          const DType wire = m.kind == OpKind::Reduce ? t.src.dtype() : t.dst.dtype();
+          bytes += s.box.volume() * static_cast<std::int64_t>(dtype_size(wire));
+          if (m.root == d) got[{s.tensor, m.root, m.peers, m.phase}] += s.box.volume();
+        }
+        ASSERT_EQ(bytes, m.bytes) << i;
+      }
+    }
+    ASSERT_EQ(got, want) << "case " << i << describe(tensors);
+  }
+}
+
+TEST(Sync, ManySmallTensorsCoalesce) {
+  // 200 replicated norms from one trainer device to four generators on two hosts: one message
+  // per (sender, receivers) instead of one per tensor: one chain under broadcast, one send per
+  // receiver under sendrecv.
+  std::vector<TensorMove> ts;
+  for (int i = 0; i < 200; ++i)
+    ts.push_back({"norm" + std::to_string(i), Layout::parse({64}, DType::f32, "1@0:R"),
+                  Layout::parse({64}, DType::f32, "4@4-7:R")});
+  const Topology topo = Topology::uniform("two", 2, 4, LinkClass{"intra", 50e9, 1e-6},
+                                          LinkClass{"network", 1e9, 2e-5});
+  SyncOptions o;
+  o.plan.strategy = Strategy::Broadcast;
+  const SyncPlan p = plan_sync(ts, 0, topo, o);
+  EXPECT_EQ(p.stats().boxes, 200);
+  EXPECT_EQ(p.stats().messages, 1);
+  o.plan.strategy = Strategy::SendRecv;
+  const SyncPlan q = plan_sync(ts, 0, topo, o);
+  EXPECT_EQ(q.stats().boxes, 800);
+  EXPECT_EQ(q.stats().messages, 4);
+  const SyncStats whole = predict_sync(ts, topo, o);
+  EXPECT_EQ(whole.bytes_moved, 200 * 64 * 4 * 4);
+  EXPECT_GT(whole.link_bound_seconds, 0);
+  EXPECT_GE(whole.predicted_seconds, whole.link_bound_seconds);
+}
+
+TEST(Sync, BadInputNamesTheField) {
+  const Layout a = Layout::parse({8}, DType::f32, "2@0-1:S0");
+  const Layout b = Layout::parse({8}, DType::f32, "2@2-3:R");
+  auto field = [](const std::vector<TensorMove>& ts, SyncOptions o = {}) {
+    try {
+      plan_sync(ts, 0, Topology::single_host(), o);
+    } catch (const ValidationError& e) {
+      return std::string(e.field());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(field({{"w", a, b}, {"w", a, b}}), "tensors[1].name");
+  EXPECT_EQ(field({{"", a, b}}), "tensors[0].name");
+  EXPECT_EQ(field({{"w", a, Layout::parse({9}, DType::f32, "2@2-3:R")}}), "tensors[0].dst.shape");
+  EXPECT_EQ(field({{"w", a, Layout::parse({8}, DType::i32, "2@2-3:R")}}), "tensors[0].dst.dtype");
+  EXPECT_EQ(field({{"w", Layout::parse({8}, DType::bf16, "2@0-1:S0"),
+                    Layout::parse({8}, DType::f32, "2@2-3:R")}}),
+            "tensors[0].dst.dtype");
+  SyncOptions o;
+  o.max_staging_bytes = 7;
+  EXPECT_EQ(field({{"w", a, b}}, o), "max_staging_bytes");
+  o.max_staging_bytes = 8;  // a sum of 4 f64 addends stages 32 bytes at least
+  EXPECT_EQ(field({{"w", Layout::parse({8}, DType::f64, "2x2@0-3:R+P01"),
+                    Layout::parse({8}, DType::f64, "2@4-5:R")}},
+                  o),
+            "max_staging_bytes");
+}
+
+}  // namespace
+}  // namespace meshcast
