@@ -76,6 +76,14 @@ int run_plan(const PlanArgs& args);
 int run_simulate(const PlanArgs& args);
 int run_reshard(const PlanArgs& args, const RunArgs& run);
 int run_demo(const DemoArgs& args);
+// `sync`: a whole model (cli_sync.cc).
+struct SyncArgs {
+  std::string model, system, topology, cast, mode = "fused", backend = "local", iters = "3";
+  std::string strategy = "auto", max_staging = std::to_string(std::int64_t{64} << 20);
+  bool verify = false, json = false, predict = false;
+};
+void add_sync_options(CLI::App& cmd, SyncArgs& args);
+int run_sync(const SyncArgs& args);
 // `model` is "gpt" or "utransformer".
 void add_train_options(CLI::App& cmd, TrainArgs& args, const std::string& model);
 int run_train(const TrainArgs& args, const std::string& model, const CLI::App& cmd);
@@ -140,6 +148,8 @@ void with_process_backend(const std::string& backend,
 // Refuses, before planning, a move the in-process backend cannot run on this machine: too many
 // device threads, or buffers over limits().buffer_bytes or most of the machine's memory.
 void check_local_capacity(const Layout& src, const Layout& dst);
+// The same for the tiles of many layouts (a sync's); the memory refusal names `field`.
+void check_local_capacity(const std::vector<const Layout*>& layouts, const std::string& field);
 // Refuses (IoError naming `field`, the path and the OS reason) an output file that cannot be
 // written, before any work starts; an empty path is no file. Creates it, never truncates it.
 void check_writable(const std::string& path, const std::string& field);

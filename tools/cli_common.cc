@@ -105,31 +105,41 @@ void check_backend(const std::string& backend) {
 }
 
 void check_local_capacity(const Layout& src, const Layout& dst) {
-  // The union of both meshes' devices (when one mesh alone is over the bound, its size).
+  check_local_capacity(std::vector<const Layout*>{&src, &dst}, "shape");
+}
+
+void check_local_capacity(const std::vector<const Layout*>& layouts, const std::string& field) {
+  // The union of the meshes' devices (when one mesh alone is over the bound, its size).
   const std::int64_t bound = limits().local_threads;
-  std::int64_t largest = 0;
-  for (const Layout* l : {&src, &dst})
+  std::int64_t largest = 0, biggest_mesh = 0;
+  bool small = true;
+  for (const Layout* l : layouts) {
     for (int d : l->mesh().devices()) largest = std::max<std::int64_t>(largest, d);
-  std::vector<int> devices;
-  if (src.mesh().size() <= bound && dst.mesh().size() <= bound) {
-    devices = src.mesh().devices();
-    devices.insert(devices.end(), dst.mesh().devices().begin(), dst.mesh().devices().end());
-    std::sort(devices.begin(), devices.end());
-    devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+    biggest_mesh = std::max(biggest_mesh, l->mesh().size());
+    small = small && l->mesh().size() <= bound;
   }
-  const std::int64_t count = devices.empty() ? std::max(src.mesh().size(), dst.mesh().size())
-                                             : static_cast<std::int64_t>(devices.size());
+  std::vector<int> devices;
+  if (small) {
+    for (const Layout* l : layouts) {
+      devices.insert(devices.end(), l->mesh().devices().begin(), l->mesh().devices().end());
+      std::sort(devices.begin(), devices.end());
+      devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+    }
+  }
+  const std::int64_t count =
+      devices.empty() ? biggest_mesh : static_cast<std::int64_t>(devices.size());
   check_limit("local devices", count, bound, "LOCAL_THREADS");
   if (largest > kMaxLocalDeviceId)
     throw ValidationError("backend", "the local backend runs one thread per device id up to " +
                                          std::to_string(kMaxLocalDeviceId) + " (largest id " +
                                          std::to_string(largest) + ")");
-  // Every device holds its source and destination tiles (sums in double: no overflow).
+  // Every device holds its tiles (sums in double: no overflow).
   double need = 0;
-  const double elem = static_cast<double>(dtype_size(src.dtype()));
-  for (const Layout* l : {&src, &dst})
+  for (const Layout* l : layouts) {
+    const double elem = static_cast<double>(dtype_size(l->dtype()));
     for (std::int64_t i = 0; i < l->mesh().size(); ++i)
       need += static_cast<double>(l->tile_at(i).volume()) * elem;
+  }
   check_limit("buffer bytes", static_cast<std::int64_t>(std::min(need, 9e18)),
               limits().buffer_bytes, "BUFFER_BYTES");
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -137,11 +147,11 @@ void check_local_capacity(const Layout& src, const Layout& dst) {
   const double have = static_cast<double>(pages) * static_cast<double>(page);
   if (need > kMemoryShare * have)
     throw ValidationError(
-        "shape", "the local backend needs " +
-                     human_bytes(static_cast<std::int64_t>(std::min(need, 9.2e18))) +
-                     " of tile buffers, more than " +
-                     std::to_string(static_cast<int>(kMemoryShare * 100)) + "% of this machine's " +
-                     human_bytes(static_cast<std::int64_t>(have)) + " memory");
+        field, "the local backend needs " +
+                   human_bytes(static_cast<std::int64_t>(std::min(need, 9.2e18))) +
+                   " of tile buffers, more than " +
+                   std::to_string(static_cast<int>(kMemoryShare * 100)) + "% of this machine's " +
+                   human_bytes(static_cast<std::int64_t>(have)) + " memory");
 }
 
 void check_writable(const std::string& path, const std::string& field) {

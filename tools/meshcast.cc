@@ -5,6 +5,7 @@
 //   [--json]
 //   meshcast simulate (the plan options) [--chunk-bytes N] [--json]
 //   meshcast demo
+//   meshcast sync --model models/qwen2.5-0.5b.json --system models/systems/tp2pp2-to-tp2dp2.json
 //   meshcast train gpt|utransformer [--stages dp=2,tp=2/grid=2x1x2] [--schedule eager-1f1b] ...
 //
 // Exit status: 0 success; 1 a reshard delivered wrong elements, or an internal error; 2 bad
@@ -276,6 +277,14 @@ int main(int argc, char** argv) {
       ->type_name("N")
       ->capture_default_str();
 
+  SyncArgs sync_args;
+  CLI::App* sync_cmd = app.add_subcommand(
+      "sync",
+      "Move a whole model (hundreds of tensors) from a trainer's layouts to a generator's in one "
+      "fused plan, or tensor by tensor, or through one gathering device; run it and report time "
+      "and bandwidth, or (--predict) price it by the cost model.");
+  add_sync_options(*sync_cmd, sync_args);
+
   CLI::App* train_cmd = app.add_subcommand(
       "train", "Train a model with data, tensor and pipeline parallelism across meshes.");
   train_cmd->require_subcommand(1);
@@ -309,6 +318,7 @@ int main(int argc, char** argv) {
     if (*reshard_cmd) return run_reshard(plan_args, run_args);
     if (*simulate_cmd) return run_simulate(plan_args);
     if (*demo_cmd) return run_demo(demo_args);
+    if (*sync_cmd) return run_sync(sync_args);
     if (*gpt_cmd) return run_train(gpt_args, "gpt", *gpt_cmd);
     if (*unet_cmd) return run_train(unet_args, "utransformer", *unet_cmd);
     std::cerr << "meshcast: a subcommand is required: plan, reshard, simulate or demo" << std::endl;

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# `meshcast sync` under mpirun, one process per device: the shipped GPT-2-small manifest from a
+# trainer of tp=2 x pp=2 (ranks 0-3) to generators of tp=2 x dp=2 (ranks 4-7), every mode and a
+# bf16 cast, on each process backend, every element checked (--verify). Then the faults: a rank
+# given another model file is refused on every rank naming "model"; a rank killed mid-sync is
+# named by every survivor within 10 s.
+# Usage: BACKENDS="mpi ucx" sync_mpi.sh MESHCAST MPIEXEC
+set -u
+mc=$1
+run=("$2" --allow-run-as-root --oversubscribe --mca btl self,vader --bind-to none)
+export MESHCAST_TIMEOUT=5
+model=(--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json)
+tmp=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+for backend in ${BACKENDS:-mpi}; do
+  for extra in "--mode fused" "--mode per-tensor" "--mode gather" "--cast bf16 --max-staging-bytes 1M"; do
+    # shellcheck disable=SC2086
+    out=$(timeout 300 "${run[@]}" -np 8 "$mc" sync "${model[@]}" --backend "$backend" \
+          --iters 1 --verify --json $extra 2>&1)
+    rc=$?
+    got=$(printf '%s\n' "$out" | grep '^{' | python3 -c 'import json,sys
+o = json.loads(sys.stdin.readline()); print(o["verified"], o["mismatches"])' 2>/dev/null)
+    if [[ $rc -eq 0 && $got == "True 0" ]]; then ok; else bad "$backend $extra: rc=$rc $got $out"; fi
+  done
+
+  # Rank 6 reads another model: every rank refuses, naming the setting, before moving anything.
+  cp models/gpt2-small.json "$tmp/other.json"
+  sed -i '0,/"F32"/s//"BF16"/' "$tmp/other.json"
+  out=$(timeout 60 "${run[@]}" --enable-recovery -np 8 bash -c "m=models/gpt2-small.json
+    [[ \$OMPI_COMM_WORLD_RANK == 6 ]] && m=$tmp/other.json
+    exec $mc sync --model \$m --system models/systems/tp2pp2-to-tp2dp2.json --backend $backend" 2>&1)
+  rc=$?
+  n=$(grep -c "^meshcast: model: rank 6 was started with a different model" <<<"$out")
+  if [[ $rc -ne 124 && $n -eq 8 ]]; then ok; else bad "$backend other model: rc=$rc, $n of 8 refused: $out"; fi
+
+  # A generator killed mid-sync: the 7 survivors name it and exit within 10 s.
+  "${run[@]}" --enable-recovery -np 8 "$mc" sync "${model[@]}" --backend "$backend" \
+    --iters 100000 >"$tmp/out" 2>&1 &
+  job=$!
+  sleep 8  # past start-up (reading, planning, filling), inside the timed syncs
+  victim=""
+  for p in $(pgrep -f "$mc sync"); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=5"; then
+      victim=$p
+    fi
+  done
+  if [[ -z $victim ]]; then
+    bad "$backend kill: no process for rank 5"
+  else
+    kill -9 "$victim"
+    for ((i = 0; i < 100; ++i)); do
+      n=$(grep -c "^meshcast: device 5" "$tmp/out")
+      [[ $n -ge 7 ]] && break
+      sleep 0.1
+    done
+    if [[ $n -ge 7 ]]; then ok; else bad "$backend kill: $n of 7 survivors named device 5 in 10 s: $(head -5 "$tmp/out")"; fi
+  fi
+  timeout 20 tail --pid=$job -f /dev/null || kill -9 $job
+  wait $job 2>/dev/null
+done
+
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Tests of `meshcast sync` on the in-process backend: every mode moves every element of the
+# shipped manifests (--verify --json: verified true, 0 mismatches), a cast to bf16 and f16, an
+# explicit manifest with partial sums, uneven shards and a cast in every mode, --predict's JSON, and bad input (exit 2,
+# exactly one line on stderr naming the field).
+# Usage: tests/tools/sync_test.sh path/to/meshcast
+set -u
+MC=${1:?usage: sync_test.sh path/to/meshcast}
+MC=$(cd "$(dirname "$MC")" && pwd)/$(basename "$MC")
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+run() {
+  timeout 300 "$MC" sync "$@" >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+}
+field() {  # values of keys in the one JSON line of $TMP/out
+  python3 -c 'import json,sys
+obj = json.loads(open(sys.argv[1]).read())
+print(" ".join(json.dumps(obj.get(k, "MISSING")) for k in sys.argv[2:]))' "$TMP/out" "$@" \
+    2>/dev/null || echo NOJSON
+}
+
+# Good runs: every element checked on every generator.
+while read -r model system extra; do
+  [[ -z $model ]] && continue
+  # shellcheck disable=SC2086
+  run --model "models/$model" --system "models/systems/$system" --iters 1 --verify --json $extra
+  got=$(field verified mismatches)
+  if [[ $rc -eq 0 && $got == "true 0" ]]; then ok; else
+    bad "$model $system $extra: rc=$rc $got $(head -c 300 "$TMP/err")"; fi
+done <<'EOF2'
+gpt2-small.json tp2pp2-to-tp2dp2.json --mode fused
+gpt2-small.json tp2pp2-to-tp2dp2.json --mode per-tensor
+gpt2-small.json tp2pp2-to-tp2dp2.json --mode gather
+gpt2-small.json tp2pp2-to-tp2dp2.json --cast bf16 --max-staging-bytes 1M
+gpt2-small.json tp2pp2-to-tp2dp2.json --cast f16 --strategy sendrecv
+moe-tiny.json ep4pp2-to-tp4.json --mode fused
+moe-tiny.json ep4pp2-to-tp4.json --mode per-tensor --max-staging-bytes 64K
+EOF2
+
+# An explicit manifest: partial sums, uneven shards, a cast, overlapping meshes.
+cat >"$TMP/explicit.json" <<'EOF2'
+{"embed": {"shape": [50257, 64], "dtype": "F32", "src": "4@0-3:S0R", "dst": "2x3@2-7:RS1", "dst_dtype": "bf16"},
+ "grad": {"shape": [7, 9, 5], "dtype": "f64", "src": "2x2@0-3:S0RR+P1", "dst": "3@5-7:RS0R"},
+ "norm": {"shape": [64], "dtype": "BF16", "src": "4@0-3:R", "dst": "6@2-7:R"},
+ "step": {"shape": [], "dtype": "I64", "src": "1@0:R", "dst": "8@0-7:R"}}
+EOF2
+for mode in fused per-tensor gather; do
+  run --model "$TMP/explicit.json" --mode "$mode" --verify --json --iters 1
+  got=$(field verified mismatches tensors)
+  if [[ $rc -eq 0 && $got == "true 0 4" ]]; then ok; else bad "explicit $mode: rc=$rc $got $(cat "$TMP/err")"; fi
+done
+
+# --predict: any size, nothing run.
+run --model models/qwen2.5-0.5b.json --system models/systems/tp2pp2-to-tp2dp2.json \
+  --topology meshes/emulated.json --predict --json
+got=$(field mode tensors verified)
+if [[ $rc -eq 0 && $got == '"fused" 290 "MISSING"' ]] &&
+  python3 -c 'import json,sys; o=json.load(open(sys.argv[1]))
+assert o["predicted_seconds"] >= o["link_bound_seconds"] > 0 and o["bytes_moved"] > 0' "$TMP/out"; then
+  ok; else bad "predict: rc=$rc $got $(cat "$TMP/err")"; fi
+
+# Bad input: exit 2, one line, naming the field.
+printf '{"a": {"shape": [4], "dtype": "F7"}}' >"$TMP/dtype.json"
+printf '{"a": {"shape": [4], "dtype": "F32", "src": "1@0:R", "dst": "1@1:R"}, "b": {"shape": [4], "dtype": "F32"}}' >"$TMP/mixed.json"
+printf '{"train": {"num_gpus": 4, "tp_size": 3}, "generation": {"num_gpus": 2}}' >"$TMP/degrees.json"
+printf '{"a": {"shape": [4], "dtype": "F32", "src": "1@0:S0S0", "dst": "1@1:R"}}' >"$TMP/layout.json"
+printf '{"a": {"shape": [4], "dtype": "F32"}, "a": {"shape": [4], "dtype": "F32"}}' >"$TMP/dup.json"
+while IFS='|' read -r want args; do
+  [[ -z $want ]] && continue
+  # shellcheck disable=SC2086
+  run $args
+  if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q -- "$want" "$TMP/err"; then ok; else
+    bad "bad input '$args': want exit 2 naming '$want', got rc=$rc: $(cat "$TMP/err")"; fi
+done <<EOF2
+tensors.a.dtype|--model $TMP/dtype.json --system models/systems/tp2pp2-to-tp2dp2.json
+tensors.b|--model $TMP/mixed.json
+system.train|--model models/gpt2-small.json --system $TMP/degrees.json
+tensors.a.src|--model $TMP/layout.json
+model|--model $TMP/dup.json --system models/systems/tp2pp2-to-tp2dp2.json
+system|--model models/gpt2-small.json
+cast|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --cast f64
+mode|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --mode bogus
+max-staging-bytes|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --max-staging-bytes 0
+EOF2
+
+run --model "$TMP/missing.json"  # I/O: exit 4, the path and the reason
+if [[ $rc -eq 4 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q "missing.json" "$TMP/err"; then ok; else
+  bad "missing model file: rc=$rc $(cat "$TMP/err")"; fi
+
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]

@@ -1,0 +1,388 @@
+// `meshcast sync`: a whole model moved from the trainer's layouts to the generator's, in one
+// of three modes measured alike: fused (one sync plan: boxes coalesced per sender and
+// receivers, senders rotated over every replica), per-tensor (one reshard per tensor, one after
+// the other) and gather (each tensor gathered on the first device of its source mesh, then sent
+// from there to every generator: what many RL frameworks do). `--predict` prices a mode by the
+// cost model without running it, at any size.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "meshcast/bootstrap.h"
+#include "meshcast/cost.h"
+#include "meshcast/error.h"
+#include "meshcast/limits.h"
+#include "meshcast/manifest.h"
+#include "meshcast/region.h"
+#include "meshcast/sync.h"
+#include "meshcast/verify.h"
+
+namespace meshcast::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A mode as steps run one after the other, each one sync of some tensors (fused: one step of
+// all; per-tensor: a step per tensor; gather: two per tensor, through a buffer on one device).
+struct Step {
+  std::vector<TensorMove> moves;
+  std::vector<int> tensor;   // per move: the model tensor it reads from or writes to
+  std::vector<int> through;  // per move: -1, or the gather buffer it fills (0) / reads (1)
+};
+
+std::vector<Step> steps_of(const ModelManifest& m, const std::string& mode) {
+  std::vector<Step> steps;
+  const auto n = static_cast<int>(m.moves.size());
+  if (mode == "fused") {
+    Step s;
+    s.moves = m.moves;
+    for (int i = 0; i < n; ++i) s.tensor.push_back(i);
+    s.through.assign(m.moves.size(), -1);
+    steps.push_back(std::move(s));
+    return steps;
+  }
+  for (int i = 0; i < n; ++i) {
+    const TensorMove& t = m.moves[static_cast<std::size_t>(i)];
+    if (mode == "per-tensor") {
+      steps.push_back({{t}, {i}, {-1}});
+      continue;
+    }
+    // gather: the whole tensor on the first device of its source mesh, then to every generator.
+    const int first = t.src.mesh().devices().front();
+    const Layout whole =
+        Layout::parse(t.src.shape(), t.src.dtype(),
+                      "1@" + std::to_string(first) + ":" + std::string(t.src.shape().size(), 'R'));
+    steps.push_back({{{t.name, t.src, whole}}, {i}, {0}});
+    steps.push_back({{{t.name, whole, t.dst}}, {i}, {1}});
+  }
+  return steps;
+}
+
+// "65536", "64K", "64M", "1G" (binary units), 1 byte .. 1 TiB.
+std::int64_t parse_size(const std::string& text, const std::string& field) {
+  std::size_t used = 0;
+  long long v = -1;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+  }
+  const std::string unit = text.substr(std::min(used, text.size()));
+  const int shift = unit.empty() ? 0 : unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : -1;
+  if (v < 1 || shift < 0 || v > (std::int64_t{1} << (40 - shift)))
+    throw ValidationError(field, "expected a size from 1 byte to 1 TiB (K, M, G suffixes), got '" +
+                                     text.substr(0, 32) + "'");
+  return static_cast<std::int64_t>(v) << shift;
+}
+
+SyncOptions sync_options(const SyncArgs& a) {
+  SyncOptions o;
+  o.plan.strategy = parse_strategy(a.strategy);
+  o.max_staging_bytes = parse_size(a.max_staging, "max-staging-bytes");
+  return o;
+}
+
+struct Loaded {
+  ModelManifest model;
+  Topology topology;
+  SyncOptions options;
+  std::vector<Step> steps;
+};
+
+Loaded load(const SyncArgs& a) {
+  if (a.mode != "fused" && a.mode != "per-tensor" && a.mode != "gather")
+    throw ValidationError("mode", "expected fused, per-tensor or gather, got '" + a.mode + "'");
+  std::optional<DType> cast;
+  if (!a.cast.empty()) {
+    cast = parse_dtype(a.cast, "cast");
+    if (*cast != DType::bf16 && *cast != DType::f16)
+      throw ValidationError("cast", "expected bf16 or f16, got '" + a.cast + "'");
+  }
+  Loaded l;
+  l.options = sync_options(a);
+  std::optional<SystemConfig> system;
+  if (!a.system.empty()) system = load_system_config(a.system);
+  l.model = load_model(a.model, system ? &*system : nullptr, cast);
+  l.topology = a.topology.empty() ? Topology::single_host() : Topology::load(a.topology);
+  l.steps = steps_of(l.model, a.mode);
+  return l;
+}
+
+// The model's prediction of a mode: its steps one after the other.
+SyncStats predict_steps(const Loaded& l) {
+  SyncStats total;
+  for (const Step& s : l.steps) {
+    const SyncStats p = predict_sync(s.moves, l.topology, l.options);
+    total.messages += p.messages;
+    total.boxes += p.boxes;
+    total.bytes_moved += p.bytes_moved;
+    total.bytes_network += p.bytes_network;
+    total.predicted_seconds += p.predicted_seconds;
+    total.link_bound_seconds += p.link_bound_seconds;
+    if (total.busiest_link.empty()) total.busiest_link = p.busiest_link;
+  }
+  total.tensors = static_cast<std::int64_t>(l.model.moves.size());
+  return total;
+}
+
+// The seconds device `device` takes to plan its part of every step.
+double rank_plan_seconds(const Loaded& l, int device) {
+  const auto t0 = Clock::now();
+  for (const Step& s : l.steps) (void)plan_sync(s.moves, device, l.topology, l.options);
+  return since(t0);
+}
+
+struct RunResult {
+  std::vector<double> seconds;  // per timed iteration (rank 0's)
+  std::int64_t mismatches = 0;  // this device's
+  double plan_seconds = 0;      // this device's
+};
+
+// One device's run: its tiles, its plans, `iters` timed runs of every step after a warm-up,
+// then (verify) every element of every target tile checked.
+RunResult run_device(const Loaded& l, Communicator& comm, int iters, bool verify) {
+  const int me = comm.rank();
+  const auto& moves = l.model.moves;
+  std::vector<std::vector<std::byte>> src(moves.size()), dst(moves.size()), gathered(moves.size());
+  for (std::size_t i = 0; i < moves.size(); ++i) {
+    const TensorMove& t = moves[i];
+    if (t.src.mesh().contains(me)) {
+      src[i].resize(static_cast<std::size_t>(t.src.local_elements(me)) * dtype_size(t.src.dtype()));
+      if (t.src.dtype() == t.dst.dtype()) {
+        fill_source(t.src, me, src[i].data());
+      } else {  // the target dtype's values, widened: exact, so the cast must give them back
+        const Layout as(t.src.shape(), t.dst.dtype(), t.src.mesh(), t.src.spec());
+        std::vector<std::byte> narrow(static_cast<std::size_t>(as.local_elements(me)) *
+                                      dtype_size(as.dtype()));
+        fill_source(as, me, narrow.data());
+        const Box tile = t.src.tile_of(me);
+        convert_region(Region::of(narrow.data(), dtype_size(as.dtype()), tile, tile), as.dtype(),
+                       Region::of(src[i].data(), dtype_size(t.src.dtype()), tile, tile),
+                       t.src.dtype());
+      }
+    }
+    if (t.dst.mesh().contains(me))
+      dst[i].resize(static_cast<std::size_t>(t.dst.local_elements(me)) * dtype_size(t.dst.dtype()));
+  }
+  RunResult r;
+  const auto t0 = Clock::now();
+  std::vector<SyncPlan> plans;
+  for (const Step& s : l.steps) plans.push_back(plan_sync(s.moves, me, l.topology, l.options));
+  r.plan_seconds = since(t0);
+  auto ptr = [](std::vector<std::byte>& b) -> void* { return b.empty() ? nullptr : b.data(); };
+  for (int it = -1; it < iters; ++it) {  // iteration -1 warms up
+    comm.barrier();
+    const auto start = Clock::now();
+    for (std::size_t k = 0; k < plans.size(); ++k) {
+      const Step& s = l.steps[k];
+      std::vector<const void*> in;
+      std::vector<void*> out;
+      for (std::size_t j = 0; j < s.moves.size(); ++j) {
+        const auto i = static_cast<std::size_t>(s.tensor[j]);
+        auto& g = gathered[i];
+        if (s.through[j] == 0 && s.moves[j].dst.mesh().contains(me))
+          g.resize(static_cast<std::size_t>(moves[i].src.bytes()));
+        in.push_back(s.through[j] == 1 ? ptr(g) : ptr(src[i]));
+        out.push_back(s.through[j] == 0 ? ptr(g) : ptr(dst[i]));
+      }
+      sync(plans[k], comm.world(), in, out);
+    }
+    comm.barrier();
+    if (it >= 0) r.seconds.push_back(since(start));
+  }
+  if (verify)
+    for (std::size_t i = 0; i < moves.size(); ++i)
+      if (moves[i].dst.mesh().contains(me))
+        r.mismatches += count_mismatches(moves[i].dst, me, dst[i].data());
+  return r;
+}
+
+std::vector<int> devices_of(const ModelManifest& m) {
+  std::vector<int> d;
+  for (const TensorMove& t : m.moves)
+    for (const Mesh* mesh : {&t.src.mesh(), &t.dst.mesh()})
+      d.insert(d.end(), mesh->devices().begin(), mesh->devices().end());
+  std::sort(d.begin(), d.end());
+  d.erase(std::unique(d.begin(), d.end()), d.end());
+  return d;
+}
+
+void print(const SyncArgs& a, const Loaded& l, const SyncStats& p, const RunResult* run,
+           double rank_plan) {
+  const double seconds = run ? median(run->seconds) : 0;
+  const std::int64_t bytes = l.model.bytes();
+  if (a.json) {
+    nlohmann::json j = {{"mode", a.mode},
+                        {"tensors", p.tensors},
+                        {"model_bytes", bytes},
+                        {"cast", a.cast.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.cast)},
+                        {"bytes_moved", p.bytes_moved},
+                        {"bytes_network", p.bytes_network},
+                        {"messages", p.messages},
+                        {"boxes", p.boxes},
+                        {"predicted_seconds", p.predicted_seconds},
+                        {"link_bound_seconds", p.link_bound_seconds},
+                        {"busiest_link", p.busiest_link},
+                        {"plan_seconds", rank_plan},
+                        {"topology", l.topology.name()}};
+    if (run) {
+      j["backend"] = a.backend;
+      j["iters"] = run->seconds.size();
+      j["seconds"] = seconds;
+      j["times"] = run->seconds;
+      j["verified"] = a.verify && run->mismatches == 0;
+      j["mismatches"] = a.verify ? nlohmann::json(run->mismatches) : nlohmann::json(nullptr);
+    }
+    std::cout << j.dump() << '\n';
+    return;
+  }
+  std::cout << "sync " << p.tensors << " tensors (" << human_bytes(bytes) << "), mode " << a.mode
+            << (a.cast.empty() ? "" : ", cast to " + a.cast) << ", topology " << l.topology.name()
+            << '\n'
+            << "messages     " << p.messages << " carrying " << p.boxes << " boxes\n"
+            << "bytes moved  " << human_bytes(p.bytes_moved) << " (network "
+            << human_bytes(p.bytes_network) << ")\n"
+            << "predicted    " << human_seconds(p.predicted_seconds) << " (link bound "
+            << human_seconds(p.link_bound_seconds) << ", " << p.busiest_link << ")\n"
+            << "plan         " << human_seconds(rank_plan) << " per device\n";
+  if (!run) return;
+  std::cout << "backend      " << a.backend << ", " << run->seconds.size()
+            << " iterations after a warm-up\n"
+            << "median time  " << human_seconds(seconds) << " ("
+            << human_rate(seconds > 0 ? static_cast<double>(bytes) / seconds : 0)
+            << " of model bytes)\n"
+            << "verified     "
+            << (!a.verify              ? std::string("not checked (pass --verify)")
+                : run->mismatches == 0 ? std::string("yes, 0 mismatches")
+                                       : "NO, " + std::to_string(run->mismatches) + " mismatches")
+            << '\n';
+}
+
+}  // namespace
+
+void add_sync_options(CLI::App& cmd, SyncArgs& a) {
+  cmd.add_option("--model", a.model,
+                 "model file: NCCL M2N's model config ({\"name\": {\"shape\", \"dtype\"}}, with "
+                 "--system) or the explicit form ({\"name\": {\"shape\", \"dtype\", \"src\", "
+                 "\"dst\"}}); see models/README.md")
+      ->type_name("FILE")
+      ->required();
+  cmd.add_option("--system", a.system,
+                 "NCCL M2N's system config: the trainer's and the generator's parallel degrees "
+                 "(placed by the Megatron convention, include/meshcast/manifest.h)")
+      ->type_name("FILE");
+  cmd.add_option("--topology", a.topology, "topology JSON file (default: one host)")
+      ->type_name("FILE");
+  cmd.add_option("--backend", a.backend, "communicator: local (threads), mpi, ucx, nccl")
+      ->type_name("NAME")
+      ->capture_default_str();
+  cmd.add_option("--mode", a.mode,
+                 "fused (one plan for the model), per-tensor (one reshard per tensor) or gather "
+                 "(each tensor gathered on one trainer, then sent to every generator)")
+      ->type_name("MODE")
+      ->capture_default_str();
+  cmd.add_option("--cast", a.cast,
+                 "bf16 or f16: f32 tensors cross as this dtype (cast by the sender, round to "
+                 "nearest even)")
+      ->type_name("DTYPE");
+  cmd.add_option("--strategy", a.strategy, "per tensor: auto, broadcast, sendrecv, allgather")
+      ->type_name("NAME")
+      ->capture_default_str();
+  cmd.add_option("--max-staging-bytes", a.max_staging,
+                 "packing memory in flight per device (K/M/G suffixes)")
+      ->type_name("BYTES")
+      ->capture_default_str();
+  cmd.add_option("--iters", a.iters, "timed iterations after one warm-up (>= 1)")
+      ->type_name("N")
+      ->capture_default_str();
+  cmd.add_flag("--verify", a.verify, "check every element of every tensor on every generator");
+  cmd.add_flag("--predict", a.predict,
+               "plan and price the mode by the cost model without running it (any size)");
+  cmd.add_flag("--json", a.json,
+               "print one JSON object: mode, tensors, model_bytes, bytes_moved, bytes_network, "
+               "messages, boxes, predicted_seconds, link_bound_seconds (busiest link's bytes / "
+               "its rate), plan_seconds (one device's planning); when run also backend, iters, "
+               "seconds (median), times, verified, mismatches");
+}
+
+int run_sync(const SyncArgs& a) {
+  check_backend(a.backend);
+  const int iters = parse_iters(a.iters);
+  const Loaded l = load(a);
+  const std::vector<int> devices = devices_of(l.model);
+  if (a.predict) {
+    const SyncStats p = predict_steps(l);
+    const double plan =
+        std::max(rank_plan_seconds(l, devices.front()), rank_plan_seconds(l, devices.back()));
+    print(a, l, p, nullptr, plan);
+    return 0;
+  }
+  RunResult root;
+  if (a.backend == "local") {
+    std::vector<const Layout*> layouts;
+    for (const TensorMove& t : l.model.moves) {
+      layouts.push_back(&t.src);
+      layouts.push_back(&t.dst);
+    }
+    check_local_capacity(layouts, "model");
+    LocalWorld world(devices.back() + 1);
+    std::atomic<std::int64_t> wrong{0};
+    std::mutex m;
+    world.run([&](Communicator& comm) {  // every id: the barriers span the world
+      RunResult r = run_device(l, comm, iters, a.verify);
+      wrong += r.mismatches;
+      if (comm.rank() == 0) {
+        std::lock_guard lock(m);
+        root = std::move(r);
+      }
+    });
+    root.mismatches = wrong;
+  }
+#ifdef MESHCAST_HAS_MPI  // without it check_backend() refused every other backend
+  else {
+    bool report = false;
+    with_process_backend(a.backend, [&](ProcessSession& s) {
+      const int needed = devices.back() + 1;
+      if (!a.system.empty() && s.comm.size() != needed)
+        throw ValidationError("system", "places " + std::to_string(needed) +
+                                            " devices (trainers and generators), but " +
+                                            std::to_string(s.comm.size()) + " ranks started");
+      if (s.comm.size() < needed)
+        throw ValidationError("backend", "the model's meshes use device ids up to " +
+                                             std::to_string(needed - 1) + ", so " +
+                                             std::to_string(needed) + " ranks are needed (" +
+                                             std::to_string(s.comm.size()) + " started)");
+      // A rank given another model, system or mode would hang or corrupt: refuse it first.
+      agree(s.boot,
+            {{"model", std::to_string(std::hash<std::string>{}(
+                           read_input_file(a.model, "model", limits().input_file_bytes)))},
+             {"system", a.system.empty() ? ""
+                                         : std::to_string(std::hash<std::string>{}(read_input_file(
+                                               a.system, "system", limits().input_file_bytes)))},
+             {"mode", a.mode},
+             {"cast", a.cast},
+             {"iters", std::to_string(iters)},
+             {"verify", a.verify ? "on" : "off"},
+             {"backend", s.comm.backend()}});
+      RunResult r = run_device(l, s.comm, iters, a.verify);
+      r.mismatches = s.boot.sum(r.mismatches);
+      report = s.comm.rank() == 0;
+      root = std::move(r);
+    });
+    if (!report) return !a.verify || root.mismatches == 0 ? 0 : 1;
+  }
+#endif
+  print(a, l, predict_steps(l), &root, root.plan_seconds);
+  return !a.verify || root.mismatches == 0 ? 0 : 1;
+}
+
+}  // namespace meshcast::cli
