@@ -101,6 +101,31 @@ void TaskOps::zeros(int device, std::vector<Op>& out) const {
   }
 }
 
+void rotate_chain(std::vector<int>& peers, int root, std::int64_t key, const LinkTimeline& s) {
+  // The runs of chain_order: the root's host first, then one run per host.
+  std::vector<std::size_t> start;
+  for (std::size_t i = 0; i < peers.size(); ++i)
+    if (i == 0 || s.host(peers[i]) != s.host(peers[i - 1])) start.push_back(i);
+  start.push_back(peers.size());
+  const std::size_t runs = start.size() - 1;
+  const std::size_t fixed = runs > 0 && s.host(peers[0]) == s.host(root) ? 1 : 0;
+  const auto k = static_cast<std::size_t>(key);
+  const std::size_t others = runs - fixed;
+  std::vector<int> out;
+  out.reserve(peers.size());
+  // A host's starting member by a hash of the key: a tensor's tasks of one tensor-parallel rank
+  // have keys in arithmetic progression, which k / others % n would map to one member.
+  const std::uint64_t mixed = (static_cast<std::uint64_t>(key) * 0x9E3779B97F4A7C15ull) >> 32;
+  auto emit = [&](std::size_t r) {
+    const std::size_t n = start[r + 1] - start[r];
+    const std::size_t first = static_cast<std::size_t>((mixed + r) % n);
+    for (std::size_t t = 0; t < n; ++t) out.push_back(peers[start[r] + (first + t) % n]);
+  };
+  if (fixed) emit(0);
+  for (std::size_t t = 0; t < others; ++t) emit(fixed + (k + t) % others);
+  peers = std::move(out);
+}
+
 int TaskOps::choose(const HolderSet& holders, int to, std::int64_t key) {
   if (balance_ == Balance::None) return holders[0];
   key += key_offset_;
@@ -197,6 +222,7 @@ void TaskOps::serve(const Box& box, int root, int phase, bool from_dst, std::int
       return;
     Op op{OpKind::Multicast, phase, box, from, to, from_dst, base};
     chain_order(op.peers, from, *s_);
+    if (balance_ == Balance::Local) rotate_chain(op.peers, from, i + key_offset_, *s_);
     op.group = tree_group(op, *s_);
     out.push_back(std::move(op));
     return;

@@ -25,6 +25,13 @@ std::int64_t stream_slots(Strategy strategy, const Layout& dst);
 // pieces the receivers of an allgather get.
 std::vector<Box> allgather_slices(const Box& box, std::size_t n);
 
+// Rotates a chain (in chain_order) by `key`: the hosts after the root's in turn, and each host's
+// run from a member in turn. Under the local rule a model's thousands of chains so enter and
+// leave hosts through different devices: in chain order alone, every chain of one
+// tensor-parallel rank leaves a host through the same device, whose NIC then carries that
+// rank's share of the whole model.
+void rotate_chain(std::vector<int>& peers, int root, std::int64_t key, const LinkTimeline& s);
+
 // Orders ops as a plan lists them: by phase, local ops (copy, zero) first, else as emitted.
 void order_ops(std::vector<Op>& ops);
 

@@ -104,25 +104,29 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
   }
   const std::int64_t total = std::max<std::int64_t>(1, offset.back());
 
-  using Key = std::tuple<int, int, std::vector<int>, std::int32_t>;  // phase, root, peers, group
+  // phase, root, receivers (sorted): a chain's order differs from box to box (rotate_chain),
+  // a message takes its first box's.
+  using Key = std::tuple<int, int, std::vector<int>>;
   struct Seg {
     std::int64_t stream;
     SyncPlan::Segment seg;
     std::int64_t bytes;
+    const std::vector<int>* order;  // the op's receivers, in chain order
   };
+  std::vector<std::vector<Op>> kept;  // the ops the segments' orders point into
   std::map<Key, std::vector<Seg>> coalesced;
   Built out;
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const TensorMove& m = tensors[t];
     if (device >= 0 && !m.src.mesh().contains(device) && !m.dst.mesh().contains(device)) continue;
     const Layout dst = planned(t);
-    detail::TensorOps ops = detail::tensor_ops(m.src, dst, device, topology, options.plan, key[t]);
+    kept.push_back(detail::tensor_ops(m.src, dst, device, topology, options.plan, key[t]).ops);
     const auto wire = static_cast<std::int64_t>(dtype_size(m.dst.dtype()));
     const auto src_elem = static_cast<std::int64_t>(dtype_size(m.src.dtype()));
     const bool cast = m.src.dtype() != m.dst.dtype();
     const auto tensor = static_cast<std::int32_t>(t);
     std::vector<Box> pieces;
-    for (Op& op : ops.ops) {
+    for (Op& op : kept.back()) {
       const std::int64_t stream = offset[t] + op.stream;
       if (op.kind == OpKind::Copy || op.kind == OpKind::Zero) {
         out.locals.push_back({tensor, std::move(op)});
@@ -157,11 +161,13 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
       } else {
         pieces.push_back(op.box);
       }
-      Key k{op.phase, op.root, op.peers, op.group};
+      Key k{op.phase, op.root, op.peers};
+      std::sort(std::get<2>(k).begin(), std::get<2>(k).end());
       for (std::size_t p = 0; p < pieces.size(); ++p)
         coalesced[k].push_back({stream + static_cast<std::int64_t>(p) * total,
                                 {tensor, pieces[p], op.from_dst},
-                                pieces[p].volume() * wire});
+                                pieces[p].volume() * wire,
+                                &op.peers});
     }
   }
   // Each (phase, sender, receivers) in buckets of consecutive boxes by stream: the same on the
@@ -176,14 +182,17 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
       out.messages.push_back(std::move(msg));
       msg = {};
     };
+    // Chains, not trees (group 0): a tree's leaders send every message twice, which pays for one
+    // op alone (its depth) but not among a model's thousands of multicasts, which keep every
+    // link busy anyway: a tree's hub would carry a TP rank's share of the model many times.
     for (Seg& s : segs) {
       if (s.bytes > bucket) {
         flush();
         out.messages.push_back({std::get<0>(k),
                                 OpKind::Multicast,
                                 std::get<1>(k),
-                                std::get<2>(k),
-                                std::get<3>(k),
+                                *s.order,
+                                0,
                                 s.stream,
                                 false,
                                 s.bytes,
@@ -194,8 +203,7 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
       if (msg.segments.empty()) {
         msg.phase = std::get<0>(k);
         msg.root = std::get<1>(k);
-        msg.peers = std::get<2>(k);
-        msg.group = std::get<3>(k);
+        msg.peers = *s.order;
         msg.stream = s.stream;
       }
       msg.bytes += s.bytes;
