@@ -37,18 +37,16 @@ def swiglu(t, p, hidden, inter, dtype):
     t[f"{p}.down_proj.weight"] = ([hidden, inter], dtype)
 
 
-def gpt2_small():
-    """GPT-2 124M (openai-community/gpt2): n_layer 12, n_embd 768, n_head 12, n_inner 3072,
-    vocab 50257, n_positions 1024, LayerNorm with biases, biases on every linear, GELU MLP, tied
-    lm_head (not in the checkpoint). Written with Llama-style names and q/k/v split (HF GPT-2's
-    Conv1D c_attn is fused and stored [in, out], transposed against every other model)."""
-    h, f, v, n, layers, dt = 768, 3072, 50257, 1024, 12, "F32"
+def gpt2(layers, h, heads, f, v=50257, n=1024, dt="F32"):
+    """The GPT-2 layout: LayerNorm with biases, biases on every linear, GELU MLP, tied lm_head
+    (not in the checkpoint). Written with Llama-style names and q/k/v split (HF GPT-2's Conv1D
+    c_attn is fused and stored [in, out], transposed against every other model)."""
     t = {"model.embed_tokens.weight": ([v, h], dt), "model.embed_positions.weight": ([n, h], dt)}
     for i in range(layers):
         p = f"model.layers.{i}"
         t[f"{p}.input_layernorm.weight"] = ([h], dt)
         t[f"{p}.input_layernorm.bias"] = ([h], dt)
-        llama_attention(t, p, h, 12, 12, 64, dt, bias=True, out_bias=True)
+        llama_attention(t, p, h, heads, heads, h // heads, dt, bias=True, out_bias=True)
         t[f"{p}.post_attention_layernorm.weight"] = ([h], dt)
         t[f"{p}.post_attention_layernorm.bias"] = ([h], dt)
         t[f"{p}.mlp.up_proj.weight"] = ([f, h], dt)
@@ -58,6 +56,26 @@ def gpt2_small():
     t["model.norm.weight"] = ([h], dt)
     t["model.norm.bias"] = ([h], dt)
     return t
+
+
+def gpt2_small():
+    """GPT-2 124M (openai-community/gpt2): n_layer 12, n_embd 768, n_head 12, n_inner 3072,
+    vocab 50257, n_positions 1024; F32 (a trainer's master copy)."""
+    return gpt2(12, 768, 12, 3072)
+
+
+def gpt2_medium():
+    """GPT-2 355M (openai-community/gpt2-medium): n_layer 24, n_embd 1024, n_head 16, n_inner
+    4096, vocab 50257, n_positions 1024; F32 (a trainer's master copy). 388 tensors: the
+    emulated-cluster benchmark's model (bench/run-sync.sh)."""
+    return gpt2(24, 1024, 16, 4096)
+
+
+def gpt2_deep_narrow():
+    """Synthetic (no published model): the GPT-2 layout at 64 layers of width 256 (4 heads, MLP
+    1024), 1,028 tensors of which 768 are norms and biases of 256 to 1,024 elements; F32. The
+    shared-memory benchmark's many-small-tensors case."""
+    return gpt2(64, 256, 4, 1024)
 
 
 def qwen25_05b():
@@ -145,6 +163,8 @@ def deepseek_v3():
 
 MODELS = {
     "gpt2-small": gpt2_small,
+    "gpt2-medium": gpt2_medium,
+    "gpt2-deep-narrow": gpt2_deep_narrow,
     "qwen2.5-0.5b": qwen25_05b,
     "moe-tiny": moe_tiny,
     "qwen3-235b-a22b": qwen3_235b,

@@ -32,38 +32,41 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// A mode as steps run one after the other, each one sync of some tensors (fused: one step of
-// all; per-tensor: a step per tensor; gather: two per tensor, through a buffer on one device).
+// A mode as steps run one after the other, each one sync of some tensors. fused: one step of
+// all. per-tensor: a step per tensor. gather: per tensor, a gather on the first device of its
+// source mesh, a broadcast of the whole tensor from there to every generator (each receives all
+// of it, as RL frameworks' broadcasts do), then each generator's own slice, copied locally.
+enum class Buffer { Source, Target, Gathered, Whole };
 struct Step {
   std::vector<TensorMove> moves;
-  std::vector<int> tensor;   // per move: the model tensor it reads from or writes to
-  std::vector<int> through;  // per move: -1, or the gather buffer it fills (0) / reads (1)
+  std::vector<int> tensor;  // per move: the model tensor it moves
+  Buffer from = Buffer::Source, to = Buffer::Target;
 };
 
 std::vector<Step> steps_of(const ModelManifest& m, const std::string& mode) {
   std::vector<Step> steps;
   const auto n = static_cast<int>(m.moves.size());
   if (mode == "fused") {
-    Step s;
-    s.moves = m.moves;
+    Step s{m.moves, {}};
     for (int i = 0; i < n; ++i) s.tensor.push_back(i);
-    s.through.assign(m.moves.size(), -1);
     steps.push_back(std::move(s));
     return steps;
   }
   for (int i = 0; i < n; ++i) {
     const TensorMove& t = m.moves[static_cast<std::size_t>(i)];
     if (mode == "per-tensor") {
-      steps.push_back({{t}, {i}, {-1}});
+      steps.push_back({{t}, {i}});
       continue;
     }
-    // gather: the whole tensor on the first device of its source mesh, then to every generator.
-    const int first = t.src.mesh().devices().front();
-    const Layout whole =
+    const std::string replicated(t.src.shape().size(), 'R');
+    const Layout one =
         Layout::parse(t.src.shape(), t.src.dtype(),
-                      "1@" + std::to_string(first) + ":" + std::string(t.src.shape().size(), 'R'));
-    steps.push_back({{{t.name, t.src, whole}}, {i}, {0}});
-    steps.push_back({{{t.name, whole, t.dst}}, {i}, {1}});
+                      "1@" + std::to_string(t.src.mesh().devices().front()) + ":" + replicated);
+    const Layout every(t.dst.shape(), t.dst.dtype(), t.dst.mesh(),
+                       ShardingSpec(std::vector<std::vector<int>>(t.dst.shape().size())));
+    steps.push_back({{{t.name, t.src, one}}, {i}, Buffer::Source, Buffer::Gathered});
+    steps.push_back({{{t.name, one, every}}, {i}, Buffer::Gathered, Buffer::Whole});
+    steps.push_back({{{t.name, every, t.dst}}, {i}, Buffer::Whole, Buffer::Target});
   }
   return steps;
 }
@@ -152,7 +155,7 @@ struct RunResult {
 RunResult run_device(const Loaded& l, Communicator& comm, int iters, bool verify) {
   const int me = comm.rank();
   const auto& moves = l.model.moves;
-  std::vector<std::vector<std::byte>> src(moves.size()), dst(moves.size()), gathered(moves.size());
+  std::vector<std::vector<std::byte>> src(moves.size()), dst(moves.size());
   for (std::size_t i = 0; i < moves.size(); ++i) {
     const TensorMove& t = moves[i];
     if (t.src.mesh().contains(me)) {
@@ -173,12 +176,23 @@ RunResult run_device(const Loaded& l, Communicator& comm, int iters, bool verify
     if (t.dst.mesh().contains(me))
       dst[i].resize(static_cast<std::size_t>(t.dst.local_elements(me)) * dtype_size(t.dst.dtype()));
   }
+  // The gather mode's two scratch buffers (one tensor at a time), as large as the largest.
+  std::int64_t largest = 0;
+  for (const TensorMove& t : moves) largest = std::max(largest, t.src.bytes());
+  std::vector<std::byte> gathered, whole;
   RunResult r;
   const auto t0 = Clock::now();
   std::vector<SyncPlan> plans;
   for (const Step& s : l.steps) plans.push_back(plan_sync(s.moves, me, l.topology, l.options));
   r.plan_seconds = since(t0);
-  auto ptr = [](std::vector<std::byte>& b) -> void* { return b.empty() ? nullptr : b.data(); };
+  auto buffer = [&](Buffer b, std::size_t i) -> void* {
+    std::vector<std::byte>& v = b == Buffer::Source     ? src[i]
+                                : b == Buffer::Target   ? dst[i]
+                                : b == Buffer::Gathered ? gathered
+                                                        : whole;
+    if (b >= Buffer::Gathered && v.empty()) v.resize(static_cast<std::size_t>(largest));
+    return v.empty() ? nullptr : v.data();
+  };
   for (int it = -1; it < iters; ++it) {  // iteration -1 warms up
     comm.barrier();
     const auto start = Clock::now();
@@ -188,11 +202,8 @@ RunResult run_device(const Loaded& l, Communicator& comm, int iters, bool verify
       std::vector<void*> out;
       for (std::size_t j = 0; j < s.moves.size(); ++j) {
         const auto i = static_cast<std::size_t>(s.tensor[j]);
-        auto& g = gathered[i];
-        if (s.through[j] == 0 && s.moves[j].dst.mesh().contains(me))
-          g.resize(static_cast<std::size_t>(moves[i].src.bytes()));
-        in.push_back(s.through[j] == 1 ? ptr(g) : ptr(src[i]));
-        out.push_back(s.through[j] == 0 ? ptr(g) : ptr(dst[i]));
+        in.push_back(s.moves[j].src.mesh().contains(me) ? buffer(s.from, i) : nullptr);
+        out.push_back(s.moves[j].dst.mesh().contains(me) ? buffer(s.to, i) : nullptr);
       }
       sync(plans[k], comm.world(), in, out);
     }

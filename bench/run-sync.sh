@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# `meshcast sync` measured, every mode in the same run: writes docs/data/sync-*.json, then
+# bench/sync_report.py writes docs/sync.md and docs/img/sync-*.png.
+#  1. emulated cluster (bench/cluster/cluster.sh: 4 hosts x 2 ranks, 1 Gbit/s per host): GPT-2
+#     medium (388 tensors, 1.42 GB of f32) from a trainer of tp=2 x pp=2 (hosts 0-1) to
+#     generators of tp=2 x dp=2 (hosts 2-3): fused, per-tensor, gather, fused with a bf16 cast;
+#  2. shared memory, 8 ranks (no emulation): the synthetic 1,028-tensor model, mostly norms and
+#     biases: fused, per-tensor, gather;
+#  3. --predict at scale: Qwen3-235B-A22B (64 -> 64) and DeepSeek-V3 (128 -> 128) on the H100
+#     cluster and GB200 NVL72 topologies, every mode.
+#
+#   bench/run-sync.sh                 # ~15 minutes on 2 cores
+#   PARTS="predict" bench/run-sync.sh  # only part 3 (seconds)
+#
+# Environment: BUILD_DIR (build/default), ITERS (2: emulated), SHM_ITERS (5), PARTS ("emulated
+# shm predict"), PYTHON (an interpreter with matplotlib). Part 1 needs root (namespaces).
+# Exits non-zero if a run failed or any element was wrong.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+# shellcheck source=bench/mpirun-shm.sh
+source bench/mpirun-shm.sh
+# shellcheck source=bench/python.sh
+source bench/python.sh
+build=${BUILD_DIR:-build/default}
+parts=${PARTS:-emulated shm predict}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" -j2 --target meshcast_cli
+mc=$build/bin/meshcast
+mkdir -p docs/data
+status=0
+
+# run NAME COMMAND...: the one JSON line of a run into docs/data/sync-NAME.json
+run() {
+  local name=$1
+  shift
+  echo "== $name: $*" >&2
+  local out
+  out=$("$@" | grep '^{') || status=1
+  [[ -n $out ]] || { echo "   no result" >&2; status=1; return; }
+  printf '%s\n' "$out" >"docs/data/sync-$name.json"
+  python3 -c 'import json,sys; o=json.loads(sys.argv[1])
+print("   %s: %.3f s (predicted %.3f, link bound %.3f), verified %s" % (o["mode"],
+      o.get("seconds", 0), o["predicted_seconds"], o["link_bound_seconds"], o.get("verified")))
+if "verified" in o and not o["verified"]: sys.exit(1)' "$out" >&2 || status=1
+}
+
+if [[ " $parts " == *" emulated "* ]]; then
+  emu=(bench/cluster/cluster.sh run --hosts 4 --ranks-per-host 2 --rate 1gbit --)
+  args=(--model models/gpt2-medium.json --system models/systems/tp2pp2-to-tp2dp2.json
+        --topology meshes/emulated-4x2.json --backend mpi --iters "${ITERS:-2}" --verify --json)
+  run emulated-fused "${emu[@]}" "$mc" sync "${args[@]}" --mode fused
+  run emulated-per-tensor "${emu[@]}" "$mc" sync "${args[@]}" --mode per-tensor
+  run emulated-gather "${emu[@]}" "$mc" sync "${args[@]}" --mode gather
+  run emulated-fused-bf16 "${emu[@]}" "$mc" sync "${args[@]}" --mode fused --cast bf16
+fi
+
+if [[ " $parts " == *" shm "* ]]; then
+  args=(--model models/gpt2-deep-narrow.json --system models/systems/tp2pp2-to-tp2dp2.json
+        --backend mpi --iters "${SHM_ITERS:-5}" --verify --json)
+  for mode in fused per-tensor gather; do
+    run "shm-$mode" mpirun_shm -np 8 "$mc" sync "${args[@]}" --mode "$mode"
+  done
+fi
+
+if [[ " $parts " == *" predict "* ]]; then
+  for model in qwen3-235b-a22b:qwen3-235b deepseek-v3:deepseek-v3; do
+    for topo in h100-cluster gb200-nvl72; do
+      for mode in fused per-tensor gather; do
+        run "predict-${model%%:*}-$topo-$mode" "$mc" sync --model "models/${model%%:*}.json" \
+          --system "models/systems/${model##*:}.json" --topology "meshes/$topo.json" \
+          --mode "$mode" --predict --json
+      done
+    done
+  done
+fi
+
+"$python" bench/sync_report.py docs/data/sync-*.json || status=1
+exit $status

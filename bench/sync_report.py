@@ -1,0 +1,174 @@
+"""Writes docs/sync.md and docs/img/sync-*.png from the runs of bench/run-sync.sh
+(docs/data/sync-*.json: one `meshcast sync --json` object each).
+
+    python3 bench/sync_report.py docs/data/sync-*.json
+"""
+import json
+import os
+import sys
+
+from report_common import pyplot
+
+# NCCL M2N's published GB200 NVL72 measurements for the same configurations (ms).
+M2N = {
+    "qwen3-235b-a22b": {"hierarchical": 988.75, "direct": 2175.16},
+    "deepseek-v3": {"hierarchical": 1447.44, "direct": 3837.74},
+}
+MODES = ["fused", "per-tensor", "gather"]
+
+
+def load(paths):
+    runs = {}
+    for p in paths:
+        name = os.path.basename(p)[len("sync-"):-len(".json")]
+        with open(p) as f:
+            runs[name] = json.loads(f.read())
+    return runs
+
+
+def ms(s):
+    return f"{s * 1e3:,.0f} ms" if s < 10 else f"{s:,.1f} s"
+
+
+def measured_table(runs, prefix, out):
+    fused = runs.get(f"{prefix}-fused")
+    out.append("| mode | tensors | median | predicted | link bound | link bound / median "
+               "| median / fused's |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    for name in [f"{prefix}-{m}" for m in MODES] + [f"{prefix}-fused-bf16"]:
+        r = runs.get(name)
+        if not r:
+            continue
+        label = r["mode"] + (f" + cast {r['cast']}" if r.get("cast") else "")
+        vs = f"{r['seconds'] / fused['seconds']:.2f}" if fused else "n/a"
+        out.append(
+            f"| {label} | {r['tensors']} | {ms(r['seconds'])} | {ms(r['predicted_seconds'])} | "
+            f"{ms(r['link_bound_seconds'])} | {r['link_bound_seconds'] / r['seconds']:.2f} | "
+            f"{vs} |")
+        if not r.get("verified"):
+            out.append(f"| (not verified: {r.get('mismatches')} mismatches) | | | | | | |")
+    return fused
+
+
+def plot_measured(plt, runs, prefix, title, path):
+    names = [n for n in [f"{prefix}-{m}" for m in MODES] + [f"{prefix}-fused-bf16"] if n in runs]
+    if not names:
+        return
+    labels = [runs[n]["mode"] + (" + bf16" if runs[n].get("cast") else "") for n in names]
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    secs = [runs[n]["seconds"] for n in names]
+    ax.bar(labels, secs, color=["#1f77b4", "#ff7f0e", "#d62728", "#2ca02c"][: len(names)])
+    bound = runs[names[0]]["link_bound_seconds"]
+    ax.axhline(bound, color="black", linestyle="--", linewidth=1,
+               label=f"link bound (f32): {ms(bound)}")
+    for i, s in enumerate(secs):
+        ax.text(i, s, ms(s), ha="center", va="bottom", fontsize=9)
+    ax.set_ylabel("median seconds per sync")
+    ax.set_ylim(0, max(secs) * 1.15)
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_scale(plt, runs, path):
+    cases = [("qwen3-235b-a22b", "Qwen3-235B-A22B\n64 -> 64"), ("deepseek-v3", "DeepSeek-V3\n128 -> 128")]
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    width = 0.2
+    series = [("meshcast fused, predicted", lambda m: runs.get(f"predict-{m}-gb200-nvl72-fused", {}).get("predicted_seconds")),
+              ("meshcast fused, link bound", lambda m: runs.get(f"predict-{m}-gb200-nvl72-fused", {}).get("link_bound_seconds")),
+              ("NCCL M2N hierarchical, measured", lambda m: M2N[m]["hierarchical"] / 1e3),
+              ("NCCL M2N direct, measured", lambda m: M2N[m]["direct"] / 1e3)]
+    for k, (label, get) in enumerate(series):
+        xs = [i + (k - 1.5) * width for i in range(len(cases))]
+        ys = [get(m) or 0 for m, _ in cases]
+        ax.bar(xs, ys, width, label=label, hatch="//" if "M2N" in label else None)
+    ax.set_xticks(range(len(cases)), [c[1] for c in cases])
+    ax.set_ylabel("seconds per sync")
+    ax.set_title("GB200 NVL72: meshcast's prediction beside NCCL M2N's measurements", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(paths):
+    runs = load(paths)
+    out = ["# Whole-model sync: measured",
+           "",
+           "Written by `bench/run-sync.sh` (bench/sync_report.py) from docs/data/sync-*.json. "
+           "Every mode of a table ran in the same session, one after the other, on this "
+           "2-core machine; every element of every tensor on every generator was checked "
+           "(`--verify`). How sync works: docs/design.md, \"Whole-model sync\"; the command: "
+           "docs/cli.md, `meshcast sync`.",
+           "",
+           "Modes: **fused** plans the whole model as one sync (boxes coalesced per sender and "
+           "receivers, senders rotated over every replica, at most `--max-staging-bytes` of "
+           "packing memory in flight); **per-tensor** runs one meshcast plan per tensor, one "
+           "after the other; **gather** gathers each tensor on the first trainer of its stage "
+           "and broadcasts the whole tensor from there to every generator, which keeps its "
+           "slice (what many RL frameworks do). The link bound is the busiest link's bytes over "
+           "its rate on the topology: no schedule of the fused plan's bytes is faster.",
+           ""]
+    emu = measured_table_block(runs, "emulated", out,
+                               "## Emulated cluster, 1 Gbit/s per host",
+                               "GPT-2 medium (388 tensors, 1.42 GB of f32 master weights) from a "
+                               "trainer of tp=2 x pp=2 on hosts 0-1 to generators of tp=2 x dp=2 "
+                               "on hosts 2-3 (bench/cluster/cluster.sh, 4 hosts x 2 MPI ranks, "
+                               "meshes/emulated-4x2.json), `--backend mpi`.",
+                               "sync-emulated.png")
+    shm = measured_table_block(runs, "shm", out,
+                               "## Shared memory, 8 ranks, many small tensors",
+                               "The synthetic 1,028-tensor model (models/gpt2-deep-narrow.json: "
+                               "768 of its tensors are norms and biases of 1-4 KiB) from tp=2 x "
+                               "pp=2 to tp=2 x dp=2, 8 MPI ranks on this host's shared memory (no "
+                               "emulation; 2 cores for 8 ranks). The link bound is the single-"
+                               "host topology's, not this machine's.",
+                               "sync-shm.png")
+    out += ["## At scale, predicted",
+            "",
+            "`meshcast sync --predict` on the topologies meshes/h100-cluster.json (8 H100 per host, "
+            "NVLink 450 GB/s per direction, a 400 Gbit/s NIC per GPU) and meshes/gb200-nvl72.json "
+            "(72 GPUs per NVLink domain at 900 GB/s, a 400 Gbit/s NIC per GPU). These are "
+            "predictions of the cost model, not measurements: no claim of speed rests on them.",
+            "",
+            "| model | topology | mode | predicted | link bound | busiest link | messages | plan per device |",
+            "|---|---|---|---:|---:|---|---:|---:|"]
+    for m in ["qwen3-235b-a22b", "deepseek-v3"]:
+        for topo in ["h100-cluster", "gb200-nvl72"]:
+            for mode in MODES:
+                r = runs.get(f"predict-{m}-{topo}-{mode}")
+                if r:
+                    out.append(f"| {m} ({r['tensors']} tensors) | {topo} | {mode} | "
+                               f"{ms(r['predicted_seconds'])} | {ms(r['link_bound_seconds'])} | "
+                               f"{r.get('busiest_link', '')} | {r['messages']:,} | "
+                               f"{ms(r['plan_seconds'])} |")
+    out += ["", "![prediction beside NCCL M2N](img/sync-scale.png)", ""]
+    plt = pyplot("sync_report")
+    if plt:
+        os.makedirs("docs/img", exist_ok=True)
+        plot_measured(plt, runs, "emulated", "GPT-2 medium, tp2 x pp2 -> tp2 x dp2, 1 Gbit/s hosts",
+                      "docs/img/sync-emulated.png")
+        plot_measured(plt, runs, "shm", "1,028 tensors, 8 ranks, shared memory",
+                      "docs/img/sync-shm.png")
+        plot_scale(plt, runs, "docs/img/sync-scale.png")
+    with open(os.path.join(os.path.dirname(__file__), "sync_commentary.md")) as f:
+        out.append(f.read().strip())
+    with open("docs/sync.md", "w") as f:
+        f.write("\n".join(out) + "\n")
+    bad = [n for n, r in runs.items() if "verified" in r and not r["verified"]]
+    return 1 if bad else 0
+
+
+def measured_table_block(runs, prefix, out, title, text, image):
+    if not any(n.startswith(prefix + "-") for n in runs):
+        return None
+    out += [title, "", text, ""]
+    fused = measured_table(runs, prefix, out)
+    out += ["", f"![{prefix}](img/{image})", ""]
+    return fused
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
