@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
-#include <deque>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -28,6 +27,7 @@
 #include "meshcast/plan.h"
 #include "meshcast/region.h"
 #include "meshcast/reshard.h"
+#include "meshcast/sync.h"
 
 namespace meshcast::training {
 namespace {
@@ -37,10 +37,16 @@ using nlohmann::json;
 
 constexpr const char* kFormat = "meshcast-checkpoint-2";
 constexpr std::int64_t kF32 = 4;
-// The bytes of source tiles a load holds in flight at once (beyond: it waits for the oldest move),
-// and the files it keeps open.
-constexpr std::int64_t kInFlightBytes = std::int64_t{256} << 20;
+// The files a load keeps open.
 constexpr std::size_t kOpenFiles = 64;
+// A load's syncs: every source tile has one holder, its sender (Broadcast: one multicast to every
+// device that needs a part of it). Small boxes (biases, norms) are coalesced into messages; a box
+// over 256 KiB travels unpacked, straight from the source tile into the target, so that large
+// weights are not copied through staging. Two syncs are in flight at once (see move_all()), each
+// staging at most 16 MiB.
+const SyncOptions kLoadSync{.plan = {.strategy = Strategy::Broadcast, .balance = Balance::None},
+                            .max_staging_bytes = std::int64_t{16} << 20,
+                            .bucket_bytes = std::int64_t{256} << 10};
 
 // ---- Agreeing on failures ----------------------------------------------------------------------
 
@@ -579,11 +585,24 @@ Layout source_layout(const Layout& saved, const std::vector<int>& world) {
       Layout(saved.shape(), DType::f32, Mesh(std::move(extents), std::move(placed)), saved.spec()));
 }
 
-// One saved tensor's move to this run's layout.
-struct Move {
-  std::string name;
-  Plan plan;     // from source_layout() to this run's layout (both with_moments())
-  Param* param;  // this device's, or null when it holds none
+// The most bytes a device holds of `layout` (its uneven splits rounded up): a bound that every
+// device computes alike, whatever it holds itself.
+std::int64_t largest_tile_bytes(const Layout& layout) {
+  std::int64_t elements = 1;
+  for (std::size_t i = 0; i < layout.ndim(); ++i) {
+    const std::int64_t parts = layout.splits(i);
+    elements *= (layout.shape()[i] + parts - 1) / parts;
+  }
+  return elements * static_cast<std::int64_t>(dtype_size(layout.dtype()));
+}
+
+// A load's moves: the saved tensors in the manifest's order (the same on every device), in
+// batches of consecutive tensors that each move as one sync.
+struct Moves {
+  // This device's part of each batch, from source_layout() to this run's layout (both
+  // with_moments()).
+  std::vector<SyncPlan> batches;
+  std::vector<Param*> params;  // per tensor: this device's, or null when it holds none
 };
 
 // This device's entry of what the run holds: the shape and layout of each parameter whose mesh it
@@ -596,10 +615,11 @@ std::string running_entry(Parameters& params, int me) {
   return entry.empty() ? "" : entry.dump();
 }
 
-// The moves of every saved tensor, in the manifest's order (the same on every device), from what
-// every device's running_entry() says; refuses a checkpoint of another model.
-std::vector<Move> plan_moves(const Manifest& m, const std::vector<std::string>& entries,
-                             Parameters& params, const std::vector<int>& world, int me) {
+// The moves of every saved tensor, from what every device's running_entry() says, in batches
+// whose source tiles take at most `batch_bytes` on any device; refuses a checkpoint of another
+// model.
+Moves plan_moves(const Manifest& m, const std::vector<std::string>& entries, Parameters& params,
+                 const std::vector<int>& world, int me, std::int64_t batch_bytes) {
   std::map<std::string, json> running;
   std::vector<std::string> order;
   for (const auto& text : entries) {
@@ -633,21 +653,32 @@ std::vector<Move> plan_moves(const Manifest& m, const std::vector<std::string>& 
                                               ", otherwise on the first device of its mesh");
     mine[p.name] = &p;
   }
-  std::vector<Move> moves;
+  Moves moves;
+  std::vector<TensorMove> batch;
+  std::int64_t bytes = 0;  // the batch's largest source tiles: at least what any device holds
+  const auto flush = [&] {
+    if (batch.empty()) return;
+    moves.batches.push_back(
+        plan_sync(std::exchange(batch, {}), me, Topology::single_host(), kLoadSync));
+    bytes = 0;
+  };
   for (const auto& name : m.order) {
     const Layout& saved = m.params.at(name);
-    const Layout target = with_moments(Layout::parse(
+    Layout target = with_moments(Layout::parse(
         saved.shape(), DType::f32, running.at(name).at("layout").get<std::string>(), "layout"));
     const auto held = mine.find(name);
     Param* param = held == mine.end() ? nullptr : held->second;
     if (!param && target.mesh().contains(me))
       throw ValidationError("checkpoint", "parameter " + name + " is laid out on device " +
                                               std::to_string(me) + ", which does not hold it");
-    moves.push_back({name,
-                     plan(source_layout(saved, world), target, Topology::single_host(),
-                          {Strategy::Broadcast, Balance::None}),
-                     param});
+    Layout source = source_layout(saved, world);
+    const std::int64_t size = largest_tile_bytes(source);
+    if (bytes + size > batch_bytes) flush();
+    bytes += size;
+    batch.push_back({name, std::move(source), std::move(target)});
+    moves.params.push_back(param);
   }
+  flush();
   return moves;
 }
 
@@ -702,40 +733,49 @@ void read_source(const Manifest& m, const std::string& name, const Box& tile, in
                                             box.str() + " (a file is missing from it)");
 }
 
-// Moves every saved tensor into `loaded` (per move: this device's target tile, see
-// with_moments()), each device reading its source tiles from the files. A device that cannot
-// read takes part all the same, so that none waits for a partner that gave up; it returns its
-// failure, for every device to agree on.
-std::unique_ptr<Error> move_all(const Manifest& m, const std::vector<Move>& moves,
-                                const Group& group, std::vector<std::vector<float>>& loaded) {
+// Moves every saved tensor into `loaded` (per tensor: this device's target tile, see
+// with_moments()), batch after batch, each device reading its source tiles of a batch from the
+// files while the previous batch moves. A device that cannot read takes part all the same, so
+// that none waits for a partner that gave up; it returns its failure, for every device to agree
+// on.
+std::unique_ptr<Error> move_all(const Manifest& m, const Moves& moves, const Group& group,
+                                std::vector<std::vector<float>>& loaded) {
   const int me = group.comm().rank();
   struct Moving {
-    std::vector<float> source;
-    Transfer transfer;  // destroyed first: it may still read `source`
+    std::vector<std::vector<float>> sources;  // per tensor of the batch
+    Transfer transfer;                        // destroyed first: it may still read `sources`
   };
-  std::deque<Moving> flight;
-  std::int64_t bytes = 0;  // of the sources in flight
+  Moving previous;
   std::map<int, File> files;
   std::unique_ptr<Error> failure;
-  for (std::size_t i = 0; i < moves.size(); ++i) {
-    const Move& mv = moves[i];
-    if (mv.param) loaded[i].resize(static_cast<std::size_t>(3 * mv.param->shard.volume()));
-    Moving& now = flight.emplace_back();
-    if (mv.plan.src().mesh().contains(me)) {
-      const Box tile = mv.plan.src().tile_of(me);
-      now.source.resize(static_cast<std::size_t>(tile.volume()));
-      if (!failure)
-        failure = attempt(false, [&] { read_source(m, mv.name, tile, me, now.source, files); });
+  std::size_t first = 0;  // the batch's first tensor
+  for (const SyncPlan& batch : moves.batches) {
+    const auto& tensors = batch.tensors();
+    Moving now;
+    now.sources.resize(tensors.size());
+    std::vector<const void*> src(tensors.size());
+    std::vector<void*> dst(tensors.size());
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const TensorMove& t = tensors[i];
+      std::vector<float>& source = now.sources[i];
+      if (t.src.mesh().contains(me)) {
+        const Box tile = t.src.tile_of(me);
+        source.resize(static_cast<std::size_t>(tile.volume()));
+        if (!failure)
+          failure = attempt(false, [&] { read_source(m, t.name, tile, me, source, files); });
+      }
+      std::vector<float>& target = loaded[first + i];
+      if (const Param* p = moves.params[first + i])
+        target.resize(static_cast<std::size_t>(3 * p->shard.volume()));
+      src[i] = source.data();
+      dst[i] = target.data();
     }
-    bytes += static_cast<std::int64_t>(now.source.size()) * kF32;
-    now.transfer = ireshard(mv.plan, group, now.source.data(), loaded[i].data());
-    while (bytes > kInFlightBytes) {
-      flight.front().transfer.wait();
-      bytes -= static_cast<std::int64_t>(flight.front().source.size()) * kF32;
-      flight.pop_front();
-    }
+    now.transfer = isync(batch, group, src, dst);
+    previous.transfer.wait();
+    previous = std::move(now);
+    first += tensors.size();
   }
-  for (Moving& f : flight) f.transfer.wait();
+  previous.transfer.wait();
   return failure;
 }
 
@@ -808,7 +848,11 @@ SavedCheckpoint find_checkpoint(const std::string& dir) {
 }
 
 std::int64_t load_checkpoint(Communicator& comm, const std::vector<int>& world, Parameters& params,
-                             const std::string& dir) {
+                             const std::string& dir, const LoadOptions& options, LoadStats* stats) {
+  if (options.batch_bytes < 1)
+    throw ValidationError("checkpoint.batch_bytes",
+                          "must be at least 1, got " + std::to_string(options.batch_bytes));
+  if (stats) *stats = {};
   const Group group = group_of(comm, world);
   Manifest m;
   std::int64_t step = -1;
@@ -831,21 +875,27 @@ std::int64_t load_checkpoint(Communicator& comm, const std::vector<int>& world, 
   phase(group, false, [&] { verify_files(group, m); });
 
   const auto entries = gather_entries(group, running_entry(params, comm.rank()));
-  std::vector<Move> moves;
-  phase(group, false, [&] { moves = plan_moves(m, entries, params, world, comm.rank()); });
+  Moves moves;
+  phase(group, false,
+        [&] { moves = plan_moves(m, entries, params, world, comm.rank(), options.batch_bytes); });
 
-  std::vector<std::vector<float>> loaded(moves.size());
+  std::vector<std::vector<float>> loaded(moves.params.size());
   comm.agree(group, move_all(m, moves, group, loaded).get());
 
   // Only now that every device read everything: a failed load leaves the parameters as they were.
-  for (std::size_t i = 0; i < moves.size(); ++i) {
-    Param* p = moves[i].param;
+  for (std::size_t i = 0; i < moves.params.size(); ++i) {
+    Param* p = moves.params[i];
     if (!p) continue;
     const auto n = static_cast<std::ptrdiff_t>(p->shard.volume());
     const auto at = loaded[i].begin();
     p->value.assign(at, at + n);
     p->m.assign(at + n, at + 2 * n);
     p->v.assign(at + 2 * n, at + 3 * n);
+  }
+  if (stats) {
+    stats->tensors = static_cast<std::int64_t>(moves.params.size());
+    stats->batches = static_cast<std::int64_t>(moves.batches.size());
+    for (const SyncPlan& batch : moves.batches) stats->messages += batch.stats().messages;
   }
   return step;
 }

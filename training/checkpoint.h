@@ -24,12 +24,15 @@
 // checksum and the type and range of every value are checked; then device k of n checks the size,
 // tiles and checksum of every n-th file.
 //
-// Loading reshards: every parameter moves from its saved layout to this run's layout with the
-// ordinary executor (meshcast::ireshard over the devices of `world`), whose source is the files:
-// each saved tile (its value, m and v) is read once, by the device that wrote it when that device
-// is in this run, else by another (several tiles merged into one when the saved tiles outnumber
-// this run's devices), and sent where this run holds it. So a checkpoint resumes on any mesh and
-// parallel configuration of the same model. Which model it is (beyond its parameters' names and
+// Loading reshards: every parameter moves from its saved layout to this run's layout, all of them
+// together as one sync (meshcast::plan_sync over the devices of `world`: each device plans its
+// own part, and the boxes that travel between the same devices are coalesced into messages),
+// whose source is the files: each saved tile (its value, m and v) is read once, by the device
+// that wrote it when that device is in this run, else by another (several tiles merged into one
+// when the saved tiles outnumber this run's devices), and sent where this run holds it. So a
+// checkpoint resumes on any mesh and parallel configuration of the same model. What a device
+// reads is bounded (LoadOptions::batch_bytes): a model larger than that moves in a few batches of
+// consecutive parameters, each one sync. Which model it is (beyond its parameters' names and
 // shapes) is the caller's to check against the description: see find_checkpoint().
 //
 // Each step that can fail ends with Communicator::agree over `world`: when any device failed,
@@ -56,14 +59,33 @@ namespace meshcast::training {
 void save_checkpoint(Communicator& comm, const std::vector<int>& world, Parameters& params,
                      std::int64_t step, const std::string& dir, const std::string& description);
 
+struct LoadOptions {
+  // The bytes of saved tiles (values and moments, as read from the files) that a device holds
+  // for one sync: the parameters move in batches of consecutive ones (in the manifest's order)
+  // whose tiles on any device take at most this much, one sync each, the next batch read while
+  // the previous one moves (so twice this in all; a parameter larger than it is a batch alone).
+  // The sync's own staging is bounded apart (meshcast::SyncOptions::max_staging_bytes).
+  std::int64_t batch_bytes = std::int64_t{128} << 20;
+};
+
+// What a load did on this device.
+struct LoadStats {
+  std::int64_t tensors = 0;   // parameters moved (every device counts all of them)
+  std::int64_t batches = 0;   // syncs, one plan_sync each (the same on every device)
+  std::int64_t messages = 0;  // this device's messages over them (meshcast::SyncStats)
+};
+
 // Loads DIR's newest checkpoint into `params` (values, m, v; gradients untouched) and returns
 // its step, or -1 when DIR has none (no step directory and no DIR/latest). Collective over
-// `world`. Throws ValidationError("checkpoint", ...) naming the file for a corrupt or partial
-// checkpoint (missing file, size, tile or checksum mismatch, an edited or unreadable manifest, a
+// `world`, every device with the same `options`; `stats` (when given) says what it did. Throws
+// ValidationError("checkpoint", ...) naming the file for a corrupt or partial checkpoint
+// (missing file, size, tile or checksum mismatch, an edited or unreadable manifest, a
 // DIR/latest whose checkpoints are gone) or one of another model (a parameter missing on either
-// side or of another shape); every device throws, and neither the disk nor `params` is modified.
+// side or of another shape); every device throws, and neither the disk nor `params` is
+// modified. ValidationError("checkpoint.batch_bytes") when it is below 1.
 std::int64_t load_checkpoint(Communicator& comm, const std::vector<int>& world, Parameters& params,
-                             const std::string& dir);
+                             const std::string& dir, const LoadOptions& options = {},
+                             LoadStats* stats = nullptr);
 
 // The checkpoint load_checkpoint() would load, its manifest checked (not its data files).
 struct SavedCheckpoint {

@@ -56,6 +56,20 @@ std::vector<Spec> model() {
   };
 }
 
+// Many small parameters: the test model's kinds, of uneven shapes, each with its own tag.
+std::vector<Spec> many() {
+  const auto kinds = model();
+  std::vector<Spec> specs;
+  for (int k = 0; k < 60; ++k) {
+    Spec s = kinds[static_cast<std::size_t>(k) % kinds.size()];
+    s.name = "many" + std::to_string(k) + "." + s.name;
+    for (auto& n : s.shape) n = n / 2 + 1 + k % 5;
+    s.tag = 100 + k;
+    specs.push_back(s);
+  }
+  return specs;
+}
+
 mt::ParallelConfig parallel(const std::vector<std::string>& stages) {
   mt::ParallelConfig p;
   p.stages.clear();
@@ -88,9 +102,14 @@ void for_each_element(const meshcast::Box& box, const std::vector<std::int64_t>&
 }
 
 int tag_of(const std::string& name) {
-  for (const Spec& s : model())
-    if (s.name == name) return s.tag;
-  return 99;
+  static const std::map<std::string, int> tags = [] {
+    std::map<std::string, int> out;
+    for (const auto& specs : {model(), many()})
+      for (const Spec& s : specs) out[s.name] = s.tag;
+    return out;
+  }();
+  const auto it = tags.find(name);
+  return it == tags.end() ? 99 : it->second;
 }
 
 // The value saved at `salt` (exact in f32); m is twice it, v three times.
@@ -158,12 +177,17 @@ void save(const mt::ParallelConfig& parallel, const std::string& dir, std::int64
 }
 
 // Loads into fresh parameters under `parallel` and checks every element against the values
-// saved at `salt`.
-void expect_loads(const mt::ParallelConfig& parallel, const std::string& dir, std::int64_t step,
-                  int salt) {
+// saved at `salt`; returns what each device says the load did.
+std::vector<mt::LoadStats> expect_loads(const mt::ParallelConfig& parallel, const std::string& dir,
+                                        std::int64_t step, int salt,
+                                        const std::vector<Spec>& specs = model(),
+                                        const mt::LoadOptions& options = {}) {
+  std::vector<mt::LoadStats> stats(static_cast<std::size_t>(parallel.devices()));
   expect_ok(run(parallel, [&](Communicator& comm, const std::vector<int>& world) {
-    Device dev(comm.rank(), parallel, model());
-    EXPECT_EQ(mt::load_checkpoint(comm, world, dev.params, dir), step);
+    Device dev(comm.rank(), parallel, specs);
+    EXPECT_EQ(mt::load_checkpoint(comm, world, dev.params, dir, options,
+                                  &stats[static_cast<std::size_t>(comm.rank())]),
+              step);
     for (const auto& p : dev.params.all()) {
       ASSERT_EQ(p.value.size(), static_cast<std::size_t>(p.shard.volume()));
       std::int64_t wrong = 0;
@@ -175,6 +199,7 @@ void expect_loads(const mt::ParallelConfig& parallel, const std::string& dir, st
       EXPECT_EQ(wrong, 0) << p.name << " on device " << comm.rank();
     }
   }));
+  return stats;
 }
 
 // Every file under `dir` (relative path -> contents), to tell whether anything changed.
@@ -271,6 +296,48 @@ TEST_F(Checkpoint, ReshardsAcrossParallelConfigurations) {
     save(parallel(c.saved), where, 7, 1);
     expect_loads(parallel(c.loaded), where, 7, 1);
   }
+}
+
+// A load plans all its parameters as one sync (per batch): each device sends its parts of many
+// parameters to a receiver in a few coalesced messages, not one per parameter.
+TEST_F(Checkpoint, LoadsManyParametersAsOneSync) {
+  const auto specs = many();
+  const auto count = static_cast<std::int64_t>(specs.size());
+  const std::string where = dir("many");
+  save(parallel({"dp=1"}), where, 5, 2, specs);  // device 0 writes every tile
+  const auto stats = expect_loads(parallel({"dp=2,tp=2"}), where, 5, 2, specs);
+  for (std::size_t i = 0; i < stats.size(); ++i) {
+    EXPECT_EQ(stats[i].tensors, count) << "device " << i;
+    EXPECT_EQ(stats[i].batches, 1) << "device " << i;
+  }
+  // Device 0 reads every tile and sends the 3 others their parts of all 60 parameters: at most
+  // one message to each set of receivers among them (the bytes fit in one).
+  EXPECT_GT(stats[0].messages, 0);
+  EXPECT_LE(stats[0].messages, 7);
+}
+
+// A load whose sources exceed LoadOptions::batch_bytes syncs in several batches of consecutive
+// parameters, every element still where it belongs; a bound below 1 is refused on every device.
+TEST_F(Checkpoint, LoadsInBatchesOfBoundedSourceBytes) {
+  const auto specs = many();
+  const auto count = static_cast<std::int64_t>(specs.size());
+  const std::string where = dir("batches");
+  save(parallel({"dp=2,grid=2x2x1"}), where, 5, 3, specs);
+  // A few small parameters a batch; the larger ones alone.
+  const auto loaded = parallel({"dp=1,grid=1x2x2", "dp=2"});
+  const auto stats = expect_loads(loaded, where, 5, 3, specs, {.batch_bytes = 2048});
+  for (std::size_t i = 0; i < stats.size(); ++i) {
+    EXPECT_EQ(stats[i].tensors, count) << "device " << i;
+    EXPECT_GT(stats[i].batches, 1) << "device " << i;
+    EXPECT_LT(stats[i].batches, count) << "device " << i;
+    EXPECT_EQ(stats[i].batches, stats[0].batches) << "device " << i;
+  }
+  expect_all_threw(run(loaded,
+                       [&](Communicator& comm, const std::vector<int>& world) {
+                         Device dev(comm.rank(), loaded, specs);
+                         mt::load_checkpoint(comm, world, dev.params, where, {.batch_bytes = 0});
+                       }),
+                   "V ", "checkpoint.batch_bytes");
 }
 
 TEST_F(Checkpoint, RoundTripIsBitExact) {
