@@ -32,6 +32,9 @@ struct PlanSize {
 PlanSize estimate_plan_size(const Layout& src, const Layout& dst, Strategy strategy,
                             Balance balance = Balance::Search);
 
+// Planning two moves in one process, one after the other, keeping both (a sync's tensors): boxes,
+// ops and their bytes add up, the process's own memory counts once.
+PlanSize combined(const PlanSize& a, const PlanSize& b);
 // The memory bound in force: `max_bytes` (PlanOptions::max_plan_bytes) if > 0, else
 // limits().plan_memory_bytes.
 std::int64_t plan_memory_bound(std::int64_t max_bytes);

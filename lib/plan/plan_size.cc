@@ -51,6 +51,11 @@ double shared_devices(const Mesh& a, const Mesh& b) {
 
 }  // namespace
 
+namespace {
+// The process itself (code, libraries: about 11 MiB resident before planning).
+constexpr double kProcessBytes = 16 << 20;
+}  // namespace
+
 PlanSize estimate_plan_size(const Layout& src, const Layout& dst, Strategy strategy,
                             Balance balance) {
   if (strategy == Strategy::Auto) {
@@ -97,10 +102,18 @@ PlanSize estimate_plan_size(const Layout& src, const Layout& dst, Strategy strat
   if (balance == Balance::Greedy) per_op = 320 + 32 * ndim;
   if (balance == Balance::Search) per_op = 640 + 48 * ndim, per_int = 16;
   // Per device: the schedule's and the cost model's link arrays, pricing's, the byte accounts;
-  // and the process itself (code, libraries: about 11 MiB resident before planning).
+  // and the process itself.
   const auto devices = static_cast<double>(src.mesh().size() + dst.mesh().size());
-  e.bytes = e.ops * per_op + e.boxes * ints * per_int + devices * 448 + (16 << 20);
+  e.bytes = e.ops * per_op + e.boxes * ints * per_int + devices * 448 + kProcessBytes;
   return e;
+}
+
+PlanSize combined(const PlanSize& a, const PlanSize& b) {
+  PlanSize c = a;
+  c.boxes += b.boxes;
+  c.ops += b.ops;
+  c.bytes += b.bytes - kProcessBytes;  // one process plans both
+  return c;
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include "lib/plan/task_ops.h"
 #include "meshcast/cost.h"
 #include "meshcast/error.h"
+#include "meshcast/plan_size.h"
 #include "meshcast/sync.h"
 #include "meshcast/task.h"
 
@@ -103,6 +104,15 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
     key[t + 1] = key[t] + grid.size();
   }
   const std::int64_t total = std::max<std::int64_t>(1, offset.back());
+  // The whole sync's size, before any work: the bound a single plan has, for all tensors at once
+  // (a device's part is smaller; the whole is what predict_sync builds).
+  PlanSize size;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const PlanSize e =
+        estimate_plan_size(tensors[t].src, planned(t), options.plan.strategy, Balance::Local);
+    size = t == 0 ? e : combined(size, e);
+  }
+  if (!tensors.empty()) check_plan_size(size, options.plan.max_plan_bytes);
 
   // phase, root, receivers (sorted): a chain's order differs from box to box (rotate_chain),
   // a message takes its first box's.
