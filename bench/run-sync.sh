@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `meshcast sync` measured, every mode in the same run: writes docs/data/sync-*.json, then
 # bench/sync_report.py writes docs/sync.md and docs/img/sync-*.png.
-#  1. emulated cluster (bench/cluster/cluster.sh: 4 hosts x 2 ranks, 1 Gbit/s per host): GPT-2
-#     medium (388 tensors, 1.42 GB of f32) from a trainer of tp=2 x pp=2 (hosts 0-1) to
-#     generators of tp=2 x dp=2 (hosts 2-3): fused, per-tensor, gather, fused with a bf16 cast;
+#  1. emulated cluster (bench/cluster/cluster.sh: 4 hosts x 2 ranks, 1 Gbit/s per host), a
+#     trainer of tp=2 x pp=2 (hosts 0-1) to generators of tp=2 x dp=2 (hosts 2-3): GPT-2 medium
+#     (388 tensors, 1.42 GB of f32) and the synthetic 1,028-tensor model (255 MB, mostly norms
+#     and biases), each fused, per-tensor, gather, and fused with a bf16 cast;
 #  2. shared memory, 8 ranks (no emulation): the synthetic 1,028-tensor model, mostly norms and
 #     biases: fused, per-tensor, gather;
 #  3. --predict at scale: Qwen3-235B-A22B (64 -> 64) and DeepSeek-V3 (128 -> 128) on the H100
@@ -47,12 +48,15 @@ if "verified" in o and not o["verified"]: sys.exit(1)' "$out" >&2 || status=1
 
 if [[ " $parts " == *" emulated "* ]]; then
   emu=(bench/cluster/cluster.sh run --hosts 4 --ranks-per-host 2 --rate 1gbit --)
-  args=(--model models/gpt2-medium.json --system models/systems/tp2pp2-to-tp2dp2.json
-        --topology meshes/emulated-4x2.json --backend mpi --iters "${ITERS:-2}" --verify --json)
-  run emulated-fused "${emu[@]}" "$mc" sync "${args[@]}" --mode fused
-  run emulated-per-tensor "${emu[@]}" "$mc" sync "${args[@]}" --mode per-tensor
-  run emulated-gather "${emu[@]}" "$mc" sync "${args[@]}" --mode gather
-  run emulated-fused-bf16 "${emu[@]}" "$mc" sync "${args[@]}" --mode fused --cast bf16
+  for case in emulated:gpt2-medium emulated-narrow:gpt2-deep-narrow; do
+    name=${case%%:*}
+    args=(--model "models/${case##*:}.json" --system models/systems/tp2pp2-to-tp2dp2.json
+          --topology meshes/emulated-4x2.json --backend mpi --iters "${ITERS:-2}" --verify --json)
+    run "$name-fused" "${emu[@]}" "$mc" sync "${args[@]}" --mode fused
+    run "$name-per-tensor" "${emu[@]}" "$mc" sync "${args[@]}" --mode per-tensor
+    run "$name-gather" "${emu[@]}" "$mc" sync "${args[@]}" --mode gather
+    run "$name-fused-bf16" "${emu[@]}" "$mc" sync "${args[@]}" --mode fused --cast bf16
+  done
 fi
 
 if [[ " $parts " == *" shm "* ]]; then

@@ -118,6 +118,12 @@ def main(paths):
                                "on hosts 2-3 (bench/cluster/cluster.sh, 4 hosts x 2 MPI ranks, "
                                "meshes/emulated-4x2.json), `--backend mpi`.",
                                "sync-emulated.png")
+    measured_table_block(runs, "emulated-narrow", out,
+                         "### The same, many small tensors",
+                         "The synthetic 1,028-tensor model (models/gpt2-deep-narrow.json: 255 MB "
+                         "of f32, 768 of its tensors norms and biases of 1-4 KiB) on the same "
+                         "hosts and layouts.",
+                         "sync-emulated-narrow.png")
     shm = measured_table_block(runs, "shm", out,
                                "## Shared memory, 8 ranks, many small tensors",
                                "The synthetic 1,028-tensor model (models/gpt2-deep-narrow.json: "
@@ -150,6 +156,9 @@ def main(paths):
         os.makedirs("docs/img", exist_ok=True)
         plot_measured(plt, runs, "emulated", "GPT-2 medium, tp2 x pp2 -> tp2 x dp2, 1 Gbit/s hosts",
                       "docs/img/sync-emulated.png")
+        plot_measured(plt, runs, "emulated-narrow",
+                      "1,028 tensors (synthetic), tp2 x pp2 -> tp2 x dp2, 1 Gbit/s hosts",
+                      "docs/img/sync-emulated-narrow.png")
         plot_measured(plt, runs, "shm", "1,028 tensors, 8 ranks, shared memory",
                       "docs/img/sync-shm.png")
         plot_scale(plt, runs, "docs/img/sync-scale.png")

@@ -39,6 +39,11 @@ struct SyncOptions {
   // The largest coalesced message: 0 picks min(4 MiB, max_staging_bytes / 4), so that several
   // messages are in flight (links stay busy) while others are packed.
   std::int64_t bucket_bytes = 0;
+  // Boxes of at most this many bytes (and at most a bucket) are packed into shared messages;
+  // larger ones travel alone, straight from the source buffer into the targets' (no copy), unless
+  // they are cast. Packing costs two copies and saves a message: worth it for small boxes
+  // (norms, biases), not for a weight matrix.
+  std::int64_t pack_bytes = std::int64_t{64} << 10;
 };
 
 // What one device does in a sync, and what a whole sync costs.

@@ -29,6 +29,8 @@ void check(const std::vector<TensorMove>& tensors, const SyncOptions& o) {
                           "must be at least 8, got " + std::to_string(o.max_staging_bytes));
   if (o.bucket_bytes < 0)
     throw ValidationError("bucket_bytes", "must be >= 0, got " + std::to_string(o.bucket_bytes));
+  if (o.pack_bytes < 0)
+    throw ValidationError("pack_bytes", "must be >= 0, got " + std::to_string(o.pack_bytes));
   std::unordered_set<std::string_view> names;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const TensorMove& t = tensors[i];
@@ -86,6 +88,7 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
             const SyncOptions& options) {
   check(tensors, options);
   const std::int64_t bucket = bucket_of(options);
+  const std::int64_t pack = std::min(options.pack_bytes, bucket);
   // Stream space: tensor t's ops take [offset_t, offset_t + tasks_t * slots_t) with slots_t the
   // most any strategy uses, so that every device numbers them alike without pricing tensors it
   // does not take part in; the pieces of a split box take further multiples of the total.
@@ -122,6 +125,7 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
     SyncPlan::Segment seg;
     std::int64_t bytes;
     const std::vector<int>* order;  // the op's receivers, in chain order
+    bool convert;                   // read from the source and cast: must be packed
   };
   std::vector<std::vector<Op>> kept;  // the ops the segments' orders point into
   std::map<Key, std::vector<Seg>> coalesced;
@@ -166,7 +170,8 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
         continue;
       }
       const std::int64_t bytes = op.box.volume() * wire;
-      if (bytes > bucket && cast && !op.from_dst) {
+      const bool convert = cast && !op.from_dst;
+      if (bytes > bucket && convert) {
         split_box(op.box, std::max<std::int64_t>(1, bucket / wire), pieces);
       } else {
         pieces.push_back(op.box);
@@ -177,12 +182,13 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
         coalesced[k].push_back({stream + static_cast<std::int64_t>(p) * total,
                                 {tensor, pieces[p], op.from_dst},
                                 pieces[p].volume() * wire,
-                                &op.peers});
+                                &op.peers,
+                                convert});
     }
   }
   // Each (phase, sender, receivers) in buckets of consecutive boxes by stream: the same on the
-  // sender and every receiver, which see the same boxes. A box larger than a bucket travels
-  // alone, unpacked (a cast one was split above).
+  // sender and every receiver, which see the same boxes. A box over pack_bytes travels alone,
+  // unpacked, unless it is cast (then it was sliced above into pieces of at most a bucket).
   for (auto& [k, segs] : coalesced) {
     std::sort(segs.begin(), segs.end(),
               [](const Seg& a, const Seg& b) { return a.stream < b.stream; });
@@ -196,7 +202,7 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
     // op alone (its depth) but not among a model's thousands of multicasts, which keep every
     // link busy anyway: a tree's hub would carry a TP rank's share of the model many times.
     for (Seg& s : segs) {
-      if (s.bytes > bucket) {
+      if (s.bytes > pack && !s.convert) {
         flush();
         out.messages.push_back({std::get<0>(k),
                                 OpKind::Multicast,
