@@ -31,13 +31,14 @@ struct SyncOptions {
   // Per tensor: the strategy (auto by default), the chunk; senders by Balance::Local (none
   // keeps the first holder). Greedy and search need a tensor's whole plan and give way to local.
   PlanOptions plan{.balance = Balance::Local};
-  // Packing memory in flight per device (send and receive staging together), >= 8 and at least
+  // Packing memory in flight per device and sync (send and receive staging together, each
+  // message's rounded up to 64 bytes, and the chain engine's own staging of a strided box sent
+  // to several receivers, at most TransportCaps::chain_staging_bytes): >= 8, and at least
   // addends x element size for a partial-sum source (its root stages the addends together). A
-  // single box larger than a bucket travels unpacked (uncast tensors) or in slices (cast ones,
-  // and the sums of a partial-sum source).
+  // bound below a chain's staging lets one such box through at a time, alone.
   std::int64_t max_staging_bytes = std::int64_t{64} << 20;
-  // The largest coalesced message: 0 picks min(4 MiB, max_staging_bytes / 4), so that several
-  // messages are in flight (links stay busy) while others are packed.
+  // The largest coalesced message, 0 or >= 8: 0 picks min(4 MiB, max_staging_bytes / 4), so that
+  // several messages are in flight (links stay busy) while others are packed.
   std::int64_t bucket_bytes = 0;
   // Boxes of at most this many bytes (and at most a bucket) are packed into shared messages;
   // larger ones travel alone, straight from the source buffer into the targets' (no copy), unless
@@ -128,6 +129,10 @@ SyncStats predict_sync(const std::vector<TensorMove>& tensors,
 // group). Throws as reshard(), and ValidationError("src[3]") for a missing buffer.
 void sync(const SyncPlan& plan, const Group& group, std::span<const void* const> src,
           std::span<void* const> dst);
+// isync moves only inside its own test()/wait() (and a later reservation of its tags): syncs
+// (and multi-phase reshards) in flight together must be waited in the same order on every
+// device, or all driven with test() until done, else one device may wait on a message its peer
+// has not posted yet.
 Transfer isync(const SyncPlan& plan, const Group& group, std::span<const void* const> src,
                std::span<void* const> dst);
 

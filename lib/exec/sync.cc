@@ -21,6 +21,11 @@ namespace {
 
 constexpr std::size_t kMaxInFlight = 64;
 
+// Staging ranges start at multiples of this: a reduce's addends are read as floats and doubles
+// (and by GPU kernels), whatever odd-sized message sits before them.
+constexpr std::int64_t kAlign = 64;
+std::int64_t aligned(std::int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
 // First-fit ranges of one staging buffer, kept by the communicator from sync to sync: a fresh
 // allocation per message (or per sync) pays its page faults every time, which was most of a
 // sync's time on the local backend.
@@ -63,12 +68,25 @@ class Arena {
   std::map<std::int64_t, std::int64_t> free_;  // offset -> length
 };
 
+// A batch of posts (one NCCL group), closed however the posting ends.
+class Batch {
+ public:
+  explicit Batch(Communicator& c) : c_(c) { c_.begin_batch(); }
+  ~Batch() { c_.end_batch(); }
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+
+ private:
+  Communicator& c_;
+};
+
 struct Pending {
   const SyncPlan::Message* msg;
   std::vector<Request> reqs;
-  char* staging = nullptr;  // in the arena
-  std::int64_t at = 0;      // its offset there
-  std::int64_t staged = 0;  // its bytes, counted against the bound
+  char* staging = nullptr;   // in the arena
+  std::int64_t at = 0;       // its offset there
+  std::int64_t staged = 0;   // its bytes there (aligned), counted against the bound
+  std::int64_t chained = 0;  // a chain's own staging, counted too
   int tag = 0;
 };
 
@@ -107,8 +125,8 @@ class SyncExecutor final : public Transfer::Executor {
     }
     // The arena: the bound, or less when this device's messages together need less.
     std::int64_t need = 0;
-    for (const auto& m : plan.messages()) need += staging_of(m);
-    arena_bytes_ = std::min(plan.options().max_staging_bytes, need);
+    for (const auto& m : plan.messages()) need += aligned(staging_of(m));
+    arena_bytes_ = std::min(aligned(plan.options().max_staging_bytes), need);
   }
 
  private:
@@ -128,13 +146,14 @@ class SyncExecutor final : public Transfer::Executor {
         start_phase();
         moved = true;
       }
-      comm_.begin_batch();
-      while (next_ < msgs.size() && msgs[next_].phase == phase_ && fits(msgs[next_]) &&
-             post(msgs[next_])) {
-        ++next_;
-        moved = true;
+      {
+        Batch batch(comm_);
+        while (next_ < msgs.size() && msgs[next_].phase == phase_ && fits(msgs[next_]) &&
+               post(msgs[next_])) {
+          ++next_;
+          moved = true;
+        }
       }
-      comm_.end_batch();
       if (pending_.empty() && (next_ == msgs.size() || msgs[next_].phase != phase_)) {
         phase_started_ = false;  // the phase completed: the next one may read what it wrote
         continue;
@@ -184,11 +203,25 @@ class SyncExecutor final : public Transfer::Executor {
     return m.packed ? m.bytes : 0;
   }
 
-  // Whether m may be posted now. With nothing in flight it always may (the planner keeps every
+  // What a chain allocates for itself: a strided box of a multicast to several receivers is
+  // staged by the chain engine (lib/exec/chain.cc), at most the transport's chain_staging_bytes.
+  std::int64_t chain_staging_of(const SyncPlan::Message& m) const {
+    if (m.packed || m.kind != OpKind::Multicast || m.peers.size() < 2) return 0;
+    const auto& s = m.segments[0];
+    const Tensor& x = tensors_[static_cast<std::size_t>(s.tensor)];
+    const Region r = m.root == me_ && !s.from_dst ? src_region(x, s.box) : dst_region(x, s.box);
+    if (r.is_contiguous()) return 0;
+    return std::min(m.bytes, static_cast<std::int64_t>(comm_.caps().chain_staging_bytes));
+  }
+
+  // Whether m may be posted now: its staging (the arena's and a chain's own) fits the bound
+  // beside what is in flight. With nothing in flight it always may (the planner keeps every
   // message's staging within the bound), so the window cannot stall.
   bool fits(const SyncPlan::Message& m) const {
     if (pending_.size() >= kMaxInFlight) return false;
-    return !busy_tags_.count(tags_.tag(static_cast<std::size_t>(m.stream)));
+    if (busy_tags_.count(tags_.tag(static_cast<std::size_t>(m.stream)))) return false;
+    return pending_.empty() || in_flight_ + aligned(staging_of(m)) + chain_staging_of(m) <=
+                                   aligned(plan_.options().max_staging_bytes);
   }
 
   Region src_region(const Tensor& x, const Box& b) const {
@@ -217,7 +250,13 @@ class SyncExecutor final : public Transfer::Executor {
 
   // Posts m if its staging fits in the arena now; false if not.
   bool post(const SyncPlan::Message& m) {
-    Pending p{&m, {}, nullptr, 0, staging_of(m), tags_.tag(static_cast<std::size_t>(m.stream))};
+    Pending p{&m,
+              {},
+              nullptr,
+              0,
+              aligned(staging_of(m)),
+              chain_staging_of(m),
+              tags_.tag(static_cast<std::size_t>(m.stream))};
     if (p.staged > 0) {
       if (!arena_buf_) {
         arena_buf_ = comm_.kept_scratch(static_cast<std::size_t>(arena_bytes_));
@@ -238,6 +277,7 @@ class SyncExecutor final : public Transfer::Executor {
     else
       post_multicast(m, p);
     busy_tags_.insert(p.tag);
+    in_flight_ += p.staged + p.chained;
     pending_.push_back(std::move(p));
     return true;
   }
@@ -310,6 +350,7 @@ class SyncExecutor final : public Transfer::Executor {
       }
       finish(*it);
       arena_.give(it->at, it->staged);
+      in_flight_ -= it->staged + it->chained;
       busy_tags_.erase(it->tag);
       it = pending_.erase(it);
       any = true;
@@ -344,6 +385,7 @@ class SyncExecutor final : public Transfer::Executor {
   Group group_;          // keeps the group's tags reserved while the sync is in flight
   std::vector<Tensor> tensors_;
   std::int64_t arena_bytes_ = 0;
+  std::int64_t in_flight_ = 0;  // staging of the messages in flight (Pending::staged + chained)
   std::shared_ptr<void> arena_buf_;
   Arena arena_;
   std::deque<Pending> pending_;

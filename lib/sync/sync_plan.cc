@@ -27,8 +27,9 @@ void check(const std::vector<TensorMove>& tensors, const SyncOptions& o) {
   if (o.max_staging_bytes < 8)  // one element of any dtype
     throw ValidationError("max_staging_bytes",
                           "must be at least 8, got " + std::to_string(o.max_staging_bytes));
-  if (o.bucket_bytes < 0)
-    throw ValidationError("bucket_bytes", "must be >= 0, got " + std::to_string(o.bucket_bytes));
+  if (o.bucket_bytes != 0 && o.bucket_bytes < 8)  // one element of any dtype
+    throw ValidationError("bucket_bytes", "must be 0 (the default) or at least 8, got " +
+                                              std::to_string(o.bucket_bytes));
   if (o.pack_bytes < 0)
     throw ValidationError("pack_bytes", "must be >= 0, got " + std::to_string(o.pack_bytes));
   std::unordered_set<std::string_view> names;
@@ -48,6 +49,11 @@ void check(const std::vector<TensorMove>& tensors, const SyncOptions& o) {
                                                               " (casts: f32 to bf16 or f16)");
   }
 }
+
+// Tag streams per op: the pieces of a split box (cast, or a reduce's) take streams
+// s + p * total, and a sync reserves total * kPieceStreams of them (at most the group's
+// window), so that up to this many pieces of one box are in flight at once, on distinct tags.
+constexpr std::int64_t kPieceStreams = 64;
 
 // The bucket: the largest coalesced message, and the largest piece of a split box.
 std::int64_t bucket_of(const SyncOptions& o) {
@@ -232,7 +238,7 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
   });
   std::stable_sort(out.locals.begin(), out.locals.end(),
                    [](const auto& a, const auto& b) { return a.op.phase < b.op.phase; });
-  out.streams = total;
+  out.streams = total * kPieceStreams;
   return out;
 }
 
@@ -259,7 +265,13 @@ SyncStats SyncPlan::stats() const {
   s.messages = static_cast<std::int64_t>(messages_.size());
   for (const Message& m : messages_) {
     s.boxes += static_cast<std::int64_t>(m.segments.size());
-    if (m.root != device_) s.bytes_moved += m.bytes;  // what this device receives
+    // What this device receives: a multicast's bytes at a receiver, a reduce's addends from the
+    // other contributors at its root.
+    if (m.kind == OpKind::Multicast && m.root != device_) s.bytes_moved += m.bytes;
+    if (m.kind == OpKind::Reduce && m.root == device_)
+      s.bytes_moved +=
+          m.bytes * static_cast<std::int64_t>(std::count_if(m.peers.begin(), m.peers.end(),
+                                                            [&](int c) { return c != device_; }));
   }
   return s;
 }

@@ -77,7 +77,7 @@ TEST(Sync, RandomTensorSetsMatchTheReference) {
     // At least 8 addends of the largest element (random partial sums have at most 8).
     opt.max_staging_bytes =
         rng.chance(1, 3) ? 64 << 20 : 64 + static_cast<std::int64_t>(rng.below(600));
-    if (rng.chance(1, 3)) opt.bucket_bytes = 1 + static_cast<std::int64_t>(rng.below(300));
+    if (rng.chance(1, 3)) opt.bucket_bytes = 8 + static_cast<std::int64_t>(rng.below(300));
     const Topology& topo = topos[rng.below(2)];
     const std::string ctx =
         "case " + std::to_string(i) + " staging " + std::to_string(opt.max_staging_bytes) +
@@ -211,6 +211,10 @@ TEST(Sync, BadInputNamesTheField) {
   SyncOptions o;
   o.max_staging_bytes = 7;
   EXPECT_EQ(field({{"w", a, b}}, o), "max_staging_bytes");
+  o.max_staging_bytes = 64;
+  o.bucket_bytes = 3;  // below one element of some dtype
+  EXPECT_EQ(field({{"w", a, b}}, o), "bucket_bytes");
+  o.bucket_bytes = 0;
   o.max_staging_bytes = 8;  // a sum of 4 f64 addends stages 32 bytes at least
   EXPECT_EQ(field({{"w", Layout::parse({8}, DType::f64, "2x2@0-3:R+P01"),
                     Layout::parse({8}, DType::f64, "2@4-5:R")}},
