@@ -50,7 +50,7 @@ def measured_table(runs, prefix, out):
     return fused
 
 
-def plot_measured(plt, runs, prefix, title, path):
+def plot_measured(plt, runs, prefix, title, path, bound_label="link bound (f32)"):
     names = [n for n in [f"{prefix}-{m}" for m in MODES] + [f"{prefix}-fused-bf16"] if n in runs]
     if not names:
         return
@@ -60,7 +60,7 @@ def plot_measured(plt, runs, prefix, title, path):
     ax.bar(labels, secs, color=["#1f77b4", "#ff7f0e", "#d62728", "#2ca02c"][: len(names)])
     bound = runs[names[0]]["link_bound_seconds"]
     ax.axhline(bound, color="black", linestyle="--", linewidth=1,
-               label=f"link bound (f32): {ms(bound)}")
+               label=f"{bound_label}: {ms(bound)}")
     for i, s in enumerate(secs):
         ax.text(i, s, ms(s), ha="center", va="bottom", fontsize=9)
     ax.set_ylabel("median seconds per sync")
@@ -109,7 +109,7 @@ def main(paths):
            "after the other; **gather** gathers each tensor on the first trainer of its stage "
            "and broadcasts the whole tensor from there to every generator, which keeps its "
            "slice (what many RL frameworks do). The link bound is the busiest link's bytes over "
-           "its rate on the topology: no schedule of the fused plan's bytes is faster.",
+           "its rate as the topology file models the links: no schedule of the fused plan's bytes on those links is faster.",
            ""]
     emu = measured_table_block(runs, "emulated", out,
                                "## Emulated cluster, 1 Gbit/s per host",
@@ -155,12 +155,13 @@ def main(paths):
     if plt:
         os.makedirs("docs/img", exist_ok=True)
         plot_measured(plt, runs, "emulated", "GPT-2 medium, tp2 x pp2 -> tp2 x dp2, 1 Gbit/s hosts",
-                      "docs/img/sync-emulated.png")
+                      "docs/img/sync-emulated.png", "topology's link bound, NICs in and out (f32)")
         plot_measured(plt, runs, "emulated-narrow",
                       "1,028 tensors (synthetic), tp2 x pp2 -> tp2 x dp2, 1 Gbit/s hosts",
-                      "docs/img/sync-emulated-narrow.png")
+                      "docs/img/sync-emulated-narrow.png",
+                      "topology's link bound, NICs in and out (f32)")
         plot_measured(plt, runs, "shm", "1,028 tensors, 8 ranks, shared memory",
-                      "docs/img/sync-shm.png")
+                      "docs/img/sync-shm.png", "link bound of meshes/single-host.json (f32)")
         plot_scale(plt, runs, "docs/img/sync-scale.png")
     with open(os.path.join(os.path.dirname(__file__), "sync_commentary.md")) as f:
         out.append(f.read().strip())
