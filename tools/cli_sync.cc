@@ -297,8 +297,9 @@ void add_sync_options(CLI::App& cmd, SyncArgs& a) {
       ->type_name("NAME")
       ->capture_default_str();
   cmd.add_option("--mode", a.mode,
-                 "fused (one plan for the model), per-tensor (one reshard per tensor) or gather "
-                 "(each tensor gathered on one trainer, then sent to every generator)")
+                 "fused (one plan for the model), per-tensor (one plan per tensor, one after the "
+                 "other) or gather (each tensor gathered on the first trainer of its stage, then "
+                 "broadcast whole to every generator)")
       ->type_name("MODE")
       ->capture_default_str();
   cmd.add_option("--cast", a.cast,
@@ -319,10 +320,10 @@ void add_sync_options(CLI::App& cmd, SyncArgs& a) {
   cmd.add_flag("--predict", a.predict,
                "plan and price the mode by the cost model without running it (any size)");
   cmd.add_flag("--json", a.json,
-               "print one JSON object: mode, tensors, model_bytes, bytes_moved, bytes_network, "
-               "messages, boxes, predicted_seconds, link_bound_seconds (busiest link's bytes / "
-               "its rate), plan_seconds (one device's planning); when run also backend, iters, "
-               "seconds (median), times, verified, mismatches");
+               "print one JSON object: mode, cast, topology, tensors, model_bytes, bytes_moved, "
+               "bytes_network, messages, boxes, predicted_seconds, link_bound_seconds (busiest "
+               "link's bytes / its rate), busiest_link, plan_seconds (one device's planning); "
+               "when run also backend, iters, seconds (median), times, verified, mismatches");
 }
 
 int run_sync(const SyncArgs& a) {
