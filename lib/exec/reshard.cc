@@ -60,7 +60,7 @@ class ReshardExecutor final : public Transfer::Executor {
     while (true) {
       if (started_) {
         if (!block && !phase_complete()) return false;
-        for (auto& r : reduces_) finish(r);
+        for (auto& r : reduces_) sum(r);
         comm_.wait_all(reqs_);
         reqs_.clear();
         reduces_.clear();
@@ -144,7 +144,7 @@ class ReshardExecutor final : public Transfer::Executor {
   }
 
   // Sums the addends into the target in addend order, so every run gives the same bits.
-  void finish(PendingReduce& p) {
+  void sum(PendingReduce& p) {
     const Op& op = *p.op;
     const Region d = dst_region(op.box);
     const DType t = plan_.src().dtype();

@@ -348,7 +348,7 @@ class SyncExecutor final : public Transfer::Executor {
         ++it;
         continue;
       }
-      finish(*it);
+      deliver(*it);
       arena_.give(it->at, it->staged);
       in_flight_ -= it->staged + it->chained;
       busy_tags_.erase(it->tag);
@@ -358,7 +358,7 @@ class SyncExecutor final : public Transfer::Executor {
     return any;
   }
 
-  void finish(Pending& p) {
+  void deliver(Pending& p) {
     const SyncPlan::Message& m = *p.msg;
     if (m.kind == OpKind::Reduce) {
       if (m.root != me_) return;
