@@ -217,16 +217,6 @@ RunResult run_device(const Loaded& l, Communicator& comm, int iters, bool verify
   return r;
 }
 
-std::vector<int> devices_of(const ModelManifest& m) {
-  std::vector<int> d;
-  for (const TensorMove& t : m.moves)
-    for (const Mesh* mesh : {&t.src.mesh(), &t.dst.mesh()})
-      d.insert(d.end(), mesh->devices().begin(), mesh->devices().end());
-  std::sort(d.begin(), d.end());
-  d.erase(std::unique(d.begin(), d.end()), d.end());
-  return d;
-}
-
 void print(const SyncArgs& a, const Loaded& l, const SyncStats& p, const RunResult* run,
            double rank_plan) {
   const double seconds = run ? median(run->seconds) : 0;
@@ -330,7 +320,7 @@ int run_sync(const SyncArgs& a) {
   check_backend(a.backend);
   const int iters = parse_iters(a.iters);
   const Loaded l = load(a);
-  const std::vector<int> devices = devices_of(l.model);
+  const std::vector<int> devices = sync_devices(l.model.moves);
   if (a.predict) {
     const SyncStats p = predict_steps(l);
     const double plan =

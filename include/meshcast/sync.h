@@ -107,6 +107,9 @@ class SyncPlan {
   SyncOptions options_;
 };
 
+// Every device of the tensors' meshes, sorted: the devices a sync involves.
+std::vector<int> sync_devices(const std::vector<TensorMove>& tensors);
+
 // Device `device`'s part of syncing `tensors`: time and memory in proportion to the boxes it
 // takes part in plus the tensors' devices. Deterministic: every device computes the same
 // messages for the parts they share. Throws ValidationError naming the tensor and field

@@ -305,16 +305,20 @@ SyncPlan plan_sync(std::vector<TensorMove> tensors, int device, const Topology& 
                   options);
 }
 
-SyncStats predict_sync(const std::vector<TensorMove>& tensors, const Topology& topology,
-                       const SyncOptions& options) {
-  const Built b = build(tensors, -1, topology, options);
+std::vector<int> sync_devices(const std::vector<TensorMove>& tensors) {
   std::vector<int> devices;
   for (const TensorMove& t : tensors)
     for (const Mesh* m : {&t.src.mesh(), &t.dst.mesh()})
       devices.insert(devices.end(), m->devices().begin(), m->devices().end());
   std::sort(devices.begin(), devices.end());
   devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
-  const detail::Links links(topology, devices);
+  return devices;
+}
+
+SyncStats predict_sync(const std::vector<TensorMove>& tensors, const Topology& topology,
+                       const SyncOptions& options) {
+  const Built b = build(tensors, -1, topology, options);
+  const detail::Links links(topology, sync_devices(tensors));
   const std::int64_t chunk = options.plan.chunk_bytes;
   detail::check_chunk(chunk);
 
