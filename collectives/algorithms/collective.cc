@@ -41,9 +41,13 @@ void check_size(std::int64_t count, DType dtype, const char* field = "count") {
                                      " overflow 64-bit byte counts");
 }
 
-void check_op(ReduceOp op) {
+// One of ReduceOp's, and defined on the dtype (complex numbers have no order for max).
+void check_op(ReduceOp op, DType dtype) {
   if (op != ReduceOp::Sum && op != ReduceOp::Max)
     throw ValidationError("op", "unknown reduction " + std::to_string(static_cast<int>(op)));
+  if (op == ReduceOp::Max && is_complex(dtype))
+    throw ValidationError(
+        "op", "max is not defined for " + to_string(dtype) + " (complex numbers have no order)");
 }
 
 // A buffer that must hold `count` elements: null only when there are none.
@@ -69,7 +73,7 @@ void check_reduction(const void* send, void* recv, std::int64_t count, std::int6
                      DType dtype, ReduceOp op) {
   check_count(count);
   check_size(count, dtype);
-  check_op(op);
+  check_op(op, dtype);
   check_buffer(send, count, "send");
   check_buffer(recv, recv_count, "recv");
 }

@@ -1,6 +1,8 @@
 // The reduction operators of the collectives, per element type.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "meshcast/collectives.h"
 #include "meshcast/error.h"
@@ -19,6 +21,27 @@ void combine(const void* from, const void* base, void* to, std::int64_t n, Reduc
     for (std::int64_t i = 0; i < n; ++i) c[i] = std::max(b[i], a[i]);
 }
 
+// Integers: the sum wraps modulo 2^bits as numpy's does; computed in the unsigned type of the
+// same width, since signed overflow is undefined behaviour.
+template <class T>
+void combine_int(const void* from, const void* base, void* to, std::int64_t n, ReduceOp op) {
+  using U = std::make_unsigned_t<T>;
+  if (op == ReduceOp::Max) return combine<T>(from, base, to, n, op);
+  const T* a = static_cast<const T*>(from);
+  const T* b = static_cast<const T*>(base);
+  T* c = static_cast<T*>(to);
+  for (std::int64_t i = 0; i < n; ++i)
+    c[i] = static_cast<T>(static_cast<U>(static_cast<U>(b[i]) + static_cast<U>(a[i])));
+}
+
+// bool: sum and max are both logical or (numpy's add on bool), giving 0 or 1.
+void combine_bool(const void* from, const void* base, void* to, std::int64_t n) {
+  const auto* a = static_cast<const std::uint8_t*>(from);
+  const auto* b = static_cast<const std::uint8_t*>(base);
+  auto* c = static_cast<std::uint8_t*>(to);
+  for (std::int64_t i = 0; i < n; ++i) c[i] = (b[i] | a[i]) != 0;
+}
+
 // Half types: each pair combined in float, rounded once.
 template <float (*ToFloat)(unsigned short), unsigned short (*FromFloat)(float)>
 void combine_half(const void* from, const void* base, void* to, std::int64_t n, ReduceOp op) {
@@ -35,6 +58,9 @@ void combine_half(const void* from, const void* base, void* to, std::int64_t n, 
 
 void reduce_into(const void* from, const void* base, void* to, std::int64_t count, DType dtype,
                  ReduceOp op) {
+  if (op == ReduceOp::Max && is_complex(dtype))
+    throw ValidationError(
+        "op", "max is not defined for " + to_string(dtype) + " (complex numbers have no order)");
   switch (dtype) {
     case DType::f16:
       return combine_half<half_to_float, float_to_half>(from, base, to, count, op);
@@ -45,11 +71,27 @@ void reduce_into(const void* from, const void* base, void* to, std::int64_t coun
     case DType::f64:
       return combine<double>(from, base, to, count, op);
     case DType::i8:
-      return combine<std::int8_t>(from, base, to, count, op);
+      return combine_int<std::int8_t>(from, base, to, count, op);
+    case DType::i16:
+      return combine_int<std::int16_t>(from, base, to, count, op);
     case DType::i32:
-      return combine<std::int32_t>(from, base, to, count, op);
+      return combine_int<std::int32_t>(from, base, to, count, op);
     case DType::i64:
-      return combine<std::int64_t>(from, base, to, count, op);
+      return combine_int<std::int64_t>(from, base, to, count, op);
+    case DType::u8:
+      return combine_int<std::uint8_t>(from, base, to, count, op);
+    case DType::u16:
+      return combine_int<std::uint16_t>(from, base, to, count, op);
+    case DType::u32:
+      return combine_int<std::uint32_t>(from, base, to, count, op);
+    case DType::u64:
+      return combine_int<std::uint64_t>(from, base, to, count, op);
+    case DType::b8:
+      return combine_bool(from, base, to, count);
+    case DType::c64:  // componentwise: the real and imaginary parts are summed as floats
+      return combine<float>(from, base, to, 2 * count, op);
+    case DType::c128:
+      return combine<double>(from, base, to, 2 * count, op);
   }
 }
 

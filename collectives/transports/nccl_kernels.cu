@@ -69,9 +69,25 @@ __global__ void zero_kernel(T* to, Boxes x, long long n) {
        i += 1LL * gridDim.x * blockDim.x) {
     long long a, b;
     locate(x, i, a, b);
-    to[b] = T(0);
+    to[b] = T{};
   }
 }
+
+// Element types whose sum add_kernel's `+` gives. A complex number adds componentwise; a 16-byte
+// element (c128) is copied and zeroed as a Pair of 64-bit words.
+template <class T>
+struct Pair {
+  T re, im;
+};
+template <class T>
+__device__ Pair<T> operator+(Pair<T> x, Pair<T> y) {
+  return {x.re + y.re, x.im + y.im};
+}
+// numpy's bool: the sum is logical or, 0 or 1.
+struct Bool {
+  std::uint8_t v;
+};
+__device__ Bool operator+(Bool x, Bool y) { return {static_cast<std::uint8_t>((x.v | y.v) != 0)}; }
 
 unsigned blocks(long long n) {
   return static_cast<unsigned>(n / 256 + 1 < 4096 ? n / 256 + 1 : 4096);
@@ -107,6 +123,8 @@ cudaError_t gpu_copy(const Region& from, const Region& to, cudaStream_t stream) 
       return launch_copy<std::uint32_t>(from, to, stream);
     case 8:
       return launch_copy<std::uint64_t>(from, to, stream);
+    case 16:
+      return launch_copy<Pair<std::uint64_t>>(from, to, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -129,6 +147,9 @@ cudaError_t gpu_zero(const Region& r, cudaStream_t stream) {
     case 8:
       zero_kernel<<<blocks(n), 256, 0, stream>>>(static_cast<std::uint64_t*>(r.base), x, n);
       break;
+    case 16:
+      zero_kernel<<<blocks(n), 256, 0, stream>>>(static_cast<Pair<std::uint64_t>*>(r.base), x, n);
+      break;
     default:
       return cudaErrorInvalidValue;
   }
@@ -149,12 +170,26 @@ cudaError_t gpu_add(const Region& from, const Region& to, DType dtype, cudaStrea
       return launch_add<float>(from, to, x, n, stream);
     case DType::f64:
       return launch_add<double>(from, to, x, n, stream);
+    // Integers add as the unsigned type of their width: the sum wraps modulo 2^bits (numpy's
+    // add) without signed overflow.
     case DType::i8:
-      return launch_add<std::int8_t>(from, to, x, n, stream);
+    case DType::u8:
+      return launch_add<std::uint8_t>(from, to, x, n, stream);
+    case DType::i16:
+    case DType::u16:
+      return launch_add<std::uint16_t>(from, to, x, n, stream);
     case DType::i32:
-      return launch_add<std::int32_t>(from, to, x, n, stream);
+    case DType::u32:
+      return launch_add<std::uint32_t>(from, to, x, n, stream);
     case DType::i64:
-      return launch_add<long long>(from, to, x, n, stream);
+    case DType::u64:
+      return launch_add<unsigned long long>(from, to, x, n, stream);
+    case DType::b8:
+      return launch_add<Bool>(from, to, x, n, stream);
+    case DType::c64:
+      return launch_add<Pair<float>>(from, to, x, n, stream);
+    case DType::c128:
+      return launch_add<Pair<double>>(from, to, x, n, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -13,8 +13,9 @@
 // from the group's sequence), and throws ValidationError naming the argument: "group" (a
 // default-constructed one, or the caller not in it), "count" / "counts" / "send_counts" /
 // "recv_counts" (negative, sizes whose bytes overflow 64 bits, a count list of the wrong length),
-// "dtype" / "op" (not one of the enumerators), and "send", "recv" or "buf" when null while it
-// must hold elements (null is fine for zero elements).
+// "dtype" / "op" (not one of the enumerators; "op" also for max over c64 / c128, which have no
+// order), and "send", "recv" or "buf" when null while it must hold elements (null is fine for
+// zero elements).
 #pragma once
 
 #include <cstdint>
@@ -30,11 +31,14 @@
 
 namespace meshcast {
 
+// Sum: integers wrap modulo 2^bits (as numpy's add), bool is logical or, complex numbers add
+// componentwise. Max: bool is logical or; c64 / c128 are refused (ValidationError "op").
 enum class ReduceOp { Sum, Max };
 std::string to_string(ReduceOp op);
 ReduceOp parse_reduce_op(std::string_view text, const std::string& field = "op");
 
 // to[i] = to[i] op from[i] for i < count; half types are combined in float and rounded once.
+// Throws ValidationError("op") for max over a complex dtype.
 void reduce_into(const void* from, void* to, std::int64_t count, DType dtype, ReduceOp op);
 // to[i] = base[i] op from[i]; `to` may be `base` (then it is reduce_into).
 void reduce_into(const void* from, const void* base, void* to, std::int64_t count, DType dtype,

@@ -13,10 +13,10 @@
 // "tensors.<name>.src", "system.train.tp_size".
 //
 // Dtypes: safetensors' names (F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32 U16 U8 BOOL F8_E4M3
-// F8_E5M2) or meshcast's (f32, bf16, ...). A tensor travels in the meshcast dtype of its width:
-// 1-byte types as i8, I16/U16 as f16, U32 as i32, U64 as i64 (bits are copied, never
-// converted); the original name is kept in ModelManifest::dtype_names. A shape [] (a scalar) is
-// read as [1].
+// F8_E5M2) or meshcast's (f32, bf16, u8, bool, ...). Each maps to the meshcast dtype of the same
+// name (BOOL to bool); the 8-bit floats, which meshcast has no dtype for, travel as i8 (bits are
+// copied, never converted). The original name is kept in ModelManifest::dtype_names. A shape []
+// (a scalar) is read as [1].
 //
 // System config: `{"train": {...}, "generation": {...}}`, each with "num_gpus" (required) and
 // "tp_size", "pp_size", "dp_size", "cp_size", "ep_size", "fsdp_size", "etp_size" (default 1,

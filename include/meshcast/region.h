@@ -43,7 +43,8 @@ void unpack(const void* in, const Region& to);
 // unpack_range reads them from in[0, bytes). Ranges need not align with elements or rows.
 void pack_range(const Region& from, std::size_t offset, std::size_t bytes, void* out);
 void unpack_range(const void* in, const Region& to, std::size_t offset, std::size_t bytes);
-// to += from, element-wise in `dtype` (half types summed in float, rounded once per add).
+// to += from, element-wise in `dtype` (half types summed in float, rounded once per add;
+// integers wrap modulo 2^bits; bool is logical or; complex adds componentwise).
 void accumulate(const Region& from, const Region& to, DType dtype);
 // Zero-fills a region.
 void zero_region(const Region& r);

@@ -12,16 +12,25 @@ namespace meshcast {
 std::size_t dtype_size(DType t) {
   switch (t) {
     case DType::i8:
+    case DType::u8:
+    case DType::b8:
       return 1;
     case DType::f16:
     case DType::bf16:
+    case DType::i16:
+    case DType::u16:
       return 2;
     case DType::f32:
     case DType::i32:
+    case DType::u32:
       return 4;
     case DType::f64:
     case DType::i64:
+    case DType::u64:
+    case DType::c64:
       return 8;
+    case DType::c128:
+      return 16;
   }
   return 0;
 }
@@ -42,6 +51,22 @@ std::string to_string(DType t) {
       return "i32";
     case DType::i64:
       return "i64";
+    case DType::u8:
+      return "u8";
+    case DType::i16:
+      return "i16";
+    case DType::u16:
+      return "u16";
+    case DType::u32:
+      return "u32";
+    case DType::u64:
+      return "u64";
+    case DType::b8:
+      return "bool";  // numpy's name
+    case DType::c64:
+      return "c64";
+    case DType::c128:
+      return "c128";
   }
   return "?";
 }
@@ -50,7 +75,8 @@ DType parse_dtype(std::string_view text, const std::string& field) {
   for (DType t : kAllDTypes)
     if (text == to_string(t)) return t;
   throw ParseError(field, "unknown dtype " + detail::quote(text) +
-                              " (expected f16, bf16, f32, f64, i8, i32 or i64)");
+                              " (expected f16, bf16, f32, f64, i8, i16, i32, i64, u8, u16, u32, "
+                              "u64, bool, c64 or c128)");
 }
 
 float half_to_float(unsigned short h) {

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -115,6 +116,29 @@ void add_run(const std::byte* in, std::byte* out, std::int64_t n) {
   T* o = reinterpret_cast<T*>(out);
   const T* x = reinterpret_cast<const T*>(in);
   for (std::int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(o[i] + x[i]);
+}
+
+// Integers wrap modulo 2^bits (numpy's add), summed in the unsigned type of the same width
+// since signed overflow is undefined behaviour.
+template <class T>
+void add_int_run(const std::byte* in, std::byte* out, std::int64_t n) {
+  using U = std::make_unsigned_t<T>;
+  T* o = reinterpret_cast<T*>(out);
+  const T* x = reinterpret_cast<const T*>(in);
+  for (std::int64_t i = 0; i < n; ++i)
+    o[i] = static_cast<T>(static_cast<U>(static_cast<U>(o[i]) + static_cast<U>(x[i])));
+}
+
+// bool: the sum is logical or (numpy's add on bool), 0 or 1.
+void add_bool_run(const std::byte* in, std::byte* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i)
+    out[i] = static_cast<std::byte>((out[i] | in[i]) != std::byte{0});
+}
+
+// Complex: the real and imaginary parts add as two independent floats.
+template <class T>
+void add_complex_run(const std::byte* in, std::byte* out, std::int64_t n) {
+  add_run<T>(in, out, 2 * n);
 }
 
 template <float (*ToF)(unsigned short), unsigned short (*FromF)(float)>
@@ -335,13 +359,37 @@ void accumulate(const Region& from, const Region& to, DType dtype) {
       add = add_run<double>;
       break;
     case DType::i8:
-      add = add_run<std::int8_t>;
+      add = add_int_run<std::int8_t>;
+      break;
+    case DType::i16:
+      add = add_int_run<std::int16_t>;
       break;
     case DType::i32:
-      add = add_run<std::int32_t>;
+      add = add_int_run<std::int32_t>;
       break;
     case DType::i64:
-      add = add_run<std::int64_t>;
+      add = add_int_run<std::int64_t>;
+      break;
+    case DType::u8:
+      add = add_int_run<std::uint8_t>;
+      break;
+    case DType::u16:
+      add = add_int_run<std::uint16_t>;
+      break;
+    case DType::u32:
+      add = add_int_run<std::uint32_t>;
+      break;
+    case DType::u64:
+      add = add_int_run<std::uint64_t>;
+      break;
+    case DType::b8:
+      add = add_bool_run;
+      break;
+    case DType::c64:
+      add = add_complex_run<float>;
+      break;
+    case DType::c128:
+      add = add_complex_run<double>;
       break;
   }
   for_each_run(from, to,

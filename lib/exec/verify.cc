@@ -1,5 +1,6 @@
 #include "meshcast/verify.h"
 
+#include <bit>
 #include <cstring>
 
 #include "meshcast/error.h"
@@ -8,82 +9,132 @@ namespace meshcast {
 namespace {
 
 // Periods keep |value| + (addends - 1) within the exact integers of each dtype for up to 64
-// addends: bf16 (256), i8 (127), f16 (2048), f32 (2^24).
+// addends: bf16 (256), i8 (127), f16 (2048), f32 and c64's parts (2^24), and below the top of
+// each unsigned type (whose addends may wrap below zero: the sum wraps back). Primes, so that
+// a shift by a power of two is seen. bool has no period (see test_value).
 std::int64_t period(DType t) {
   switch (t) {
     case DType::i8:
       return 61;
     case DType::bf16:
+    case DType::u8:
       return 191;
     case DType::f16:
       return 1021;
+    case DType::i16:
+      return 32693;
+    case DType::u16:
+      return 65449;
     case DType::f32:
+    case DType::c64:
       return 16000057;
     case DType::i32:
       return 2147483629;
+    case DType::u32:
+      return 4294967231;
     case DType::f64:
     case DType::i64:
+    case DType::u64:
+    case DType::b8:
+    case DType::c128:
       return 0;
   }
   return 0;
 }
 
+template <class T>
+void put(void* p, T v) {
+  std::memcpy(p, &v, sizeof v);
+}
+template <class T>
+T get(const void* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Integers are stored modulo 2^bits (a negative addend of an unsigned type wraps); complex
+// numbers as (v, -v), so that both parts are checked and a swap of them is seen.
 void store(void* p, DType t, std::int64_t v) {
   switch (t) {
-    case DType::f16: {
-      const unsigned short h = float_to_half(static_cast<float>(v));
-      std::memcpy(p, &h, 2);
-      break;
-    }
-    case DType::bf16: {
-      const unsigned short h = float_to_bf16(static_cast<float>(v));
-      std::memcpy(p, &h, 2);
-      break;
-    }
+    case DType::f16:
+      return put(p, float_to_half(static_cast<float>(v)));
+    case DType::bf16:
+      return put(p, float_to_bf16(static_cast<float>(v)));
     case DType::f32:
-      *static_cast<float*>(p) = static_cast<float>(v);
-      break;
+      return put(p, static_cast<float>(v));
     case DType::f64:
-      *static_cast<double*>(p) = static_cast<double>(v);
-      break;
+      return put(p, static_cast<double>(v));
     case DType::i8:
-      *static_cast<std::int8_t*>(p) = static_cast<std::int8_t>(v);
-      break;
+      return put(p, static_cast<std::int8_t>(v));
+    case DType::i16:
+      return put(p, static_cast<std::int16_t>(v));
     case DType::i32:
-      *static_cast<std::int32_t*>(p) = static_cast<std::int32_t>(v);
-      break;
+      return put(p, static_cast<std::int32_t>(v));
     case DType::i64:
-      *static_cast<std::int64_t*>(p) = v;
-      break;
+      return put(p, v);
+    case DType::u8:
+      return put(p, static_cast<std::uint8_t>(v));
+    case DType::u16:
+      return put(p, static_cast<std::uint16_t>(v));
+    case DType::u32:
+      return put(p, static_cast<std::uint32_t>(v));
+    case DType::u64:
+      return put(p, static_cast<std::uint64_t>(v));
+    case DType::b8:
+      return put(p, static_cast<std::uint8_t>(v != 0));
+    case DType::c64:
+      put(p, static_cast<float>(v));
+      return put(static_cast<std::byte*>(p) + 4, static_cast<float>(-v));
+    case DType::c128:
+      put(p, static_cast<double>(v));
+      return put(static_cast<std::byte*>(p) + 8, static_cast<double>(-v));
   }
 }
 
 bool equals(const void* p, DType t, std::int64_t v) {
-  unsigned short h;
+  const auto* b = static_cast<const std::byte*>(p);
   switch (t) {
     case DType::f16:
-      std::memcpy(&h, p, 2);
-      return half_to_float(h) == static_cast<float>(v);
+      return half_to_float(get<unsigned short>(p)) == static_cast<float>(v);
     case DType::bf16:
-      std::memcpy(&h, p, 2);
-      return bf16_to_float(h) == static_cast<float>(v);
+      return bf16_to_float(get<unsigned short>(p)) == static_cast<float>(v);
     case DType::f32:
-      return *static_cast<const float*>(p) == static_cast<float>(v);
+      return get<float>(p) == static_cast<float>(v);
     case DType::f64:
-      return *static_cast<const double*>(p) == static_cast<double>(v);
+      return get<double>(p) == static_cast<double>(v);
     case DType::i8:
-      return *static_cast<const std::int8_t*>(p) == v;
+      return get<std::int8_t>(p) == v;
+    case DType::i16:
+      return get<std::int16_t>(p) == v;
     case DType::i32:
-      return *static_cast<const std::int32_t*>(p) == v;
+      return get<std::int32_t>(p) == v;
     case DType::i64:
-      return *static_cast<const std::int64_t*>(p) == v;
+      return get<std::int64_t>(p) == v;
+    case DType::u8:
+      return get<std::uint8_t>(p) == static_cast<std::uint8_t>(v);
+    case DType::u16:
+      return get<std::uint16_t>(p) == static_cast<std::uint16_t>(v);
+    case DType::u32:
+      return get<std::uint32_t>(p) == static_cast<std::uint32_t>(v);
+    case DType::u64:
+      return get<std::uint64_t>(p) == static_cast<std::uint64_t>(v);
+    case DType::b8:  // the byte itself: a bool other than 0 or 1 is wrong
+      return get<std::uint8_t>(p) == (v != 0);
+    case DType::c64:
+      return get<float>(b) == static_cast<float>(v) && get<float>(b + 4) == static_cast<float>(-v);
+    case DType::c128:
+      return get<double>(b) == static_cast<double>(v) &&
+             get<double>(b + 8) == static_cast<double>(-v);
   }
   return false;
 }
 
 // Addend g of G for element i: small offsets in {-1, 0, 1} for g >= 1, the rest in addend 0.
 std::int64_t offset(std::int64_t i, std::int64_t g) { return (i + 3 * g) % 3 - 1; }
-std::int64_t addend(std::int64_t i, std::int64_t v, std::int64_t g, std::int64_t groups) {
+std::int64_t addend(std::int64_t i, std::int64_t v, std::int64_t g, std::int64_t groups, DType t) {
+  // bool sums by or: addend i % groups holds v, some others hold it too (never 1 when v is 0).
+  if (t == DType::b8) return v != 0 && (g == i % groups || (i + g) % 3 == 0);
   if (g > 0) return offset(i, g);
   std::int64_t a = v;
   for (std::int64_t k = 1; k < groups; ++k) a -= offset(i, k);
@@ -117,6 +168,8 @@ void for_each_element(const Layout& l, int device, void* local, F&& f) {
 }  // namespace
 
 std::int64_t test_value(std::int64_t i, DType dtype) {
+  // bool: the parity of i's bits (Thue-Morse): not periodic, so a shifted element shows.
+  if (dtype == DType::b8) return std::popcount(static_cast<std::uint64_t>(i)) & 1;
   const std::int64_t p = period(dtype);
   return p ? i % p : i;
 }
@@ -128,7 +181,7 @@ void fill_source(const Layout& src, int device, void* local) {
   const std::int64_t g = src.partial_group(*index), groups = src.partial_groups();
   const DType t = src.dtype();
   for_each_element(src, device, local, [&](std::int64_t i, std::byte* p) {
-    store(p, t, groups == 1 ? test_value(i, t) : addend(i, test_value(i, t), g, groups));
+    store(p, t, groups == 1 ? test_value(i, t) : addend(i, test_value(i, t), g, groups, t));
   });
 }
 

@@ -118,19 +118,22 @@ struct DTypeName {
   std::string_view name;
   DType storage;
 };
+// safetensors' names. The 8-bit floats have no meshcast dtype: they travel as i8, the type of
+// their size, since moving copies bits and never converts. Summing them as i8 would be wrong, so
+// they must not be partial (the model config's layouts never are).
 constexpr std::array<DTypeName, 15> kDTypes{{{"F64", DType::f64},
                                              {"F32", DType::f32},
                                              {"F16", DType::f16},
                                              {"BF16", DType::bf16},
                                              {"I64", DType::i64},
                                              {"I32", DType::i32},
-                                             {"I16", DType::f16},
+                                             {"I16", DType::i16},
                                              {"I8", DType::i8},
-                                             {"U64", DType::i64},
-                                             {"U32", DType::i32},
-                                             {"U16", DType::f16},
-                                             {"U8", DType::i8},
-                                             {"BOOL", DType::i8},
+                                             {"U64", DType::u64},
+                                             {"U32", DType::u32},
+                                             {"U16", DType::u16},
+                                             {"U8", DType::u8},
+                                             {"BOOL", DType::b8},
                                              {"F8_E4M3", DType::i8},
                                              {"F8_E5M2", DType::i8}}};
 
@@ -420,6 +423,9 @@ ModelManifest read_explicit(std::vector<Entry>& entries, std::optional<DType> ca
     const std::string f = tensor_field(e.name);
     const DType t = storage_dtype(e.dtype, f + ".dtype");
     Layout src = Layout::parse(e.shape, t, *e.src, f + ".src");
+    if (e.dtype.starts_with("F8_") && (src.partial_groups() > 1))
+      throw ValidationError(f + ".src", "a pending sum of " + e.dtype +
+                                            " cannot be summed (8-bit floats travel as raw bytes)");
     budget.add_mesh(src.mesh().size());
     const DType dt = dst_dtype_of(e, t, cast, f).value_or(t);
     Layout dst = Layout::parse(e.shape, dt, *e.dst, f + ".dst");

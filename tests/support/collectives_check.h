@@ -24,6 +24,13 @@ inline int input_value(std::size_t j, std::int64_t i) {
   return static_cast<int>((static_cast<std::int64_t>(j) * 7 + i * 3 + (i / 5) * 11) % 30);
 }
 
+// Member j's element i in dtype t: input_value, but 0 or 1 for bool (one in three is 1).
+inline int input_of(DType t, std::size_t j, std::int64_t i) {
+  const int v = input_value(j, i);
+  return t == DType::b8 ? v % 3 == 0 : v;
+}
+
+// A complex element holds (v, -v) (load_element).
 inline void store(DType t, void* base, std::int64_t i, double v) {
   std::byte* p = static_cast<std::byte*>(base) + static_cast<std::size_t>(i) * dtype_size(t);
   switch (t) {
@@ -60,6 +67,42 @@ inline void store(DType t, void* base, std::int64_t i, double v) {
       std::memcpy(p, &x, 8);
       break;
     }
+    case DType::i16: {
+      const auto x = static_cast<std::int16_t>(v);
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case DType::u8:
+    case DType::b8: {
+      const auto x = static_cast<std::uint8_t>(v);
+      std::memcpy(p, &x, 1);
+      break;
+    }
+    case DType::u16: {
+      const auto x = static_cast<std::uint16_t>(v);
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case DType::u32: {
+      const auto x = static_cast<std::uint32_t>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case DType::u64: {
+      const auto x = static_cast<std::uint64_t>(v);
+      std::memcpy(p, &x, 8);
+      break;
+    }
+    case DType::c64: {
+      const float x[2] = {static_cast<float>(v), static_cast<float>(-v)};
+      std::memcpy(p, x, 8);
+      break;
+    }
+    case DType::c128: {
+      const double x[2] = {v, -v};
+      std::memcpy(p, x, 16);
+      break;
+    }
   }
 }
 
@@ -68,11 +111,12 @@ inline double fetch(DType t, const void* base, std::int64_t i) {
       t, static_cast<const std::byte*>(base) + static_cast<std::size_t>(i) * dtype_size(t));
 }
 
-// The reduction over n members of element i.
-inline double reduced(std::size_t n, std::int64_t i, ReduceOp op) {
-  double r = op == ReduceOp::Sum ? 0 : -1;
+// The reduction over n members of element i (bool: both are logical or, the max of 0 and 1).
+inline double reduced(DType t, std::size_t n, std::int64_t i, ReduceOp op) {
+  const bool sum = op == ReduceOp::Sum && t != DType::b8;
+  double r = sum ? 0 : -1;
   for (std::size_t j = 0; j < n; ++j)
-    r = op == ReduceOp::Sum ? r + input_value(j, i) : std::max<double>(r, input_value(j, i));
+    r = sum ? r + input_of(t, j, i) : std::max<double>(r, input_of(t, j, i));
   return r;
 }
 
@@ -86,7 +130,7 @@ struct CollectiveCase {
 };
 
 // The cases each member runs, in the same order everywhere. i8 sums of 8 members overflow
-// (up to 232), so i8 is checked with max only.
+// (up to 232), so i8 is checked with max only; complex numbers have no max (refused).
 inline std::vector<CollectiveCase> collective_cases(const std::vector<std::int64_t>& counts,
                                                     const std::vector<Algorithm>& algorithms = {
                                                         Algorithm::Auto, Algorithm::Ring,
@@ -94,13 +138,12 @@ inline std::vector<CollectiveCase> collective_cases(const std::vector<std::int64
                                                         Algorithm::HalvingDoubling,
                                                         Algorithm::Hierarchical}) {
   std::vector<CollectiveCase> out;
-  const DType types[] = {DType::f16, DType::bf16, DType::f32, DType::f64,
-                         DType::i8,  DType::i32,  DType::i64};
   std::size_t k = 0;
   for (std::int64_t count : counts)
-    for (DType t : types)
+    for (DType t : kAllDTypes)
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
         if (t == DType::i8 && op == ReduceOp::Sum) continue;
+        if (is_complex(t) && op == ReduceOp::Max) continue;
         const Algorithm a = algorithms[k % algorithms.size()];
         // In place every third case, shifted each pass over the algorithms so that every
         // algorithm runs both ways.
@@ -123,7 +166,7 @@ inline std::vector<std::string> check_collectives(const Group& group,
   auto fill = [&](DType t, std::vector<std::byte>& buf, std::int64_t count, std::size_t j,
                   std::int64_t lo = 0) {
     buf.assign(static_cast<std::size_t>(count) * dtype_size(t), std::byte{0});
-    for (std::int64_t i = 0; i < count; ++i) store(t, buf.data(), i, input_value(j, lo + i));
+    for (std::int64_t i = 0; i < count; ++i) store(t, buf.data(), i, input_of(t, j, lo + i));
   };
   auto expect = [&](const std::string& what, const CollectiveCase& c, const void* got,
                     std::int64_t count, auto&& want) {
@@ -153,7 +196,7 @@ inline std::vector<std::string> check_collectives(const Group& group,
       else
         all_reduce(group, in.data(), out.data(), c.count, c.dtype, c.op, o);
       expect("all_reduce", c, c.in_place ? in.data() : out.data(), c.count,
-             [&](std::int64_t i) { return reduced(n, i, c.op); });
+             [&](std::int64_t i) { return reduced(c.dtype, n, i, c.op); });
     } catch (const ValidationError& e) {
       if (c.algorithm != Algorithm::Hierarchical) throw;  // not applicable to this group
     }
@@ -165,7 +208,7 @@ inline std::vector<std::string> check_collectives(const Group& group,
     try {
       reduce_scatter(group, in.data(), out.data(), c.count, c.dtype, c.op, o);
       expect("reduce_scatter", c, out.data(), mine.size(),
-             [&](std::int64_t i) { return reduced(n, mine.lo + i, c.op); });
+             [&](std::int64_t i) { return reduced(c.dtype, n, mine.lo + i, c.op); });
     } catch (const ValidationError& e) {
       if (c.algorithm != Algorithm::Hierarchical) throw;  // not applicable to this group
     }
@@ -191,7 +234,7 @@ inline std::vector<std::string> check_collectives(const Group& group,
         all_gather(group, in.data(), all.data(), c.count, c.dtype, o);
       }
       expect("all_gather", c, all.data(), c.count,
-             [&](std::int64_t i) { return static_cast<double>(input_value(owner(i), i)); });
+             [&](std::int64_t i) { return static_cast<double>(input_of(c.dtype, owner(i), i)); });
     } catch (const ValidationError& e) {
       if (c.algorithm != Algorithm::Hierarchical) throw;  // not applicable to this group
     }
@@ -203,7 +246,7 @@ inline std::vector<std::string> check_collectives(const Group& group,
     single.algorithm = Algorithm::Auto;
     broadcast(group, root, in.data(), c.count, c.dtype, single);
     expect("broadcast", c, in.data(), c.count,
-           [&](std::int64_t i) { return static_cast<double>(input_value(99, i)); });
+           [&](std::int64_t i) { return static_cast<double>(input_of(c.dtype, 99, i)); });
     // all-to-all(v): member j sends (j + k + c.count) % 4 elements to member k, valued
     // input_value(j * 8 + k, i)
     std::vector<std::int64_t> sc(n), rc(n);
@@ -219,11 +262,11 @@ inline std::vector<std::string> check_collectives(const Group& group,
     std::int64_t pos = 0;
     for (std::size_t k = 0; k < n; ++k)
       for (std::int64_t i = 0; i < sc[k]; ++i)
-        store(c.dtype, sb.data(), pos++, input_value(me * 8 + k, i));
+        store(c.dtype, sb.data(), pos++, input_of(c.dtype, me * 8 + k, i));
     all_to_allv(group, sb.data(), sc, rb.data(), rc, c.dtype, single);
     std::vector<double> want;
     for (std::size_t k = 0; k < n; ++k)
-      for (std::int64_t i = 0; i < rc[k]; ++i) want.push_back(input_value(k * 8 + me, i));
+      for (std::int64_t i = 0; i < rc[k]; ++i) want.push_back(input_of(c.dtype, k * 8 + me, i));
     expect("all_to_allv", c, rb.data(), rt,
            [&](std::int64_t i) { return want[static_cast<std::size_t>(i)]; });
   }

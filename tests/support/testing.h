@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -322,6 +323,12 @@ struct Case {
   }
 };
 
+// kAllDTypes[i], cycling: case i of a sweep takes every dtype in turn.
+inline constexpr auto kDTypeCount = static_cast<std::int64_t>(std::size(kAllDTypes));
+inline DType dtype_at(std::int64_t i) {
+  return kAllDTypes[static_cast<std::size_t>(i % kDTypeCount)];
+}
+
 inline Case random_case(Rng& rng, const Limits& lim, DType dtype) {
   const Shape shape = random_shape(rng, lim);
   const auto rel = static_cast<Devices>(rng.below(4));
@@ -333,11 +340,18 @@ inline Case random_case(Rng& rng, const Limits& lim, DType dtype) {
 }
 
 inline Case random_case(Rng& rng, const Limits& lim) {
-  return random_case(rng, lim, kAllDTypes[rng.below(7)]);
+  return random_case(rng, lim, dtype_at(rng.below(kDTypeCount)));
 }
 
-// The element as a double (NaN-free; exact for the values used here), for comparison.
+// The element as a double (exact for the values used here), for comparison. bool: its byte (0 or
+// 1 when well formed). Complex: the tests store (v, -v), so the real part when the imaginary part
+// is its negation, else NaN (equal to nothing).
 inline double load_element(DType t, const std::byte* p) {
+  auto get = [p](auto zero, std::size_t at = 0) {
+    decltype(zero) x;
+    std::memcpy(&x, p + at, sizeof x);
+    return static_cast<double>(x);
+  };
   unsigned short h;
   switch (t) {
     case DType::f16:
@@ -368,6 +382,21 @@ inline double load_element(DType t, const std::byte* p) {
       std::memcpy(&x, p, 8);
       return static_cast<double>(x);
     }
+    case DType::i16:
+      return get(std::int16_t{});
+    case DType::u8:
+    case DType::b8:
+      return get(std::uint8_t{});
+    case DType::u16:
+      return get(std::uint16_t{});
+    case DType::u32:
+      return get(std::uint32_t{});
+    case DType::u64:
+      return get(std::uint64_t{});
+    case DType::c64:
+      return get(float{}, 4) == -get(float{}) ? get(float{}) : std::nan("");
+    case DType::c128:
+      return get(double{}, 8) == -get(double{}) ? get(double{}) : std::nan("");
   }
   return 0;
 }

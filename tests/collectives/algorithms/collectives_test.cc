@@ -383,5 +383,47 @@ TEST(Collectives, BuffersAreCheckedBeforeAnythingIsSent) {
   EXPECT_TRUE(failures.empty()) << failures.front();
 }
 
+// Complex numbers have no order: max over c64 / c128 is refused by every reduction before
+// anything is sent, naming "op"; the group stays usable and sums of them run.
+TEST(Collectives, MaxOfComplexIsRefusedNamingTheOp) {
+  LocalWorld w(2);
+  std::mutex m;
+  std::vector<std::string> failures;
+  w.run([&](Communicator& comm) {
+    const Group& both = comm.world();
+    std::vector<std::string> bad;
+    // Two complex numbers whose parts are of type P.
+    auto check = [&](DType t, auto zero) {
+      using P = decltype(zero);
+      P x[4] = {1, -2, 3, -4}, y[4] = {};
+      const std::string name = to_string(t);
+      auto refused = [&](const char* what, auto&& call) {
+        try {
+          call();
+          bad.push_back(std::string(what) + " " + name + ": accepted");
+        } catch (const ValidationError& e) {
+          if (e.field() != "op" ||
+              std::string(e.what()).find("max is not defined for " + name) == std::string::npos)
+            bad.push_back(std::string(what) + " " + name + ": " + e.what());
+        }
+      };
+      const auto max = ReduceOp::Max;
+      refused("all_reduce", [&] { all_reduce(both, x, y, 2, t, max); });
+      refused("iall_reduce", [&] { iall_reduce(both, x, y, 2, t, max); });
+      refused("reduce_scatter", [&] { reduce_scatter(both, x, y, 2, t, max); });
+      refused("ireduce_scatter", [&] { ireduce_scatter(both, x, y, 2, t, max); });
+      // The sum adds the parts: both members hold the same input.
+      all_reduce(both, x, y, 2, t, ReduceOp::Sum);
+      for (int k = 0; k < 4; ++k)
+        if (y[k] != 2 * x[k]) bad.push_back(name + " sum wrong at part " + std::to_string(k));
+    };
+    check(DType::c64, float{});
+    check(DType::c128, double{});
+    std::lock_guard<std::mutex> lock(m);
+    failures.insert(failures.end(), bad.begin(), bad.end());
+  });
+  EXPECT_TRUE(failures.empty()) << failures.size() << " failures, first: " << failures.front();
+}
+
 }  // namespace
 }  // namespace meshcast

@@ -18,7 +18,10 @@ namespace {
 using testing::Rng;
 
 TEST(DType, NamesRoundTrip) {
-  const char* names[] = {"f16", "bf16", "f32", "f64", "i8", "i32", "i64"};
+  // Every numeric numpy dtype, in kAllDTypes' order; "bool" is numpy's name.
+  const char* names[] = {"f16", "bf16", "f32", "f64", "i8",   "i16", "i32", "i64",
+                         "u8",  "u16",  "u32", "u64", "bool", "c64", "c128"};
+  ASSERT_EQ(std::size(kAllDTypes), std::size(names));
   std::size_t i = 0;
   for (DType t : kAllDTypes) {
     EXPECT_EQ(to_string(t), names[i]);
@@ -34,12 +37,26 @@ TEST(DType, Sizes) {
   EXPECT_EQ(dtype_size(DType::f32), 4u);
   EXPECT_EQ(dtype_size(DType::f64), 8u);
   EXPECT_EQ(dtype_size(DType::i8), 1u);
+  EXPECT_EQ(dtype_size(DType::i16), 2u);
   EXPECT_EQ(dtype_size(DType::i32), 4u);
   EXPECT_EQ(dtype_size(DType::i64), 8u);
+  EXPECT_EQ(dtype_size(DType::u8), 1u);
+  EXPECT_EQ(dtype_size(DType::u16), 2u);
+  EXPECT_EQ(dtype_size(DType::u32), 4u);
+  EXPECT_EQ(dtype_size(DType::u64), 8u);
+  EXPECT_EQ(dtype_size(DType::b8), 1u);
+  EXPECT_EQ(dtype_size(DType::c64), 8u);
+  EXPECT_EQ(dtype_size(DType::c128), 16u);
+}
+
+TEST(DType, OnlyTheComplexTypesAreComplex) {
+  for (DType t : kAllDTypes)
+    EXPECT_EQ(is_complex(t), t == DType::c64 || t == DType::c128) << to_string(t);
 }
 
 TEST(DType, UnknownNamesThrowParseErrorNamingTheField) {
-  for (const char* bad : {"", "f8", "F32", "float", "f32 ", "i16", "bf16x"}) {
+  for (const char* bad :
+       {"", "f8", "F32", "float", "f32 ", "i128", "bf16x", "b8", "Bool", "BOOL", "u8 ", "c32"}) {
     try {
       parse_dtype(bad, "src.dtype");
       ADD_FAILURE() << "'" << bad << "' parsed";

@@ -33,7 +33,7 @@ Layout random_layout(Rng& rng, int max_ndim, std::int64_t max_volume) {
   const Mesh mesh(ms,
                   testing::sample(rng, pool, static_cast<std::size_t>(testing::ref_volume(ms))));
   const auto spec = testing::random_spec(rng, shape.size(), mesh.ndim(), rng.chance(1, 3));
-  return Layout(shape, kAllDTypes[rng.below(7)], mesh, spec);
+  return Layout(shape, testing::dtype_at(rng.below(testing::kDTypeCount)), mesh, spec);
 }
 
 std::string describe(const Layout& l) {

@@ -62,10 +62,10 @@ TEST(Reshard, RandomCasesMatchTheReference) {
   const Topology topos[] = {Topology::single_host(), three_hosts()};
   const int n = testing::scaled(560);
   for (int i = 0; i < n; ++i) {
-    const DType t = kAllDTypes[i % 7];
+    const DType t = testing::dtype_at(i);
     const auto c = testing::random_case(rng, lim, t);
     PlanOptions opt;
-    opt.strategy = kStrategies[(i / 7) % 4];
+    opt.strategy = kStrategies[(i / testing::kDTypeCount) % 4];
     opt.balance = static_cast<Balance>(rng.below(3));
     opt.search_moves = 200;
     const Topology& topo = topos[rng.below(2)];
@@ -98,7 +98,7 @@ TEST(Reshard, PerRankPlansMatchTheReference) {
   const Topology topos[] = {Topology::single_host(), three_hosts()};
   const int n = testing::scaled(300);
   for (int i = 0; i < n; ++i) {
-    const auto c = testing::random_case(rng, lim, kAllDTypes[i % 7]);
+    const auto c = testing::random_case(rng, lim, testing::dtype_at(i));
     PlanOptions opt;
     opt.strategy = kStrategies[rng.below(4)];
     opt.balance = rng.chance(1, 4) ? Balance::None : Balance::Local;

@@ -33,7 +33,7 @@ std::vector<TensorMove> random_tensors(Rng& rng) {
   std::vector<TensorMove> out;
   const int n = 1 + static_cast<int>(rng.below(6));
   for (int i = 0; i < n; ++i) {
-    const DType t = kAllDTypes[rng.below(7)];
+    const DType t = testing::dtype_at(rng.below(testing::kDTypeCount));
     auto c = testing::random_case(rng, lim, rng.chance(1, 2) ? DType::f32 : t);
     Layout dst = c.dst;
     if (c.src.dtype() == DType::f32 && rng.chance(1, 2))

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "meshcast/error.h"
@@ -21,6 +23,43 @@ Bytes filled(const Layout& l, std::int64_t index) {
   return b;
 }
 
+// The largest integer that the dtype holds exactly.
+std::int64_t exact_limit(DType t) {
+  switch (t) {
+    case DType::i8:
+      return 127;
+    case DType::u8:
+      return 255;
+    case DType::bf16:
+      return 256;
+    case DType::f16:
+      return 2048;
+    case DType::i16:
+      return 32767;
+    case DType::u16:
+      return 65535;
+    case DType::f32:
+    case DType::c64:
+      return std::int64_t{1} << 24;
+    case DType::i32:
+      return 2147483647;
+    case DType::u32:
+      return 4294967295;
+    case DType::b8:
+      return 1;
+    case DType::f64:
+    case DType::i64:
+    case DType::u64:
+    case DType::c128:
+      return std::int64_t{1} << 53;
+  }
+  return 0;
+}
+
+bool is_unsigned(DType t) {
+  return t == DType::u8 || t == DType::u16 || t == DType::u32 || t == DType::u64;
+}
+
 TEST(Verify, TestValuesAreExactSmallIntegers) {
   for (DType t : kAllDTypes)
     for (std::int64_t i : {std::int64_t{0}, std::int64_t{1}, std::int64_t{255}, std::int64_t{4097},
@@ -28,14 +67,9 @@ TEST(Verify, TestValuesAreExactSmallIntegers) {
       const std::int64_t v = test_value(i, t);
       EXPECT_EQ(test_value(i, t), v) << "deterministic";
       EXPECT_GE(v, 0);
-      // Exact in the dtype, with room for 64 addends of magnitude 1 either way.
-      const std::int64_t limit = t == DType::i8     ? 127 - 64
-                                 : t == DType::bf16 ? 256 - 64
-                                 : t == DType::f16  ? 2048 - 64
-                                 : t == DType::f32  ? (std::int64_t{1} << 24) - 64
-                                 : t == DType::i32  ? 2147483647 - 64
-                                                    : std::int64_t{1} << 53;
-      EXPECT_LE(v, limit) << to_string(t) << " i=" << i;
+      // Exact in the dtype, with room for 64 addends of magnitude 1 either way (bool: 0 or 1,
+      // its addends sum by or).
+      EXPECT_LE(v, t == DType::b8 ? 1 : exact_limit(t) - 64) << to_string(t) << " i=" << i;
     }
 }
 
@@ -44,7 +78,7 @@ TEST(Verify, FilledLayoutCheckedAgainstItselfHasNoMismatches) {
   testing::Limits lim;
   lim.partial_src = false;
   for (int i = 0; i < testing::scaled(400); ++i) {
-    const auto c = testing::random_case(rng, lim, kAllDTypes[i % 7]);
+    const auto c = testing::random_case(rng, lim, testing::dtype_at(i));
     const Layout& l = c.src;
     SCOPED_TRACE("layout " + shape_str(l.shape()) + " " + to_string(l.dtype()) + " " + l.str());
     const std::size_t elem = dtype_size(l.dtype());
@@ -75,7 +109,7 @@ TEST(Verify, FilledLayoutCheckedAgainstItselfHasNoMismatches) {
 TEST(Verify, PartialAddendsSumToTheTestValue) {
   Rng rng(0xadd5);
   for (int i = 0; i < testing::scaled(700); ++i) {
-    const DType t = kAllDTypes[i % 7];
+    const DType t = testing::dtype_at(i);
     // A tensor split over some axes with a pending sum over the others (up to 64 addends).
     testing::Limits lim;
     lim.max_mesh_size = rng.chance(1, 4) ? 64 : 16;
@@ -101,8 +135,9 @@ TEST(Verify, PartialAddendsSumToTheTestValue) {
     const std::size_t elem = dtype_size(t);
     testing::ref_for_each(
         shape, Box::whole(shape), [&](const std::vector<std::int64_t>& x, std::int64_t g) {
-          // addend value of each group, from the first holder in mesh order
+          // addend value of each group, from the first holder in mesh order, and its bytes
           std::vector<double> addend(static_cast<std::size_t>(groups));
+          std::vector<std::uint64_t> bits(static_cast<std::size_t>(groups), 0);
           std::vector<bool> seen(static_cast<std::size_t>(groups), false);
           for (std::int64_t k = 0; k < mesh.size(); ++k) {
             const Box tile = testing::ref_tile(l, k);
@@ -114,24 +149,69 @@ TEST(Verify, PartialAddendsSumToTheTestValue) {
               off = off * tile[d].size() + (x[d] - tile[d].lo);
             const double v = testing::load_element(
                 t, buf[static_cast<std::size_t>(k)].data() + off * static_cast<std::int64_t>(elem));
+            std::uint64_t b = 0;  // little-endian: the element's bytes, zero-extended
+            if (elem <= 8)
+              std::memcpy(
+                  &b,
+                  buf[static_cast<std::size_t>(k)].data() + off * static_cast<std::int64_t>(elem),
+                  elem);
             if (seen[a]) {
-              EXPECT_EQ(addend[a], v) << "replicas of addend " << a << " differ at element " << g;
+              EXPECT_TRUE(addend[a] == v || (std::isnan(addend[a]) && std::isnan(v)))
+                  << "replicas of addend " << a << " differ at element " << g;
+              EXPECT_EQ(bits[a], b) << "replicas of addend " << a << " differ at element " << g;
             }
             addend[a] = v;
+            bits[a] = b;
             seen[a] = true;
           }
-          double sum = 0;
-          for (std::size_t a = 0; a < addend.size(); ++a) {
+          for (std::size_t a = 0; a < addend.size(); ++a)
             ASSERT_TRUE(seen[a]) << "no holder of addend " << a;
-            sum += addend[a];
-            // Every partial sum stays exactly representable (so any order is exact).
-            EXPECT_LE(std::abs(sum), t == DType::i8     ? 127.0
-                                     : t == DType::bf16 ? 256.0
-                                     : t == DType::f16  ? 2048.0
-                                                        : 1e15);
+          const std::int64_t want = test_value(g, t);
+          if (t == DType::b8) {  // or of 0s and 1s
+            double any = 0;
+            for (double v : addend) {
+              EXPECT_TRUE(v == 0 || v == 1) << "element " << g;
+              any = std::max(any, v);
+            }
+            EXPECT_EQ(any, static_cast<double>(want)) << "element " << g;
+          } else if (is_unsigned(t)) {  // modulo 2^bits, as the reduction wraps
+            const std::uint64_t mask =
+                elem == 8 ? ~std::uint64_t{0} : (std::uint64_t{1} << (8 * elem)) - 1;
+            std::uint64_t sum = 0;
+            for (std::uint64_t b : bits) sum += b;
+            EXPECT_EQ(sum & mask, static_cast<std::uint64_t>(want)) << "element " << g;
+          } else {
+            double sum = 0;
+            for (double v : addend) {
+              sum += v;
+              // Every partial sum stays exactly representable (so any order is exact).
+              EXPECT_LE(std::abs(sum), static_cast<double>(exact_limit(t)));
+            }
+            EXPECT_EQ(sum, static_cast<double>(want)) << "element " << g;
           }
-          EXPECT_EQ(sum, static_cast<double>(test_value(g, t))) << "element " << g;
         });
+  }
+}
+
+// Two neighbours swapped, and for complex numbers the parts of one element swapped: seen in
+// every dtype (elements 2 and 3 differ in bool's pattern as well).
+TEST(Verify, SwappedElementsAreSeenInEveryDtype) {
+  for (DType t : kAllDTypes) {
+    const Layout l = Layout::parse({64}, t, "1@0:R");
+    const std::size_t elem = dtype_size(t);
+    Bytes b = filled(l, 0);
+    ASSERT_EQ(count_mismatches(l, 0, b.data()), 0) << to_string(t);
+    ASSERT_NE(test_value(2, t), test_value(3, t)) << to_string(t);
+    std::swap_ranges(b.begin() + static_cast<std::ptrdiff_t>(2 * elem),
+                     b.begin() + static_cast<std::ptrdiff_t>(3 * elem),
+                     b.begin() + static_cast<std::ptrdiff_t>(3 * elem));
+    EXPECT_EQ(count_mismatches(l, 0, b.data()), 2) << to_string(t);
+    if (!is_complex(t)) continue;
+    Bytes c = filled(l, 0);
+    std::swap_ranges(c.begin() + static_cast<std::ptrdiff_t>(3 * elem),
+                     c.begin() + static_cast<std::ptrdiff_t>(3 * elem + elem / 2),
+                     c.begin() + static_cast<std::ptrdiff_t>(3 * elem + elem / 2));
+    EXPECT_EQ(count_mismatches(l, 0, c.data()), 1) << to_string(t) << " real and imaginary";
   }
 }
 

@@ -357,6 +357,10 @@ TEST(ManifestExplicit, Errors) {
   EXPECT_EQ(f(R"({"w": {"shape": [4], "dtype": "f32", "src": "2@0-1:S0", "dst": "2@2-3:S0",
                   "dst_dtype": "bf17"}})"),
             "tensors.w.dst_dtype");
+  // 8-bit floats travel as raw bytes: a pending sum of them cannot be added.
+  EXPECT_EQ(f(R"({"w": {"shape": [4], "dtype": "F8_E4M3", "src": "2@0-1:R+P0",
+                  "dst": "2@2-3:S0"}})"),
+            "tensors.w.src");
   // Mixed forms: the first entry that differs is named.
   EXPECT_EQ(f(R"({"a": {"shape": [4], "dtype": "f32", "src": "2@0-1:S0", "dst": "2@2-3:S0"},
                   "b": {"shape": [4], "dtype": "f32"}})"),
