@@ -5,6 +5,7 @@
 #include <exception>
 #include <functional>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,13 @@ struct PlanInputs {
   PlanOptions options;
 };
 PlanInputs parse_plan_inputs(const PlanArgs& args);
+// --topology as given: "" (every device on one host), a file or a preset name
+// (Topology::resolve), or "auto" / "auto:PRESET", which a process backend discovers once its job
+// has started (discover_job_topology); without one (plan, simulate, the local backend) every
+// device is in this process, so on one host: single_host(). Throws meshcast::Error("topology").
+Topology load_topology(const std::string& text);
+// Whether --topology asks for discovery ("auto", "auto:PRESET"); `preset` receives PRESET.
+bool is_auto_topology(const std::string& text, std::string* preset = nullptr);
 // Parses and validates every option of `args`, then plans. Throws meshcast::Error naming the
 // field ("shape", "dtype", "src", "dst", "topology", "strategy", "balance", "chunk-bytes").
 // `topology`, when given, receives the topology planned on.
@@ -123,8 +131,13 @@ void check_backend(const std::string& backend);
 struct ProcessRun {
   LocalRun run;
   bool root = false;
+  std::optional<Plan> plan;  // run_process_discovered: the plan that ran
 };
 ProcessRun run_process(const Plan& plan, const std::string& backend, int iters, bool verify);
+// The same for --topology auto: every rank discovers the job's topology once the backend has
+// started, plans on it (identical on every rank), then runs; the plan comes back in `plan`.
+ProcessRun run_process_discovered(const PlanInputs& in, const std::string& topology,
+                                  const std::string& backend, int iters, bool verify);
 // A started process backend (cli_process.cc): its communicator, its bootstrap, whether that is
 // the TCP rendezvous (else MPI), and the NCCL session when it is nccl.
 struct ProcessSession {
@@ -145,6 +158,10 @@ void agree(Bootstrap& boot, const std::vector<std::pair<std::string, std::string
 // finalizing MPI could wait forever on it.
 void with_process_backend(const std::string& backend,
                           const std::function<void(ProcessSession&)>& fn);
+// The topology of a started job for --topology auto[:PRESET] (discover_topology over its
+// world: hosts by MESHCAST_HOSTNAME or gethostname(), links measured or PRESET's); collective,
+// identical on every rank. Refused (ValidationError "topology") on nccl.
+Topology discover_job_topology(ProcessSession& session, const std::string& topology);
 // Refuses, before planning, a move the in-process backend cannot run on this machine: too many
 // device threads, or buffers over limits().buffer_bytes or most of the machine's memory.
 void check_local_capacity(const Layout& src, const Layout& dst);

@@ -56,9 +56,26 @@ PlanInputs parse_plan_inputs(const PlanArgs& args) {
   options.chunk_bytes = parse_chunk(args.chunk);
   const Shape shape = parse_shape(args.shape, "shape");
   const DType dtype = parse_dtype(args.dtype, "dtype");
-  return PlanInputs{
-      Layout::parse(shape, dtype, args.src, "src"), Layout::parse(shape, dtype, args.dst, "dst"),
-      args.topology.empty() ? Topology::single_host() : Topology::load(args.topology), options};
+  return PlanInputs{Layout::parse(shape, dtype, args.src, "src"),
+                    Layout::parse(shape, dtype, args.dst, "dst"), load_topology(args.topology),
+                    options};
+}
+
+bool is_auto_topology(const std::string& text, std::string* preset) {
+  if (text != "auto" && text.rfind("auto:", 0) != 0) return false;
+  if (preset) *preset = text.size() > 5 ? text.substr(5) : std::string();
+  return true;
+}
+
+Topology load_topology(const std::string& text) {
+  if (text.empty()) return Topology::single_host();
+  std::string preset;
+  if (!is_auto_topology(text, &preset)) return Topology::resolve(text);
+  if (text == "auto:") throw ValidationError("topology", "auto: needs a preset name after ':'");
+  // Without a job to ask, every device is in this process, on this host; a preset is still
+  // checked, so that a typo shows before any process backend starts.
+  if (!preset.empty()) (void)Topology::resolve(preset);
+  return Topology::single_host();
 }
 
 Plan make_plan(const PlanArgs& args, Topology* topology_out) {

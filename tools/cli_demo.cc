@@ -46,7 +46,7 @@ std::string gbit(double bytes_per_second) {
 int run_demo(const DemoArgs& args) {
   const int iters = parse_iters(args.iters);
   const Topology topology =
-      args.topology.empty() ? builtin_aws_p3() : Topology::load(args.topology);
+      args.topology.empty() ? builtin_aws_p3() : Topology::resolve(args.topology);
   const Shape shape = parse_shape(kShape);
   const DType dtype = parse_dtype(kDType);
 

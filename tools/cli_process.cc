@@ -1,9 +1,10 @@
 // `meshcast reshard --backend mpi|ucx|nccl`: one process per device, under mpirun or, for ucx
-// and nccl, started by hand with a TCP rendezvous (MESHCAST_RENDEZVOUS=HOST:PORT, MESHCAST_RANK,
-// MESHCAST_SIZE: TcpBootstrap::from_env; MPI is then never initialised). Every rank parses the
-// same options and plans; the ranks first check that their plans agree (a rank given other
-// options would otherwise hang or corrupt), then run, time and verify together. Only rank 0
-// prints. Built only when the MPI backend is.
+// and nccl, started by torchrun, srun or by hand with a TCP rendezvous (MESHCAST_RENDEZVOUS,
+// MESHCAST_RANK, MESHCAST_SIZE, or the launcher's variables: TcpBootstrap::from_env; MPI is then
+// never initialised). Every rank parses the same options and plans (with --topology auto, after
+// discovering the job's topology together); the ranks first check that their plans agree (a
+// rank given other options would otherwise hang or corrupt), then run, time and verify together.
+// Only rank 0 prints. Built only when the MPI backend is.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 
 #include "cli.h"
 #include "meshcast/bootstrap.h"
+#include "meshcast/discover.h"
 #include "meshcast/error.h"
 #include "meshcast/mpi.h"
 #include "meshcast/reshard.h"
@@ -104,7 +106,7 @@ struct Sessions {
 
 void start_and_run(const std::string& backend, const std::function<void(ProcessSession&)>& fn,
                    Sessions& s) {
-  // The bootstrap: a TCP rendezvous when MESHCAST_RENDEZVOUS is set (ucx, nccl), else MPI.
+  // The bootstrap: a TCP rendezvous when the environment gives one (ucx, nccl), else MPI.
   if (backend != "mpi") s.tcp = TcpBootstrap::from_env();
   const double timeout = peer_timeout();
   MpiOptions mpi_options;
@@ -149,6 +151,34 @@ ProcessRun run_process(const Plan& p, const std::string& backend, int iters, boo
   ProcessRun result;
   with_process_backend(backend,
                        [&](ProcessSession& s) { result = run_plan_on(p, s, iters, verify); });
+  return result;
+}
+
+Topology discover_job_topology(ProcessSession& session, const std::string& topology) {
+  std::string preset;
+  if (!is_auto_topology(topology, &preset))
+    throw InternalError("topology", "discover_job_topology without auto");
+  if (session.comm.caps().device_memory)  // the same on every rank: all refuse alike
+    throw ValidationError("topology", "auto is not available with --backend " +
+                                          session.comm.backend() +
+                                          " (its transport works on device memory): give a "
+                                          "file or a preset");
+  DiscoverOptions o;
+  o.preset = preset;
+  return discover_topology(session.comm, o);
+}
+
+ProcessRun run_process_discovered(const PlanInputs& in, const std::string& topology,
+                                  const std::string& backend, int iters, bool verify) {
+  ProcessRun result;
+  with_process_backend(backend, [&](ProcessSession& s) {
+    // First, that every rank discovers: a rank given a file instead would wait in another
+    // collective (its own agree() then sees this record and names the difference).
+    agree(s.boot, {{"topology", "auto " + std::to_string(std::hash<std::string>{}(topology))}});
+    Plan p = plan(in.src, in.dst, discover_job_topology(s, topology), in.options);
+    result = run_plan_on(p, s, iters, verify);
+    result.plan = std::move(p);
+  });
   return result;
 }
 

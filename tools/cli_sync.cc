@@ -115,7 +115,7 @@ Loaded load(const SyncArgs& a) {
   std::optional<SystemConfig> system;
   if (!a.system.empty()) system = load_system_config(a.system);
   l.model = load_model(a.model, system ? &*system : nullptr, cast);
-  l.topology = a.topology.empty() ? Topology::single_host() : Topology::load(a.topology);
+  l.topology = load_topology(a.topology);  // auto: replaced once a process backend started
   l.steps = steps_of(l.model, a.mode);
   return l;
 }
@@ -281,8 +281,12 @@ void add_sync_options(CLI::App& cmd, SyncArgs& a) {
                  "NCCL M2N's system config: the trainer's and the generator's parallel degrees "
                  "(placed by the Megatron convention, include/meshcast/manifest.h)")
       ->type_name("FILE");
-  cmd.add_option("--topology", a.topology, "topology JSON file (default: one host)")
-      ->type_name("FILE");
+  cmd.add_option("--topology", a.topology,
+                 "topology: a JSON file, a preset name (dgx-a100, ...), or auto (--backend "
+                 "mpi|ucx: discovered from the job's host names and measured links; "
+                 "auto:PRESET takes PRESET's links; one host with the local backend and "
+                 "--predict); default: one host")
+      ->type_name("FILE|NAME|auto");
   cmd.add_option("--backend", a.backend, "communicator: local (threads), mpi, ucx, nccl")
       ->type_name("NAME")
       ->capture_default_str();
@@ -319,7 +323,7 @@ void add_sync_options(CLI::App& cmd, SyncArgs& a) {
 int run_sync(const SyncArgs& a) {
   check_backend(a.backend);
   const int iters = parse_iters(a.iters);
-  const Loaded l = load(a);
+  Loaded l = load(a);
   const std::vector<int> devices = sync_devices(l.model.moves);
   if (a.predict) {
     const SyncStats p = predict_steps(l);
@@ -374,7 +378,11 @@ int run_sync(const SyncArgs& a) {
              {"cast", a.cast},
              {"iters", std::to_string(iters)},
              {"verify", a.verify ? "on" : "off"},
-             {"backend", s.comm.backend()}});
+             {"backend", s.comm.backend()},
+             {"topology", std::to_string(std::hash<std::string>{}(
+                              is_auto_topology(a.topology) ? a.topology : l.topology.to_json()))}});
+      // Every rank the same topology: discovered together (identical on every rank).
+      if (is_auto_topology(a.topology)) l.topology = discover_job_topology(s, a.topology);
       RunResult r = run_device(l, s.comm, iters, a.verify);
       r.mismatches = s.boot.sum(r.mismatches);
       report = s.comm.rank() == 0;

@@ -178,7 +178,7 @@ Run parse(const TrainArgs& a, const std::string& kind) {
   r.parallel.sub_batches = positive(a.sub_batches, "sub-batches", 1024);
   r.parallel.reshard = parse_strategy(a.reshard, "reshard");
   if (!a.topology.empty()) {
-    r.topology = Topology::load(a.topology);
+    r.topology = Topology::resolve(a.topology);  // a file or a preset name
     r.parallel.topology = &r.topology;
   }
   r.train.batch = positive(a.batch, "batch", 1 << 20);
@@ -520,7 +520,8 @@ void add_train_options(CLI::App& cmd, TrainArgs& a, const std::string& model) {
   cmd.add_option("--reshard", a.reshard,
                  "strategy of the stage-boundary reshards: auto, broadcast, sendrecv, allgather")
       ->capture_default_str();
-  cmd.add_option("--topology", a.topology, "topology JSON file (meshes/*.json)")->type_name("FILE");
+  cmd.add_option("--topology", a.topology, "topology: a JSON file or a preset name (dgx-a100, ...)")
+      ->type_name("FILE|NAME");
   cmd.add_option("--vocab", a.vocab, "vocabulary size (text: 256 bytes)")->capture_default_str();
   cmd.add_option("--seq", a.seq, "tokens per sample")->capture_default_str();
   cmd.add_option("--d-model", a.d_model, "model width")->capture_default_str();

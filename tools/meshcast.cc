@@ -14,6 +14,7 @@
 #include <iostream>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "cli.h"
@@ -25,13 +26,18 @@ namespace {
 constexpr const char* kFormats = R"(
 Formats:
   shape   comma-separated extents, e.g. 1024,1024,512
-  dtype   f16 bf16 f32 f64 i8 i32 i64
+  dtype   f16 bf16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool c64 c128
   layout  MESH:SPEC. MESH is an N-D grid over device ids, row-major: 2x4 (devices 0-7),
           2x4@8-15, 2x2@[0,2,4,6], 4@0-3. SPEC has one token per tensor dimension: R (not
           split) or S followed by the mesh axes splitting it, major first (S0, S1, S01); an
           optional pending sum over mesh axes follows a '+': S0R+P1. A dimension of n split p
           ways gives shard k the range [floor(k*n/p), floor((k+1)*n/p)).
-  topology  a JSON file of hosts and links (see docs/topology.md and meshes/*.json); without
+  topology  a JSON file of hosts and links (see docs/topology.md), or a preset name: a file
+          <name>.json of MESHCAST_TOPOLOGY_PATH (colon-separated directories) or of the
+          installed presets (share/meshcast/meshes: aws-p3.8xlarge, dgx-a100, ...); or auto:
+          reshard and sync with --backend mpi or ucx find the job's hosts by host name
+          (MESHCAST_HOSTNAME, else gethostname) and measure the links (auto:PRESET takes
+          PRESET's links); elsewhere, and with the local backend, auto is one host. Without
           it every device is on one host.
 
 Exit status: 0 success; 1 reshard --verify found wrong elements, or an internal error; 2 bad
@@ -43,10 +49,16 @@ void add_run_options(CLI::App& cmd, RunArgs& run) {
   cmd.add_option("--backend", run.backend,
                  "communicator: local (threads in this process), or, with one process per device "
                  "id, mpi, ucx, nccl (when built in), under mpirun. ucx and nccl also start "
-                 "without mpirun: launch the processes yourself, each with "
-                 "MESHCAST_RENDEZVOUS=HOST:PORT (the same for all; rank 0 listens there), "
-                 "MESHCAST_RANK (0..size-1) and MESHCAST_SIZE, optionally "
-                 "MESHCAST_RENDEZVOUS_TIMEOUT (seconds to wait for the others, default 60)")
+                 "without MPI, through a TCP rendezvous: under torchrun (RANK, WORLD_SIZE, "
+                 "LOCAL_RANK, MASTER_ADDR; rank 0 listens on MASTER_PORT + 1), under srun "
+                 "(SLURM_PROCID, SLURM_NTASKS; rank 0 listens on the first node of "
+                 "SLURM_STEP_NODELIST, port 10000 + (16 * SLURM_JOB_ID + SLURM_STEP_ID) mod "
+                 "20000), under mpirun with MASTER_ADDR/MASTER_PORT or MESHCAST_RENDEZVOUS, or "
+                 "launched by hand, each process with MESHCAST_RENDEZVOUS=HOST:PORT (the same "
+                 "for all; rank 0 listens there), MESHCAST_RANK (0..size-1) and MESHCAST_SIZE. "
+                 "MESHCAST_* override the launcher's value of each; MESHCAST_LAUNCHER=meshcast "
+                 "reads MESHCAST_* only. Optionally MESHCAST_RENDEZVOUS_TIMEOUT (seconds to wait "
+                 "for the others, default 60). See docs/cli.md")
       ->type_name("NAME")
       ->capture_default_str();
   cmd.add_option("--iters", run.iters, "timed iterations after one warm-up run (>= 1)")
@@ -111,7 +123,7 @@ void add_plan_options(CLI::App& cmd, PlanArgs& args) {
   cmd.add_option("--shape", args.shape, "global tensor shape, e.g. 1024,1024,512")
       ->type_name("SHAPE")
       ->required();
-  cmd.add_option("--dtype", args.dtype, "element type: f16 bf16 f32 f64 i8 i32 i64")
+  cmd.add_option("--dtype", args.dtype, "element type: f16 bf16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool c64 c128")
       ->type_name("DTYPE")
       ->required();
   cmd.add_option("--src", args.src, "source layout MESH:SPEC, e.g. 2x4@0-7:S0R")
@@ -121,8 +133,11 @@ void add_plan_options(CLI::App& cmd, PlanArgs& args) {
       ->type_name("LAYOUT")
       ->required();
   cmd.add_option("--topology", args.topology,
-                 "topology JSON file (meshes/*.json); default: every device on one host")
-      ->type_name("FILE");
+                 "topology: a JSON file, a preset name (dgx-a100, aws-p3.8xlarge, ...: see "
+                 "Formats), or auto (reshard --backend mpi|ucx: discovered from the job's host "
+                 "names and measured links; auto:PRESET takes PRESET's links; one host for plan, "
+                 "simulate and the local backend); default: every device on one host")
+      ->type_name("FILE|NAME|auto");
   cmd.add_option("--strategy", args.strategy,
                  "auto (cheapest by the cost model), broadcast (one multicast per task), "
                  "sendrecv (one send per receiver), allgather (scatter, then all-gather)")
@@ -167,20 +182,27 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
   check_writable(args.svg, "svg");
   const PlanInputs in = parse_plan_inputs(args);
   if (run.backend == "local") check_local_capacity(in.src, in.dst);
-  const Plan p = plan(in.src, in.dst, in.topology, in.options);
+  // --topology auto on a process backend: planned once the job has found its topology.
+  const bool discover = run.backend != "local" && is_auto_topology(args.topology);
+  std::optional<Plan> made;
+  if (!discover) made = plan(in.src, in.dst, in.topology, in.options);
   LocalRun r;
   if (run.backend == "local") {
-    if (!args.svg.empty()) write_file(args.svg, plan_svg(p), "svg");
-    r = run_local(p, iters, run.verify);
+    if (!args.svg.empty()) write_file(args.svg, plan_svg(*made), "svg");
+    r = run_local(*made, iters, run.verify);
   }
 #ifdef MESHCAST_HAS_MPI  // without it check_backend() refused every other backend
   else {
-    ProcessRun pr = run_process(p, run.backend, iters, run.verify);
+    ProcessRun pr = discover
+                        ? run_process_discovered(in, args.topology, run.backend, iters, run.verify)
+                        : run_process(*made, run.backend, iters, run.verify);
     if (!pr.root) return !run.verify || pr.run.mismatches == 0 ? 0 : 1;  // rank 0 reports
-    if (!args.svg.empty()) write_file(args.svg, plan_svg(p), "svg");
+    if (discover) made = std::move(pr.plan);
+    if (!args.svg.empty()) write_file(args.svg, plan_svg(*made), "svg");
     r = std::move(pr.run);
   }
 #endif
+  const Plan& p = *made;
   const double seconds = median(r.seconds);
   const bool ok = !run.verify || r.mismatches == 0;
   if (args.json) {
@@ -270,9 +292,9 @@ int main(int argc, char** argv) {
       "the bytes that broadcast and send/recv plans send across hosts. Needs no launcher.");
   demo_cmd
       ->add_option("--topology", demo_args.topology,
-                   "topology JSON file; default: the built-in copy of "
+                   "topology JSON file or preset name; default: the built-in copy of "
                    "meshes/aws-p3.8xlarge.json")
-      ->type_name("FILE");
+      ->type_name("FILE|NAME");
   demo_cmd->add_option("--iters", demo_args.iters, "timed iterations per case (>= 1)")
       ->type_name("N")
       ->capture_default_str();

@@ -1,7 +1,8 @@
 // Bootstrap's collectives over allgather, and TcpBootstrap: a star of TCP connections around
-// rank 0. Every socket is non-blocking in effect (poll, then MSG_DONTWAIT), so that every wait
-// has a deadline; every call is checked; sockets close with their owners. Rank 0 serves its
-// peers concurrently (one poll over all of them), in the rendezvous and in each round.
+// rank 0 (its start from the environment, LaunchEnv, is launch_env.cc). Every socket is
+// non-blocking in effect (poll, then MSG_DONTWAIT), so that every wait has a deadline; every call
+// is checked; sockets close with their owners. Rank 0 serves its peers concurrently (one poll over
+// all of them), in the rendezvous and in each round.
 //
 // Wire format (integers little-endian); every message opens with magic (u32) and kind (u32):
 //   hello    (rank r -> 0)   rank u32, size u32, job key digest (16 bytes)
@@ -25,14 +26,12 @@
 #include <array>
 #include <cctype>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 #include <sstream>
 #include <thread>
@@ -76,7 +75,6 @@ constexpr std::uint64_t kMaxTableBytes = std::uint64_t{4} << 30;  // all ranks' 
 constexpr std::uint32_t kMaxErrorText = 512;
 constexpr std::size_t kMaxPending = 64;  // connections rank 0 holds before their hello...
 constexpr double kHelloSeconds = 10;     // ...each for at most this long
-constexpr std::size_t kMaxCommandLine = std::size_t{1} << 20;
 
 [[noreturn]] void fail(const std::string& cause) { throw CommError("bootstrap", cause); }
 
@@ -834,108 +832,6 @@ std::vector<std::vector<unsigned char>> TcpBootstrap::allgather(
   } catch (const CommError& e) {
     if (m.broken.empty()) m.broken = e.cause();
     throw;
-  }
-}
-
-namespace {
-
-int env_int(const char* name) {
-  const char* text = std::getenv(name);
-  if (!text)
-    throw ValidationError(name, "not set (MESHCAST_RENDEZVOUS is: every process needs it)");
-  const std::string_view s(text);
-  int v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || end != s.data() + s.size())
-    throw ValidationError(name, detail::quote(s) + " is not an integer" +
-                                    (ec == std::errc::result_out_of_range ? " in range" : ""));
-  return v;
-}
-
-// This process's command line (NUL-separated, at most 1 MiB), the program by its file name.
-std::string command_line() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::string s;
-  char buf[4096];
-  while (s.size() < kMaxCommandLine && (in.read(buf, sizeof buf) || in.gcount() > 0))
-    s.append(buf, static_cast<std::size_t>(in.gcount()));
-  const auto end0 = std::min(s.find('\0'), s.size());
-  const auto slash = s.rfind('/', end0 == 0 ? 0 : end0 - 1);
-  if (slash != std::string::npos && slash < end0) s.erase(0, slash + 1);
-  return s;
-}
-
-}  // namespace
-
-std::string TcpBootstrap::job_key_from_env(const std::string& rendezvous, int size) {
-  if (const char* k = std::getenv("MESHCAST_JOB_KEY"); k && *k)
-    return std::string("MESHCAST_JOB_KEY=") + k;
-  std::string ids;
-  for (const char* name : {"SLURM_JOB_ID", "SLURM_STEP_ID", "TORCHELASTIC_RUN_ID", "PMIX_NAMESPACE",
-                           "OMPI_MCA_ess_base_jobid", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID"}) {
-    const char* v = std::getenv(name);
-    if (!v || !*v ||
-        (std::string_view(name) == "TORCHELASTIC_RUN_ID" && std::string_view(v) == "none"))
-      continue;
-    ids += std::string(name) + "=" + v + ";";
-  }
-  const std::string job = "size=" + std::to_string(size) + ";rendezvous=" + rendezvous;
-  if (!ids.empty()) return "launcher:" + ids + job;
-  std::string cmd = command_line();
-  return "command:" + std::to_string(cmd.size()) + ":" + cmd + ";" + job;
-}
-
-std::unique_ptr<TcpBootstrap> TcpBootstrap::from_env() {
-  const char* rendezvous = std::getenv("MESHCAST_RENDEZVOUS");
-  if (!rendezvous) return nullptr;
-  constexpr const char* kRendezvous = "MESHCAST_RENDEZVOUS";
-  const std::string rv(rendezvous);
-  const std::string form =
-      detail::quote(rv) + " is not HOST:PORT (e.g. 127.0.0.1:29500 or [::1]:29500)";
-  std::string host, port_text;
-  if (!rv.empty() && rv[0] == '[') {
-    const auto close = rv.find(']');
-    if (close == std::string::npos || close + 1 >= rv.size() || rv[close + 1] != ':')
-      throw ValidationError(kRendezvous, form);
-    host = rv.substr(1, close - 1);
-    port_text = rv.substr(close + 2);
-  } else {
-    const auto colon = rv.rfind(':');
-    if (colon == std::string::npos) throw ValidationError(kRendezvous, form);
-    host = rv.substr(0, colon);
-    port_text = rv.substr(colon + 1);
-  }
-  int port = 0;
-  const auto [end, ec] =
-      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (port_text.empty() || ec != std::errc() || end != port_text.data() + port_text.size())
-    throw ValidationError(kRendezvous, form);
-  // The size is bounded before anything is sized by it.
-  const int size = env_int("MESHCAST_SIZE");
-  if (size < 1) throw ValidationError("MESHCAST_SIZE", std::to_string(size) + ": need at least 1");
-  check_limit("MESHCAST_SIZE", size, limits().devices, "DEVICES");
-  const int rank = env_int("MESHCAST_RANK");
-  if (rank < 0 || rank >= size)
-    throw ValidationError("MESHCAST_RANK", std::to_string(rank) + " is not in [0, MESHCAST_SIZE=" +
-                                               std::to_string(size) + ")");
-  double timeout = 60;
-  if (const char* t = std::getenv("MESHCAST_RENDEZVOUS_TIMEOUT")) {
-    const std::string s(t);
-    char* stop = nullptr;
-    errno = 0;
-    timeout = std::strtod(s.c_str(), &stop);
-    if (s.empty() || errno != 0 || *stop != '\0' || !(timeout > 0) || !std::isfinite(timeout) ||
-        timeout > 1e7)
-      throw ValidationError("MESHCAST_RENDEZVOUS_TIMEOUT",
-                            detail::quote(s) + " is not a positive number of seconds");
-  }
-  try {
-    return std::make_unique<TcpBootstrap>(host, port, rank, size, timeout,
-                                          job_key_from_env(rv, size));
-  } catch (const ValidationError& e) {  // a bad host or port: name the variable that gave it
-    const std::string& f = e.field();
-    if (f != "host" && f != "port") throw;
-    throw ValidationError(kRendezvous, e.cause());
   }
 }
 

@@ -1,14 +1,82 @@
 // How the processes of a job find each other before a transport starts: rank, size and an
 // all-gather of small byte strings (UCX worker addresses, an NCCL unique id). MpiSession is one
-// (meshcast/mpi.h, under mpirun); TcpBootstrap is another, for jobs started without a launcher:
-// every process is given the same rendezvous address, its rank and the job size.
+// (meshcast/mpi.h, under mpirun); TcpBootstrap is another, for jobs started by torchrun, srun or
+// by hand: every process is given the same rendezvous address, its rank and the job size, read
+// from the variables its launcher sets (LaunchEnv).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace meshcast {
+
+// Who this process is in its job, as the environment says: rank, size, local rank and the
+// rendezvous, from the variables a launcher sets. Sources, each field from the first that gives
+// it:
+//
+//   rank        MESHCAST_RANK         > the launcher's (below)
+//   size        MESHCAST_SIZE         > the launcher's
+//   local rank  MESHCAST_LOCAL_RANK   > the launcher's; optional (-1 when nobody says)
+//   rendezvous  MESHCAST_RENDEZVOUS=HOST:PORT > MASTER_ADDR and MASTER_PORT (meshcast listens
+//               on MASTER_PORT + 1: MASTER_PORT itself is where torchrun's agent, or torch's
+//               rank 0, serves its own TCP store) > for Slurm only, the first host of
+//               SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST), compressed lists such as
+//               "node[01-04,07],gpu3" included, on port 10000 + (16 * SLURM_JOB_ID +
+//               SLURM_STEP_ID) mod 20000 (distinct for 16 steps of a job, below the kernel's
+//               ephemeral ports)
+//
+// The launcher, the first whose rank or size variable is set (the innermost launcher first:
+// torchrun and mpirun run inside Slurm allocations and inherit Slurm's variables, which then
+// describe the allocation's batch step or mpirun's daemons, not this process):
+//   torchrun  RANK, WORLD_SIZE, LOCAL_RANK
+//   openmpi   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK (without
+//             a rendezvous variable there is no TCP rendezvous: MPI starts the job)
+//   slurm     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+// MESHCAST_LAUNCHER=torchrun|openmpi|slurm picks one, =meshcast ignores them all (MESHCAST_*
+// only), =auto (the default) detects. Any field may be overridden alone: MESHCAST_RENDEZVOUS
+// with Slurm's ranks is fine; with MESHCAST_RANK and MESHCAST_SIZE both set the job is started
+// by hand and no launcher's variable is read. MESHCAST_RENDEZVOUS_TIMEOUT (seconds, default
+// 60) and the job key (TcpBootstrap::job_key_from_env) complete it.
+//
+// A variable that is malformed, out of range (a rank outside [0, size), a size above
+// limits().devices, a port outside its range) or missing where needed throws ValidationError
+// naming exactly that variable in one short line ("MASTER_PORT: expected a port in [1, 65534],
+// got 'abc'"); only the variables used are read.
+//
+//   // RANK=1 WORLD_SIZE=4 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500
+//   auto e = LaunchEnv::detect();  // torchrun: rank 1 of 4, rendezvous 10.0.0.1:29501
+struct LaunchEnv {
+  // Reads one variable: null when unset (std::getenv, or a map in tests).
+  using Getenv = std::function<const char*(const char*)>;
+
+  std::string launcher;  // "torchrun", "openmpi", "slurm", or "meshcast" (MESHCAST_* alone)
+  int rank = 0;
+  int size = 1;
+  int local_rank = -1;  // -1: not given
+  // The rendezvous; host empty when there is none (Open MPI without one: MPI bootstraps).
+  std::string host;
+  int port = 0;
+  // The variables that gave host and port (for messages), e.g. "MASTER_ADDR", "MASTER_PORT".
+  std::string host_from, port_from;
+  double timeout_seconds = 60;
+  std::string job_key;
+
+  bool has_rendezvous() const { return !host.empty(); }
+  // "HOST:PORT", an IPv6 host in brackets: "[::1]:29500".
+  std::string rendezvous() const;
+  // One line: "torchrun: rank 1 of 4 (local rank 1), rendezvous 10.0.0.1:29501".
+  std::string str() const;
+
+  // The job as `getenv` says; nullopt when neither MESHCAST_RENDEZVOUS, MESHCAST_RANK,
+  // MESHCAST_SIZE nor a launcher's rank or size variable is set (a process started alone;
+  // MASTER_ADDR alone is not a job). Throws ValidationError as above.
+  static std::optional<LaunchEnv> from(const Getenv& getenv);
+  // from(std::getenv).
+  static std::optional<LaunchEnv> detect();
+};
 
 class Bootstrap {
  public:
@@ -62,19 +130,24 @@ class TcpBootstrap final : public Bootstrap {
   TcpBootstrap(const TcpBootstrap&) = delete;
   TcpBootstrap& operator=(const TcpBootstrap&) = delete;
 
-  // From the environment: MESHCAST_RENDEZVOUS=HOST:PORT (an IPv6 host in brackets:
-  // [::1]:29500), MESHCAST_RANK, MESHCAST_SIZE (at most limits().devices), optionally
-  // MESHCAST_RENDEZVOUS_TIMEOUT (seconds, default 60), and the job key of job_key_from_env.
-  // Null when MESHCAST_RENDEZVOUS is unset; a missing, malformed or too large variable throws
-  // ValidationError naming it (one short line, whatever the variable holds).
+  // From the environment (LaunchEnv::detect): MESHCAST_RENDEZVOUS=HOST:PORT, MESHCAST_RANK,
+  // MESHCAST_SIZE as before, or what torchrun, Open MPI's mpirun or Slurm's srun set. Null when
+  // no launcher variable is set, or under mpirun without a rendezvous variable (MPI then starts
+  // the job); a missing, malformed or too large variable throws ValidationError naming it (one
+  // short line, whatever the variable holds), a bad rendezvous host too.
   static std::unique_ptr<TcpBootstrap> from_env();
+  // The same from a LaunchEnv (null when it has no rendezvous).
+  static std::unique_ptr<TcpBootstrap> from_launch(const LaunchEnv& env);
 
   // The job key from_env uses: MESHCAST_JOB_KEY when set and not empty; else the launcher's job
   // ids that are set (SLURM_JOB_ID and SLURM_STEP_ID, TORCHELASTIC_RUN_ID unless "none",
   // PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid, PBS_JOBID, LSB_JOBID, FLUX_JOB_ID); else this
   // process's command line (/proc/self/cmdline, the program by its file name only). The derived
-  // keys also hold `size` and `rendezvous` (MESHCAST_SIZE, MESHCAST_RENDEZVOUS). Not a secret.
+  // keys also hold `size` and `rendezvous` ("HOST:PORT"). Not a secret.
   static std::string job_key_from_env(const std::string& rendezvous, int size);
+  // The same, reading the variables through `getenv`.
+  static std::string job_key_from_env(const std::string& rendezvous, int size,
+                                      const LaunchEnv::Getenv& getenv);
 
   int rank() const override;
   int size() const override;

@@ -6,6 +6,7 @@
 #include "meshcast/collectives.h"
 #include "meshcast/communicator.h"
 #include "meshcast/cost.h"
+#include "meshcast/discover.h"
 #include "meshcast/dtype.h"
 #include "meshcast/error.h"
 #include "meshcast/layout.h"

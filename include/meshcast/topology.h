@@ -57,6 +57,35 @@ class Topology {
   // Strict JSON (a key repeated in one object is a ParseError); throws ParseError /
   // ValidationError naming the JSON path ("topology.hosts[2].devices[1]").
   static Topology from_json(std::string_view text, const std::string& field = "topology");
+
+  // A file path or a preset name. An existing file loads as load(); otherwise a bare name
+  // ("dgx-a100" or "dgx-a100.json", no '/') is the file <name>.json of the first directory of
+  // preset_dirs() that has it. Neither: ValidationError("topology", "unknown topology 'x': not
+  // a file, and no preset of that name (presets: aws-p3.8xlarge, ...)"); a path with a '/' that
+  // does not exist fails as load() does.
+  //   Topology::resolve("dgx-a100")               // <prefix>/share/meshcast/meshes/dgx-a100.json
+  //   Topology::resolve("meshes/dgx-a100.json")   // the file
+  static Topology resolve(const std::string& text);
+  // Where resolve() looks for presets, in order, the directories that exist: each directory of
+  // MESHCAST_TOPOLOGY_PATH (colon-separated); the installed data directory
+  // (<prefix>/share/meshcast/meshes, found from where this code runs, so that an installed tree
+  // can move); and, for a program running from the build tree, the source tree's meshes/.
+  static std::vector<std::string> preset_dirs();
+  // The preset names found there ("aws-p3.8xlarge", ...), sorted, each once.
+  static std::vector<std::string> presets();
+
+  // A host of from_hosts(): its name and its device ids.
+  struct Host {
+    std::string name;
+    std::vector<int> devices;
+  };
+  // Explicit placement, as a file's "hosts": names non-empty and distinct, every id in
+  // [0, 2^20) placed once, at least one host and one device per host; `network` is one host's
+  // link with its bandwidth the total over `nics_per_host` NICs (as network() returns it).
+  // Throws ValidationError naming the field ("topology.hosts[1].devices[0]", ...).
+  static Topology from_hosts(std::string name, const std::vector<Host>& hosts, LinkClass intra,
+                             LinkClass network, int nics_per_host = 1,
+                             std::string description = {});
   std::string to_json() const;
 
   const std::string& name() const { return name_; }

@@ -2,10 +2,18 @@
 // docs/topology.md. Every error names the offending JSON path ("topology.hosts[2].devices[1]").
 #include "meshcast/topology.h"
 
+#include <dirent.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -14,6 +22,17 @@
 #include "lib/support/text.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
+
+// Set by lib/CMakeLists.txt; these defaults serve a build without it (no source tree).
+#ifndef MESHCAST_INSTALL_DATADIR
+#define MESHCAST_INSTALL_DATADIR "share"
+#endif
+#ifndef MESHCAST_BUILD_TREE
+#define MESHCAST_BUILD_TREE ""
+#endif
+#ifndef MESHCAST_SOURCE_MESHES
+#define MESHCAST_SOURCE_MESHES ""
+#endif
 
 namespace meshcast {
 namespace {
@@ -339,6 +358,58 @@ Topology Topology::from_json(std::string_view text, const std::string& field) {
   return t;
 }
 
+Topology Topology::from_hosts(std::string name, const std::vector<Host>& hosts, LinkClass intra,
+                              LinkClass network, int nics_per_host, std::string description) {
+  const std::string field = "topology";
+  if (name.empty()) throw ValidationError(field + ".name", "must not be empty");
+  if (hosts.empty()) throw ValidationError(field + ".hosts", "needs at least one host");
+  if (nics_per_host < 1 || nics_per_host > kMaxNics)
+    throw ValidationError(field + ".links.network.nics_per_host",
+                          "must be in [1, " + std::to_string(kMaxNics) + "] (got " +
+                              std::to_string(nics_per_host) + ")");
+  intra.name = "intra";
+  network.name = "network";
+  check_link(intra, field + ".links.intra");
+  check_link(network, field + ".links.network");
+  Topology t;
+  t.name_ = std::move(name);
+  t.description_ = std::move(description);
+  t.intra_ = intra;
+  t.network_ = network;
+  t.nics_per_host_ = nics_per_host;
+  t.all_on_one_ = false;
+  std::map<std::string, std::size_t> names;
+  std::map<int, std::string> where;  // device -> path that placed it
+  for (std::size_t h = 0; h < hosts.size(); ++h) {
+    const std::string p = field + ".hosts[" + std::to_string(h) + "]";
+    const Host& host = hosts[h];
+    if (host.name.empty()) throw ValidationError(p + ".name", "must not be empty");
+    if (const auto [it, fresh] = names.emplace(host.name, h); !fresh)
+      throw ValidationError(p + ".name", "host name " + detail::quote(host.name) +
+                                             " used twice (also " + field + ".hosts[" +
+                                             std::to_string(it->second) + "])");
+    if (host.devices.empty())
+      throw ValidationError(p + ".devices", "a host needs at least one device");
+    t.host_names_.push_back(host.name);
+    for (std::size_t i = 0; i < host.devices.size(); ++i) {
+      const std::string dp = p + ".devices[" + std::to_string(i) + "]";
+      const int d = host.devices[i];
+      if (d < 0 || d > kMaxDeviceId)
+        throw ValidationError(dp, "must be in [0, " + std::to_string(kMaxDeviceId) + "] (got " +
+                                      std::to_string(d) + ")");
+      if (const auto [it, fresh] = where.emplace(d, dp); !fresh)
+        throw ValidationError(
+            dp, "device " + std::to_string(d) + " placed twice (also " + it->second + ")");
+      if (static_cast<std::size_t>(d) >= t.host_of_.size())
+        t.host_of_.resize(static_cast<std::size_t>(d) + 1, -1);
+      t.host_of_[static_cast<std::size_t>(d)] = static_cast<int>(h);
+      ++t.placed_;
+    }
+  }
+  t.rank_devices();
+  return t;
+}
+
 void Topology::rank_devices() {
   std::vector<int> seen(host_names_.size(), 0);
   rank_on_host_.assign(host_of_.size(), -1);
@@ -358,6 +429,116 @@ Topology Topology::load(const std::string& path) {
   } catch (const ValidationError& e) {
     throw ValidationError(e.field(), e.cause() + suffix);
   }
+}
+
+namespace {
+
+// Entries a preset directory may hold before the rest are ignored (a listing stays cheap).
+constexpr int kMaxPresetEntries = 4096;
+constexpr std::size_t kMaxListedPresets = 20;  // in the message of an unknown name
+
+bool is_kind(const std::string& path, mode_t kind) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && (st.st_mode & S_IFMT) == kind;
+}
+
+std::string real_path(const std::string& path) {
+  const std::unique_ptr<char, decltype(&std::free)> r(::realpath(path.c_str(), nullptr),
+                                                      &std::free);
+  return r ? std::string(r.get()) : std::string();
+}
+
+// The file this code runs from. The libraries are static by default, so the code lives in the
+// program, and dladdr() then names it only as argv[0] (maybe relative, maybe a bare name found
+// on PATH): /proc/self/exe is the program's real path. A shared build (BUILD_SHARED_LIBS) is
+// found by dladdr() as the library's own file ("....so"), which lives in <prefix>/lib.
+std::string running_binary() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&running_binary), &info) != 0 && info.dli_fname) {
+    const std::string f = info.dli_fname;
+    if (f.find(".so") != std::string::npos && f.find('/') != std::string::npos) return real_path(f);
+  }
+  return real_path("/proc/self/exe");
+}
+
+// <prefix>/<datadir>/meshcast/meshes, the prefix being the parent of the binary's directory
+// (bin/, lib/) or its grandparent (lib/x86_64-linux-gnu/).
+std::vector<std::string> installed_preset_dirs(const std::string& binary) {
+  const std::string datadir = MESHCAST_INSTALL_DATADIR;
+  if (!datadir.empty() && datadir.front() == '/') return {datadir + "/meshcast/meshes"};
+  std::vector<std::string> out;
+  std::string dir = binary.substr(0, binary.rfind('/'));
+  for (int up = 0; up < 2 && dir.find('/') != std::string::npos; ++up) {
+    dir = dir.substr(0, dir.rfind('/'));
+    out.push_back((dir.empty() ? "" : dir) + "/" + datadir + "/meshcast/meshes");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> Topology::preset_dirs() {
+  std::vector<std::string> dirs;
+  const auto add = [&](const std::string& d) {
+    if (!d.empty() && is_kind(d, S_IFDIR) && std::find(dirs.begin(), dirs.end(), d) == dirs.end())
+      dirs.push_back(d);
+  };
+  if (const char* path = std::getenv("MESHCAST_TOPOLOGY_PATH")) {
+    std::istringstream in(path);
+    for (std::string d; std::getline(in, d, ':');) add(d);
+  }
+  const std::string binary = running_binary();
+  if (!binary.empty()) {
+    for (const std::string& d : installed_preset_dirs(binary)) add(d);
+    // The source tree's files serve only programs of this build tree (tests, bin/meshcast): an
+    // installed program uses what was installed.
+    const std::string tree = real_path(MESHCAST_BUILD_TREE);
+    if (!tree.empty() && binary.rfind(tree + "/", 0) == 0) add(MESHCAST_SOURCE_MESHES);
+  }
+  return dirs;
+}
+
+std::vector<std::string> Topology::presets() {
+  std::set<std::string> names;
+  for (const std::string& d : preset_dirs()) {
+    struct Close {
+      void operator()(DIR* p) const { ::closedir(p); }
+    };
+    const std::unique_ptr<DIR, Close> dir(::opendir(d.c_str()));
+    if (!dir) continue;
+    int seen = 0;
+    for (const dirent* e; seen < kMaxPresetEntries && (e = ::readdir(dir.get())); ++seen) {
+      const std::string f = e->d_name;
+      if (f.size() > 5 && f.ends_with(".json") && f.front() != '.' && is_kind(d + "/" + f, S_IFREG))
+        names.insert(f.substr(0, f.size() - 5));
+    }
+  }
+  return {names.begin(), names.end()};
+}
+
+Topology Topology::resolve(const std::string& text) {
+  if (text.empty()) throw ValidationError("topology", "empty: give a file or a preset name");
+  // A path that exists is a file (load() refuses a directory or a device with its message); a
+  // path with a '/' names no preset, so load() says why it cannot be read.
+  if (struct stat st{}; ::stat(text.c_str(), &st) == 0 || text.find('/') != std::string::npos)
+    return load(text);
+  const std::string name = text.ends_with(".json") ? text.substr(0, text.size() - 5) : text;
+  if (!name.empty() && name.front() != '.')
+    for (const std::string& d : preset_dirs())
+      if (const std::string f = d + "/" + name + ".json"; is_kind(f, S_IFREG)) return load(f);
+  const std::vector<std::string> known = presets();
+  std::string list;
+  for (std::size_t i = 0; i < known.size() && i < kMaxListedPresets; ++i)
+    list += (i ? ", " : "") + known[i];
+  if (known.size() > kMaxListedPresets)
+    list += ", ... (" + std::to_string(known.size() - kMaxListedPresets) + " more)";
+  throw ValidationError("topology",
+                        "unknown topology " + detail::quote(text) +
+                            ": not a file, and no preset of that name (" +
+                            (known.empty() ? std::string("no presets found: install meshcast, or "
+                                                         "set MESHCAST_TOPOLOGY_PATH")
+                                           : "presets: " + list) +
+                            ")");
 }
 
 // Hand-formatted like the files in meshes/ (one host per line), so that to_json() of a loaded

@@ -287,7 +287,12 @@ class Env {
     for (const char* name :
          {"MESHCAST_RENDEZVOUS", "MESHCAST_RANK", "MESHCAST_SIZE", "MESHCAST_RENDEZVOUS_TIMEOUT",
           "MESHCAST_JOB_KEY", "SLURM_JOB_ID", "SLURM_STEP_ID", "TORCHELASTIC_RUN_ID",
-          "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID"}) {
+          "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID",
+          // LaunchEnv's launchers (launch_env_test.cc): a test run under one must not see it
+          "MESHCAST_LAUNCHER", "MESHCAST_LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+          "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+          "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST", "OMPI_COMM_WORLD_RANK",
+          "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"}) {
       const char* v = std::getenv(name);
       saved_.emplace_back(name, v ? std::optional<std::string>(v) : std::nullopt);
       ::unsetenv(name);
