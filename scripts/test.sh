@@ -7,6 +7,10 @@
 #    out the benchmarks and the CLI-driven script tests (tools.cli_test, tools.train_test, tools.sync_test,
 #    mpi.cli*, mpi.train: half of its time, over library code its suites and the fuzzers cover
 #    under the sanitizers too), which Release runs;
+#    after the Release ctest (whose python.pytest runs the Python suite on the build tree), the
+#    Python package is installed twice outside the tree and imported from elsewhere:
+#    `cmake --install --component python` (staged with DESTDIR) and
+#    `pip install --no-build-isolation .` into a venv (reusing the Release build: MESHCAST_BUILD_DIR);
 # 3. preset fuzz (clang): build the libFuzzer targets, replay their seed corpora, then fuzz each
 #    one for MESHCAST_FUZZ_SECONDS seconds (default 20).
 # Stops at the first failure and prints a summary either way.
@@ -105,12 +109,40 @@ run_fuzzers() {
   note="$count fuzzers clean"
 }
 
+# check_python_install: the package from `cmake --install` and from pip, imported outside the
+# tree, finds its presets and moves data.
+check_python_install() {
+  local build=$PWD/build/default stage=$PWD/build/default/stage venv=$PWD/build/default/venv site
+  local probe='import meshcast as mc, numpy as np, sys
+assert not mc.__file__.startswith(sys.argv[1] + "/python"), mc.__file__
+t = mc.Topology("dgx-a100")
+s, d = mc.Layout((6, 4), "f32", "2:S0R"), mc.Layout((6, 4), "f32", "2:RS0")
+p = mc.plan(s, d, t)
+f = np.arange(24, dtype=np.float32).reshape(6, 4)
+def go(c):
+    b = np.empty(d.local_shape(c.rank), np.float32)
+    mc.reshard(p, c, f[s.local_box(c.rank)].copy(), b)
+    return bool((b == f[d.local_box(c.rank)]).all())
+assert mc.LocalWorld(2).run(go) == [True, True]
+print("imported", mc.__file__)'
+  rm -rf "$stage" "$venv"
+  DESTDIR=$stage cmake --install "$build" --component python >/dev/null
+  site=$(dirname "$(find "$stage" -type d -name meshcast -path '*-packages/*' | head -n 1)")
+  (cd /tmp && PYTHONPATH=$site /usr/bin/python3 -c "$probe" "$build") || return 1
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+  MESHCAST_BUILD_DIR=$build "$venv/bin/pip" install --no-build-isolation --no-deps --no-index \
+    -q . || return 1
+  (cd /tmp && "$venv/bin/python" -c "$probe" "$build") || return 1
+  note="cmake --install and pip install import and run"
+}
+
 note=
 step setup bash scripts/setup.sh
 for preset in $presets; do
   step "$preset: configure" cmake --preset "$preset" -DMESHCAST_WERROR=ON
   step "$preset: build" cmake --build --preset "$preset" -j 2
   step "$preset: ctest" run_ctest "$preset"
+  [[ $preset == default ]] && step "python: install" check_python_install
 done
 if [[ ${MESHCAST_FUZZ:-1} != 0 ]]; then
   step "fuzz: configure" cmake --preset fuzz -DMESHCAST_WERROR=ON

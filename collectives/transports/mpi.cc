@@ -408,6 +408,7 @@ class MpiTransport final : public Transport {
 }  // namespace
 
 struct MpiSession::Impl {
+  MPI_Comm comm = MPI_COMM_WORLD;  // the session's: the world, or a duplicate of an attached one
   bool owns = false;
   bool skip_finalize = false;
   MpiTransport* transport = nullptr;  // the world's
@@ -428,10 +429,35 @@ MpiSession::MpiSession(int* argc, char*** argv, MpiOptions options)
   impl_->world = std::make_unique<Communicator>(std::move(transport));
 }
 
+MpiSession::MpiSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+std::unique_ptr<MpiSession> MpiSession::attach(const void* mpi_comm, MpiOptions options) {
+  int inited = 0, finalized = 0;
+  check(MPI_Initialized(&inited), "MPI_Initialized");
+  check(MPI_Finalized(&finalized), "MPI_Finalized");
+  if (!inited || finalized)
+    throw ValidationError("comm", inited ? "MPI is already finalized" : "MPI is not initialised");
+  if (!mpi_comm) throw ValidationError("comm", "null MPI communicator");
+  auto impl = std::make_unique<Impl>();
+  check(MPI_Comm_dup(*static_cast<const MPI_Comm*>(mpi_comm), &impl->comm), "MPI_Comm_dup");
+  auto transport = std::make_unique<MpiTransport>(impl->comm, options);
+  impl->transport = transport.get();
+  impl->world = std::make_unique<Communicator>(std::move(transport));
+  return std::unique_ptr<MpiSession>(new MpiSession(std::move(impl)));
+}
+
 MpiSession::~MpiSession() {
+  int finalized = 0;
+  if (MPI_Finalized(&finalized) == MPI_SUCCESS && finalized) {
+    // An attached session outlived the host program's MPI (mpi4py finalizes at exit): any MPI
+    // call now is erroneous, so the endpoint is left to the process's end.
+    (void)impl_->world.release();
+    return;
+  }
   if (impl_->skip_finalize) impl_->transport->mark_failed();
   const bool failed = impl_->transport->failed();
   impl_->world.reset();
+  if (impl_->comm != MPI_COMM_WORLD && !failed) (void)MPI_Comm_free(&impl_->comm);
   // With a failed peer, finalizing could hang: leave it to process exit (mpirun reports it).
   // A destructor reports nothing: MPI_Finalize's status is not looked at.
   if (impl_->owns && !failed) (void)MPI_Finalize();
@@ -446,16 +472,16 @@ void MpiSession::on_failure() { impl_->skip_finalize = true; }
 
 long long MpiSession::sum(long long value) {
   long long total = 0;
-  check(MPI_Allreduce(&value, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  check(MPI_Allreduce(&value, &total, 1, MPI_LONG_LONG, MPI_SUM, impl_->comm), "MPI_Allreduce");
   return total;
 }
 
 std::vector<std::vector<unsigned char>> MpiSession::allgather(
     const std::vector<unsigned char>& mine) {
-  const int n = size_of(MPI_COMM_WORLD);
+  const int n = size_of(impl_->comm);
   const int len = static_cast<int>(mine.size());
   std::vector<int> lens(static_cast<std::size_t>(n)), offs(static_cast<std::size_t>(n));
-  check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
+  check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, impl_->comm), "MPI_Allgather");
   int total = 0;
   for (int i = 0; i < n; ++i) {
     offs[static_cast<std::size_t>(i)] = total;
@@ -463,7 +489,7 @@ std::vector<std::vector<unsigned char>> MpiSession::allgather(
   }
   std::vector<unsigned char> all(static_cast<std::size_t>(total));
   check(MPI_Allgatherv(mine.data(), len, MPI_BYTE, all.data(), lens.data(), offs.data(), MPI_BYTE,
-                       MPI_COMM_WORLD),
+                       impl_->comm),
         "MPI_Allgatherv");
   std::vector<std::vector<unsigned char>> out;
   for (int i = 0; i < n; ++i) {
@@ -474,7 +500,7 @@ std::vector<std::vector<unsigned char>> MpiSession::allgather(
 }
 
 void MpiSession::abort(int code) {
-  (void)MPI_Abort(MPI_COMM_WORLD, code);  // returns only if it failed: end this process anyway
+  (void)MPI_Abort(impl_->comm, code);  // returns only if it failed: end this process anyway
   std::abort();
 }
 

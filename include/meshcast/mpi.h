@@ -45,11 +45,18 @@ struct MpiOptions {
 
 // Initialises MPI (if nobody did) and finalises it on destruction (if it initialised it and no
 // peer failed: finalizing with a dead rank can hang, so then the process just ends).
-// world() is this process's endpoint on MPI_COMM_WORLD. As a Bootstrap (rank, size, allgather,
-// sum over MPI_COMM_WORLD) it starts the other transports under mpirun.
+// world() is this process's endpoint on MPI_COMM_WORLD (or the attached communicator). As a
+// Bootstrap (rank, size, allgather, sum over MPI_COMM_WORLD) it starts the other transports under
+// mpirun.
 class MpiSession : public Bootstrap {
  public:
   MpiSession(int* argc, char*** argv, MpiOptions options = {});
+  // A session over a communicator of a program that initialised MPI itself (mpi4py, a host
+  // application): `mpi_comm` points at its MPI_Comm. The session works on a duplicate (its
+  // messages never meet the caller's) and device id d is rank d of that communicator; it never
+  // finalizes MPI. Collective over the communicator. Throws ValidationError("comm") when MPI is
+  // not initialised or already finalized.
+  static std::unique_ptr<MpiSession> attach(const void* mpi_comm, MpiOptions options = {});
   ~MpiSession() override;
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
@@ -69,6 +76,7 @@ class MpiSession : public Bootstrap {
 
  private:
   struct Impl;
+  explicit MpiSession(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

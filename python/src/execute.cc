@@ -1,0 +1,362 @@
+// reshard / ireshard and the collectives on arrays: checked against the layout or each other,
+// then run with the GIL released, zero-copy.
+#include "python/src/execute.h"
+
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <optional>
+
+#include "meshcast/collectives.h"
+#include "meshcast/reshard.h"
+#include "meshcast/sparse.h"
+#include "python/src/comm.h"
+#include "python/src/plan.h"
+#include "python/src/tile.h"
+
+namespace meshcast::python {
+namespace {
+
+// What every entry point needs: the plan's part for this device, checked buffers.
+struct Prepared {
+  PyGroup group;
+  const void* src = nullptr;
+  void* dst = nullptr;
+  std::vector<py::object> keep;
+};
+
+template <class P>
+Prepared prepare(const P& plan, py::handle comm, py::handle src, py::handle dst) {
+  Prepared p{group_arg(comm), nullptr, nullptr, {}};
+  const int me = p.group.comm.rank();
+  p.src = tile_pointer(src, plan.src(), me, "src", false, p.keep);
+  p.dst = tile_pointer(dst, plan.dst(), me, "dst", true, p.keep);
+  return p;
+}
+
+// A Plan or a RankPlan, as reshard and ireshard take either.
+template <class F>
+auto with_plan(py::handle plan, F&& f) {
+  if (py::isinstance<PyPlan>(plan)) return f(plan.cast<const PyPlan&>().plan);
+  if (py::isinstance<RankPlan>(plan)) return f(plan.cast<const RankPlan&>());
+  throw py::type_error("plan: expected a meshcast Plan or RankPlan, got " +
+                       py::str(py::type::handle_of(plan).attr("__name__")).cast<std::string>());
+}
+
+void reshard_py(py::object plan, py::object comm, py::object src, py::object dst) {
+  with_plan(plan, [&](const auto& pl) {
+    Prepared p = prepare(pl, comm, src, dst);
+    py::gil_scoped_release release;
+    reshard(pl, p.group.group, p.src, p.dst);
+  });
+}
+
+Handle ireshard_py(py::object plan, py::object comm, py::object src, py::object dst) {
+  return with_plan(plan, [&](const auto& pl) {
+    Prepared p = prepare(pl, comm, src, dst);
+    Handle h;
+    h.keep = std::move(p.keep);
+    {
+      py::gil_scoped_release release;
+      h.transfer = ireshard(pl, p.group.group, p.src, p.dst);
+    }
+    return h;
+  });
+}
+
+// A collective's group and options (the topology kept alive with the handle).
+struct Setup {
+  PyGroup group;
+  CollectiveOptions options;
+  std::shared_ptr<Topology> topology;
+  std::vector<py::object> keep;
+  int n = 0, k = 0;
+};
+
+Setup setup(py::handle comm, const std::string& algorithm, py::handle topology) {
+  Setup s{group_arg(comm), {}, nullptr, {}, 0, 0};
+  // Python spells names with underscores; the C++ names use hyphens ("recursive-doubling").
+  std::string name = algorithm;
+  std::replace(name.begin(), name.end(), '_', '-');
+  s.options.algorithm = parse_algorithm(name, "algorithm");
+  if (!topology.is_none()) {
+    s.topology = std::make_shared<Topology>(topology_arg(topology));
+    s.options.topology = s.topology.get();
+  }
+  s.n = s.group.group.size();
+  s.k = s.group.group.index_of(s.group.comm.rank());
+  if (s.k < 0)
+    throw py::value_error("comm: device " + std::to_string(s.group.comm.rank()) +
+                          " is not a member of the group");
+  return s;
+}
+
+void same_dtype(const Array& a, const Array& b, const std::string& arg) {
+  if (a.dtype != b.dtype)
+    throw py::type_error(arg + ": expected " + to_string(a.dtype) + " elements (as send), got " +
+                         to_string(b.dtype));
+}
+
+void expect_elements(const Array& a, std::int64_t n, const std::string& arg,
+                     const std::string& why) {
+  if (a.elements() != n)
+    throw py::value_error(arg + ": expected " + std::to_string(n) + " elements (" + why +
+                          "), got " + std::to_string(a.elements()) + " (shape " +
+                          shape_text(a.shape) + ")");
+}
+
+// Member k's piece of n elements split over `members` (meshcast's uneven split).
+std::int64_t piece(std::int64_t count, int members, int k) {
+  return (k + 1) * count / members - k * count / members;
+}
+
+py::object finish(Setup& s, Collective c, bool async_op) {
+  if (async_op) {
+    Handle h;
+    h.keep = std::move(s.keep);
+    h.topology = std::move(s.topology);
+    h.collective = std::move(c);
+    return py::cast(std::move(h));
+  }
+  {
+    py::gil_scoped_release release;
+    c.wait();
+  }
+  return py::none();
+}
+
+py::object all_reduce_py(py::object comm, py::object send, py::object recv, const std::string& op,
+                         const std::string& algorithm, py::object topology, bool async_op) {
+  Setup s = setup(comm, algorithm, topology);
+  const ReduceOp rop = parse_reduce_op(op, "op");
+  Array a = collective_array(send, "send", recv.is_none(), s.keep);
+  Array b = recv.is_none() ? a : collective_array(recv, "recv", true, s.keep);
+  same_dtype(a, b, "recv");
+  expect_elements(b, a.elements(), "recv", "as many as send");
+  Collective c;
+  {
+    py::gil_scoped_release release;
+    c = iall_reduce(s.group.group, a.data, b.data, a.elements(), a.dtype, rop, s.options);
+  }
+  return finish(s, std::move(c), async_op);
+}
+
+py::object reduce_scatter_py(py::object comm, py::object send, py::object recv,
+                             const std::string& op, const std::string& algorithm,
+                             py::object topology, bool async_op) {
+  Setup s = setup(comm, algorithm, topology);
+  const ReduceOp rop = parse_reduce_op(op, "op");
+  Array a = collective_array(send, "send", false, s.keep);
+  Array b = collective_array(recv, "recv", true, s.keep);
+  same_dtype(a, b, "recv");
+  expect_elements(b, piece(a.elements(), s.n, s.k), "recv",
+                  "member " + std::to_string(s.k) + "'s piece of send's " +
+                      std::to_string(a.elements()) + " over " + std::to_string(s.n));
+  Collective c;
+  {
+    py::gil_scoped_release release;
+    c = ireduce_scatter(s.group.group, a.data, b.data, a.elements(), a.dtype, rop, s.options);
+  }
+  return finish(s, std::move(c), async_op);
+}
+
+py::object all_gather_py(py::object comm, py::object send, py::object recv,
+                         const std::string& algorithm, py::object topology, bool async_op) {
+  Setup s = setup(comm, algorithm, topology);
+  Array b = collective_array(recv, "recv", true, s.keep);
+  Array a = collective_array(send, "send", false, s.keep);
+  same_dtype(b, a, "send");
+  expect_elements(a, piece(b.elements(), s.n, s.k), "send",
+                  "member " + std::to_string(s.k) + "'s piece of recv's " +
+                      std::to_string(b.elements()) + " over " + std::to_string(s.n));
+  Collective c;
+  {
+    py::gil_scoped_release release;
+    c = iall_gather(s.group.group, a.data, b.data, b.elements(), a.dtype, s.options);
+  }
+  return finish(s, std::move(c), async_op);
+}
+
+py::object broadcast_py(py::object comm, py::object buf, int root, bool async_op) {
+  Setup s = setup(comm, "auto", py::none());
+  if (!s.group.group.contains(root))
+    throw py::value_error("root: device " + std::to_string(root) + " is not in the group");
+  Array a = collective_array(buf, "buf", root != s.group.comm.rank(), s.keep);
+  Collective c;
+  {
+    py::gil_scoped_release release;
+    c = ibroadcast(s.group.group, root, a.data, a.elements(), a.dtype, s.options);
+  }
+  return finish(s, std::move(c), async_op);
+}
+
+std::vector<std::int64_t> counts_arg(py::handle obj, const Array& a, int n, const std::string& arg,
+                                     const std::string& of) {
+  if (obj.is_none()) {
+    if (a.elements() % n != 0)
+      throw py::value_error(arg + ": " + of + "'s " + std::to_string(a.elements()) +
+                            " elements do not split evenly over " + std::to_string(n) +
+                            " members; give " + arg);
+    return std::vector<std::int64_t>(static_cast<std::size_t>(n), a.elements() / n);
+  }
+  auto counts = obj.cast<std::vector<std::int64_t>>();
+  if (static_cast<int>(counts.size()) != n)
+    throw py::value_error(arg + ": expected " + std::to_string(n) +
+                          " counts (one per member), got " + std::to_string(counts.size()));
+  std::int64_t total = 0;
+  for (std::int64_t c : counts) {
+    if (c < 0) throw py::value_error(arg + ": counts must be >= 0");
+    total += c;
+  }
+  if (total != a.elements())
+    throw py::value_error(arg + ": counts add up to " + std::to_string(total) + ", " + of +
+                          " has " + std::to_string(a.elements()) + " elements");
+  return counts;
+}
+
+py::object all_to_all_py(py::object comm, py::object send, py::object recv, py::object send_counts,
+                         py::object recv_counts, bool async_op) {
+  Setup s = setup(comm, "auto", py::none());
+  Array a = collective_array(send, "send", false, s.keep);
+  Array b = collective_array(recv, "recv", true, s.keep);
+  same_dtype(a, b, "recv");
+  auto sc = counts_arg(send_counts, a, s.n, "send_counts", "send");
+  auto rc = counts_arg(recv_counts, b, s.n, "recv_counts", "recv");
+  Collective c;
+  {
+    py::gil_scoped_release release;
+    c = iall_to_allv(s.group.group, a.data, sc, b.data, rc, a.dtype, s.options);
+  }
+  return finish(s, std::move(c), async_op);
+}
+
+std::string sparse_all_reduce_py(py::object comm, py::object grad, py::object out,
+                                 const std::string& method, py::object topology) {
+  Setup s = setup(comm, "auto", topology);
+  Array g = collective_array(grad, "grad", false, s.keep);
+  Array o = collective_array(out, "out", true, s.keep);
+  if (g.dtype != DType::f32 || g.shape.size() != 2)
+    throw py::type_error("grad: expected a 2-D f32 array (rows x width), got " +
+                         to_string(g.dtype) + " of shape " + shape_text(g.shape));
+  if (o.dtype != DType::f32 || o.shape != g.shape)
+    throw py::value_error("out: expected an f32 array of grad's shape " + shape_text(g.shape) +
+                          ", got " + to_string(o.dtype) + " of shape " + shape_text(o.shape));
+  const SparseMethod m = parse_sparse_method(method, "method");
+  py::gil_scoped_release release;
+  const auto* values = static_cast<const float*>(g.data);
+  SparseRows rows = SparseRows::from_dense({values, static_cast<std::size_t>(g.elements())},
+                                           g.shape[0], g.shape[1]);
+  return to_string(sparse_all_reduce(
+      s.group.group, rows, {static_cast<float*>(o.data), static_cast<std::size_t>(o.elements())}, m,
+      s.options));
+}
+
+// The C++ baseline of bench/python_reshard.py: `iters` reshards of the same plan and buffers in
+// one C++ loop (the arguments checked once), seconds per reshard.
+double reshard_loop(py::object plan, py::object comm, py::object src, py::object dst, int iters) {
+  if (iters < 1) throw py::value_error("iters: must be >= 1");
+  return with_plan(plan, [&](const auto& pl) {
+    Prepared p = prepare(pl, comm, src, dst);
+    py::gil_scoped_release release;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) reshard(pl, p.group.group, p.src, p.dst);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+  });
+}
+
+}  // namespace
+
+Handle::~Handle() {
+  if (!collective || collective->done()) return;
+  py::gil_scoped_release release;
+  try {
+    collective->wait();
+  } catch (const std::exception&) {  // a failed peer: nothing is in flight any more
+  }
+}
+
+bool Handle::test() {
+  py::gil_scoped_release release;
+  return transfer ? transfer->test() : collective->test();
+}
+
+void Handle::wait() {
+  py::gil_scoped_release release;
+  if (transfer)
+    transfer->wait();
+  else
+    collective->wait();
+}
+
+bool Handle::done() const { return transfer ? transfer->done() : collective->done(); }
+
+void bind_execute(py::module_& m) {
+  py::class_<Handle>(m, "Handle", R"doc(
+A reshard, sync or collective in flight. test() moves it on without blocking and says whether
+it finished; wait() finishes it. Progress happens only inside these calls (and later operations
+on the same group). Keeps its arrays alive until then. Dropping it unfinished abandons the
+transfer: the peers fail with an error naming this device.
+)doc")
+      .def("test", &Handle::test)
+      .def("wait", &Handle::wait)
+      .def_property_readonly("done", &Handle::done);
+
+  const char* reshard_doc = R"doc(
+Executes `plan` (a Plan, or this device's RankPlan from plan_rank) on this device.
+comm: a Comm or a Group holding every device of the plan; every member calls it, in the same
+order as its other operations on the group.
+src: this device's tile of plan.src (shape plan.src.local_shape(comm.rank), the layout's
+dtype, C-contiguous; a numpy array or a DLPack tensor such as a torch CPU tensor), or None
+when the device is not in the source mesh. dst: likewise for plan.dst, writable; it is
+written in place (no copy). Raises ValueError/TypeError naming the argument for a wrong
+array, CommError when a peer fails. The GIL is released while data moves.
+)doc";
+  m.def("reshard", &reshard_py, py::arg("plan"), py::arg("comm"), py::arg("src"), py::arg("dst"),
+        reshard_doc);
+  m.def("ireshard", &ireshard_py, py::arg("plan"), py::arg("comm"), py::arg("src"), py::arg("dst"),
+        "reshard() started without blocking: returns a Handle (test(), wait()).");
+
+  m.def("_reshard_loop", &reshard_loop, py::arg("plan"), py::arg("comm"), py::arg("src"),
+        py::arg("dst"), py::arg("iters"),
+        "Benchmark baseline: `iters` reshards in one C++ loop; seconds per reshard.");
+
+  m.def("all_reduce", &all_reduce_py, py::arg("comm"), py::arg("send"),
+        py::arg("recv") = py::none(), py::arg("op") = "sum", py::arg("algorithm") = "auto",
+        py::arg("topology") = py::none(), py::arg("async_op") = false, R"doc(
+recv = op ("sum" or "max") over the group's members of send, elementwise; recv None: in place
+(send must be writable). comm: a Comm (the world) or a Group; every member calls it.
+algorithm: "auto" (by the cost model on `topology`), "ring", "recursive_doubling",
+"halving_doubling", "hierarchical" (hyphens work too). async_op=True returns a Handle.
+)doc");
+  m.def("reduce_scatter", &reduce_scatter_py, py::arg("comm"), py::arg("send"), py::arg("recv"),
+        py::arg("op") = "sum", py::arg("algorithm") = "auto", py::arg("topology") = py::none(),
+        py::arg("async_op") = false, R"doc(
+recv = this member's piece of the sum over the group of send: member k of n receives the
+elements [k*N//n, (k+1)*N//n) of N = send's elements.
+)doc");
+  m.def("all_gather", &all_gather_py, py::arg("comm"), py::arg("send"), py::arg("recv"),
+        py::arg("algorithm") = "auto", py::arg("topology") = py::none(),
+        py::arg("async_op") = false, R"doc(
+recv (N elements) = every member's piece in group order; member k of n sends its piece of
+[k*N//n, (k+1)*N//n) elements.
+)doc");
+  m.def("broadcast", &broadcast_py, py::arg("comm"), py::arg("buf"), py::arg("root"),
+        py::arg("async_op") = false, "buf of device `root` to every member of the group.");
+  m.def("all_to_all", &all_to_all_py, py::arg("comm"), py::arg("send"), py::arg("recv"),
+        py::arg("send_counts") = py::none(), py::arg("recv_counts") = py::none(),
+        py::arg("async_op") = false, R"doc(
+Member j's block k of send goes to member k, blocks packed in group order. Without counts,
+send and recv split evenly over the members; with them, send_counts[k] elements go to member
+k and recv_counts[j] come from member j.
+)doc");
+  m.def("sparse_all_reduce", &sparse_all_reduce_py, py::arg("comm"), py::arg("grad"),
+        py::arg("out"), py::arg("method") = "auto", py::arg("topology") = py::none(), R"doc(
+out = the sum over the group of grad, a (rows x width) f32 gradient whose rows are mostly
+zero (an embedding table's), moving only the non-zero rows. method: "auto", "dense",
+"allgather" or "balanced". Returns the method used.
+)doc");
+}
+
+}  // namespace meshcast::python

@@ -1,0 +1,321 @@
+#include "python/src/plan.h"
+
+#include <pybind11/operators.h>
+#include <pybind11/stl.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "meshcast/cost.h"
+#include "meshcast/discover.h"
+#include "meshcast/error.h"
+#include "python/src/array.h"
+#include "python/src/comm.h"
+
+namespace meshcast::python {
+namespace {
+
+// The presets installed with the package: <package>/meshes/<name>.json. Looked up on first use:
+// an extension module gets its __file__ only after its initialisation.
+const std::string& preset_dir() {
+  static const std::string dir = [] {
+    const auto file = py::module_::import("meshcast._meshcast").attr("__file__");
+    return (std::filesystem::path(file.cast<std::string>()).parent_path() / "meshes").string();
+  }();
+  return dir;
+}
+
+// `text` as Topology::resolve takes it, with the package's presets first: a file path, the path
+// of a preset installed with the package, or the text itself (resolve's own search).
+std::string topology_path(const std::string& text) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(text, ec) || preset_dir().empty() || text.find('/') != std::string::npos)
+    return text;
+  const fs::path p = fs::path(preset_dir()) / (text.ends_with(".json") ? text : text + ".json");
+  return fs::is_regular_file(p, ec) ? p.string() : text;
+}
+
+Topology load_topology(const std::string& text) { return Topology::resolve(topology_path(text)); }
+
+py::tuple to_tuple(const std::vector<std::int64_t>& v) {
+  py::tuple t(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) t[i] = v[i];
+  return t;
+}
+
+Shape shape_arg(py::handle obj) {
+  if (py::isinstance<py::int_>(obj)) return {obj.cast<std::int64_t>()};
+  try {
+    return obj.cast<Shape>();
+  } catch (py::cast_error&) {
+    throw py::type_error("shape: expected a sequence of ints, got " +
+                         py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+  }
+}
+
+Strategy strategy_arg(const std::string& s) { return parse_strategy(s, "strategy"); }
+
+py::dict stats_dict(const Plan& p) {
+  const PlanStats& s = p.stats();
+  py::dict d;
+  d["ops"] = p.ops().size();
+  d["phases"] = p.phases();
+  d["bytes_moved"] = s.bytes_moved;
+  d["bytes_local"] = s.bytes_local;
+  d["bytes_intra_host"] = s.bytes_intra_host;
+  d["bytes_network"] = s.bytes_network;
+  d["predicted_seconds"] = s.predicted_seconds;
+  d["search_truncated"] = s.search_truncated;
+  return d;
+}
+
+py::dict prediction_dict(const Prediction& pr) {
+  py::dict d;
+  d["seconds"] = pr.seconds;
+  d["bound_seconds"] = pr.bound_seconds;
+  py::list links;
+  for (const LinkLoad& l : pr.links) {
+    py::dict x;
+    x["name"] = l.name;
+    x["network"] = l.network;
+    x["bytes"] = l.bytes;
+    x["seconds"] = l.seconds;
+    links.append(x);
+  }
+  d["links"] = links;
+  return d;
+}
+
+}  // namespace
+
+Topology topology_arg(py::handle obj) {
+  if (obj.is_none()) return Topology::single_host();
+  if (py::isinstance<Topology>(obj)) return obj.cast<Topology>();
+  if (py::isinstance<py::str>(obj)) return load_topology(obj.cast<std::string>());
+  throw py::type_error("topology: expected None, a Topology, a file path or a preset name, got " +
+                       py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+}
+
+py::object local_shape(const Layout& layout, int device) {
+  if (!layout.mesh().contains(device)) return py::none();
+  return to_tuple(layout.tile_of(device).extents());
+}
+
+void bind_plan(py::module_& m) {
+  py::class_<Mesh>(m, "Mesh", R"doc(
+An N-D grid over distinct device ids, row-major. Mesh("2x4@8-15"), Mesh("2x2@[0,2,4,6]"),
+or Mesh(shape=(2, 4), devices=range(8, 16)).
+)doc")
+      .def(py::init([](const std::string& text) { return Mesh::parse(text, "mesh"); }),
+           py::arg("text"))
+      .def(py::init([](std::vector<std::int64_t> shape, std::vector<int> devices) {
+             return Mesh(std::move(shape), std::move(devices), "mesh");
+           }),
+           py::arg("shape"), py::arg("devices"))
+      .def_property_readonly("shape", [](const Mesh& x) { return to_tuple(x.shape()); })
+      .def_property_readonly("devices", [](const Mesh& x) { return x.devices(); })
+      .def_property_readonly("size", &Mesh::size)
+      .def_property_readonly("ndim", &Mesh::ndim)
+      .def("__contains__", &Mesh::contains)
+      .def("__str__", &Mesh::str)
+      .def("__repr__", [](const Mesh& x) { return "meshcast.Mesh('" + x.str() + "')"; })
+      .def(py::self == py::self)
+      .def("__hash__", [](const Mesh& x) { return py::hash(py::str(x.str())); });
+
+  py::class_<Layout>(m, "Layout", R"doc(
+A sharded tensor: global shape, dtype and "MESH:SPEC", e.g.
+Layout((1024, 1024), "f32", "2x4@0-7:S0R"). dtype: "f16", "bf16", "f32", "f64", "i8" ...
+"c128", a numpy dtype or a torch dtype. A spec has one token per dimension: R (whole) or S
+and the mesh axes splitting it (S0, S01); "+P1" marks a pending sum over axis 1.
+)doc")
+      .def(py::init([](py::object shape, py::object dtype, const std::string& text) {
+             return Layout::parse(shape_arg(shape), to_dtype(dtype, "dtype"), text, "layout");
+           }),
+           py::arg("shape"), py::arg("dtype"), py::arg("layout"))
+      .def_property_readonly("shape", [](const Layout& l) { return to_tuple(l.shape()); })
+      .def_property_readonly("dtype", [](const Layout& l) { return to_string(l.dtype()); })
+      .def_property_readonly(
+          "numpy_dtype", [](const Layout& l) { return numpy_dtype(l.dtype()); },
+          "The numpy dtype of the elements (None for bf16).")
+      .def_property_readonly("mesh", &Layout::mesh)
+      .def_property_readonly("spec", [](const Layout& l) { return l.spec().str(); })
+      .def_property_readonly("nbytes", &Layout::bytes, "Bytes of the whole tensor.")
+      .def_property_readonly("devices", [](const Layout& l) { return l.mesh().devices(); })
+      .def("local_shape", &local_shape, py::arg("device"),
+           "The shape of the tile `device` holds; None when it is not in the mesh.")
+      .def(
+          "local_box",
+          [](const Layout& l, int device) -> py::object {
+            if (!l.mesh().contains(device)) return py::none();
+            const Box b = l.tile_of(device);
+            py::tuple t(b.ndim());
+            for (std::size_t i = 0; i < b.ndim(); ++i)
+              t[i] = py::slice(py::int_(b[i].lo), py::int_(b[i].hi), py::none());
+            return t;
+          },
+          py::arg("device"), R"doc(
+The part of the global tensor `device` holds, as a tuple of slices (global[layout.local_box(d)]
+is its tile); None when it is not in the mesh.
+)doc")
+      .def_property_readonly("addends", &Layout::partial_groups,
+                             "Addends of a pending sum (+P axes): 1 for a complete tensor.")
+      .def(
+          "addend",
+          [](const Layout& l, int device) -> py::object {
+            const auto index = l.mesh().index_of(device);
+            if (!index) return py::none();
+            return py::int_(l.partial_group(*index));
+          },
+          py::arg("device"), R"doc(
+Which addend of a pending sum `device` holds (0 .. addends-1; the tensor is the sum of the
+addends' tiles); None when it is not in the mesh.
+)doc")
+      .def("__str__", &Layout::str)
+      .def("__repr__",
+           [](const Layout& l) {
+             return "meshcast.Layout(" + py::repr(to_tuple(l.shape())).cast<std::string>() + ", '" +
+                    to_string(l.dtype()) + "', '" + l.str() + "')";
+           })
+      .def(py::self == py::self)
+      .def("__hash__", [](const Layout& l) {
+        return py::hash(py::make_tuple(to_tuple(l.shape()), to_string(l.dtype()), l.str()));
+      });
+
+  py::class_<Topology>(m, "Topology", R"doc(
+Where devices live: hosts and the link classes between them. Topology("dgx-a100") (a preset
+installed with the package: aws-p3.8xlarge, dgx-a100, h100-cluster, gb200-nvl72, ...),
+Topology("path/to/file.json") (docs/topology.md), Topology.discover(comm), or
+Topology.single_host().
+)doc")
+      .def(py::init(&load_topology), py::arg("name_or_path"))
+      .def_static("single_host", &Topology::single_host)
+      .def_static(
+          "from_json", [](const std::string& text) { return Topology::from_json(text); },
+          py::arg("text"))
+      .def_static(
+          "discover",
+          [](const Comm& comm, py::object preset, py::object host, bool probe,
+             std::int64_t probe_bytes) {
+            DiscoverOptions o;
+            if (!preset.is_none()) o.preset = topology_path(preset.cast<std::string>());
+            if (!host.is_none()) o.host = host.cast<std::string>();
+            o.probe = probe;
+            o.probe_bytes = probe_bytes;
+            Communicator& c = comm.get();
+            py::gil_scoped_release release;
+            return discover_topology(c, o);
+          },
+          py::arg("comm"), py::arg("preset") = py::none(), py::arg("host") = py::none(),
+          py::arg("probe") = true, py::arg("probe_bytes") = std::int64_t{4} << 20, R"doc(
+The job's topology, found by the job: collective over comm's devices, each returning the same
+Topology. Devices are grouped by host name (`host`, else MESHCAST_HOSTNAME, else the machine's
+name); link classes come from `preset` (a preset name or file) or, when none is given, from a
+short ping-pong probe of probe_bytes (probe=False: placement only).
+)doc")
+      .def_property_readonly("name", &Topology::name)
+      .def_property_readonly("hosts", &Topology::hosts)
+      .def_property_readonly("nics_per_host", &Topology::nics_per_host)
+      .def("host_of", &Topology::host_of, py::arg("device"))
+      .def("host_name", &Topology::host_name, py::arg("host"))
+      .def("json", &Topology::to_json)
+      .def("__repr__", [](const Topology& t) { return "<meshcast.Topology '" + t.name() + "'>"; });
+
+  py::class_<PyPlan>(m, "Plan", R"doc(
+The operations that move a tensor from one layout to another (from meshcast.plan()). A pure
+value: print it, save it (json()), draw it (svg()), execute it many times (reshard()).
+)doc")
+      .def_property_readonly("src", [](const PyPlan& p) { return p.plan.src(); })
+      .def_property_readonly("dst", [](const PyPlan& p) { return p.plan.dst(); })
+      .def_property_readonly("strategy",
+                             [](const PyPlan& p) { return to_string(p.plan.strategy()); })
+      .def_property_readonly("devices", [](const PyPlan& p) { return p.plan.devices(); })
+      .def_property_readonly(
+          "stats", [](const PyPlan& p) { return stats_dict(p.plan); },
+          "ops, phases, bytes_moved, bytes_local, bytes_intra_host, bytes_network, "
+          "predicted_seconds, search_truncated.")
+      .def(
+          "predict",
+          [](const PyPlan& p, py::object topology) {
+            const Topology t = topology.is_none() ? p.topology : topology_arg(topology);
+            return prediction_dict(predict(p.plan, t));
+          },
+          py::arg("topology") = py::none(), R"doc(
+The cost model's time on the plan's topology (or `topology`): a dict with seconds,
+bound_seconds (the busiest link's bytes / bandwidth) and links (busiest first).
+)doc")
+      .def(
+          "json", [](const PyPlan& p) { return p.plan.to_json(); },
+          "The plan as one JSON document (Plan.from_json reads it back).")
+      .def_static(
+          "from_json",
+          [](const std::string& text, py::object topology) {
+            return PyPlan{Plan::from_json(text), topology_arg(topology)};
+          },
+          py::arg("text"), py::arg("topology") = py::none())
+      .def(
+          "svg", [](const PyPlan& p) { return plan_svg(p.plan); }, "The plan drawn as SVG text.")
+      .def(
+          "rank", [](const PyPlan& p, int device) { return p.plan.rank(device); },
+          py::arg("device"), "Device `device`'s part of the plan (a RankPlan).")
+      .def("__str__", [](const PyPlan& p) { return p.plan.str(); })
+      .def("__repr__",
+           [](const PyPlan& p) {
+             return "<meshcast.Plan " + p.plan.src().str() + " -> " + p.plan.dst().str() + ", " +
+                    to_string(p.plan.strategy()) + ", " + std::to_string(p.plan.ops().size()) +
+                    " ops>";
+           })
+      .def("__eq__", [](const PyPlan& a, const PyPlan& b) { return a.plan == b.plan; });
+
+  py::class_<RankPlan>(m, "RankPlan", R"doc(
+One device's part of a plan, computed alone (meshcast.plan_rank): what each rank of a large job
+builds and executes instead of the whole plan.
+)doc")
+      .def_property_readonly("src", &RankPlan::src)
+      .def_property_readonly("dst", &RankPlan::dst)
+      .def_property_readonly("device", &RankPlan::device)
+      .def_property_readonly("strategy", [](const RankPlan& p) { return to_string(p.strategy()); })
+      .def_property_readonly("ops", [](const RankPlan& p) { return p.ops().size(); })
+      .def("__str__", [](const RankPlan& p) { return p.str(); })
+      .def(py::self == py::self);
+
+  m.def(
+      "plan",
+      [](const Layout& src, const Layout& dst, py::object topology, const std::string& strategy,
+         const std::string& balance) {
+        PlanOptions o;
+        o.strategy = strategy_arg(strategy);
+        o.balance = parse_balance(balance, "balance");
+        Topology t = topology_arg(topology);
+        py::gil_scoped_release release;
+        Plan p = meshcast::plan(src, dst, t, o);
+        return PyPlan{std::move(p), std::move(t)};
+      },
+      py::arg("src"), py::arg("dst"), py::arg("topology") = py::none(),
+      py::arg("strategy") = "auto", py::arg("balance") = "search", R"doc(
+Plans the move of a tensor from layout `src` to layout `dst` (same shape and dtype; meshes may
+differ, overlap or be disjoint). topology: None (one host), a Topology, a file or a preset name.
+strategy: "auto" (the cheapest by the cost model), "broadcast", "sendrecv" or "allgather".
+balance: how senders are chosen, "search" (default), "greedy", "local" or "none".
+Returns a Plan; meshcast.reshard(plan, comm, src_array, dst_array) executes it.
+)doc");
+  m.def(
+      "plan_rank",
+      [](const Layout& src, const Layout& dst, int device, py::object topology,
+         const std::string& strategy) {
+        PlanOptions o;
+        o.strategy = strategy_arg(strategy);
+        o.balance = Balance::Local;
+        Topology t = topology_arg(topology);
+        py::gil_scoped_release release;
+        return meshcast::plan_rank(src, dst, device, t, o);
+      },
+      py::arg("src"), py::arg("dst"), py::arg("device"), py::arg("topology") = py::none(),
+      py::arg("strategy") = "auto", R"doc(
+Device `device`'s part of plan(src, dst, topology, strategy) with senders chosen by the local
+rule, computed without the rest of the plan: in a job of thousands of ranks, each calls
+plan_rank(src, dst, comm.rank) and reshard()s it.
+)doc");
+}
+
+}  // namespace meshcast::python

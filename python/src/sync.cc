@@ -1,0 +1,210 @@
+// Whole-model sync from Python: a list of (name, src, dst) moves, planned per device and run
+// on dicts {name: array}.
+#include "meshcast/sync.h"
+
+#include <pybind11/stl.h>
+
+#include <set>
+
+#include "meshcast/manifest.h"
+#include "python/src/comm.h"
+#include "python/src/execute.h"
+#include "python/src/plan.h"
+#include "python/src/sync.h"
+#include "python/src/tile.h"
+
+namespace meshcast::python {
+namespace {
+
+std::vector<TensorMove> moves_arg(py::handle obj) {
+  std::vector<TensorMove> out;
+  if (!py::isinstance<py::sequence>(obj) && !py::isinstance<py::iterable>(obj))
+    throw py::type_error("tensors: expected a list of (name, src Layout, dst Layout)");
+  std::size_t i = 0;
+  for (py::handle item : obj) {
+    const std::string arg = "tensors[" + std::to_string(i++) + "]";
+    py::tuple t;
+    try {
+      t = item.cast<py::tuple>();
+    } catch (py::cast_error&) {
+      throw py::type_error(arg + ": expected a (name, src Layout, dst Layout) tuple");
+    }
+    if (t.size() != 3 || !py::isinstance<py::str>(t[0]) || !py::isinstance<Layout>(t[1]) ||
+        !py::isinstance<Layout>(t[2]))
+      throw py::type_error(arg + ": expected a (name, src Layout, dst Layout) tuple");
+    out.push_back({t[0].cast<std::string>(), t[1].cast<Layout>(), t[2].cast<Layout>()});
+  }
+  return out;
+}
+
+py::list moves_list(const std::vector<TensorMove>& moves) {
+  py::list out;
+  for (const TensorMove& m : moves) out.append(py::make_tuple(m.name, m.src, m.dst));
+  return out;
+}
+
+SyncOptions options_arg(std::int64_t max_staging_bytes, std::int64_t bucket_bytes,
+                        std::int64_t pack_bytes, const std::string& strategy) {
+  SyncOptions o;
+  o.max_staging_bytes = max_staging_bytes;
+  o.bucket_bytes = bucket_bytes;
+  o.pack_bytes = pack_bytes;
+  o.plan.strategy = parse_strategy(strategy, "strategy");
+  return o;
+}
+
+py::dict stats_dict(const SyncStats& s) {
+  py::dict d;
+  d["tensors"] = s.tensors;
+  d["messages"] = s.messages;
+  d["boxes"] = s.boxes;
+  d["bytes_moved"] = s.bytes_moved;
+  d["bytes_network"] = s.bytes_network;
+  d["predicted_seconds"] = s.predicted_seconds;
+  d["link_bound_seconds"] = s.link_bound_seconds;
+  d["busiest_link"] = s.busiest_link;
+  return d;
+}
+
+// Pointers by tensor index from a dict {name: array}: every tile this device holds (or
+// receives) present, nothing else.
+template <class Ptr>
+std::vector<Ptr> buffers(const SyncPlan& plan, py::handle obj, const std::string& arg,
+                         bool writable, std::vector<py::object>& keep) {
+  if (!py::isinstance<py::dict>(obj)) throw py::type_error(arg + ": expected a dict {name: array}");
+  py::dict d = py::reinterpret_borrow<py::dict>(obj);
+  for (auto item : d) {
+    if (!py::isinstance<py::str>(item.first))
+      throw py::type_error(arg + ": keys must be tensor names (str)");
+    if (plan.index(item.first.cast<std::string>()) < 0)
+      throw py::value_error(arg + "['" + item.first.cast<std::string>() +
+                            "']: not a tensor of the sync");
+  }
+  std::vector<Ptr> out;
+  for (const TensorMove& m : plan.tensors()) {
+    const Layout& l = writable ? m.dst : m.src;
+    py::object a = d.contains(m.name) ? py::object(d[py::str(m.name)]) : py::object(py::none());
+    out.push_back(tile_pointer(a, l, plan.device(), arg + "['" + m.name + "']", writable, keep));
+  }
+  return out;
+}
+
+struct Bound {
+  PyGroup group;
+  std::vector<const void*> src;
+  std::vector<void*> dst;
+  std::vector<py::object> keep;
+};
+
+Bound bind_buffers(const SyncPlan& plan, py::handle comm, py::handle src, py::handle dst) {
+  Bound b{group_arg(comm), {}, {}, {}};
+  if (plan.device() != b.group.comm.rank())
+    throw py::value_error("plan: device " + std::to_string(plan.device()) +
+                          "'s part of the sync; this is device " +
+                          std::to_string(b.group.comm.rank()));
+  b.src = buffers<const void*>(plan, src, "src", false, b.keep);
+  b.dst = buffers<void*>(plan, dst, "dst", true, b.keep);
+  return b;
+}
+
+}  // namespace
+
+void bind_sync(py::module_& m) {
+  py::class_<SyncPlan>(m, "SyncPlan", R"doc(
+One device's part of a whole-model sync (meshcast.plan_sync): its coalesced messages and
+local copies. Execute it with meshcast.sync(plan, comm, src_dict, dst_dict).
+)doc")
+      .def_property_readonly("device", &SyncPlan::device)
+      .def_property_readonly("tensors",
+                             [](const SyncPlan& p) {
+                               std::vector<std::string> names;
+                               for (const auto& t : p.tensors()) names.push_back(t.name);
+                               return names;
+                             })
+      .def("index", &SyncPlan::index, py::arg("name"), "The tensor's index, or -1.")
+      .def_property_readonly(
+          "stats", [](const SyncPlan& p) { return stats_dict(p.stats()); },
+          "This device's messages: tensors, messages, boxes, bytes_moved, bytes_network.")
+      .def("__str__", [](const SyncPlan& p) { return p.str(); });
+
+  const auto staging = py::arg("max_staging_bytes") = std::int64_t{64} << 20;
+  const auto bucket = py::arg("bucket_bytes") = std::int64_t{0};
+  const auto pack = py::arg("pack_bytes") = std::int64_t{64} << 10;
+  m.def(
+      "plan_sync",
+      [](py::object tensors, int device, py::object topology, std::int64_t max_staging,
+         std::int64_t bucket_bytes, std::int64_t pack_bytes, const std::string& strategy) {
+        auto moves = moves_arg(tensors);
+        const Topology t = topology_arg(topology);
+        const SyncOptions o = options_arg(max_staging, bucket_bytes, pack_bytes, strategy);
+        py::gil_scoped_release release;
+        return plan_sync(std::move(moves), device, t, o);
+      },
+      py::arg("tensors"), py::arg("device"), py::arg("topology") = py::none(), staging, bucket,
+      pack, py::arg("strategy") = "auto", R"doc(
+Device `device`'s part of moving many tensors at once. tensors: a list of (name, src Layout,
+dst Layout) (dst's dtype may be bf16/f16 for an f32 src: cast at the sender), e.g. from
+meshcast.load_model(). Boxes between the same sender and receivers are coalesced into
+messages of at most bucket_bytes (0: min(4 MiB, max_staging_bytes / 4)); packing memory in
+flight stays under max_staging_bytes per device.
+)doc");
+  m.def(
+      "predict_sync",
+      [](py::object tensors, py::object topology, std::int64_t max_staging,
+         std::int64_t bucket_bytes, std::int64_t pack_bytes, const std::string& strategy) {
+        auto moves = moves_arg(tensors);
+        const Topology t = topology_arg(topology);
+        const SyncOptions o = options_arg(max_staging, bucket_bytes, pack_bytes, strategy);
+        SyncStats stats;
+        {
+          py::gil_scoped_release release;
+          stats = predict_sync(moves, t, o);
+        }
+        return stats_dict(stats);
+      },
+      py::arg("tensors"), py::arg("topology") = py::none(), staging, bucket, pack,
+      py::arg("strategy") = "auto",
+      "The whole sync priced by the cost model (a dict: predicted_seconds, link_bound_seconds, "
+      "busiest_link, messages, bytes_moved, ...). Plans every device: for planning, not jobs.");
+  m.def(
+      "sync",
+      [](const SyncPlan& plan, py::object comm, py::object src, py::object dst) {
+        Bound b = bind_buffers(plan, comm, src, dst);
+        py::gil_scoped_release release;
+        sync(plan, b.group.group, b.src, b.dst);
+      },
+      py::arg("plan"), py::arg("comm"), py::arg("src"), py::arg("dst"), R"doc(
+Executes this device's part of a sync. src: {name: this device's source tile} for every
+tensor whose source mesh holds the device (absent or None otherwise); dst likewise for the
+targets, written in place. Arrays are numpy or DLPack (torch CPU) tensors, C-contiguous,
+of the layout's dtype and local shape. Every device of the sync calls it.
+)doc");
+  m.def(
+      "isync",
+      [](const SyncPlan& plan, py::object comm, py::object src, py::object dst) {
+        Bound b = bind_buffers(plan, comm, src, dst);
+        Handle h;
+        h.keep = std::move(b.keep);
+        py::gil_scoped_release release;
+        h.transfer = isync(plan, b.group.group, b.src, b.dst);
+        return h;
+      },
+      py::arg("plan"), py::arg("comm"), py::arg("src"), py::arg("dst"),
+      "sync() started without blocking: returns a Handle (test(), wait()).");
+  m.def(
+      "load_model",
+      [](const std::string& path, py::object system, py::object cast) {
+        std::optional<SystemConfig> sys;
+        if (!system.is_none()) sys = load_system_config(system.cast<std::string>());
+        std::optional<DType> c;
+        if (!cast.is_none()) c = parse_dtype(cast.cast<std::string>(), "cast");
+        return moves_list(load_model(path, sys ? &*sys : nullptr, c).moves);
+      },
+      py::arg("path"), py::arg("system") = py::none(), py::arg("cast") = py::none(), R"doc(
+The tensors of a model file as [(name, src Layout, dst Layout)]: NCCL M2N's model config with
+its system config (`system`, a path; Megatron placement), or meshcast's explicit form.
+cast: "bf16" or "f16" for the target dtype of f32 tensors.
+)doc");
+}
+
+}  // namespace meshcast::python

@@ -1,0 +1,44 @@
+#include "python/src/tile.h"
+
+namespace meshcast::python {
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+void* tile_pointer(py::handle obj, const Layout& layout, int device, const std::string& arg,
+                   bool writable, std::vector<py::object>& keep) {
+  if (!layout.mesh().contains(device)) {
+    if (!obj.is_none())
+      throw py::value_error(arg + ": device " + std::to_string(device) + " holds no tile of " +
+                            layout.str() + "; pass None");
+    return nullptr;
+  }
+  if (obj.is_none())
+    throw py::value_error(arg + ": device " + std::to_string(device) + " holds a tile of " +
+                          layout.str() + " (shape " + shape_text(layout.tile_of(device).extents()) +
+                          "); got None");
+  Array a = view_array(obj, arg, writable);
+  if (a.dtype != layout.dtype())
+    throw py::type_error(arg + ": expected " + to_string(layout.dtype()) +
+                         " elements (the layout's dtype), got " + to_string(a.dtype));
+  const auto want = layout.tile_of(device).extents();
+  if (a.shape != want)
+    throw py::value_error(arg + ": expected shape " + shape_text(want) + " (device " +
+                          std::to_string(device) + "'s tile of " + layout.str() + "), got " +
+                          shape_text(a.shape));
+  keep.push_back(a.owner);
+  return a.data;
+}
+
+Array collective_array(py::handle obj, const std::string& arg, bool writable,
+                       std::vector<py::object>& keep) {
+  if (obj.is_none()) throw py::type_error(arg + ": expected an array, got None");
+  Array a = view_array(obj, arg, writable);
+  keep.push_back(a.owner);
+  return a;
+}
+
+}  // namespace meshcast::python

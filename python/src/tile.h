@@ -1,0 +1,27 @@
+// Checking that an array is a device's tile of a layout, and handles that keep arrays alive
+// while a transfer or collective is in flight.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+#include <vector>
+
+#include "meshcast/layout.h"
+#include "python/src/array.h"
+
+namespace meshcast::python {
+
+// The pointer to pass for `obj` as `device`'s tile of `layout`: nullptr when the device is not
+// in the layout's mesh (obj must then be None). Throws ValueError / TypeError naming `arg` for
+// a missing array, or one of the wrong shape, dtype, contiguity, device or writability.
+void* tile_pointer(py::handle obj, const Layout& layout, int device, const std::string& arg,
+                   bool writable, std::vector<py::object>& keep);
+
+// The same for a flat buffer of a collective: `obj` viewed as `dtype` elements (any shape).
+Array collective_array(py::handle obj, const std::string& arg, bool writable,
+                       std::vector<py::object>& keep);
+
+std::string shape_text(const std::vector<std::int64_t>& shape);
+
+}  // namespace meshcast::python

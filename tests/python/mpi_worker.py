@@ -1,0 +1,47 @@
+"""One rank of the MPI / launcher tests: random reshards and collectives, every element checked.
+
+Usage: mpi_worker.py mpi4py|env-ucx|env-mpi CASES SEED. Prints "rank R ok N" on success; any
+mismatch raises (the rank exits non-zero).
+"""
+import sys
+
+import numpy as np
+
+import meshcast as mc
+from conftest import NUMPY_DTYPES, addend_sum, expected_tile, random_pair, tiles, values
+
+how, cases, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if how == "mpi4py":
+    from mpi4py import MPI
+
+    comm = mc.from_mpi4py(MPI.COMM_WORLD)
+    assert comm.rank == MPI.COMM_WORLD.Get_rank() and comm.size == MPI.COMM_WORLD.Get_size()
+else:
+    comm = mc.from_env(backend=how.split("-")[1])
+me, n = comm.rank, comm.size
+rng = np.random.default_rng(seed)  # the same cases on every rank
+names = sorted(NUMPY_DTYPES)
+for i in range(cases):
+    name = names[i % len(names)]
+    dt = NUMPY_DTYPES[name]
+    src, dst = random_pair(rng, name, world=n)
+    addends = [values(rng, src.shape, dt) for _ in range(src.addends)]
+    full = addend_sum(addends, dt)
+    p = mc.plan_rank(src, dst, me) if i % 2 else mc.plan(src, dst)
+    a = tiles(src, full, addends).get(me)
+    b = np.zeros(dst.local_shape(me), dt) if me in dst.mesh else None
+    if i % 3 == 2:
+        mc.ireshard(p, comm, a, b).wait()
+    else:
+        mc.reshard(p, comm, a, b)
+    if b is not None:
+        np.testing.assert_array_equal(b, expected_tile(dst, full, me), err_msg=f"case {i}")
+
+x = np.full(1000, me + 1, np.int64)
+mc.all_reduce(comm, x)
+assert (x == n * (n + 1) // 2).all()
+g = np.empty(n * 3, np.float32)
+mc.all_gather(comm, np.full(3, me, np.float32), g)
+assert (g == np.repeat(np.arange(n), 3)).all()
+comm.barrier()
+print(f"rank {me} ok {cases}", flush=True)

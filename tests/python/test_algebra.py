@@ -1,0 +1,144 @@
+"""Mesh, Layout, Topology and Plan as Python values."""
+import json
+
+import numpy as np
+import pytest
+
+import meshcast as mc
+from conftest import NUMPY_DTYPES, random_layout
+
+
+def test_mesh_forms_agree():
+    assert mc.Mesh("2x2@[0,2,4,6]") == mc.Mesh((2, 2), [0, 2, 4, 6])
+    m = mc.Mesh("2x4@8-15")
+    assert m.shape == (2, 4) and m.devices == list(range(8, 16)) and m.size == 8
+    assert 9 in m and 3 not in m
+    assert str(m) == "2x4@8-15" and eval(repr(m), {"meshcast": mc}) == m
+
+
+def test_layout_tiles_cover_the_tensor_once(rng):
+    # Property: over random layouts, the devices' boxes (one replica each) tile the tensor.
+    for _ in range(200):
+        shape = tuple(int(x) for x in rng.integers(0, 7, int(rng.integers(1, 4))))
+        layout = random_layout(rng, shape, "f32", 8, partial=True)
+        count = np.zeros(shape, np.int64)
+        seen = set()
+        for d in layout.devices:
+            box = layout.local_box(d)
+            assert tuple(s.stop - s.start for s in box) == layout.local_shape(d)
+            key = (tuple((s.start, s.stop) for s in box), layout.addend(d))
+            if key not in seen:
+                seen.add(key)
+                count[box] += 1
+        assert (count == layout.addends).all(), layout
+
+
+def test_layout_outside_mesh_is_none():
+    l = mc.Layout((4, 6), "f32", "2@[3,5]:S0R")
+    assert l.local_box(0) is None and l.local_shape(0) is None and l.addend(0) is None
+    assert l.local_box(5) == (slice(2, 4), slice(0, 6))
+
+
+@pytest.mark.parametrize("name", sorted(NUMPY_DTYPES))
+def test_dtype_names(name):
+    a = mc.Layout(4, name, "2:S0")
+    b = mc.Layout(4, NUMPY_DTYPES[name], "2:S0")
+    c = mc.Layout(4, np.dtype(NUMPY_DTYPES[name]), "2:S0")
+    assert a == b == c and a.dtype == name
+    assert a.numpy_dtype == np.dtype(NUMPY_DTYPES[name])
+
+
+def test_torch_dtypes():
+    torch = pytest.importorskip("torch")
+    assert mc.Layout(4, torch.bfloat16, "2:S0").dtype == "bf16"
+    assert mc.Layout(4, torch.float16, "2:S0").dtype == "f16"
+    assert mc.Layout(4, torch.bool, "2:S0").dtype == "bool"
+    assert mc.Layout(4, "bf16", "2:S0").numpy_dtype is None
+
+
+@pytest.mark.parametrize("args, field, exc", [
+    (((4,), "f32", "2:S0S0"), "layout", ValueError),
+    (((4,), "f33", "2:S0"), "dtype", TypeError),
+    (((4,), np.float128, "2:S0"), "dtype", TypeError),
+    (((4,), "f32", "2@0-2:S0"), "mesh", ValueError),
+    (("4x", "f32", "2:S0"), "shape", TypeError),
+    (((4, 4), "f32", "2:S0"), "layout", ValueError),
+])
+def test_layout_errors_name_the_field(args, field, exc):
+    with pytest.raises(exc) as e:
+        mc.Layout(*args)
+    assert field in str(e.value).split(":")[0] or str(e.value).startswith(field), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_plan_value():
+    src = mc.Layout((64, 32), "f32", "2x2@0-3:S0S1")
+    dst = mc.Layout((64, 32), "f32", "4@4-7:RS0")
+    p = mc.plan(src, dst, topology="aws-p3.8xlarge", strategy="broadcast")
+    assert p.strategy == "broadcast" and p.src == src and p.dst == dst
+    assert "multicast" in str(p) and p.stats["ops"] > 0
+    assert p.stats["bytes_moved"] == p.stats["bytes_intra_host"] + p.stats["bytes_network"]
+    doc = json.loads(p.json())
+    assert doc["strategy"] == "broadcast"
+    assert mc.Plan.from_json(p.json()) == p
+    pred = p.predict()
+    assert pred["seconds"] >= pred["bound_seconds"] > 0 and pred["links"]
+    assert p.svg().startswith("<svg") or "<svg" in p.svg()[:200]
+    assert p.devices == list(range(8))
+    # Per-rank plans are the local rule's parts of the whole plan.
+    local = mc.plan(src, dst, topology="aws-p3.8xlarge", strategy="broadcast", balance="local")
+    for d in range(8):
+        assert mc.plan_rank(src, dst, d, "aws-p3.8xlarge", "broadcast") == local.rank(d)
+
+
+def test_plan_errors():
+    src = mc.Layout((8,), "f32", "2:S0")
+    with pytest.raises(ValueError, match="strategy"):
+        mc.plan(src, src, strategy="fastest")
+    with pytest.raises(ValueError, match="dtype"):
+        mc.plan(src, mc.Layout((8,), "f64", "2:S0"))
+    with pytest.raises(ValueError, match="topology"):
+        mc.plan(src, src, topology="no-such-preset")
+    with pytest.raises(TypeError, match="topology"):
+        mc.plan(src, src, topology=3)
+
+
+def test_topology_presets_and_files():
+    t = mc.Topology("dgx-a100")
+    assert t.name and t.hosts >= 1
+    assert mc.Topology("dgx-a100.json").json() == t.json()
+    from conftest import ROOT
+    assert mc.Topology(ROOT + "/meshes/dgx-a100.json").json() == t.json()
+    assert mc.Topology.from_json(t.json()).json() == t.json()
+    assert mc.Topology.single_host().hosts == 1
+
+
+def test_discover_groups_by_host_name():
+    def step(comm):
+        host = "a" if comm.rank < 2 else "b"
+        probed = mc.Topology.discover(comm, host=host, probe_bytes=1 << 16)
+        preset = mc.Topology.discover(comm, host=host, preset="dgx-a100")
+        return probed.json(), preset, comm.rank
+
+    out = mc.LocalWorld(4).run(step)
+    assert len({j for j, _, _ in out}) == 1  # identical on every device
+    t = mc.Topology.from_json(out[0][0])
+    assert t.hosts == 2 and [t.host_of(d) for d in range(4)] == [0, 0, 1, 1]
+    assert t.host_name(1) == "b"
+    preset = out[0][1]
+    assert preset.nics_per_host == mc.Topology("dgx-a100").nics_per_host
+    with pytest.raises(ValueError, match="preset|topology"):
+        mc.LocalWorld(1).run(lambda c: mc.Topology.discover(c, preset="no-such"))
+
+
+def test_stubs_match_the_module():
+    # Every public name has a stub and every stub a name: the .pyi cannot drift from the module.
+    import ast
+    import os
+
+    stub = os.path.join(os.path.dirname(mc.__file__), "__init__.pyi")
+    tree = ast.parse(open(stub).read())
+    stubbed = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    exported = {n for n in mc.__all__ if not n.startswith("_")}
+    assert stubbed == exported
+    assert all(getattr(mc, n).__doc__ for n in exported), "every public name has a docstring"

@@ -1,0 +1,73 @@
+"""Processes: mpirun with mpi4py, and ranks started the way launchers start them (UCX)."""
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import mpirun
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "mpi_worker.py")
+
+pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
+
+
+def env_with_path():
+    return {"PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+@pytest.mark.parametrize("ranks", [2, 5])
+def test_mpi4py(ranks):
+    pytest.importorskip("mpi4py")
+    r = mpirun(ranks, WORKER, "mpi4py", "40", str(ranks), env=env_with_path())
+    assert r.returncode == 0, r.stdout + r.stderr
+    # mpirun may join the ranks' lines: count the reports, not the lines.
+    assert sorted(re.findall(r"rank (\d+) ok 40", r.stdout)) == [str(k) for k in range(ranks)]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(ranks, variables, how="env-ucx", cases="20"):
+    """Starts `ranks` processes with each one's variables(rank) (as a launcher would)."""
+    procs = []
+    for k in range(ranks):
+        env = dict(os.environ, **env_with_path(), **variables(k))
+        for v in [v for v in env if v.startswith(("OMPI_", "PMIX_", "MESHCAST_"))]:
+            if v not in variables(k):
+                del env[v]
+        procs.append(subprocess.Popen([sys.executable, WORKER, how, cases, "7"], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=300) for p in procs]
+    return [p.returncode for p in procs], outs
+
+
+def test_torchrun_variables():
+    port = str(free_port())
+    codes, outs = launch(3, lambda k: {"RANK": str(k), "WORLD_SIZE": "3", "LOCAL_RANK": str(k),
+                                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+    assert codes == [0, 0, 0], outs
+    assert [o[0].strip() for o in outs] == [f"rank {k} ok 20" for k in range(3)]
+
+
+def test_slurm_variables_with_rendezvous():
+    port = str(free_port())
+    codes, outs = launch(2, lambda k: {"SLURM_PROCID": str(k), "SLURM_NTASKS": "2",
+                                       "SLURM_LOCALID": str(k), "SLURM_JOB_ID": "4242",
+                                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+    assert codes == [0, 0], outs
+
+
+def test_missing_variable_is_named():
+    codes, outs = launch(1, lambda k: {"RANK": "0", "WORLD_SIZE": "2",
+                                       "MASTER_ADDR": "127.0.0.1"}, cases="1")
+    assert codes == [1]
+    err = outs[0][1].strip().splitlines()[-1]
+    assert "MASTER_PORT" in err and err.startswith("meshcast._meshcast.ValidationError"), err
