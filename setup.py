@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -28,10 +29,13 @@ class CMakeBuild(build_ext):
                 "-DMESHCAST_WITH_NCCL=OFF", f"-DPython3_EXECUTABLE={sys.executable}"])
         jobs = str(os.cpu_count() or 2)
         subprocess.check_call(["cmake", "--build", build, "--target", "_meshcast", "-j", jobs])
-        built = glob.glob(os.path.join(build, "python", "meshcast", "_meshcast*.so"))
+        # Built for this interpreter: its extension suffix (a tree configured for another
+        # Python has another one).
+        name = "_meshcast" + sysconfig.get_config_var("EXT_SUFFIX")
+        built = glob.glob(os.path.join(build, "python", "meshcast", name))
         if len(built) != 1:
-            raise RuntimeError(f"expected one _meshcast module in {build}/python/meshcast, "
-                               f"found {built}")
+            raise RuntimeError(f"no {name} in {build}/python/meshcast: was the tree configured "
+                               f"with -DPython3_EXECUTABLE={sys.executable}?")
         target = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copy2(built[0], target)

@@ -46,8 +46,8 @@ struct MpiOptions {
 // Initialises MPI (if nobody did) and finalises it on destruction (if it initialised it and no
 // peer failed: finalizing with a dead rank can hang, so then the process just ends).
 // world() is this process's endpoint on MPI_COMM_WORLD (or the attached communicator). As a
-// Bootstrap (rank, size, allgather, sum over MPI_COMM_WORLD) it starts the other transports under
-// mpirun.
+// Bootstrap (rank, size, allgather, sum over that communicator) it starts the other transports
+// under mpirun.
 class MpiSession : public Bootstrap {
  public:
   MpiSession(int* argc, char*** argv, MpiOptions options = {});

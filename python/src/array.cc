@@ -151,6 +151,9 @@ void check_host(py::handle obj, const std::string& arg) {
 }
 
 Array view_dlpack(py::handle obj, const std::string& arg, bool writable) {
+  // torch exports a lazily negated view (its negative bit) as its un-negated memory.
+  if (py::hasattr(obj, "is_neg") && obj.attr("is_neg")().cast<bool>())
+    value_error(arg, "tensor has its negative bit set (a lazy negation); pass x.resolve_neg()");
   // Exported first, its device read from the DLTensor: __dlpack_device__ costs torch 1.13 more
   // than the export itself, and an export is metadata only, wherever the memory is.
   py::object capsule;

@@ -28,7 +28,8 @@ struct Array {
 // Views `obj` without copying: a numpy ndarray (buffer protocol), or any object with
 // __dlpack__ / __dlpack_device__ (a torch tensor). Throws py::type_error naming `arg` for an
 // object that is neither, or a dtype meshcast has no name for; py::value_error for memory that
-// is not host memory, not C-contiguous, or (writable) read-only.
+// is not host memory, not C-contiguous, or (writable) a read-only numpy array. DLPack (0.x)
+// carries no read-only flag: a torch tensor over read-only memory is taken as writable.
 Array view_array(py::handle obj, const std::string& arg, bool writable);
 
 // "f32" for the numpy dtype, torch dtype or string `obj`; throws py::type_error naming `arg`.

@@ -3,6 +3,7 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <mutex>
 #include <vector>
 
@@ -22,17 +23,29 @@
 namespace meshcast::python {
 namespace {
 
-using Alive = std::shared_ptr<std::atomic<bool>>;
-
-// A process session (MPI or UCX over a bootstrap) that Python may close at exit before the
-// host program tears MPI down: handles stay valid objects, their use then raises.
+// A process session (MPI or UCX over a bootstrap) that Python closes at exit before the host
+// program tears MPI down: handles stay valid objects, their use then raises.
 struct Session {
   std::unique_ptr<Bootstrap> bootstrap;  // TCP rendezvous of a UCX session
   std::shared_ptr<void> transport;       // the MpiSession / UcxSession
+#ifdef MESHCAST_HAS_MPI
+  MpiSession* mpi = nullptr;  // the transport, when it is MPI
+  bool attached = false;      // over the caller's communicator (from_mpi4py)
+#endif
   Communicator* comm = nullptr;
-  Alive alive = std::make_shared<std::atomic<bool>>(true);
-  void close() {
-    alive->store(false);
+  std::shared_ptr<Life> life = std::make_shared<Life>();
+  ~Session() { close(false); }
+  // `dying`: the interpreter ends on an uncaught exception.
+  void close(bool dying) {
+    if (!transport) return;
+    if (life->alive()) life->end(*comm);
+#ifdef MESHCAST_HAS_MPI
+    // Freeing an MPI window or communicator is collective: one rank alone (its Comm collected,
+    // or this process dying of an error) would wait forever on the others. An attached session
+    // leaves them to the host program's MPI_Finalize; a dying process skips finalizing (mpirun
+    // then ends the job instead of hanging in it).
+    if (mpi && (attached || dying)) mpi->on_failure();
+#endif
     transport.reset();
     bootstrap.reset();
   }
@@ -47,16 +60,17 @@ Comm open(std::shared_ptr<Session> s) {
     sessions.push_back(s);
   }
   Communicator* c = s->comm;
-  Alive alive = s->alive;
-  return Comm(c, std::move(s), std::move(alive));
+  auto life = s->life;
+  return Comm(c, std::move(s), std::move(life));
 }
 
-// At interpreter exit, before mpi4py's MPI_Finalize (atexit runs last-registered first, and
-// this is registered after mpi4py was imported).
+// At interpreter exit (atexit), before MPI is finalized (mpi4py does it after every atexit
+// handler) and before module teardown would destroy sessions in arbitrary order.
 void close_sessions() {
+  const bool dying = py::hasattr(py::module_::import("sys"), "last_value");
   std::lock_guard lock(sessions_mutex);
   for (auto& w : sessions)
-    if (auto s = w.lock()) s->close();
+    if (auto s = w.lock()) s->close(dying);
   sessions.clear();
 }
 
@@ -101,6 +115,8 @@ Comm from_mpi4py(py::object comm, double timeout) {
     session = MpiSession::attach(handle, mpi_options(timeout));
   }
   s->comm = &session->world();
+  s->mpi = session.get();
+  s->attached = true;
   s->transport = session;
   return open(std::move(s));
 #else
@@ -116,6 +132,7 @@ Comm from_env(const std::string& backend, double timeout) {
   auto s = std::make_shared<Session>();
   if (backend == "ucx") {
 #ifdef MESHCAST_HAS_UCX
+    register_close_at_exit();
     py::gil_scoped_release release;
     s->bootstrap = TcpBootstrap::from_env();
     if (!s->bootstrap)
@@ -134,11 +151,20 @@ Comm from_env(const std::string& backend, double timeout) {
 #endif
   } else if (backend == "mpi") {
 #ifdef MESHCAST_HAS_MPI
+    // One session per process: it initialised MPI and finalizes it at exit, not when a Comm is
+    // collected (MPI cannot start again after that).
+    static std::shared_ptr<Session> world;
+    if (world && world->transport) return Comm(world->comm, world, world->life);
     register_close_at_exit();
-    py::gil_scoped_release release;
-    auto session = std::make_shared<MpiSession>(nullptr, nullptr, mpi_options(timeout));
+    std::shared_ptr<MpiSession> session;
+    {
+      py::gil_scoped_release release;
+      session = std::make_shared<MpiSession>(nullptr, nullptr, mpi_options(timeout));
+    }
     s->comm = &session->world();
+    s->mpi = session.get();
     s->transport = session;
+    world = s;
 #else
     throw py::value_error("backend: this build of meshcast has no MPI backend");
 #endif
@@ -152,22 +178,39 @@ Comm from_env(const std::string& backend, double timeout) {
 // releasing it while data moves. Results in rank order; the failing device's exception is
 // re-raised (the others' are the CommErrors it caused).
 py::list run_local(LocalWorld& world, const py::function& fn, const std::vector<int>& devices) {
+  // LocalWorld::run replaces the world's state: a run inside one of its own fns would pull it
+  // from under the running threads.
+  static std::vector<const LocalWorld*> running;
+  if (std::find(running.begin(), running.end(), &world) != running.end())
+    throw py::value_error("LocalWorld.run: this world is already running (run() inside its fn)");
+  for (std::size_t i = 0; i < devices.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (devices[i] == devices[j])
+        throw py::value_error("devices: device " + std::to_string(devices[i]) + " twice");
   const int n = world.size();
   std::vector<py::object> results(static_cast<std::size_t>(n));
+  running.push_back(&world);
+  struct Done {
+    const LocalWorld* w;
+    ~Done() { running.erase(std::find(running.begin(), running.end(), w)); }
+  } done{&world};
   {
     py::gil_scoped_release release;
     world.run(
         [&](Communicator& c) {
           py::gil_scoped_acquire gil;
-          auto alive = std::make_shared<std::atomic<bool>>(true);
+          auto life = std::make_shared<Life>();
           try {
-            results[static_cast<std::size_t>(c.rank())] = fn(Comm(&c, nullptr, alive));
+            results[static_cast<std::size_t>(c.rank())] = fn(Comm(&c, nullptr, life));
           } catch (py::error_already_set& e) {
-            alive->store(false);
+            life->end(c);
             (void)e.what();  // formats the message while this thread holds the GIL
             throw;
+          } catch (...) {
+            life->end(c);
+            throw;
           }
-          alive->store(false);
+          life->end(c);
         },
         devices);
   }
@@ -185,7 +228,44 @@ py::list run_local(LocalWorld& world, const py::function& fn, const std::vector<
 
 }  // namespace
 
-bool Comm::alive() const { return alive_ && alive_->load(); }
+bool Pending::done() const {
+  return (!transfer || transfer->done()) && (!collective || collective->done());
+}
+
+void Life::track(const std::shared_ptr<Pending>& p) {
+  std::lock_guard lock(mutex_);
+  std::erase_if(pending_, [](const auto& w) { return w.expired(); });
+  pending_.push_back(p);
+}
+
+void Life::end(Communicator& comm) {
+  std::vector<std::shared_ptr<Pending>> live;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& w : pending_)
+      if (auto p = w.lock()) live.push_back(std::move(p));
+    pending_.clear();
+  }
+  bool abandoned = false;
+  for (auto& p : live) {
+    if (p->done()) continue;
+    if (!abandoned) {  // the peers fail at once, naming this device, instead of waiting
+      comm.abandon(CommError(comm.rank(),
+                             "an operation in flight was left unfinished when its "
+                             "communicator ended"));
+      abandoned = true;
+    }
+    try {
+      if (p->collective) p->collective->wait();  // throws at once after the abandon
+    } catch (const std::exception&) {
+    }
+  }
+  for (auto& p : live) {
+    p->transfer.reset();
+    p->collective.reset();
+  }
+  alive_.store(false);
+}
 
 Communicator& Comm::get() const {
   if (!alive())
@@ -206,11 +286,13 @@ PyGroup group_arg(py::handle obj, const std::string& arg) {
 }
 
 void bind_comm(py::module_& m) {
-  py::class_<Comm>(m, "Comm", R"doc(
+  // Both classes first, so that signatures name them (Comm.group returns a Group).
+  py::class_<Comm> comm(m, "Comm", R"doc(
 One device's endpoint of a job: from LocalWorld.run (threads), from_mpi4py (mpirun) or
 from_env (torchrun, Slurm, Open MPI launchers; UCX). Device ids are ranks 0..size-1.
-)doc")
-      .def_property_readonly("rank", &Comm::rank, "This device's id (0 .. size-1).")
+)doc");
+  py::class_<PyGroup> group(m, "Group", "Devices of a Comm, in an order that defines their ranks.");
+  comm.def_property_readonly("rank", &Comm::rank, "This device's id (0 .. size-1).")
       .def_property_readonly("size", &Comm::size, "Devices in the job.")
       .def_property_readonly(
           "backend", [](const Comm& c) { return c.get().backend(); },
@@ -238,8 +320,7 @@ device of the job creates its groups in the same order, members or not (as MPI_C
                std::to_string(c.size()) + ", " + c.get().backend() + ">";
       });
 
-  py::class_<PyGroup>(m, "Group", "Devices of a Comm, in an order that defines their ranks.")
-      .def_property_readonly("devices", [](const PyGroup& g) { return g.group.devices(); })
+  group.def_property_readonly("devices", [](const PyGroup& g) { return g.group.devices(); })
       .def_property_readonly("size", [](const PyGroup& g) { return g.group.size(); })
       .def_property_readonly(
           "rank", [](const PyGroup& g) { return g.group.index_of(g.comm.rank()); },
@@ -263,8 +344,10 @@ A wait that sees no progress for `timeout` seconds fails with CommError.
       .def_property_readonly("size", &LocalWorld::size)
       .def("run", &run_local, py::arg("fn"), py::arg("devices") = std::vector<int>{}, R"doc(
 Calls fn(comm) on one thread per device (of `devices`, all by default) and returns their
-results in rank order. If one raises, the others' waits fail with CommError naming it, and
-its exception is re-raised here. The comm is valid only inside fn.
+results in rank order (in the order of `devices` when given). If one raises, the others' waits
+fail with CommError naming it, and its exception is re-raised here. The comm, and any Handle
+started on it, is valid only inside fn: an operation still in flight when fn returns is
+abandoned (its peers fail naming the device).
 )doc");
 
   m.def("from_mpi4py", &from_mpi4py, py::arg("comm"), py::arg("timeout") = 60.0, R"doc(

@@ -1,33 +1,65 @@
 // Communicators and groups as Python sees them: a handle on a C++ Communicator that knows
-// whether its session (a LocalWorld thread, an MPI or UCX session) is still there.
+// whether its session (a LocalWorld thread, an MPI or UCX session) is still there, and ends the
+// operations still in flight on it before the communicator goes.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "meshcast/collectives.h"
 #include "meshcast/communicator.h"
+#include "meshcast/reshard.h"
 
 namespace meshcast::python {
 
 namespace py = pybind11;
 
+// An operation a Python Handle holds: a transfer (reshard, sync) or a collective in flight.
+struct Pending {
+  std::optional<Transfer> transfer;
+  std::optional<Collective> collective;
+  bool done() const;
+};
+
+// A communicator's life: whether it still exists, and the operations started on it. The session
+// calls end() before the communicator goes (a LocalWorld thread's fn returned, the interpreter
+// exits), so that no operation outlives the communicator it points at.
+class Life {
+ public:
+  bool alive() const { return alive_.load(); }
+  void track(const std::shared_ptr<Pending>& p);
+  // Unfinished operations are abandoned (their peers fail with an error naming this device),
+  // every operation is destroyed while `comm` exists, and the communicator is marked gone.
+  // Called with the GIL held.
+  void end(Communicator& comm);
+
+ private:
+  std::atomic<bool> alive_{true};
+  std::mutex mutex_;
+  std::vector<std::weak_ptr<Pending>> pending_;
+};
+
 class Comm {
  public:
-  Comm(Communicator* comm, std::shared_ptr<void> session, std::shared_ptr<std::atomic<bool>> alive)
-      : comm_(comm), session_(std::move(session)), alive_(std::move(alive)) {}
+  Comm(Communicator* comm, std::shared_ptr<void> session, std::shared_ptr<Life> life)
+      : comm_(comm), session_(std::move(session)), life_(std::move(life)) {}
   // Throws ValueError("comm: ...") once the session ended (a LocalWorld run returned).
   Communicator& get() const;
-  bool alive() const;
+  bool alive() const { return life_ && life_->alive(); }
+  Life& life() const { return *life_; }
   int rank() const { return get().rank(); }
   int size() const { return get().size(); }
 
  private:
   Communicator* comm_;
   std::shared_ptr<void> session_;  // keeps an MPI / UCX session alive while a handle exists
-  std::shared_ptr<std::atomic<bool>> alive_;
+  std::shared_ptr<Life> life_;
 };
 
 struct PyGroup {

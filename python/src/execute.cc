@@ -31,8 +31,11 @@ template <class P>
 Prepared prepare(const P& plan, py::handle comm, py::handle src, py::handle dst) {
   Prepared p{group_arg(comm), nullptr, nullptr, {}};
   const int me = p.group.comm.rank();
-  p.src = tile_pointer(src, plan.src(), me, "src", false, p.keep);
-  p.dst = tile_pointer(dst, plan.dst(), me, "dst", true, p.keep);
+  const Array a = tile_array(src, plan.src(), me, "src", false, p.keep);
+  const Array b = tile_array(dst, plan.dst(), me, "dst", true, p.keep);
+  check_disjoint({{&a, "src", false}, {&b, "dst", true}});
+  p.src = a.data;
+  p.dst = b.data;
   return p;
 }
 
@@ -56,11 +59,10 @@ void reshard_py(py::object plan, py::object comm, py::object src, py::object dst
 Handle ireshard_py(py::object plan, py::object comm, py::object src, py::object dst) {
   return with_plan(plan, [&](const auto& pl) {
     Prepared p = prepare(pl, comm, src, dst);
-    Handle h;
-    h.keep = std::move(p.keep);
+    Handle h(p.group, std::move(p.keep));
     {
       py::gil_scoped_release release;
-      h.transfer = ireshard(pl, p.group.group, p.src, p.dst);
+      h.op->transfer = ireshard(pl, p.group.group, p.src, p.dst);
     }
     return h;
   });
@@ -114,10 +116,9 @@ std::int64_t piece(std::int64_t count, int members, int k) {
 
 py::object finish(Setup& s, Collective c, bool async_op) {
   if (async_op) {
-    Handle h;
-    h.keep = std::move(s.keep);
+    Handle h(s.group, std::move(s.keep));
     h.topology = std::move(s.topology);
-    h.collective = std::move(c);
+    h.op->collective = std::move(c);
     return py::cast(std::move(h));
   }
   {
@@ -135,6 +136,7 @@ py::object all_reduce_py(py::object comm, py::object send, py::object recv, cons
   Array b = recv.is_none() ? a : collective_array(recv, "recv", true, s.keep);
   same_dtype(a, b, "recv");
   expect_elements(b, a.elements(), "recv", "as many as send");
+  if (a.data != b.data) check_disjoint({{&a, "send", false}, {&b, "recv", true}});
   Collective c;
   {
     py::gil_scoped_release release;
@@ -154,6 +156,7 @@ py::object reduce_scatter_py(py::object comm, py::object send, py::object recv,
   expect_elements(b, piece(a.elements(), s.n, s.k), "recv",
                   "member " + std::to_string(s.k) + "'s piece of send's " +
                       std::to_string(a.elements()) + " over " + std::to_string(s.n));
+  check_disjoint({{&a, "send", false}, {&b, "recv", true}});
   Collective c;
   {
     py::gil_scoped_release release;
@@ -171,6 +174,10 @@ py::object all_gather_py(py::object comm, py::object send, py::object recv,
   expect_elements(a, piece(b.elements(), s.n, s.k), "send",
                   "member " + std::to_string(s.k) + "'s piece of recv's " +
                       std::to_string(b.elements()) + " over " + std::to_string(s.n));
+  // In place is send = this member's piece of recv, nothing else that overlaps.
+  const auto own = static_cast<const char*>(b.data) +
+                   s.k * b.elements() / s.n * static_cast<std::int64_t>(dtype_size(b.dtype));
+  if (a.data != own) check_disjoint({{&a, "send", false}, {&b, "recv", true}});
   Collective c;
   {
     py::gil_scoped_release release;
@@ -222,6 +229,7 @@ py::object all_to_all_py(py::object comm, py::object send, py::object recv, py::
   Array a = collective_array(send, "send", false, s.keep);
   Array b = collective_array(recv, "recv", true, s.keep);
   same_dtype(a, b, "recv");
+  check_disjoint({{&a, "send", false}, {&b, "recv", true}});
   auto sc = counts_arg(send_counts, a, s.n, "send_counts", "send");
   auto rc = counts_arg(recv_counts, b, s.n, "recv_counts", "recv");
   Collective c;
@@ -243,6 +251,7 @@ std::string sparse_all_reduce_py(py::object comm, py::object grad, py::object ou
   if (o.dtype != DType::f32 || o.shape != g.shape)
     throw py::value_error("out: expected an f32 array of grad's shape " + shape_text(g.shape) +
                           ", got " + to_string(o.dtype) + " of shape " + shape_text(o.shape));
+  check_disjoint({{&g, "grad", false}, {&o, "out", true}});
   const SparseMethod m = parse_sparse_method(method, "method");
   py::gil_scoped_release release;
   const auto* values = static_cast<const float*>(g.data);
@@ -268,36 +277,48 @@ double reshard_loop(py::object plan, py::object comm, py::object src, py::object
 
 }  // namespace
 
+Handle::Handle(PyGroup g, std::vector<py::object> arrays)
+    : keep(std::move(arrays)), group(std::move(g)), op(std::make_shared<Pending>()) {
+  group->comm.life().track(op);
+}
+
 Handle::~Handle() {
-  if (!collective || collective->done()) return;
-  py::gil_scoped_release release;
-  try {
-    collective->wait();
-  } catch (const std::exception&) {  // a failed peer: nothing is in flight any more
+  // Moved from, finished, or ended with its communicator (Life::end): nothing is in flight.
+  if (!op || !group || !group->comm.alive() || op->done()) return;
+  if (op->collective) {
+    py::gil_scoped_release release;
+    try {
+      op->collective->wait();
+    } catch (const std::exception&) {  // a failed peer: nothing is in flight any more
+    }
   }
+  op->transfer.reset();  // abandons it: the peers fail naming this device
 }
 
 bool Handle::test() {
+  group->comm.get();  // raises once the communicator ended
   py::gil_scoped_release release;
-  return transfer ? transfer->test() : collective->test();
+  return (!op->transfer || op->transfer->test()) && (!op->collective || op->collective->test());
 }
 
 void Handle::wait() {
+  group->comm.get();
   py::gil_scoped_release release;
-  if (transfer)
-    transfer->wait();
-  else
-    collective->wait();
+  if (op->transfer) op->transfer->wait();
+  if (op->collective) op->collective->wait();
 }
 
-bool Handle::done() const { return transfer ? transfer->done() : collective->done(); }
+bool Handle::done() const { return op->done(); }
 
 void bind_execute(py::module_& m) {
   py::class_<Handle>(m, "Handle", R"doc(
 A reshard, sync or collective in flight. test() moves it on without blocking and says whether
 it finished; wait() finishes it. Progress happens only inside these calls (and later operations
-on the same group). Keeps its arrays alive until then. Dropping it unfinished abandons the
-transfer: the peers fail with an error naming this device.
+on the same group). Keeps its arrays and its communicator alive until then. Dropping an
+unfinished reshard or sync abandons it (its peers fail with an error naming this device);
+dropping an unfinished collective finishes it first. When the communicator ends (its LocalWorld
+fn returns, the interpreter exits) anything still in flight is abandoned, and using the handle
+raises ValueError.
 )doc")
       .def("test", &Handle::test)
       .def("wait", &Handle::wait)
@@ -333,7 +354,7 @@ algorithm: "auto" (by the cost model on `topology`), "ring", "recursive_doubling
   m.def("reduce_scatter", &reduce_scatter_py, py::arg("comm"), py::arg("send"), py::arg("recv"),
         py::arg("op") = "sum", py::arg("algorithm") = "auto", py::arg("topology") = py::none(),
         py::arg("async_op") = false, R"doc(
-recv = this member's piece of the sum over the group of send: member k of n receives the
+recv = this member's piece of op ("sum" or "max") over the group of send: member k of n gets the
 elements [k*N//n, (k+1)*N//n) of N = send's elements.
 )doc");
   m.def("all_gather", &all_gather_py, py::arg("comm"), py::arg("send"), py::arg("recv"),

@@ -7,8 +7,8 @@
 #include <optional>
 #include <vector>
 
-#include "meshcast/collectives.h"
-#include "meshcast/reshard.h"
+#include "meshcast/topology.h"
+#include "python/src/comm.h"
 
 namespace meshcast::python {
 
@@ -18,9 +18,10 @@ struct Handle {
   // Declared first, destroyed last: the arrays outlive the operation that writes them.
   std::vector<py::object> keep;
   std::shared_ptr<Topology> topology;
-  std::optional<Transfer> transfer;
-  std::optional<Collective> collective;
-  Handle() = default;
+  std::optional<PyGroup> group;  // keeps the session alive, and knows when it ended
+  std::shared_ptr<Pending> op;   // the session's Life ends it before the communicator goes
+  // A handle for an operation about to start on `g`, tracked by its communicator's Life.
+  Handle(PyGroup g, std::vector<py::object> arrays);
   Handle(Handle&&) = default;
   Handle& operator=(Handle&&) = default;
   // A collective cannot be abandoned the way a transfer is (its peers would wait on it): one

@@ -40,8 +40,8 @@ PYBIND11_MODULE(_meshcast, m) {
       error(e.what());
     }
   });
+  meshcast::python::bind_comm(m);  // first: Topology.discover takes a Comm
   meshcast::python::bind_plan(m);
-  meshcast::python::bind_comm(m);
   meshcast::python::bind_execute(m);
   meshcast::python::bind_sync(m);
 }

@@ -221,6 +221,18 @@ short ping-pong probe of probe_bytes (probe=False: placement only).
       .def("json", &Topology::to_json)
       .def("__repr__", [](const Topology& t) { return "<meshcast.Topology '" + t.name() + "'>"; });
 
+  py::class_<RankPlan>(m, "RankPlan", R"doc(
+One device's part of a plan, computed alone (meshcast.plan_rank): what each rank of a large job
+builds and executes instead of the whole plan.
+)doc")
+      .def_property_readonly("src", &RankPlan::src)
+      .def_property_readonly("dst", &RankPlan::dst)
+      .def_property_readonly("device", &RankPlan::device)
+      .def_property_readonly("strategy", [](const RankPlan& p) { return to_string(p.strategy()); })
+      .def_property_readonly("ops", [](const RankPlan& p) { return p.ops().size(); })
+      .def("__str__", [](const RankPlan& p) { return p.str(); })
+      .def(py::self == py::self);
+
   py::class_<PyPlan>(m, "Plan", R"doc(
 The operations that move a tensor from one layout to another (from meshcast.plan()). A pure
 value: print it, save it (json()), draw it (svg()), execute it many times (reshard()).
@@ -266,18 +278,6 @@ bound_seconds (the busiest link's bytes / bandwidth) and links (busiest first).
                     " ops>";
            })
       .def("__eq__", [](const PyPlan& a, const PyPlan& b) { return a.plan == b.plan; });
-
-  py::class_<RankPlan>(m, "RankPlan", R"doc(
-One device's part of a plan, computed alone (meshcast.plan_rank): what each rank of a large job
-builds and executes instead of the whole plan.
-)doc")
-      .def_property_readonly("src", &RankPlan::src)
-      .def_property_readonly("dst", &RankPlan::dst)
-      .def_property_readonly("device", &RankPlan::device)
-      .def_property_readonly("strategy", [](const RankPlan& p) { return to_string(p.strategy()); })
-      .def_property_readonly("ops", [](const RankPlan& p) { return p.ops().size(); })
-      .def("__str__", [](const RankPlan& p) { return p.str(); })
-      .def(py::self == py::self);
 
   m.def(
       "plan",

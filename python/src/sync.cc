@@ -68,9 +68,10 @@ py::dict stats_dict(const SyncStats& s) {
 
 // Pointers by tensor index from a dict {name: array}: every tile this device holds (or
 // receives) present, nothing else.
-template <class Ptr>
-std::vector<Ptr> buffers(const SyncPlan& plan, py::handle obj, const std::string& arg,
-                         bool writable, std::vector<py::object>& keep) {
+// Views by tensor index from a dict {name: array}: every tile this device holds (or receives)
+// present, nothing else.
+std::vector<Array> buffers(const SyncPlan& plan, py::handle obj, const std::string& arg,
+                           bool writable, std::vector<py::object>& keep) {
   if (!py::isinstance<py::dict>(obj)) throw py::type_error(arg + ": expected a dict {name: array}");
   py::dict d = py::reinterpret_borrow<py::dict>(obj);
   for (auto item : d) {
@@ -80,11 +81,11 @@ std::vector<Ptr> buffers(const SyncPlan& plan, py::handle obj, const std::string
       throw py::value_error(arg + "['" + item.first.cast<std::string>() +
                             "']: not a tensor of the sync");
   }
-  std::vector<Ptr> out;
+  std::vector<Array> out;
   for (const TensorMove& m : plan.tensors()) {
     const Layout& l = writable ? m.dst : m.src;
     py::object a = d.contains(m.name) ? py::object(d[py::str(m.name)]) : py::object(py::none());
-    out.push_back(tile_pointer(a, l, plan.device(), arg + "['" + m.name + "']", writable, keep));
+    out.push_back(tile_array(a, l, plan.device(), arg + "['" + m.name + "']", writable, keep));
   }
   return out;
 }
@@ -96,14 +97,24 @@ struct Bound {
   std::vector<py::object> keep;
 };
 
-Bound bind_buffers(const SyncPlan& plan, py::handle comm, py::handle src, py::handle dst) {
+Bound bind_buffers(const SyncPlan& plan, py::object comm, py::object src, py::object dst) {
   Bound b{group_arg(comm), {}, {}, {}};
   if (plan.device() != b.group.comm.rank())
     throw py::value_error("plan: device " + std::to_string(plan.device()) +
                           "'s part of the sync; this is device " +
                           std::to_string(b.group.comm.rank()));
-  b.src = buffers<const void*>(plan, src, "src", false, b.keep);
-  b.dst = buffers<void*>(plan, dst, "dst", true, b.keep);
+  const auto reads = buffers(plan, src, "src", false, b.keep);
+  const auto writes = buffers(plan, dst, "dst", true, b.keep);
+  std::vector<Use> uses;
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    uses.push_back({&reads[i], "src['" + plan.tensors()[i].name + "']", false});
+    uses.push_back({&writes[i], "dst['" + plan.tensors()[i].name + "']", true});
+  }
+  check_disjoint(std::move(uses));
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    b.src.push_back(reads[i].data);
+    b.dst.push_back(writes[i].data);
+  }
   return b;
 }
 
@@ -183,10 +194,11 @@ of the layout's dtype and local shape. Every device of the sync calls it.
       "isync",
       [](const SyncPlan& plan, py::object comm, py::object src, py::object dst) {
         Bound b = bind_buffers(plan, comm, src, dst);
-        Handle h;
-        h.keep = std::move(b.keep);
-        py::gil_scoped_release release;
-        h.transfer = isync(plan, b.group.group, b.src, b.dst);
+        Handle h(b.group, std::move(b.keep));
+        {
+          py::gil_scoped_release release;
+          h.op->transfer = isync(plan, b.group.group, b.src, b.dst);
+        }
         return h;
       },
       py::arg("plan"), py::arg("comm"), py::arg("src"), py::arg("dst"),

@@ -1,5 +1,7 @@
 #include "python/src/tile.h"
 
+#include <algorithm>
+
 namespace meshcast::python {
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
@@ -8,13 +10,13 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return s + (shape.size() == 1 ? ",)" : ")");
 }
 
-void* tile_pointer(py::handle obj, const Layout& layout, int device, const std::string& arg,
-                   bool writable, std::vector<py::object>& keep) {
+Array tile_array(py::handle obj, const Layout& layout, int device, const std::string& arg,
+                 bool writable, std::vector<py::object>& keep) {
   if (!layout.mesh().contains(device)) {
     if (!obj.is_none())
       throw py::value_error(arg + ": device " + std::to_string(device) + " holds no tile of " +
                             layout.str() + "; pass None");
-    return nullptr;
+    return Array{};
   }
   if (obj.is_none())
     throw py::value_error(arg + ": device " + std::to_string(device) + " holds a tile of " +
@@ -30,7 +32,24 @@ void* tile_pointer(py::handle obj, const Layout& layout, int device, const std::
                           std::to_string(device) + "'s tile of " + layout.str() + "), got " +
                           shape_text(a.shape));
   keep.push_back(a.owner);
-  return a.data;
+  return a;
+}
+
+void check_disjoint(std::vector<Use> uses) {
+  const auto begin = [](const Use& u) { return static_cast<const char*>(u.array->data); };
+  std::erase_if(uses, [](const Use& u) { return !u.array->data || u.array->bytes() == 0; });
+  std::sort(uses.begin(), uses.end(),
+            [&](const Use& a, const Use& b) { return begin(a) < begin(b); });
+  // Sweep by start address; `open` holds the ranges that reach past the current start.
+  std::vector<const Use*> open;
+  for (const Use& u : uses) {
+    std::erase_if(open, [&](const Use* o) { return begin(*o) + o->array->bytes() <= begin(u); });
+    for (const Use* o : open)
+      if (o->writes || u.writes)
+        throw py::value_error((u.writes ? u.arg : o->arg) + ": shares memory with " +
+                              (u.writes ? o->arg : u.arg) + "; pass separate arrays (a copy)");
+    open.push_back(&u);
+  }
 }
 
 Array collective_array(py::handle obj, const std::string& arg, bool writable,

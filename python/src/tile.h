@@ -12,11 +12,23 @@
 
 namespace meshcast::python {
 
-// The pointer to pass for `obj` as `device`'s tile of `layout`: nullptr when the device is not
-// in the layout's mesh (obj must then be None). Throws ValueError / TypeError naming `arg` for
-// a missing array, or one of the wrong shape, dtype, contiguity, device or writability.
-void* tile_pointer(py::handle obj, const Layout& layout, int device, const std::string& arg,
-                   bool writable, std::vector<py::object>& keep);
+// `obj` viewed as `device`'s tile of `layout`: data nullptr when the device is not in the
+// layout's mesh (obj must then be None). Throws ValueError / TypeError naming `arg` for a
+// missing array, or one of the wrong shape, dtype, contiguity, device or writability.
+Array tile_array(py::handle obj, const Layout& layout, int device, const std::string& arg,
+                 bool writable, std::vector<py::object>& keep);
+
+// An array an operation reads or writes, for check_disjoint.
+struct Use {
+  const Array* array;
+  std::string arg;
+  bool writes;
+};
+
+// Throws ValueError("<arg>: shares memory with <other arg>") when an array the operation writes
+// overlaps another it reads or writes: a reshard from a buffer into itself would read data it
+// already overwrote.
+void check_disjoint(std::vector<Use> uses);
 
 // The same for a flat buffer of a collective: `obj` viewed as `dtype` elements (any shape).
 Array collective_array(py::handle obj, const std::string& arg, bool writable,

@@ -45,3 +45,16 @@ mc.all_gather(comm, np.full(3, me, np.float32), g)
 assert (g == np.repeat(np.arange(n), 3)).all()
 comm.barrier()
 print(f"rank {me} ok {cases}", flush=True)
+
+if how == "mpi4py":
+    # A handle keeps its communicator: the temporary Comm below is gone before the wait.
+    x = np.full(8, me + 1, np.int64)
+    h = mc.all_reduce(mc.from_mpi4py(MPI.COMM_WORLD), x, async_op=True)
+    h.wait()
+    assert (x == n * (n + 1) // 2).all()
+    if len(sys.argv) > 4 and sys.argv[4] == "fail":
+        # One rank fails before a collective: the other's wait fails, nobody hangs at exit.
+        quick = mc.from_mpi4py(MPI.COMM_WORLD, timeout=3)
+        if me == 1:
+            raise ValueError("rank 1 gives up")
+        mc.all_reduce(quick, x)

@@ -127,3 +127,84 @@ def test_bad_world_arguments():
         mc.LocalWorld(0)
     with pytest.raises(ValueError, match="^timeout"):
         mc.LocalWorld(2, timeout=-1)
+
+
+def test_handles_outliving_their_world_raise_instead_of_crashing():
+    a = np.ones(64, np.float32)
+
+    def leave_in_flight(comm):
+        b = np.empty(64, np.float32)
+        return (mc.all_reduce(comm, a, b, async_op=True),
+                mc.ireshard(PLAN, comm, good_src(comm.rank), good_dst(comm.rank)))
+
+    try:
+        handles = mc.LocalWorld(2, timeout=10).run(leave_in_flight)
+    except mc.CommError:  # the other device abandoned first: also fine, and nothing crashed
+        handles = []
+    for collective, transfer in handles:
+        with pytest.raises(ValueError, match="^comm: its session has ended"):
+            collective.wait()
+        with pytest.raises(ValueError, match="^comm: its session has ended"):
+            transfer.test()
+    del handles  # no crash on destruction either
+
+
+def test_handle_kept_by_a_raising_device():
+    def step(comm):
+        h = mc.ireshard(PLAN, comm, good_src(comm.rank), good_dst(comm.rank))
+        if comm.rank == 1:
+            raise RuntimeError("device 1 stops")  # its traceback keeps h alive
+        h.wait()
+
+    with pytest.raises((RuntimeError, mc.CommError)):
+        mc.LocalWorld(2, timeout=10).run(step)
+
+
+def test_aliased_buffers_are_refused():
+    same = mc.plan(mc.Layout((8,), "f32", "2@0-1:S0"), mc.Layout((8,), "f32", "2@[1,0]:S0"))
+
+    def step(comm):
+        a = np.arange(4, dtype=np.float32)
+        with pytest.raises(ValueError, match="^dst: shares memory with src"):
+            mc.reshard(same, comm, a, a)
+        x = np.zeros(16, np.float32)
+        with pytest.raises(ValueError, match="^recv: shares memory with send"):
+            mc.all_reduce(comm, x[:8], x[4:12])
+        mc.all_reduce(comm, x, x)  # exactly in place is fine
+        piece = x[comm.rank * 8:(comm.rank + 1) * 8]
+        mc.all_gather(comm, piece, x)  # in place: send is this member's piece of recv
+        with pytest.raises(ValueError, match="shares memory"):
+            mc.all_gather(comm, x[1:9], x)
+        moves = [("w", same.src, same.dst), ("v", same.src, same.dst)]
+        plan = mc.plan_sync(moves, comm.rank)
+        b = np.zeros(4, np.float32)
+        with pytest.raises(ValueError, match=r"^dst\['(v|w)'\]: shares memory with dst"):
+            mc.sync(plan, comm, {"w": a, "v": a}, {"w": b, "v": b})  # sources may share
+        return True
+
+    assert mc.LocalWorld(2).run(step) == [True, True]
+
+
+def test_negated_torch_view_is_refused():
+    torch = pytest.importorskip("torch")
+
+    def step(comm):
+        src = torch._neg_view(torch.ones(SRC.local_shape(comm.rank)))
+        with pytest.raises(ValueError, match="^src: tensor has its negative bit set"):
+            mc.reshard(PLAN, comm, src, good_dst(comm.rank))
+        return True
+
+    assert mc.LocalWorld(2).run(step) == [True, True]
+
+
+def test_run_arguments():
+    w = mc.LocalWorld(2)
+    with pytest.raises(ValueError, match="^devices: device 1 twice"):
+        w.run(lambda c: None, devices=[1, 1])
+
+    def nested(comm):
+        with pytest.raises(ValueError, match="already running"):
+            w.run(lambda c: None)
+        return comm.rank
+
+    assert w.run(nested, devices=[1, 0]) == [1, 0]  # in the order of devices

@@ -29,6 +29,13 @@ def test_mpi4py(ranks):
     assert sorted(re.findall(r"rank (\d+) ok 40", r.stdout)) == [str(k) for k in range(ranks)]
 
 
+def test_one_rank_failing_ends_the_job():
+    pytest.importorskip("mpi4py")
+    r = mpirun(2, WORKER, "mpi4py", "2", "3", "fail", env=env_with_path(), timeout=120)
+    assert r.returncode != 0
+    assert "rank 1 gives up" in r.stderr and "CommError" in r.stderr, r.stderr[-2000:]
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
