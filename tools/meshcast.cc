@@ -123,7 +123,8 @@ void add_plan_options(CLI::App& cmd, PlanArgs& args) {
   cmd.add_option("--shape", args.shape, "global tensor shape, e.g. 1024,1024,512")
       ->type_name("SHAPE")
       ->required();
-  cmd.add_option("--dtype", args.dtype, "element type: f16 bf16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool c64 c128")
+  cmd.add_option("--dtype", args.dtype,
+                 "element type: f16 bf16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool c64 c128")
       ->type_name("DTYPE")
       ->required();
   cmd.add_option("--src", args.src, "source layout MESH:SPEC, e.g. 2x4@0-7:S0R")
@@ -234,12 +235,48 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
 
 }  // namespace meshcast::cli
 
+namespace {
+
+// The subcommands named at the front of argv ("train gpt"), and the first word that names none
+// where one was expected (CLI11 would say only "A subcommand is required").
+struct CommandPath {
+  std::string path;     // "meshcast train"
+  std::string unknown;  // "bert"
+  std::string choices;  // "gpt, utransformer"
+};
+
+CommandPath command_path(CLI::App& app, int argc, char** argv) {
+  CommandPath out{"meshcast", "", ""};
+  CLI::App* at = &app;
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    const auto subs = at->get_subcommands([](CLI::App*) { return true; });
+    if (word.empty() || word[0] == '-' || subs.empty()) break;  // options: CLI11 judges them
+    CLI::App* next = nullptr;
+    for (CLI::App* sub : subs) {
+      out.choices += (out.choices.empty() ? "" : ", ") + sub->get_name();
+      if (sub->get_name() == word) next = sub;
+    }
+    if (!next) {
+      out.unknown = word;
+      break;
+    }
+    out.choices.clear();
+    out.path += " " + word;
+    at = next;
+  }
+  return out;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace meshcast::cli;
   CLI::App app{
       "meshcast: cross-mesh resharding of sharded tensors. Plans the move of a tensor from one "
       "device mesh and sharding to another as broadcast-based multicasts, and runs it."};
   app.name("meshcast");
+  app.set_version_flag("--version", "meshcast " MESHCAST_VERSION);
   app.require_subcommand(1);
   app.footer(
       "Exit status: 0 success, 1 a reshard delivered wrong elements or an internal error, 2 bad "
@@ -324,14 +361,20 @@ int main(int argc, char** argv) {
       "pipeline stages on separate meshes, so skips cross non-adjacent meshes.");
   add_train_options(*unet_cmd, unet_args, "utransformer");
 
+  const CommandPath command = command_path(app, argc, argv);
+  if (!command.unknown.empty()) {
+    std::cerr << command.path << ": unknown command '" << one_line(command.unknown)
+              << "' (commands: " << command.choices << "; see " << command.path << " --help)"
+              << std::endl;
+    return 2;
+  }
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
+  } catch (const CLI::Success& e) {  // --help, --help-all, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "meshcast: " << one_line(e.what()) << " (see meshcast --help)" << std::endl;
+    std::cerr << command.path << ": " << one_line(e.what()) << " (see " << command.path
+              << " --help)" << std::endl;
     return 2;
   }
 

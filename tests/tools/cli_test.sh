@@ -137,6 +137,13 @@ bad iters "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --iters many --verify
 bad dst "${S[@]}" --src 2x2@0-3:S0R --verify
 bad shape --dtype f32 --src 2x2@0-3:S0R --dst 4@0-3:S0R --verify
 bad bogus "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --bogus
+# Commands: a misspelt one is named with the choices; errors point to the subcommand's help.
+CMD=bogus bad "meshcast: unknown command 'bogus' (commands: plan, simulate, reshard, demo, sync, train"
+CMD=train bad "meshcast train: unknown command 'bert' (commands: gpt, utransformer" bert
+bad "see meshcast reshard --help" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --bogus
+run --version
+if [ "$rc" -eq 0 ] && grep -qx "meshcast [0-9]*\.[0-9]*\.[0-9]*" "$TMP/out"; then ok
+else bad_result "--version: rc=$rc $(cat "$TMP/out" "$TMP/err")"; fi
 bad backend "${S[@]}" --src 4@0-3:S0R --dst 1x1@2000000:RR
 CMD=simulate bad chunk-bytes "${S[@]}" --src 2x2@0-3:S0R --dst 4@4-7:RS0 --chunk-bytes 0
 CMD=simulate bad chunk-bytes "${S[@]}" --src 2x2@0-3:S0R --dst 4@4-7:RS0 --chunk-bytes 2k
