@@ -5,6 +5,8 @@
 # --backend mpi|ucx --verify` over 8 ranks delivers every element (contiguous and strided boxes).
 # Usage: tree_mpi.sh MESHCAST MPIEXEC
 set -u
+# Debian's python3 itself: a version manager's shim first on PATH costs ~0.4 s a call.
+[[ -x /usr/bin/python3 ]] && python3() { /usr/bin/python3 "$@"; }
 mc=$1
 run=("$2" --allow-run-as-root --oversubscribe --mca btl self,vader)
 topo=$(mktemp --suffix .json)

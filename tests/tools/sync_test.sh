@@ -5,6 +5,8 @@
 # exactly one line on stderr naming the field).
 # Usage: tests/tools/sync_test.sh path/to/meshcast
 set -u
+# Debian's python3 itself: a version manager's shim first on PATH costs ~0.4 s a call.
+[[ -x /usr/bin/python3 ]] && python3() { /usr/bin/python3 "$@"; }
 MC=${1:?usage: sync_test.sh path/to/meshcast}
 MC=$(cd "$(dirname "$MC")" && pwd)/$(basename "$MC")
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."

@@ -4,6 +4,8 @@
 # Usage: tests/tools/topology_test.sh path/to/meshcast   (MESHCAST_BUILD_DIR: the build to install)
 # shellcheck disable=SC2054,SC2012  # commas in shapes; plain file names
 set -u
+# Debian's python3 itself: a version manager's shim first on PATH costs ~0.4 s a call.
+[[ -x /usr/bin/python3 ]] && python3() { /usr/bin/python3 "$@"; }
 MC=${1:?usage: topology_test.sh path/to/meshcast}
 MC=$(cd "$(dirname "$MC")" && pwd)/$(basename "$MC")
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

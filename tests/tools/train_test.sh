@@ -6,6 +6,8 @@
 # directory's faults and the limits: checkpoint_faults_test.sh.
 # Usage: train_test.sh MESHCAST
 set -u
+# Debian's python3 itself: a version manager's shim first on PATH costs ~0.4 s a call.
+[[ -x /usr/bin/python3 ]] && python3() { /usr/bin/python3 "$@"; }
 mc=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
