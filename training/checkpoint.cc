@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -835,13 +836,54 @@ void save_checkpoint(Communicator& comm, const std::vector<int>& world, Paramete
   });
 }
 
+namespace {
+
+// DIR's checkpoints, newest first; none when it holds none. Refuses a DIR/latest without
+// checkpoints (find_newest).
+std::vector<std::int64_t> newest_first(const fs::path& dir) {
+  if (find_newest(dir).step < 0) return {};
+  auto steps = saved_steps(dir);
+  std::reverse(steps.begin(), steps.end());
+  return steps;
+}
+
+// Where a corrupt checkpoint is moved out of the way of the steps a resumed run saves:
+// DIR/step-N.corrupt (or .corrupt-2, ...), kept for inspection; loads and prunes ignore it.
+fs::path aside(const fs::path& checkpoint) {
+  fs::path to = checkpoint.string() + ".corrupt";
+  for (int k = 2; fs::exists(fs::symlink_status(to)); ++k)
+    to = checkpoint.string() + ".corrupt-" + std::to_string(k);
+  return to;
+}
+
+// Whether a load may pass over this failure to an older checkpoint: a corrupt or partial one
+// (BadInput), not an I/O error or a peer's failure.
+bool corrupt(const Error& e) { return e.kind() == ErrorKind::BadInput; }
+
+}  // namespace
+
 SavedCheckpoint find_checkpoint(const std::string& dir) {
   SavedCheckpoint found;
-  // Refused as load_checkpoint refuses: every failure is a ValidationError.
+  // Refused as load_checkpoint refuses: every failure is a ValidationError. A corrupt manifest
+  // gives way to the next older checkpoint, as in load_checkpoint.
+  std::exception_ptr newest_failure;
   if (const auto failure = attempt(false, [&] {
         const Newest n = find_newest(dir);
-        if (n.step < 0) return;
-        found = {n.step, n.path.string(), read_manifest(n.path, n.step).description, n.fallback};
+        for (std::int64_t step : newest_first(dir)) {
+          const fs::path path = fs::path(dir) / step_name(step);
+          try {
+            found.description = read_manifest(path, step).description;
+            found.step = step;
+            found.path = path.string();
+            found.fallback = n.fallback;
+            break;
+          } catch (const Error& e) {
+            if (!corrupt(e)) throw;
+            if (!newest_failure) newest_failure = std::current_exception();
+            found.skipped.push_back(e.cause());
+          }
+        }
+        if (found.step < 0 && newest_failure) std::rethrow_exception(newest_failure);
       }))
     throw ValidationError(failure->field(), failure->cause());
   return found;
@@ -854,26 +896,51 @@ std::int64_t load_checkpoint(Communicator& comm, const std::vector<int>& world, 
                           "must be at least 1, got " + std::to_string(options.batch_bytes));
   if (stats) *stats = {};
   const Group group = group_of(comm, world);
+  // Every device must see the same checkpoints (a directory not shared by all would differ):
+  // each value and its negation reduced by max.
+  const auto same_everywhere = [&](std::array<std::int64_t, 3> values) {
+    std::array<std::int64_t, 6> seen{};
+    for (std::size_t i = 0; i < 3; ++i) seen[2 * i] = values[i], seen[2 * i + 1] = -values[i];
+    all_reduce(group, seen.data(), seen.data(), 6, DType::i64, ReduceOp::Max);
+    for (std::size_t i = 0; i < seen.size(); i += 2)
+      if (seen[i] != -seen[i + 1])
+        throw ValidationError("checkpoint", dir + ": the devices see different checkpoints");
+  };
+  std::vector<std::int64_t> steps;
+  phase(group, false, [&] { steps = newest_first(dir); });
+  same_everywhere({static_cast<std::int64_t>(steps.size()), steps.empty() ? -1 : steps.front(), 0});
+
+  // The newest that reads back whole; a corrupt one gives way to the next older (each phase
+  // fails on every device alike, so all of them walk the same steps).
   Manifest m;
   std::int64_t step = -1;
-  phase(group, false, [&] {
-    const Newest n = find_newest(dir);
-    step = n.step;
-    if (step >= 0) m = read_manifest(n.path, step);
-  });
-  // Every device must have found the same one (a directory not shared by all would differ): the
-  // same step and manifest, each value and its negation reduced by max.
-  const auto hi = static_cast<std::int64_t>(m.checksum >> 32),
-             lo = static_cast<std::int64_t>(m.checksum & 0xffffffffu);
-  std::array<std::int64_t, 6> seen{step, -step, hi, -hi, lo, -lo};
-  all_reduce(group, seen.data(), seen.data(), 6, DType::i64, ReduceOp::Max);
-  for (std::size_t i = 0; i < seen.size(); i += 2)
-    if (seen[i] != -seen[i + 1])
-      throw ValidationError("checkpoint", dir + ": the devices see different newest checkpoints");
-  if (step < 0) return -1;
-
-  phase(group, false, [&] { verify_files(group, m); });
-
+  std::exception_ptr newest_failure;
+  std::vector<std::pair<fs::path, std::string>> passed;  // the corrupt ones and why
+  // Runs a phase that finds a checkpoint corrupt or not; only the former is passed over.
+  const auto reads_back = [&](const fs::path& path, auto&& body) {
+    try {
+      phase(group, false, body);
+      return true;
+    } catch (const Error& e) {
+      if (!corrupt(e)) throw;
+      if (!newest_failure) newest_failure = std::current_exception();
+      passed.emplace_back(path, e.cause());
+      return false;
+    }
+  };
+  for (std::int64_t s : steps) {
+    const fs::path path = fs::path(dir) / step_name(s);
+    if (!reads_back(path, [&] { m = read_manifest(path, s); })) continue;
+    same_everywhere({s, static_cast<std::int64_t>(m.checksum >> 32),
+                     static_cast<std::int64_t>(m.checksum & 0xffffffffu)});
+    if (!reads_back(path, [&] { verify_files(group, m); })) continue;
+    step = s;
+    break;
+  }
+  if (step < 0) {
+    if (newest_failure) std::rethrow_exception(newest_failure);
+    return -1;
+  }
   const auto entries = gather_entries(group, running_entry(params, comm.rank()));
   Moves moves;
   phase(group, false,
@@ -881,6 +948,21 @@ std::int64_t load_checkpoint(Communicator& comm, const std::vector<int>& world, 
 
   std::vector<std::vector<float>> loaded(moves.params.size());
   comm.agree(group, move_all(m, moves, group, loaded).get());
+
+  // The corrupt ones out of the way of the steps the run saves next (a checkpoint is never
+  // overwritten), once the load succeeded and before anything else changes.
+  if (!passed.empty()) {
+    std::vector<fs::path> to;
+    for (const auto& [path, why] : passed) to.push_back(aside(path));
+    phase(group, true, [&] {
+      if (group.index_of(comm.rank()) == 0)
+        for (std::size_t i = 0; i < passed.size(); ++i) rename_path(passed[i].first, to[i]);
+    });
+    if (stats)
+      for (std::size_t i = 0; i < passed.size(); ++i)
+        stats->passed_over.push_back(passed[i].first.string() + " is corrupt (" + passed[i].second +
+                                     "); moved to " + to[i].string());
+  }
 
   // Only now that every device read everything: a failed load leaves the parameters as they were.
   for (std::size_t i = 0; i < moves.params.size(); ++i) {

@@ -16,13 +16,17 @@
 // directory exists is refused. The first device of `world` writes the manifest and does the
 // renames. Two checkpoints are kept: the one just saved and the highest-numbered other.
 //
-// Loading takes the newest checkpoint, the highest-numbered DIR/step-N, so that the steps the run
-// saves next exist nowhere yet. DIR/latest names it after every complete save; when it does not
-// (missing: the first save was killed between its renames; naming an older one: a later save was;
-// or edited by hand), the newest is loaded all the same and find_checkpoint() says why. To resume
-// from an older checkpoint, move the newer ones away. Nothing of the manifest is used before its
-// checksum and the type and range of every value are checked; then device k of n checks the size,
-// tiles and checksum of every n-th file.
+// Loading takes the newest checkpoint that reads back whole, the highest-numbered DIR/step-N, so
+// that the steps the run saves next exist nowhere yet. DIR/latest names it after every complete
+// save; when it does not (missing: the first save was killed between its renames; naming an older
+// one: a later save was; or edited by hand), the newest is loaded all the same and
+// find_checkpoint() says why. Nothing of the manifest is used before its checksum and the type
+// and range of every value are checked; then device k of n checks the size, tiles and checksum of
+// every n-th file. A newer checkpoint that fails those checks (disk damage, a half-copied
+// directory) gives way to the next older one, and once that one has loaded it is renamed
+// DIR/step-N.corrupt, kept for inspection but out of the way of the steps the run saves next;
+// LoadStats::passed_over says so. To resume from an older checkpoint on purpose, move the newer
+// ones away.
 //
 // Loading reshards: every parameter moves from its saved layout to this run's layout, all of them
 // together as one sync (meshcast::plan_sync over the devices of `world`: each device plans its
@@ -73,26 +77,31 @@ struct LoadStats {
   std::int64_t tensors = 0;   // parameters moved (every device counts all of them)
   std::int64_t batches = 0;   // syncs, one plan_sync each (the same on every device)
   std::int64_t messages = 0;  // this device's messages over them (meshcast::SyncStats)
+  // Newer checkpoints found corrupt and passed over, each "PATH is corrupt (why); moved to
+  // PATH.corrupt"
+  std::vector<std::string> passed_over;
 };
 
-// Loads DIR's newest checkpoint into `params` (values, m, v; gradients untouched) and returns
-// its step, or -1 when DIR has none (no step directory and no DIR/latest). Collective over
-// `world`, every device with the same `options`; `stats` (when given) says what it did. Throws
-// ValidationError("checkpoint", ...) naming the file for a corrupt or partial checkpoint
-// (missing file, size, tile or checksum mismatch, an edited or unreadable manifest, a
-// DIR/latest whose checkpoints are gone) or one of another model (a parameter missing on either
-// side or of another shape); every device throws, and neither the disk nor `params` is
-// modified. ValidationError("checkpoint.batch_bytes") when it is below 1.
+// Loads DIR's newest good checkpoint into `params` (values, m, v; gradients untouched) and
+// returns its step, or -1 when DIR has none (no step directory and no DIR/latest). Collective
+// over `world`, every device with the same `options`; `stats` (when given) says what it did.
+// Throws ValidationError("checkpoint", ...) naming the file of the newest when every checkpoint
+// is corrupt or partial (missing file, size, tile or checksum mismatch, an edited or unreadable
+// manifest), for a DIR/latest whose checkpoints are gone, or for one of another model (a
+// parameter missing on either side or of another shape); every device throws, and neither the
+// disk nor `params` is modified. ValidationError("checkpoint.batch_bytes") when it is below 1.
 std::int64_t load_checkpoint(Communicator& comm, const std::vector<int>& world, Parameters& params,
                              const std::string& dir, const LoadOptions& options = {},
                              LoadStats* stats = nullptr);
 
-// The checkpoint load_checkpoint() would load, its manifest checked (not its data files).
+// The checkpoint load_checkpoint() would load, its manifest checked (not its data files: a
+// corrupt data file makes the load pass over it too).
 struct SavedCheckpoint {
-  std::int64_t step = -1;   // -1: DIR holds no checkpoint
-  std::string path;         // DIR/step-NNNNNNNN
-  std::string description;  // as given to save_checkpoint() (JSON text)
-  std::string fallback;     // why DIR/latest does not name it, in words; "" when it does
+  std::int64_t step = -1;            // -1: DIR holds no checkpoint
+  std::string path;                  // DIR/step-NNNNNNNN
+  std::string description;           // as given to save_checkpoint() (JSON text)
+  std::string fallback;              // why DIR/latest does not name it, in words; "" when it does
+  std::vector<std::string> skipped;  // why each newer checkpoint's manifest was passed over
 };
 
 // Reads DIR without loading anything (one process, no communicator), so that a trainer can

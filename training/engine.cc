@@ -732,8 +732,10 @@ TrainResult train(Communicator& comm, const ModelConfig& model, const ParallelCo
   Runner runner(comm, groups, model, parallel, train, batches);
   int first = 0;
   if (run.resume && !run.checkpoint_dir.empty()) {
-    result.resumed_from =
-        load_checkpoint(comm, runner.world().devices(), runner.parameters(), run.checkpoint_dir);
+    LoadStats loaded;
+    result.resumed_from = load_checkpoint(comm, runner.world().devices(), runner.parameters(),
+                                          run.checkpoint_dir, {}, &loaded);
+    if (run.on_resume) run.on_resume(result.resumed_from, loaded.passed_over);
     first = static_cast<int>(std::max<std::int64_t>(0, result.resumed_from));
   }
   for (int s = first; s < train.steps; ++s) {

@@ -1,7 +1,9 @@
 // Checkpoints: saved under one parallel configuration and loaded under another, every element of
 // the values and AdamW moments comes back exactly; saving is atomic, keeps the two newest and
-// never overwrites one; loading takes the newest (saying why when DIR/latest does not name it) and
-// refuses a corrupt, partial, edited or foreign checkpoint on every device and changes nothing.
+// never overwrites one; loading takes the newest (saying why when DIR/latest does not name it),
+// passes over a corrupt newer one to the next older good one (moving it aside), and refuses a
+// corrupt, partial, edited or foreign checkpoint with no good one behind it, or a foreign one, on
+// every device and changes nothing.
 #include "training/checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -588,6 +590,57 @@ TEST_F(Checkpoint, LoadsTheNewestAndSaysWhyWhenLatestDoesNot) {
     fs::remove_all(latest);
     write_file(latest, "step-00000005\n");
   }
+}
+
+// A newest checkpoint that does not read back (a data file or the manifest damaged) gives way to
+// the next older good one, which loads exactly, and is moved aside so that the resumed run can
+// save its step again; when every checkpoint is corrupt, the newest's failure is the error.
+TEST_F(Checkpoint, FallsBackToTheNewestGoodCheckpoint) {
+  const auto config = parallel({"dp=1,grid=2x2x1"});
+  const std::vector<std::pair<std::string, std::string>> damages = {
+      {"device-2.bin", "device-2.bin: checksum mismatch"}, {"manifest.json", "manifest.json"}};
+  int i = 0;
+  for (const auto& [file, needle] : damages) {
+    SCOPED_TRACE(file);
+    const std::string where = dir("fallback" + std::to_string(i++));
+    save(config, where, 3, 1);
+    save(config, where, 6, 2);
+    save(config, where, 9, 3);
+    const fs::path newest = fs::path(where) / "step-00000009";
+    std::string bytes = read_file(newest / file);
+    bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x01);
+    write_file(newest / file, bytes);
+    // The manifest is checked before any run starts; a data file only by the load.
+    const auto found = mt::find_checkpoint(where);
+    EXPECT_EQ(found.step, file == "manifest.json" ? 6 : 9);
+    EXPECT_EQ(found.skipped.size(), file == "manifest.json" ? 1u : 0u);
+    for (const auto& stats : expect_loads(parallel({"dp=2,grid=1x1x1"}), where, 6, 2)) {
+      ASSERT_EQ(stats.passed_over.size(), 1u);
+      EXPECT_NE(stats.passed_over[0].find(needle), std::string::npos) << stats.passed_over[0];
+      EXPECT_NE(stats.passed_over[0].find("moved to " + newest.string() + ".corrupt"),
+                std::string::npos)
+          << stats.passed_over[0];
+    }
+    EXPECT_FALSE(fs::exists(newest));
+    EXPECT_EQ(read_file(fs::path(newest.string() + ".corrupt") / file), bytes);
+    EXPECT_EQ(mt::find_checkpoint(where).step, 6);
+    save(config, where, 9, 4);  // the step can be saved again
+    expect_loads(config, where, 9, 4);
+  }
+  // Every checkpoint corrupt: the newest's failure, on every device, and nothing moved.
+  const std::string where = dir("fallback-none");
+  save(config, where, 3, 1);
+  save(config, where, 6, 2);
+  for (const char* step : {"step-00000003", "step-00000006"})
+    fs::resize_file(fs::path(where) / step / "device-1.bin", 8);
+  const auto before = snapshot(where);
+  expect_all_threw(run(config,
+                       [&](Communicator& comm, const std::vector<int>& world) {
+                         Device dev(comm.rank(), config, model());
+                         mt::load_checkpoint(comm, world, dev.params, where);
+                       }),
+                   "V ", "step-00000006/device-1.bin: size 8");
+  EXPECT_EQ(snapshot(where), before);
 }
 
 TEST_F(Checkpoint, NoCheckpointLoadsNothing) {

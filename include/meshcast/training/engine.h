@@ -143,6 +143,9 @@ struct RunOptions {
                                // parallel configuration may differ from the one that saved it
   std::string description;     // JSON text stored in each checkpoint's manifest
   std::function<void(const StepStats&)> on_step;  // after every step, on every device
+  // With resume, after the load, on every device: the step resumed from (-1: none found) and
+  // the newer checkpoints found corrupt and passed over (LoadStats::passed_over).
+  std::function<void(std::int64_t step, const std::vector<std::string>& passed_over)> on_resume;
 };
 
 // Trains on this device (comm.rank() is its device id) as one of parallel.devices() devices;
