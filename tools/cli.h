@@ -34,6 +34,7 @@ struct PlanArgs {
   std::string balance = "search";
   std::string chunk = std::to_string(kDefaultChunkBytes);  // plan, simulate: --chunk-bytes
   std::string rank;                                        // plan, simulate: --rank
+  std::string plan_file;                                   // reshard: --plan FILE
   bool json = false;
 };
 
@@ -72,7 +73,8 @@ struct TrainArgs {
 };
 
 // Subcommands: each returns the process exit status; a meshcast::Error escapes to main().
-void add_plan_options(CLI::App& cmd, PlanArgs& args);
+// `saved_plan`: reshard's, where --plan FILE may stand for the layout options.
+void add_plan_options(CLI::App& cmd, PlanArgs& args, bool saved_plan = false);
 int run_plan(const PlanArgs& args);
 int run_simulate(const PlanArgs& args);
 int run_reshard(const PlanArgs& args, const RunArgs& run);
@@ -108,6 +110,11 @@ bool is_auto_topology(const std::string& text, std::string* preset = nullptr);
 // field ("shape", "dtype", "src", "dst", "topology", "strategy", "balance", "chunk-bytes").
 // `topology`, when given, receives the topology planned on.
 Plan make_plan(const PlanArgs& args, Topology* topology = nullptr);
+// The plan saved in --plan FILE (by `plan --json`), checked against the options given with it:
+// the layout options, when given, must be the plan's, and --strategy, --balance and --topology
+// cannot re-plan it (ValidationError naming the option). Throws ParseError("plan...") for a file
+// that is not a valid plan, IoError("plan") for one that cannot be read.
+Plan load_plan_file(const PlanArgs& args);
 // Device --rank's part of the plan, computed alone (plan_rank), and the seconds that took.
 struct RankPart {
   RankPlan plan;
@@ -177,6 +184,21 @@ void write_file(const std::string& path, const std::string& text, const std::str
 Topology builtin_aws_p3();
 
 double median(std::vector<double> v);
+
+// What a command says beyond its results (cli_output.cc): --log-level error|warn|info, default
+// info; --quiet is error. Results (a plan, a report, JSON) and errors print at every level;
+// warnings at warn and info; progress and other running commentary at info.
+enum class LogLevel { Error, Warn, Info };
+LogLevel& log_level();
+LogLevel parse_log_level(const std::string& text);  // throws ValidationError("log-level")
+bool says(LogLevel level);
+// "meshcast: warning: <what>" on stderr, unless the level is error.
+void warn(const std::string& what);
+// Whether stdout is a terminal a person watches, so progress may redraw one line in place: a
+// tty, and not a rank's pty under a launcher (mpirun, srun, torchrun: LaunchEnv::detect).
+bool live_terminal();
+// The width of the terminal on stdout (TIOCGWINSZ), 80 when it says nothing.
+int terminal_columns();
 
 // Exit status by kind of error (Error::kind(), docs/cli.md): 2 BadInput, 3 PeerFailure, 4 Io,
 // 1 Internal and anything that is not an Error. 1 also means that a reshard delivered wrong

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <limits>
 #include <new>
+#include <tuple>
 
 #include "cli.h"
 #include "meshcast/error.h"
@@ -82,6 +83,34 @@ Plan make_plan(const PlanArgs& args, Topology* topology_out) {
   const PlanInputs in = parse_plan_inputs(args);
   Plan p = plan(in.src, in.dst, in.topology, in.options);
   if (topology_out) *topology_out = in.topology;
+  return p;
+}
+
+Plan load_plan_file(const PlanArgs& args) {
+  Plan p = Plan::from_json(read_input_file(args.plan_file, "plan", limits().input_file_bytes));
+  const auto differs = [&](const std::string& field, const std::string& given,
+                           const std::string& saved) {
+    throw ValidationError(field, args.plan_file + " moves " + saved + ", not " + given +
+                                     " (leave --" + field + " out to run the saved plan)");
+  };
+  if (!args.shape.empty() && parse_shape(args.shape, "shape") != p.src().shape())
+    differs("shape", args.shape, shape_str(p.src().shape()));
+  if (!args.dtype.empty() && parse_dtype(args.dtype, "dtype") != p.src().dtype())
+    differs("dtype", args.dtype, to_string(p.src().dtype()));
+  for (const auto& [field, text, saved] :
+       {std::tuple{"src", &args.src, &p.src()}, std::tuple{"dst", &args.dst, &p.dst()}})
+    if (!text->empty() && Layout::parse(p.src().shape(), p.src().dtype(), *text, field) != *saved)
+      differs(field, *text, saved->str());
+  // A saved plan's senders and ops are fixed: options that would choose them again are refused.
+  const auto fixed = [&](const std::string& field, const std::string& saved) {
+    throw ValidationError(field, "the saved plan " + args.plan_file + " was made with " + field +
+                                     " " + saved + "; leave --" + field + " out to run it");
+  };
+  if (!args.topology.empty()) fixed("topology", p.topology());
+  if (args.strategy != "auto" && parse_strategy(args.strategy, "strategy") != p.strategy())
+    fixed("strategy", to_string(p.strategy()));
+  if (args.balance != "search" && parse_balance(args.balance, "balance") != p.balance())
+    fixed("balance", to_string(p.balance()));
   return p;
 }
 

@@ -11,6 +11,7 @@
 #include <streambuf>
 
 #include "cli.h"
+#include "lib/support/text.h"
 #include "meshcast/cost.h"
 #include "meshcast/error.h"
 
@@ -84,10 +85,12 @@ void write_plan_json_with_cost(std::ostream& os, const Plan& plan, const Topolog
 }
 
 int run_simulate(const PlanArgs& args) {
+  check_writable(args.svg, "svg");
   Topology topology;
   const auto t0 = std::chrono::steady_clock::now();
   const Plan plan = make_plan(args, &topology);
   const double plan_seconds = seconds_since(t0);
+  if (!args.svg.empty()) write_file(args.svg, plan_svg(plan), "svg");
   const std::int64_t chunk = parse_chunk(args.chunk);
   const auto t1 = std::chrono::steady_clock::now();
   const Simulation sim = simulate(plan, topology, chunk);
@@ -132,9 +135,11 @@ int run_simulate(const PlanArgs& args) {
             << " (" << human_bytes(plan.src().bytes()) << ") " << plan.src().str() << " -> "
             << plan.dst().str() << '\n'
             << "  on " << topology.name() << ": strategy " << to_string(plan.strategy())
-            << ", balance " << to_string(plan.balance()) << ", " << plan.ops().size() << " ops in "
-            << plan.phases() << " phase(s) over " << plan.devices().size()
-            << " devices, chain chunk " << human_bytes(chunk) << '\n'
+            << ", balance " << to_string(plan.balance()) << ", "
+            << detail::counted(static_cast<std::int64_t>(plan.ops().size()), "op") << " in "
+            << detail::counted(plan.phases(), "phase") << " over "
+            << detail::counted(static_cast<std::int64_t>(plan.devices().size()), "device")
+            << ", chain chunk " << human_bytes(chunk) << '\n'
             << "  model      " << human_seconds(model.seconds)
             << "  (list schedule: what plan() predicts)\n"
             << "  simulated  " << human_seconds(sim.seconds)
@@ -146,8 +151,9 @@ int run_simulate(const PlanArgs& args) {
             << "  took       " << human_seconds(plan_seconds) << " to plan, "
             << human_seconds(sim_seconds) << " to simulate\n";
   if (part)
-    std::cout << "  device " << part->plan.device() << " alone: " << part->plan.ops().size()
-              << " ops of its own, computed in " << human_seconds(part->seconds)
+    std::cout << "  device " << part->plan.device() << " alone: "
+              << detail::counted(static_cast<std::int64_t>(part->plan.ops().size()), "op")
+              << " of its own, computed in " << human_seconds(part->seconds)
               << " (no whole plan built; balance " << to_string(part->plan.balance()) << ")\n";
   if (!sim.links.empty()) std::cout << "  busiest links (bytes, least time):\n";
   for (std::size_t i = 0; i < sim.links.size() && i < kTopLinks; ++i) {
@@ -160,6 +166,7 @@ int run_simulate(const PlanArgs& args) {
   }
   if (sim.links.size() > kTopLinks)
     std::cout << "    ... " << sim.links.size() - kTopLinks << " more (--json lists all)\n";
+  if (!args.svg.empty()) std::cout << "plan drawn in " << args.svg << '\n';
   return 0;
 }
 

@@ -18,10 +18,12 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 
 #include "cli.h"
 #include "lib/support/json_text.h"
 #include "lib/support/text.h"
+#include "meshcast/collectives.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
 #include "meshcast/training/chart.h"
@@ -29,6 +31,7 @@
 #include "meshcast/training/data.h"
 #include "meshcast/training/engine.h"
 #include "meshcast/training/ops.h"
+#include "meshcast/units.h"
 #include "training/checkpoint.h"
 
 namespace meshcast::cli {
@@ -112,7 +115,8 @@ TrainArgs with_config(TrainArgs a, const CLI::App& cmd) {
     const auto* k = std::find_if(std::begin(kConfigKeys), std::end(kConfigKeys),
                                  [&](const ConfigKey& c) { return key == c.key; });
     if (k == std::end(kConfigKeys))
-      throw ValidationError("config." + key, "unknown key (see meshcast train gpt --help)");
+      throw ValidationError("config." + key,
+                            "unknown key (see meshcast train " + cmd.get_name() + " --help)");
     const CLI::Option* option = cmd.get_option_no_throw(k->option);
     if (option == nullptr)
       throw ValidationError("config." + key, "this model has no " + std::string(k->option));
@@ -294,11 +298,11 @@ nlohmann::json model_identity(const std::string& kind, const tr::ModelConfig& m)
 
 // Refuses, before any work, a --checkpoint-dir whose checkpoints the run would harm: without
 // --resume it would save over them; with it, it must be the same model and configuration.
-// Returns the warning to print when the newest checkpoint is not the one DIR/latest names.
-std::string check_checkpoints(const TrainArgs& a, const nlohmann::json& identity) {
-  if (a.checkpoint_dir.empty()) return "";
+// Returns the checkpoint a --resume continues from (step -1: none).
+tr::SavedCheckpoint check_checkpoints(const TrainArgs& a, const nlohmann::json& identity) {
+  if (a.checkpoint_dir.empty()) return {};
   const tr::SavedCheckpoint saved = tr::find_checkpoint(a.checkpoint_dir);
-  if (saved.step < 0) return "";
+  if (saved.step < 0) return saved;
   if (!a.resume)
     throw ValidationError("checkpoint-dir",
                           a.checkpoint_dir + " holds a checkpoint of step " +
@@ -322,9 +326,20 @@ std::string check_checkpoints(const TrainArgs& a, const nlohmann::json& identity
   const nlohmann::json config = member(description, "config");
   for (const auto& [key, value] : identity["config"].items())
     expect("checkpoint.config." + key, key, member(config, key), value);
-  return saved.fallback.empty()
-             ? ""
-             : saved.fallback + "; resuming from the newest checkpoint, " + saved.path;
+  return saved;
+}
+
+// What a --resume says before it trains (device 0): why it starts afresh, or why it does not
+// continue from what DIR/latest names or from a newer checkpoint.
+void say_resume(const TrainArgs& a, const tr::SavedCheckpoint& saved) {
+  if (!a.resume) return;
+  if (saved.step < 0) {
+    warn("--resume: " + a.checkpoint_dir + " holds no checkpoint; starting at step 0");
+    return;
+  }
+  for (const std::string& why : saved.skipped) warn(why + "; passing over that checkpoint");
+  if (!saved.fallback.empty())
+    warn(saved.fallback + "; resuming from the newest checkpoint, " + saved.path);
 }
 
 std::string stages_text(const tr::ParallelConfig& p) {
@@ -343,40 +358,112 @@ std::string clock(double seconds) {
   return o.str();
 }
 
-// One line per evaluation (or every step on a terminal, redrawn in place as a bar).
+// One line per evaluation, or every step on a terminal a person watches (live_terminal), redrawn
+// in place as a bar that fits the terminal's width.
 class Progress {
  public:
-  Progress(int steps, double tokens) : steps_(steps), tokens_(tokens), tty_(isatty(1) != 0) {}
+  Progress(int steps, double tokens) : steps_(steps), tokens_(tokens), live_(live_terminal()) {}
   void update(const tr::StepStats& s, int first) {
     done_ += s.seconds;
     const int ran = s.step - first;
     const double eta = done_ / std::max(1, ran) * (steps_ - s.step);
-    std::ostringstream line;
-    line << "step " << s.step << '/' << steps_ << "  loss " << std::fixed << std::setprecision(4)
-         << s.loss;
-    if (s.eval_loss >= 0) line << "  held-out " << s.eval_loss;
-    line << "  " << std::setprecision(0) << tokens_ / s.seconds << " tokens/s  ETA " << clock(eta);
-    if (tty_) {
-      const int width = 24, filled = width * s.step / steps_;
-      std::cout << "\r[" << std::string(static_cast<std::size_t>(filled), '#')
-                << std::string(static_cast<std::size_t>(width - filled), '.') << "] " << line.str()
-                << "\033[K" << std::flush;
-      if (s.step == steps_) std::cout << '\n';
-    } else if (s.eval_loss >= 0 || s.step == steps_) {
-      std::cout << line.str() << '\n' << std::flush;
+    const auto fixed = [](double v, int digits) {
+      std::ostringstream o;
+      o << std::fixed << std::setprecision(digits) << v;
+      return o.str();
+    };
+    // The fields in the order shown, each with its rank: a narrow terminal drops the
+    // highest-ranked ones first.
+    const std::vector<std::pair<std::string, int>> fields = {
+        {"step " + std::to_string(s.step) + '/' + std::to_string(steps_), 0},
+        {"loss " + fixed(s.loss, 4), 1},
+        {s.eval_loss >= 0 ? "held-out " + fixed(s.eval_loss, 4) : "", 3},
+        {fixed(tokens_ / s.seconds, 0) + " tokens/s", 4},
+        {"ETA " + clock(eta), 2}};
+    const auto line = [&](int most) {
+      std::string text;
+      for (const auto& [field, rank] : fields)
+        if (!field.empty() && rank <= most) text += (text.empty() ? "" : "  ") + field;
+      return text;
+    };
+    if (!live_) {
+      if (s.eval_loss >= 0 || s.step == steps_) std::cout << line(4) << '\n' << std::flush;
+      return;
     }
+    // Never the last column (some terminals wrap there); the bar takes what the text leaves, at
+    // most 24 columns.
+    const auto columns = static_cast<std::size_t>(std::max(2, terminal_columns()) - 1);
+    std::string text = line(4);
+    for (int most = 3; most >= 0 && text.size() > columns; --most) text = line(most);
+    text.resize(std::min(text.size(), columns));
+    std::string bar;
+    const std::size_t room = columns > text.size() + 3 ? columns - text.size() - 3 : 0;
+    if (const std::size_t width = std::min<std::size_t>(24, room); width >= 5) {
+      const auto filled =
+          width * static_cast<std::size_t>(s.step) / static_cast<std::size_t>(steps_);
+      bar = '[' + std::string(filled, '#') + std::string(width - filled, '.') + "] ";
+    }
+    std::cout << '\r' << bar << text << "\033[K" << std::flush;
+    if (s.step == steps_) std::cout << '\n';
   }
 
  private:
   int steps_;
   double tokens_;
-  bool tty_;
+  bool live_;
   double done_ = 0;
 };
 
-// The loss curve, the step breakdown and the summary, into `out` (made writable before the run).
+// A resumed run's steps before the checkpoint, from the run JSON the earlier run left in --out,
+// so that the charts and the JSON cover the whole run; none (with a warning) when that file is
+// missing or of another model or configuration.
+std::vector<tr::StepStats> history(const std::string& path, const nlohmann::json& identity,
+                                   std::int64_t resumed_from) {
+  std::vector<tr::StepStats> steps;
+  try {
+    const nlohmann::json j =
+        nlohmann::json::parse(read_input_file(path, "out", limits().input_file_bytes));
+    if (!j.is_object() || j.value("model", "") != identity["model"] || !j.contains("config") ||
+        !j["config"].is_object())
+      throw std::runtime_error("it is of another model");
+    for (const auto& [key, value] : identity["config"].items())
+      if (j["config"].value(key, nlohmann::json()) != value)
+        throw std::runtime_error("it was run with another " + key);
+    for (const auto& e : j.at("steps")) {
+      tr::StepStats st;
+      st.step = e.at("step").get<int>();
+      if (st.step > resumed_from) break;
+      st.loss = e.at("loss").get<double>();
+      st.eval_loss = e.at("eval_loss").is_null() ? -1 : e.at("eval_loss").get<double>();
+      st.seconds = e.at("seconds").get<double>();
+      st.compute = e.at("compute").get<double>();
+      st.exposed_comm = e.at("exposed_comm").get<double>();
+      st.bubble = e.at("bubble").get<double>();
+      st.grad_norm = e.at("grad_norm").get<double>();
+      steps.push_back(st);
+    }
+  } catch (const std::exception& e) {
+    warn(path + " holds no history of this run (" + one_line(e.what()) +
+         "): the charts start at step " + std::to_string(resumed_from + 1));
+    return {};
+  }
+  return steps;
+}
+
+// What the run JSON records of the outcome besides the steps.
+struct Outcome {
+  std::int64_t parameters = 0;
+  double wall_seconds = 0;
+};
+
+// The loss curve, the step breakdown and the summary, into `out` (made writable before the run):
+// `earlier` steps (a resumed run's history) and then this run's.
 nlohmann::json report(const std::string& kind, const Run& r, const TrainArgs& a,
-                      const tr::TrainResult& res, const std::string& out) {
+                      const nlohmann::json& identity, const std::vector<tr::StepStats>& earlier,
+                      const tr::TrainResult& res, const Outcome& outcome) {
+  const std::string& out = a.out;
+  std::vector<tr::StepStats> all = earlier;
+  all.insert(all.end(), res.steps.begin(), res.steps.end());
   tr::Series train{"train", {}, {}, tr::chart_color(0)},
       held{"held-out", {}, {}, tr::chart_color(1)};
   std::vector<std::string> steps;
@@ -384,7 +471,7 @@ nlohmann::json report(const std::string& kind, const Run& r, const TrainArgs& a,
       comm{"exposed communication", tr::chart_color(1), {}},
       bubble{"pipeline bubble", tr::chart_color(7), {}};
   nlohmann::json j;
-  for (const auto& s : res.steps) {
+  for (const auto& s : all) {
     train.x.push_back(s.step);
     train.y.push_back(s.loss);
     if (s.eval_loss >= 0) {
@@ -434,6 +521,39 @@ nlohmann::json report(const std::string& kind, const Run& r, const TrainArgs& a,
   j["seq"] = r.model.seq;
   j["resumed_from"] = res.resumed_from;
   if (r.corpus) j["unigram_entropy"] = r.corpus->unigram_entropy;
+  j["version"] = MESHCAST_VERSION;
+  j["lr"] = real(a.lr, "lr", 0, 10);  // as given: the float the run used prints with noise
+  j["seed"] = r.train.seed;
+  j["parameters"] = outcome.parameters;
+  j["steps_run"] = res.steps.size();
+  j["final_loss"] = res.steps.back().loss;
+  j["final_eval_loss"] = res.steps.back().eval_loss;
+  j["wall_seconds"] = outcome.wall_seconds;
+  // Every setting, as the options and --config name them, so that the run can be repeated.
+  nlohmann::json config = identity["config"];
+  config.update({{"stages", stages_text(r.parallel)},
+                 {"chunks", r.parallel.chunks},
+                 {"micro_batches", r.parallel.micro_batches},
+                 {"schedule", tr::to_string(r.parallel.schedule)},
+                 {"sub_batches", r.parallel.sub_batches},
+                 {"overlap", r.parallel.overlap},
+                 {"reshard", to_string(r.parallel.reshard)},
+                 {"topology", a.topology},
+                 {"batch", r.train.batch},
+                 {"steps", r.train.steps},
+                 {"lr", j["lr"]},
+                 {"seed", r.train.seed},
+                 {"eval_every", r.eval_every},
+                 {"checkpoint_dir", a.checkpoint_dir},
+                 {"checkpoint_every", r.checkpoint_every},
+                 {"resume", a.resume},
+                 {"out", a.out},
+                 {"backend", a.backend}});
+  if (kind == "gpt")
+    config["data"] = a.data;
+  else
+    config["noise"] = real(a.noise, "noise", 0, 1);
+  j["config"] = config;
   j["loss_png"] = base + "-loss.png";
   j["steps_png"] = base + "-steps.png";
   write_file(base + "-run.json", j.dump(1) + '\n', "out");
@@ -483,9 +603,10 @@ int run_config_search(const TrainArgs& a, const Run& r) {
     std::cout << j.dump() << '\n';
     return 0;
   }
-  std::cout << "top " << best.size() << " configurations of " << devices << " devices on "
-            << topology.name() << " (GEMM rate measured: " << std::setprecision(3)
-            << machine.flops / 1e9 << " GFLOP/s; estimated step time, no overlap assumed):\n";
+  std::cout << "top " << detail::counted(static_cast<std::int64_t>(best.size()), "configuration")
+            << " of " << detail::counted(devices, "device") << " on " << topology.name()
+            << " (GEMM rate measured: " << std::setprecision(3) << machine.flops / 1e9
+            << " GFLOP/s; estimated step time, no overlap assumed):\n";
   for (const auto& p : best) std::cout << "  " << p.str() << '\n';
   return 0;
 }
@@ -493,11 +614,13 @@ int run_config_search(const TrainArgs& a, const Run& r) {
 }  // namespace
 
 void add_train_options(CLI::App& cmd, TrainArgs& a, const std::string& model) {
+  // The keys this model takes: gpt reads --data, the U-Transformer --noise.
+  std::string keys;
+  for (const ConfigKey& k : kConfigKeys)
+    if (std::string_view(k.key) != (model == "gpt" ? "noise" : "data"))
+      keys += (keys.empty() ? "" : ", ") + std::string(k.key);
   cmd.add_option("--config", a.config,
-                 "a JSON object whose keys (stages, chunks, micro_batches, schedule, "
-                 "sub_batches, overlap, reshard, topology, vocab, seq, d_model, heads, layers, "
-                 "batch, steps, lr, seed, data, noise, eval_every, checkpoint_dir, "
-                 "checkpoint_every, resume, out, backend) set the options not given here")
+                 "a JSON object whose keys (" + keys + ") set the options not given here")
       ->type_name("FILE");
   cmd.add_option("--stages", a.stages,
                  "pipeline stages separated by '/', each dp=N and tp=N (Megatron) or "
@@ -506,35 +629,45 @@ void add_train_options(CLI::App& cmd, TrainArgs& a, const std::string& model) {
       ->type_name("STAGES")
       ->capture_default_str();
   cmd.add_option("--chunks", a.chunks, "model pieces per stage (interleaved schedule)")
+      ->type_name("INT")
       ->capture_default_str();
   cmd.add_option("--micro-batches", a.micro_batches, "micro-batches per step")
+      ->type_name("INT")
       ->capture_default_str();
   cmd.add_option("--schedule", a.schedule, "gpipe, 1f1b, interleaved or eager-1f1b")
+      ->type_name("NAME")
       ->capture_default_str();
   cmd.add_option("--sub-batches", a.sub_batches,
                  "split each linear's rows so that its collective overlaps the next slice")
+      ->type_name("INT")
       ->capture_default_str();
   cmd.add_flag("--no-overlap", a.no_overlap,
                "wait on every collective and send as soon as it starts (to measure what overlap "
                "hides)");
   cmd.add_option("--reshard", a.reshard,
                  "strategy of the stage-boundary reshards: auto, broadcast, sendrecv, allgather")
+      ->type_name("NAME")
       ->capture_default_str();
   cmd.add_option("--topology", a.topology, "topology: a JSON file or a preset name (dgx-a100, ...)")
       ->type_name("FILE|NAME");
-  cmd.add_option("--vocab", a.vocab, "vocabulary size (text: 256 bytes)")->capture_default_str();
-  cmd.add_option("--seq", a.seq, "tokens per sample")->capture_default_str();
-  cmd.add_option("--d-model", a.d_model, "model width")->capture_default_str();
-  cmd.add_option("--heads", a.heads, "attention heads")->capture_default_str();
+  cmd.add_option("--vocab", a.vocab, "vocabulary size (text: 256 bytes)")
+      ->type_name("INT")
+      ->capture_default_str();
+  cmd.add_option("--seq", a.seq, "tokens per sample")->type_name("INT")->capture_default_str();
+  cmd.add_option("--d-model", a.d_model, "model width")->type_name("INT")->capture_default_str();
+  cmd.add_option("--heads", a.heads, "attention heads")->type_name("INT")->capture_default_str();
   cmd.add_option("--layers", a.layers,
                  model == "gpt" ? "transformer blocks"
                                 : "transformer blocks, even: half encoder, half decoder")
+      ->type_name("INT")
       ->capture_default_str();
-  cmd.add_option("--batch", a.batch, "samples per step")->capture_default_str();
+  cmd.add_option("--batch", a.batch, "samples per step")->type_name("INT")->capture_default_str();
   cmd.add_option("--steps", a.steps, "training steps (in all, counting resumed ones)")
+      ->type_name("INT")
       ->capture_default_str();
-  cmd.add_option("--lr", a.lr, "AdamW learning rate")->capture_default_str();
+  cmd.add_option("--lr", a.lr, "AdamW learning rate")->type_name("FLOAT")->capture_default_str();
   cmd.add_option("--seed", a.seed, "seed of the initial parameters and the data")
+      ->type_name("INT")
       ->capture_default_str();
   if (model == "gpt")
     cmd.add_option("--data", a.data,
@@ -543,31 +676,40 @@ void add_train_options(CLI::App& cmd, TrainArgs& a, const std::string& model) {
         ->type_name("PATH");
   else
     cmd.add_option("--noise", a.noise, "fraction of input tokens replaced by random ones")
+        ->type_name("FLOAT")
         ->capture_default_str();
   cmd.add_option("--eval-every", a.eval_every,
                  "steps between held-out evaluations (0: a tenth of the steps)")
+      ->type_name("INT")
       ->capture_default_str();
   cmd.add_option("--checkpoint-dir", a.checkpoint_dir,
                  "write sharded checkpoints here (atomically; the two newest are kept)")
       ->type_name("DIR");
   cmd.add_option("--checkpoint-every", a.checkpoint_every,
                  "steps between checkpoints (0: only at the end)")
+      ->type_name("INT")
       ->capture_default_str();
   cmd.add_flag("--resume", a.resume,
                "continue from the newest checkpoint in --checkpoint-dir, resharding it onto "
                "these --stages if they differ from the run that saved it");
   cmd.add_option("--out", a.out, "directory for MODEL-loss.png, MODEL-steps.png and MODEL-run.json")
+      ->type_name("DIR")
       ->capture_default_str();
   cmd.add_option("--backend", a.backend,
                  "local (threads) or mpi (one process per device, under mpirun)")
+      ->type_name("NAME")
       ->capture_default_str();
   cmd.add_flag("--json", a.json, "print the run's JSON summary instead of progress");
   cmd.add_flag("--plan", a.plan,
                "train nothing: estimate the step time of every parallel configuration of "
                "--devices devices on --topology by the analytic model (AxoNN style) and print "
                "the --top best with their step-time breakdown");
-  cmd.add_option("--devices", a.devices, "devices to plan for (--plan)")->capture_default_str();
-  cmd.add_option("--top", a.top, "configurations to print (--plan)")->capture_default_str();
+  cmd.add_option("--devices", a.devices, "devices to plan for (--plan)")
+      ->type_name("INT")
+      ->capture_default_str();
+  cmd.add_option("--top", a.top, "configurations to print (--plan)")
+      ->type_name("INT")
+      ->capture_default_str();
 }
 
 int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& cmd) {
@@ -585,7 +727,8 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
   require_writable_dir(a.out, "out");
   if (!a.checkpoint_dir.empty()) require_writable_dir(a.checkpoint_dir, "checkpoint-dir");
   nlohmann::json description = model_identity(kind, r.model);
-  const std::string fallback = check_checkpoints(a, description);
+  const tr::SavedCheckpoint saved = check_checkpoints(a, description);
+  const std::string run_json = a.out + "/" + kind + "-run.json";
   if (!r.batches) read_corpus(r, a);
   const double tokens = static_cast<double>(r.train.batch) * r.model.seq;
   tr::RunOptions opts;
@@ -594,30 +737,54 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
   opts.checkpoint_dir = a.checkpoint_dir;
   opts.checkpoint_every = r.checkpoint_every;
   opts.resume = a.resume;
-  description["stages"] = stages_text(r.parallel);
-  opts.description = description.dump();
+  opts.description = [&] {
+    nlohmann::json d = description;
+    d["stages"] = stages_text(r.parallel);
+    return d.dump();
+  }();
   tr::TrainResult result;
+  std::vector<tr::StepStats> earlier;
+  Outcome outcome;
   bool root = true;
+  const auto t0 = std::chrono::steady_clock::now();
   auto body = [&](Communicator& comm) {
+    const bool me = comm.rank() == 0;
     tr::RunOptions mine = opts;
     std::optional<Progress> progress;
-    if (comm.rank() == 0 && !fallback.empty()) std::cerr << "meshcast train: " << fallback << '\n';
-    if (comm.rank() == 0 && !a.json) {
+    if (me) say_resume(a, saved);
+    if (me && !a.json && says(LogLevel::Info)) {
       progress.emplace(r.train.steps, tokens);
-      std::cout << kind << ": " << devices << " devices (" << stages_text(r.parallel) << "), "
-                << tr::to_string(r.parallel.schedule) << " x" << r.parallel.micro_batches << ", on "
-                << r.data << '\n';
+      std::cout << kind << ": " << detail::counted(devices, "device") << " ("
+                << stages_text(r.parallel) << "), " << tr::to_string(r.parallel.schedule) << " x"
+                << r.parallel.micro_batches << ", on " << r.data << '\n';
       if (r.corpus)
         std::cout << "unigram entropy of the training text: " << std::fixed << std::setprecision(4)
                   << r.corpus->unigram_entropy << " nats/byte\n";
     }
+    mine.on_resume = [&](std::int64_t step, const std::vector<std::string>& passed_over) {
+      if (!me || step < 0) return;
+      for (const std::string& why : passed_over) warn(why);
+      if (says(LogLevel::Info) && !a.json)
+        std::cout << "resuming at step " << step << " of " << r.train.steps
+                  << " from the checkpoint in " << a.checkpoint_dir << '\n';
+      // The steps before the checkpoint, for the charts and the JSON.
+      if (step > 0) earlier = history(run_json, description, step);
+    };
     int first = -1;
     mine.on_step = [&](const tr::StepStats& s) {
       if (first < 0) first = s.step - 1;
       if (progress) progress->update(s, first);
     };
     auto res = tr::train(comm, r.model, r.parallel, r.train, r.batches, mine);
-    if (comm.rank() == 0) result = std::move(res);
+    // Every element is reported by one device: their sum is the model's size.
+    std::int64_t parameters = 0;
+    for (const auto& part : res.parameters)
+      parameters += static_cast<std::int64_t>(part.values.size());
+    all_reduce(comm.world(), &parameters, &parameters, 1, DType::i64, ReduceOp::Sum);
+    if (me) {
+      result = std::move(res);
+      outcome.parameters = parameters;
+    }
   };
   if (a.backend == "local") {
     LocalWorld world(devices);
@@ -632,12 +799,14 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
   }
 #endif
   if (!root) return 0;
+  outcome.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (result.steps.empty()) {
     std::cout << "nothing to do: the checkpoint is at step " << result.resumed_from << " of "
               << r.train.steps << '\n';
     return 0;
   }
-  const nlohmann::json j = report(kind, r, a, result, a.out);
+  const nlohmann::json j = report(kind, r, a, description, earlier, result, outcome);
   if (a.json) {
     std::cout << j.dump() << '\n';
     return 0;
@@ -647,11 +816,16 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
     std::cout << "resumed from the checkpoint of step " << result.resumed_from << '\n';
   std::cout << "final loss " << std::fixed << std::setprecision(4) << last.loss << ", held-out "
             << last.eval_loss;
-  if (r.corpus)
-    std::cout << " (unigram entropy " << r.corpus->unigram_entropy << ": " << std::setprecision(0)
-              << 100 * (1 - last.eval_loss / r.corpus->unigram_entropy) << "% below)";
+  if (r.corpus) {
+    // The unigram entropy is what a model that ignores context reaches.
+    const double h = r.corpus->unigram_entropy, gap = 100 * (last.eval_loss / h - 1);
+    std::cout << " (" << std::setprecision(0) << std::abs(gap) << "% "
+              << (gap < 0 ? "below" : "above") << " the unigram entropy, " << std::setprecision(4)
+              << h << ")";
+  }
   std::cout << "\nwrote " << j["loss_png"].get<std::string>() << ", "
-            << j["steps_png"].get<std::string>() << ", " << a.out << '/' << kind << "-run.json\n";
+            << j["steps_png"].get<std::string>() << ", " << run_json << "; the run took "
+            << human_seconds(outcome.wall_seconds) << '\n';
   return 0;
 }
 

@@ -40,6 +40,8 @@ Formats:
           PRESET's links); elsewhere, and with the local backend, auto is one host. Without
           it every device is on one host.
 
+Every command also takes --quiet and --log-level error|warn|info (see meshcast --help).
+
 Exit status: 0 success; 1 reshard --verify found wrong elements, or an internal error; 2 bad
 input (one line on stderr, "meshcast: <field>: <cause>"); 3 a peer failed (named); 4 I/O (the
 path and the OS reason). Limits on what one request may cost: docs/cli.md, "Limits".
@@ -119,20 +121,26 @@ void add_rank_option(CLI::App& cmd, PlanArgs& args) {
 
 }  // namespace
 
-void add_plan_options(CLI::App& cmd, PlanArgs& args) {
-  cmd.add_option("--shape", args.shape, "global tensor shape, e.g. 1024,1024,512")
-      ->type_name("SHAPE")
-      ->required();
-  cmd.add_option("--dtype", args.dtype,
-                 "element type: f16 bf16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool c64 c128")
-      ->type_name("DTYPE")
-      ->required();
-  cmd.add_option("--src", args.src, "source layout MESH:SPEC, e.g. 2x4@0-7:S0R")
-      ->type_name("LAYOUT")
-      ->required();
-  cmd.add_option("--dst", args.dst, "destination layout MESH:SPEC, e.g. 2x4@8-15:RS1")
-      ->type_name("LAYOUT")
-      ->required();
+void add_plan_options(CLI::App& cmd, PlanArgs& args, bool saved_plan) {
+  const auto layout_option = [&](const char* name, std::string& value, const char* help,
+                                 const char* type) {
+    CLI::Option* o = cmd.add_option(name, value, help)->type_name(type);
+    if (!saved_plan) o->required();
+  };
+  layout_option("--shape", args.shape, "global tensor shape, e.g. 1024,1024,512", "SHAPE");
+  layout_option("--dtype", args.dtype,
+                "element type: f16 bf16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool c64 c128",
+                "DTYPE");
+  layout_option("--src", args.src, "source layout MESH:SPEC, e.g. 2x4@0-7:S0R", "LAYOUT");
+  layout_option("--dst", args.dst, "destination layout MESH:SPEC, e.g. 2x4@8-15:RS1", "LAYOUT");
+  if (saved_plan)
+    cmd.add_option("--plan", args.plan_file,
+                   "run the plan saved in FILE by `meshcast plan --json` instead of planning: "
+                   "--shape, --dtype, --src and --dst may then be left out (when given they "
+                   "must be the plan's), and --topology, --strategy and --balance cannot change "
+                   "it; process backends check that every rank read the same plan and that the "
+                   "job has its devices")
+        ->type_name("FILE");
   cmd.add_option("--topology", args.topology,
                  "topology: a JSON file, a preset name (dgx-a100, aws-p3.8xlarge, ...: see "
                  "Formats), or auto (reshard --backend mpi|ucx: discovered from the job's host "
@@ -181,12 +189,26 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
   check_backend(run.backend);
   const int iters = parse_iters(run.iters);
   check_writable(args.svg, "svg");
-  const PlanInputs in = parse_plan_inputs(args);
-  if (run.backend == "local") check_local_capacity(in.src, in.dst);
-  // --topology auto on a process backend: planned once the job has found its topology.
-  const bool discover = run.backend != "local" && is_auto_topology(args.topology);
+  const bool saved = !args.plan_file.empty();
+  for (const auto& [field, value] : {std::pair{"shape", &args.shape},
+                                     {"dtype", &args.dtype},
+                                     {"src", &args.src},
+                                     {"dst", &args.dst}})
+    if (!saved && value->empty())
+      throw ValidationError(field,
+                            "required: give --shape, --dtype, --src and --dst, or --plan "
+                            "FILE (a plan saved by meshcast plan --json)");
+  std::optional<PlanInputs> in;
   std::optional<Plan> made;
-  if (!discover) made = plan(in.src, in.dst, in.topology, in.options);
+  if (saved)
+    made = load_plan_file(args);
+  else
+    in = parse_plan_inputs(args);
+  if (run.backend == "local")
+    check_local_capacity(made ? made->src() : in->src, made ? made->dst() : in->dst);
+  // --topology auto on a process backend: planned once the job has found its topology.
+  const bool discover = !saved && run.backend != "local" && is_auto_topology(args.topology);
+  if (!made && !discover) made = plan(in->src, in->dst, in->topology, in->options);
   LocalRun r;
   if (run.backend == "local") {
     if (!args.svg.empty()) write_file(args.svg, plan_svg(*made), "svg");
@@ -195,7 +217,7 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
 #ifdef MESHCAST_HAS_MPI  // without it check_backend() refused every other backend
   else {
     ProcessRun pr = discover
-                        ? run_process_discovered(in, args.topology, run.backend, iters, run.verify)
+                        ? run_process_discovered(*in, args.topology, run.backend, iters, run.verify)
                         : run_process(*made, run.backend, iters, run.verify);
     if (!pr.root) return !run.verify || pr.run.mismatches == 0 ? 0 : 1;  // rank 0 reports
     if (discover) made = std::move(pr.plan);
@@ -278,6 +300,15 @@ int main(int argc, char** argv) {
   app.name("meshcast");
   app.set_version_flag("--version", "meshcast " MESHCAST_VERSION);
   app.require_subcommand(1);
+  std::string log_level_text = "info";
+  bool quiet = false;
+  app.add_option("--log-level", log_level_text,
+                 "what to say beyond results and errors: error, warn (also warnings) or info "
+                 "(also progress and commentary); any command takes it, before or after its name")
+      ->type_name("LEVEL")
+      ->capture_default_str();
+  app.add_flag("-q,--quiet", quiet, "the same as --log-level error");
+  app.fallthrough();  // inherited by the subcommands added below: `meshcast train gpt --quiet`
   app.footer(
       "Exit status: 0 success, 1 a reshard delivered wrong elements or an internal error, 2 bad "
       "input (one line on stderr naming the field), 3 a peer failed, 4 I/O.\nRun 'meshcast "
@@ -313,7 +344,7 @@ int main(int argc, char** argv) {
 
   CLI::App* reshard_cmd = app.add_subcommand(
       "reshard", "Plan a reshard and run it on a backend; report time and bandwidth.");
-  add_plan_options(*reshard_cmd, plan_args);
+  add_plan_options(*reshard_cmd, plan_args, true);
   add_run_options(*reshard_cmd, run_args);
   reshard_cmd->add_flag(
       "--json", plan_args.json,
@@ -379,6 +410,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    log_level() = quiet ? LogLevel::Error : parse_log_level(log_level_text);
     if (*plan_cmd) return run_plan(plan_args);
     if (*reshard_cmd) return run_reshard(plan_args, run_args);
     if (*simulate_cmd) return run_simulate(plan_args);

@@ -431,7 +431,9 @@ std::string Plan::str(std::size_t max_ops) const {
   os << "plan " << shape_str(src_.shape()) << ' ' << to_string(src_.dtype()) << "  " << src_.str()
      << " -> " << dst_.str() << '\n'
      << "  strategy " << to_string(strategy_) << ", balance " << to_string(balance_)
-     << ", topology " << topology_ << ", " << ops_.size() << " ops in " << phases() << " phase(s)\n"
+     << ", topology " << topology_ << ", "
+     << detail::counted(static_cast<std::int64_t>(ops_.size()), "op") << " in "
+     << detail::counted(phases(), "phase") << '\n'
      << "  bytes moved " << stats_.bytes_moved << " (intra-host " << stats_.bytes_intra_host
      << ", network " << stats_.bytes_network << "), local copies " << stats_.bytes_local << '\n'
      << "  predicted " << std::setprecision(4) << stats_.predicted_seconds * 1e3 << " ms"
@@ -446,8 +448,10 @@ void write_op_list(std::ostream& os, const std::vector<Op>& ops, std::size_t max
   constexpr std::size_t kListedPeers = 16;
   for (std::size_t i = 0; i < ops.size() && i < max_ops; ++i) {
     const Op& op = ops[i];
-    os << "  [" << op.phase << "] " << std::left << std::setw(9) << to_string(op.kind) << ' '
-       << op.box.str() << ' ';
+    // A multicast to one receiver is a plain send (what strategy sendrecv makes): named so.
+    const bool send = op.kind == OpKind::Multicast && op.peers.size() == 1;
+    os << "  [" << op.phase << "] " << std::left << std::setw(9)
+       << (send ? std::string("send") : to_string(op.kind)) << ' ' << op.box.str() << ' ';
     switch (op.kind) {
       case OpKind::Copy:
       case OpKind::Zero:
@@ -470,7 +474,8 @@ void write_op_list(std::ostream& os, const std::vector<Op>& ops, std::size_t max
     }
     os << '\n';
   }
-  if (ops.size() > max_ops) os << "  ... " << ops.size() - max_ops << " more ops\n";
+  if (ops.size() > max_ops)
+    os << "  ... " << counted(static_cast<std::int64_t>(ops.size() - max_ops), "more op") << '\n';
 }
 
 }  // namespace detail

@@ -9,6 +9,7 @@
 #include "lib/plan/planner.h"
 #include "lib/plan/strategy_price.h"
 #include "lib/plan/task_ops.h"
+#include "lib/support/text.h"
 #include "meshcast/plan.h"
 #include "meshcast/task.h"
 
@@ -38,8 +39,8 @@ std::string RankPlan::str(std::size_t max_ops) const {
   os << "plan of device " << device_ << ": " << shape_str(src_.shape()) << ' '
      << to_string(src_.dtype()) << "  " << src_.str() << " -> " << dst_.str() << '\n'
      << "  strategy " << to_string(strategy_) << ", balance " << to_string(balance_) << ", "
-     << ops_.size() << (ops_.size() == 1 ? " op" : " ops") << " in " << phases
-     << (phases == 1 ? " phase" : " phases") << ", " << streams_ << " tag streams\n";
+     << detail::counted(static_cast<std::int64_t>(ops_.size()), "op") << " in "
+     << detail::counted(phases, "phase") << ", " << detail::counted(streams_, "tag stream") << '\n';
   detail::write_op_list(os, ops_, max_ops);
   return os.str();
 }

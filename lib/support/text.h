@@ -1,4 +1,4 @@
-// Small helpers for the text parsers (mesh, spec, shape). Internal to lib/.
+// Small helpers for the text parsers (mesh, spec, shape) and reports. Internal to lib/.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,11 @@ inline std::string quote(std::string_view s) {
   for (char c : s.substr(0, 64)) out += (c >= 32 && c < 127) ? c : '?';
   if (s.size() > 64) out += "...";
   return "'" + out + "'";
+}
+
+// "1 op", "3 ops", "0 phases": a count with its noun, plural unless it is 1.
+inline std::string counted(std::int64_t n, std::string_view noun) {
+  return std::to_string(n) + ' ' + std::string(noun) + (n == 1 ? "" : "s");
 }
 
 // Parses a non-negative decimal integer <= max; throws ParseError(field) naming `what`.

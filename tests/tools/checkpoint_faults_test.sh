@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `meshcast train` against a damaged or foreign checkpoint directory, bad paths and its limits:
-# an edited manifest, another model or configuration, or checkpoints without --resume are refused
+# an edited manifest gives way to the older checkpoint (with a warning; refused, exit 2, when every
+# one is edited), another model or configuration, or checkpoints without --resume are refused
 # (exit 2) before any work and change nothing; a missing or stale DIR/latest resumes from the
 # newest checkpoint with a line on stderr saying why; outputs that cannot be written are refused
 # (exit 4) before training; a directory as --config, a device or FIFO as --data, a corpus over
@@ -46,9 +47,26 @@ else:
     sys.exit("no offset to edit")
 open(path, "w").write(text)
 PY
+# The run passes over it to step 2 with a warning (moving it aside, so that it saves step 4
+# again) and trains on from there as the uninterrupted run did.
+full=$("$mc" train gpt "${small[@]}" --steps 6 | losses)
+resume gpt --steps 6 >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+err=$(cat "$tmp/stderr")
+[[ $rc -eq 0 && $err == *"step-00000004/manifest.json: checksum mismatch"*"passing over that checkpoint"* &&
+   $err == *"$ck/step-00000004 is corrupt ("*"); moved to $ck/step-00000004.corrupt"* ]] &&
+  ok || bad "edited manifest: rc=$rc, stderr: $err"
+[[ -d $ck/step-00000004.corrupt && -d $ck/step-00000006 ]] && ok ||
+  bad "edited manifest: after the run: $(ls "$ck")"
+close "$full" "$(losses <"$tmp/stdout")" && ok || bad "edited manifest: resumed losses differ"
+# When every checkpoint is corrupt, the run is refused naming the newest, and changes nothing.
+fresh
+for step in 2 4; do
+  printf '{' >>"$ck/step-0000000$step/manifest.json"
+done
 before=$(digest "$ck")
-expect_exit 2 "step-00000004/manifest.json: checksum mismatch" resume gpt --steps 6
-unchanged "edited manifest"
+expect_exit 2 "step-00000004/manifest.json" resume gpt --steps 6
+unchanged "every manifest edited"
 
 # Another model of the same parameter shapes, another configuration, or no --resume: refused.
 fresh
@@ -63,7 +81,6 @@ unchanged "foreign run"
 
 # DIR/latest missing, or naming an older checkpoint: the newest resumes, and stderr says why. The
 # resumed steps are those of the uninterrupted run.
-full=$("$mc" train gpt "${small[@]}" --steps 6 | losses)
 for damage in missing older; do
   fresh
   if [[ $damage == missing ]]; then rm "$ck/latest"; else echo step-00000002 >"$ck/latest"; fi
@@ -76,7 +93,7 @@ for damage in missing older; do
   if [[ $damage == missing ]]; then [[ $err == *"latest is missing"* ]]; else
     [[ $err == *"latest names 'step-00000002', not the newest"* ]]; fi && ok ||
     bad "latest $damage: stderr does not say why: $err"
-  close "$(echo "$full" | cut -d' ' -f5-)" "$rest" && ok ||
+  close "$full" "$rest" && ok ||
     bad "latest $damage: resumed losses [$rest], uninterrupted [$full]"
   [[ $(cat "$ck/latest") == step-00000006 && -d $ck/step-00000004 ]] && ok ||
     bad "latest $damage: after the run: $(ls "$ck")"

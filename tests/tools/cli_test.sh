@@ -298,6 +298,60 @@ assert abs(c["bound_seconds"] - max(l["seconds"] for l in c["links"])) < 1e-12
 EOF
 then ok; else bad_result "plan --json cost: rc=$rc $(head -c 300 "$TMP/err")"; fi
 
+# ---- saved plans: reshard --plan FILE runs what plan --json wrote, checked against the options --
+run plan --shape 8,6 --dtype f32 --src 2x2@0-3:S0S1 --dst 4@4-7:RS0 --strategy sendrecv --json
+cp "$TMP/out" "$TMP/saved.json"
+run reshard --plan "$TMP/saved.json" --verify --json --iters 2
+read -r v st < <(json_field verified strategy)
+if [ "$rc" -eq 0 ] && [ "$v" = true ] && [ "$st" = '"sendrecv"' ]; then ok
+else bad_result "reshard --plan: rc=$rc verified=$v strategy=$st $(head -c 300 "$TMP/err")"; fi
+run reshard --plan "$TMP/saved.json" --shape 8,6 --dtype f32 --src 2x2@0-3:S0S1 --dst 4@4-7:RS0 --verify
+if [ "$rc" -eq 0 ] && grep -q "yes, 0 mismatches" "$TMP/out"; then ok
+else bad_result "reshard --plan with its own layouts: rc=$rc $(head -c 300 "$TMP/err")"; fi
+bad "shape: .*moves 8,6, not 8,7" --plan "$TMP/saved.json" --shape 8,7
+bad "dtype: .*moves f32, not f64" --plan "$TMP/saved.json" --dtype f64
+bad "dst: .*moves 4@4-7:RS0, not 4@4-7:S0R" --plan "$TMP/saved.json" --dst 4@4-7:S0R
+bad "strategy: the saved plan" --plan "$TMP/saved.json" --strategy broadcast
+bad "topology: the saved plan" --plan "$TMP/saved.json" --topology dgx-a100
+bad "shape: required" --dtype f32 --src 2x2@0-3:S0S1 --dst 4@4-7:RS0
+printf '{"src": "2@0-1:S0"}' >"$TMP/notaplan.json"
+bad "plan" --plan "$TMP/notaplan.json"
+STATUS=4 bad "plan: cannot read" --plan "$TMP/absent.json"
+
+# ---- honest text: op names and plurals, simulate --svg ------------------------------------------
+run plan --shape 8 --dtype f32 --src 1@0:R --dst 1@1:R
+if [ "$rc" -eq 0 ] && grep -q ", 1 op in 1 phase$" "$TMP/out" && grep -q "^  \[0\] send  *\[0:8\] 0 -> 1$" "$TMP/out"; then ok
+else bad_result "plan of one send: $(head -c 400 "$TMP/out")"; fi
+run plan --shape 8 --dtype f32 --src 1@0:R --dst 2@1-2:R --strategy broadcast
+if grep -q ", 1 op in 1 phase$" "$TMP/out" && grep -q "multicast .*0 -> 1,2$" "$TMP/out"; then ok
+else bad_result "plan of one multicast: $(head -c 400 "$TMP/out")"; fi
+run simulate --shape 8 --dtype f32 --src 1@0:R --dst 1@1:R --svg "$TMP/sim.svg"
+if [ "$rc" -eq 0 ] && grep -q "1 op in 1 phase over 2 devices" "$TMP/out" &&
+  python3 -c 'import xml.etree.ElementTree as E,sys; E.parse(sys.argv[1])' "$TMP/sim.svg"; then ok
+else bad_result "simulate --svg: rc=$rc $(head -c 300 "$TMP/out") $(head -c 300 "$TMP/err")"; fi
+
+# ---- log levels: --quiet and --log-level, before or after the command --------------------------
+run train gpt --steps 2 --batch 4 --seq 8 --d-model 16 --layers 1 --heads 2 --data random \
+  --out "$TMP/q" --quiet
+if [ "$rc" -eq 0 ] && ! grep -q "^step\|^gpt:" "$TMP/out" && grep -q "^final loss" "$TMP/out" &&
+  [ ! -s "$TMP/err" ]; then ok
+else bad_result "train --quiet: rc=$rc $(head -c 300 "$TMP/out")"; fi
+run --log-level warn train gpt --steps 2 --batch 4 --seq 8 --d-model 16 --layers 1 --heads 2 \
+  --data random --out "$TMP/q" --checkpoint-dir "$TMP/q/none" --resume
+if [ "$rc" -eq 0 ] && ! grep -q "^step" "$TMP/out" &&
+  grep -q "^meshcast: warning: --resume: .* holds no checkpoint; starting at step 0$" "$TMP/err"; then ok
+else bad_result "--log-level warn: rc=$rc $(head -c 300 "$TMP/out") $(head -c 300 "$TMP/err")"; fi
+CMD=plan bad "log-level: expected error, warn or info, got 'loud'" "${S[@]}" --src 2@0-1:S0R \
+  --dst 2@2-3:RS0 --log-level loud
+# Typed numbers in the help, and --config keys that the model takes.
+run train gpt --help
+if grep -q -- "--steps INT=300" "$TMP/out" && grep -q -- "--lr FLOAT=" "$TMP/out" &&
+  grep -q "seed, data, eval_every" "$TMP/out" && ! grep -q "noise" "$TMP/out"; then ok
+else bad_result "train gpt --help: $(grep -e --steps -e --config "$TMP/out")"; fi
+run train utransformer --help
+if grep -q "seed, noise, eval_every" "$TMP/out" && ! grep -q -- "--data" "$TMP/out"; then ok
+else bad_result "train utransformer --help: $(grep -e --config "$TMP/out")"; fi
+
 # ---- demo ----------------------------------------------------------------------------------
 run demo
 if [ "$rc" -eq 0 ] && grep -q "all cases verified" "$TMP/out" && grep -q "bytes crossing hosts" "$TMP/out"; then ok

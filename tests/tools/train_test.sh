@@ -52,24 +52,39 @@ got=$("$mc" train gpt --config "$tmp/c.json" --steps 2 --json --out "$tmp/out" |
 j = json.loads(sys.stdin.readline()); print(len(j["steps"]), j["stages"], j["overlap"])')
 [[ $got == "2 dp=2,tp=1 False" ]] && ok || bad "--config: $got"
 
-# Checkpoints: 6 steps uninterrupted vs 3 steps on one mesh, then resumed on another to 6.
+# Checkpoints: 6 steps uninterrupted vs 3 steps on one mesh, then resumed on another to 6. The
+# resumed run's JSON (and charts) hold the whole run: the first 3 steps from the earlier JSON.
 ck=(--batch 8 --seq 16 --d-model 32 --layers 4 --heads 4 --json --out "$tmp/out")
 full=$("$mc" train gpt "${ck[@]}" --steps 6 | losses)
 "$mc" train gpt "${ck[@]}" --steps 3 --stages dp=2,tp=2 --checkpoint-dir "$tmp/ck" >/dev/null
-rest=$("$mc" train gpt "${ck[@]}" --steps 6 --stages grid=1x2x1/dp=2 --micro-batches 2 --checkpoint-dir "$tmp/ck" --resume | losses)
-first3=$("$mc" train gpt "${ck[@]}" --steps 3 | losses)
-close "$full" "$first3 $rest" && ok || bad "resume on another mesh: [$first3] + [$rest] vs [$full]"
+"$mc" train gpt "${ck[@]}" --steps 6 --stages grid=1x2x1/dp=2 --micro-batches 2 --checkpoint-dir "$tmp/ck" --resume >"$tmp/resumed.json"
+rest=$(losses <"$tmp/resumed.json")
+close "$full" "$rest" && ok || bad "resume on another mesh: [$rest] vs [$full]"
+got=$(python3 -c 'import json,sys
+j = json.load(open(sys.argv[1])); print(j["steps_run"], j["resumed_from"], [s["step"] for s in j["steps"]] == list(range(1, 7)))' "$tmp/resumed.json")
+[[ $got == "3 3 True" ]] && ok || bad "resumed run JSON: steps_run, resumed_from, whole history: $got"
 [[ -f $tmp/ck/latest && -d $tmp/ck/$(cat "$tmp/ck/latest") ]] && ok || bad "no latest checkpoint"
-# A corrupt checkpoint is refused (exit 2, naming the file) and left as it was.
+# A corrupt newest checkpoint (steps 3 and 6 are kept) gives way to the older one, with a warning
+# naming the file; it is moved aside, so the run saves its step again.
 latest=$tmp/ck/$(cat "$tmp/ck/latest")
 victim=$(ls "$latest"/device-*.bin | head -1)
 printf 'X' | dd of="$victim" bs=1 seek=17 conv=notrunc 2>/dev/null
+"$mc" train gpt "${ck[@]}" --steps 6 --checkpoint-dir "$tmp/ck" --resume >"$tmp/fellback.json" 2>"$tmp/err"
+rc=$?
+err=$(cat "$tmp/err")
+[[ $rc -eq 0 && $err == *"$latest is corrupt ("*"$(basename "$victim"): checksum mismatch); moved to $latest.corrupt"* &&
+   -d $latest.corrupt && -d $latest ]] && ok || bad "corrupt newest checkpoint: rc=$rc $err"
+close "$full" "$(losses <"$tmp/fellback.json")" && ok || bad "resumed from the older checkpoint: losses differ"
+# Every checkpoint corrupt: refused (exit 2, naming the newest's file) and left as it was.
+for d in "$tmp"/ck/step-????????; do
+  printf 'X' | dd of="$(ls "$d"/device-*.bin | head -1)" bs=1 seek=17 conv=notrunc 2>/dev/null
+done
 before=$(cd "$tmp/ck" && find . -type f -exec md5sum {} + | sort | md5sum)
 err=$("$mc" train gpt "${ck[@]}" --steps 8 --checkpoint-dir "$tmp/ck" --resume 2>&1 >/dev/null)
 rc=$?
 after=$(cd "$tmp/ck" && find . -type f -exec md5sum {} + | sort | md5sum)
-[[ $rc -eq 2 && $err == *checkpoint* && $err == *$(basename "$victim")* && $before == "$after" ]] &&
-  ok || bad "corrupt checkpoint: rc=$rc $err"
+[[ $rc -eq 2 && $err == *"$latest/device-"* && $before == "$after" ]] &&
+  ok || bad "every checkpoint corrupt: rc=$rc $err"
 
 # Killing the trainer while it saves (every step) loses no earlier checkpoint: the newest
 # complete one resumes.
