@@ -66,8 +66,10 @@ void agree(Bootstrap& boot, const std::vector<std::pair<std::string, std::string
       if (it != most) odd.insert(odd.end(), it->second.begin(), it->second.end());
     std::sort(odd.begin(), odd.end());
     std::string list;
-    for (std::size_t k = 0; k < std::min<std::size_t>(odd.size(), 8); ++k)
-      list += (k ? "," : "") + std::to_string(odd[k]);
+    for (std::size_t k = 0; k < std::min<std::size_t>(odd.size(), 8); ++k) {
+      if (k) list += ',';  // not ("," + ...): GCC 12 -O3 warns of a false -Wrestrict there
+      list += std::to_string(odd[k]);
+    }
     if (odd.size() > 8) list += " and " + std::to_string(odd.size() - 8) + " more";
     const std::string& name = settings[i].first;
     throw ValidationError(name,

@@ -1,149 +1,67 @@
-// Line and stacked bar charts drawn into an Image: text in a built-in pixel font, axes ticked at
-// round numbers (1, 2 or 5 times a power of ten).
+// Line and stacked bar charts drawn into an Image: anti-aliased text (training/font.h), axes
+// ticked at round numbers (1, 2 or 5 times a power of ten).
 #include "meshcast/training/chart.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <string_view>
 
 #include "meshcast/error.h"
+#include "training/font.h"
 
 namespace meshcast::training {
 namespace {
 
+using font::Face;
+
 constexpr std::uint32_t kText = 0x222222, kAxis = 0x444444, kGrid = 0xe2e2e2;
-
-// A glyph is 5 columns (bit 4 leftmost) by 9 rows: rows 0-6 stand on the baseline, rows 7-8 are
-// for descenders. Glyphs advance by 6 columns.
-constexpr int kAdvance = 6, kBody = 7, kCell = 9;
-struct Glyph {
-  char c;
-  std::array<std::uint8_t, kCell> rows;
-};
-constexpr Glyph kFont[] = {
-    {' ', {}},
-    {'0', {0b01110, 0b10001, 0b10011, 0b10101, 0b11001, 0b10001, 0b01110}},
-    {'1', {0b00100, 0b01100, 0b00100, 0b00100, 0b00100, 0b00100, 0b01110}},
-    {'2', {0b01110, 0b10001, 0b00001, 0b00010, 0b00100, 0b01000, 0b11111}},
-    {'3', {0b11111, 0b00010, 0b00100, 0b00010, 0b00001, 0b10001, 0b01110}},
-    {'4', {0b00010, 0b00110, 0b01010, 0b10010, 0b11111, 0b00010, 0b00010}},
-    {'5', {0b11111, 0b10000, 0b11110, 0b00001, 0b00001, 0b10001, 0b01110}},
-    {'6', {0b00110, 0b01000, 0b10000, 0b11110, 0b10001, 0b10001, 0b01110}},
-    {'7', {0b11111, 0b00001, 0b00010, 0b00100, 0b01000, 0b01000, 0b01000}},
-    {'8', {0b01110, 0b10001, 0b10001, 0b01110, 0b10001, 0b10001, 0b01110}},
-    {'9', {0b01110, 0b10001, 0b10001, 0b01111, 0b00001, 0b00010, 0b01100}},
-    {'A', {0b01110, 0b10001, 0b10001, 0b11111, 0b10001, 0b10001, 0b10001}},
-    {'B', {0b11110, 0b10001, 0b10001, 0b11110, 0b10001, 0b10001, 0b11110}},
-    {'C', {0b01110, 0b10001, 0b10000, 0b10000, 0b10000, 0b10001, 0b01110}},
-    {'D', {0b11110, 0b10001, 0b10001, 0b10001, 0b10001, 0b10001, 0b11110}},
-    {'E', {0b11111, 0b10000, 0b10000, 0b11110, 0b10000, 0b10000, 0b11111}},
-    {'F', {0b11111, 0b10000, 0b10000, 0b11110, 0b10000, 0b10000, 0b10000}},
-    {'G', {0b01110, 0b10001, 0b10000, 0b10111, 0b10001, 0b10001, 0b01111}},
-    {'H', {0b10001, 0b10001, 0b10001, 0b11111, 0b10001, 0b10001, 0b10001}},
-    {'I', {0b01110, 0b00100, 0b00100, 0b00100, 0b00100, 0b00100, 0b01110}},
-    {'J', {0b00111, 0b00010, 0b00010, 0b00010, 0b00010, 0b10010, 0b01100}},
-    {'K', {0b10001, 0b10010, 0b10100, 0b11000, 0b10100, 0b10010, 0b10001}},
-    {'L', {0b10000, 0b10000, 0b10000, 0b10000, 0b10000, 0b10000, 0b11111}},
-    {'M', {0b10001, 0b11011, 0b10101, 0b10101, 0b10001, 0b10001, 0b10001}},
-    {'N', {0b10001, 0b10001, 0b11001, 0b10101, 0b10011, 0b10001, 0b10001}},
-    {'O', {0b01110, 0b10001, 0b10001, 0b10001, 0b10001, 0b10001, 0b01110}},
-    {'P', {0b11110, 0b10001, 0b10001, 0b11110, 0b10000, 0b10000, 0b10000}},
-    {'Q', {0b01110, 0b10001, 0b10001, 0b10001, 0b10101, 0b10010, 0b01101}},
-    {'R', {0b11110, 0b10001, 0b10001, 0b11110, 0b10100, 0b10010, 0b10001}},
-    {'S', {0b01111, 0b10000, 0b10000, 0b01110, 0b00001, 0b00001, 0b11110}},
-    {'T', {0b11111, 0b00100, 0b00100, 0b00100, 0b00100, 0b00100, 0b00100}},
-    {'U', {0b10001, 0b10001, 0b10001, 0b10001, 0b10001, 0b10001, 0b01110}},
-    {'V', {0b10001, 0b10001, 0b10001, 0b10001, 0b10001, 0b01010, 0b00100}},
-    {'W', {0b10001, 0b10001, 0b10001, 0b10101, 0b10101, 0b10101, 0b01010}},
-    {'X', {0b10001, 0b10001, 0b01010, 0b00100, 0b01010, 0b10001, 0b10001}},
-    {'Y', {0b10001, 0b10001, 0b01010, 0b00100, 0b00100, 0b00100, 0b00100}},
-    {'Z', {0b11111, 0b00001, 0b00010, 0b00100, 0b01000, 0b10000, 0b11111}},
-    {'a', {0, 0, 0b01110, 0b00001, 0b01111, 0b10001, 0b01111}},
-    {'b', {0b10000, 0b10000, 0b10110, 0b11001, 0b10001, 0b10001, 0b11110}},
-    {'c', {0, 0, 0b01110, 0b10000, 0b10000, 0b10001, 0b01110}},
-    {'d', {0b00001, 0b00001, 0b01101, 0b10011, 0b10001, 0b10001, 0b01111}},
-    {'e', {0, 0, 0b01110, 0b10001, 0b11111, 0b10000, 0b01110}},
-    {'f', {0b00110, 0b01001, 0b01000, 0b11100, 0b01000, 0b01000, 0b01000}},
-    {'g', {0, 0, 0b01111, 0b10001, 0b10001, 0b10001, 0b01111, 0b00001, 0b01110}},
-    {'h', {0b10000, 0b10000, 0b10110, 0b11001, 0b10001, 0b10001, 0b10001}},
-    {'i', {0b00100, 0, 0b01100, 0b00100, 0b00100, 0b00100, 0b01110}},
-    {'j', {0b00010, 0, 0b00110, 0b00010, 0b00010, 0b00010, 0b00010, 0b10010, 0b01100}},
-    {'k', {0b10000, 0b10000, 0b10010, 0b10100, 0b11000, 0b10100, 0b10010}},
-    {'l', {0b01100, 0b00100, 0b00100, 0b00100, 0b00100, 0b00100, 0b01110}},
-    {'m', {0, 0, 0b11010, 0b10101, 0b10101, 0b10001, 0b10001}},
-    {'n', {0, 0, 0b10110, 0b11001, 0b10001, 0b10001, 0b10001}},
-    {'o', {0, 0, 0b01110, 0b10001, 0b10001, 0b10001, 0b01110}},
-    {'p', {0, 0, 0b11110, 0b10001, 0b10001, 0b10001, 0b11110, 0b10000, 0b10000}},
-    {'q', {0, 0, 0b01111, 0b10001, 0b10001, 0b10001, 0b01111, 0b00001, 0b00001}},
-    {'r', {0, 0, 0b10110, 0b11001, 0b10000, 0b10000, 0b10000}},
-    {'s', {0, 0, 0b01111, 0b10000, 0b01110, 0b00001, 0b11110}},
-    {'t', {0b01000, 0b01000, 0b11100, 0b01000, 0b01000, 0b01001, 0b00110}},
-    {'u', {0, 0, 0b10001, 0b10001, 0b10001, 0b10011, 0b01101}},
-    {'v', {0, 0, 0b10001, 0b10001, 0b10001, 0b01010, 0b00100}},
-    {'w', {0, 0, 0b10001, 0b10001, 0b10101, 0b10101, 0b01010}},
-    {'x', {0, 0, 0b10001, 0b01010, 0b00100, 0b01010, 0b10001}},
-    {'y', {0, 0, 0b10001, 0b10001, 0b10001, 0b10001, 0b01111, 0b00001, 0b01110}},
-    {'z', {0, 0, 0b11111, 0b00010, 0b00100, 0b01000, 0b11111}},
-    {'.', {0, 0, 0, 0, 0, 0b01100, 0b01100}},
-    {',', {0, 0, 0, 0, 0, 0b01100, 0b00100, 0b01000}},
-    {'-', {0, 0, 0, 0b11111}},
-    {'+', {0, 0b00100, 0b00100, 0b11111, 0b00100, 0b00100}},
-    {'%', {0b11000, 0b11001, 0b00010, 0b00100, 0b01000, 0b10011, 0b00011}},
-    {'/', {0, 0b00001, 0b00010, 0b00100, 0b01000, 0b10000}},
-    {':', {0, 0b01100, 0b01100, 0, 0b01100, 0b01100}},
-    {'(', {0b00010, 0b00100, 0b01000, 0b01000, 0b01000, 0b00100, 0b00010}},
-    {')', {0b01000, 0b00100, 0b00010, 0b00010, 0b00010, 0b00100, 0b01000}},
-    {'=', {0, 0, 0b11111, 0, 0b11111}},
-    {'_', {0, 0, 0, 0, 0, 0, 0, 0b11111}},
-    {'[', {0b01110, 0b01000, 0b01000, 0b01000, 0b01000, 0b01000, 0b01110}},
-    {']', {0b01110, 0b00010, 0b00010, 0b00010, 0b00010, 0b00010, 0b01110}},
-    {'?', {0b01110, 0b10001, 0b00001, 0b00010, 0b00100, 0, 0b00100}},
-    {'*', {0, 0b00100, 0b10101, 0b01110, 0b10101, 0b00100}},
-    {'\'', {0b00100, 0b00100, 0b01000}},
-    {'!', {0b00100, 0b00100, 0b00100, 0b00100, 0b00100, 0, 0b00100}},
-    {'<', {0b00010, 0b00100, 0b01000, 0b10000, 0b01000, 0b00100, 0b00010}},
-    {'>', {0b01000, 0b00100, 0b00010, 0b00001, 0b00010, 0b00100, 0b01000}},
-    {'#', {0b01010, 0b01010, 0b11111, 0b01010, 0b11111, 0b01010, 0b01010}},
-};
-
-const Glyph& glyph(char c) {
-  const Glyph* unknown = nullptr;
-  for (const Glyph& g : kFont) {
-    if (g.c == c) return g;
-    if (g.c == '?') unknown = &g;
-  }
-  return *unknown;
-}
 
 // A UTF-8 continuation byte: skipped, so that one non-ASCII character draws one '?'.
 bool continuation(char c) { return (static_cast<unsigned char>(c) & 0xc0) == 0x80; }
 
-int text_width(std::string_view text, int scale) {
-  const auto n = static_cast<int>(
-      std::count_if(text.begin(), text.end(), [](char c) { return !continuation(c); }));
-  return n == 0 ? 0 : (n * kAdvance - 1) * scale;
+int text_width(std::string_view text, const Face& face) {
+  int width = 0;
+  for (char c : text)
+    if (!continuation(c)) width += face.glyph(c).advance;
+  return width;
 }
 
-// Draws `text` with its cell's top-left corner at (x, y); `up`: rotated a quarter turn
-// anticlockwise, reading upwards from (x, y), the glyphs' tops facing left.
-void draw_text(Image& img, int x, int y, std::string_view text, int scale, std::uint32_t color,
-               bool up = false) {
+// The rows a line of text takes: the font's ascent above the baseline and descent below it.
+int line_height(const Face& face) { return face.ascent + face.descent; }
+
+// Mixes `color` over the pixel by `alpha` (0 .. 255); outside the image, nothing.
+void blend(Image& img, int x, int y, std::uint32_t color, int alpha) {
+  if (x < 0 || y < 0 || x >= img.width || y >= img.height || alpha == 0) return;
+  const std::uint32_t under = img.at(x, y);
+  std::uint32_t mixed = 0;
+  for (int shift = 16; shift >= 0; shift -= 8) {
+    const std::uint32_t fg = color >> shift & 0xff, bg = under >> shift & 0xff;
+    const auto a = static_cast<std::uint32_t>(alpha);
+    mixed |= (fg * a + bg * (255 - a) + 127) / 255 << shift;
+  }
+  img.set(x, y, mixed);
+}
+
+// Draws `text` with the pen starting on the baseline at (x, y); `up`: rotated a quarter turn
+// anticlockwise, reading upwards from (x, y) along the baseline column x, tops facing left.
+void draw_text(Image& img, int x, int y, std::string_view text, const Face& face,
+               std::uint32_t color, bool up = false) {
   int pen = 0;
   for (char c : text) {
     if (continuation(c)) continue;
-    const Glyph& g = glyph(c);
-    for (int r = 0; r < kCell; ++r)
-      for (int col = 0; col < 5; ++col) {
-        if (!(g.rows[static_cast<std::size_t>(r)] >> (4 - col) & 1)) continue;
-        const int along = (pen + col) * scale, across = r * scale;
+    const font::Glyph& g = face.glyph(c);
+    const std::uint8_t* coverage = face.coverage.data() + g.offset;
+    for (int r = 0; r < g.height; ++r)
+      for (int col = 0; col < g.width; ++col) {
+        const int along = pen + g.left + col, across = g.top + r;
+        const int alpha = coverage[r * g.width + col];
         if (up)
-          img.fill(x + across, y - along - scale + 1, x + across + scale, y - along + 1, color);
+          blend(img, x + across, y - along, color, alpha);
         else
-          img.fill(x + along, y + across, x + along + scale, y + across + scale, color);
+          blend(img, x + along, y + across, color, alpha);
       }
-    pen += kAdvance;
+    pen += g.advance;
   }
 }
 
@@ -232,13 +150,21 @@ int to_pixel(double v, const Axis& a, int p_lo, int p_hi) {
   return p_lo + static_cast<int>(std::lround(t * (p_hi - p_lo)));
 }
 
+// Text centred on column x with its baseline on row y, moved inside the image if it would stick
+// out.
+void draw_centred(Image& img, int x, int y, const std::string& text, const Face& face) {
+  const int w = text_width(text, face);
+  draw_text(img, std::clamp(x - w / 2, 0, std::max(0, img.width - w)), y, text, face, kText);
+}
+
 struct LegendEntry {
   std::string name;
   std::uint32_t color;
 };
 
-// Text is drawn at `s` times the font's size: 2 at 800x500.
-int text_scale(int width, int height) { return std::max(1, std::min(width / 400, height / 250)); }
+// Margins, gaps, ticks and lines are `s` times their smallest size: 2 at 800x500. Text keeps its
+// size: made for screens, it is as readable on a small chart as on a large one.
+int layout_scale(int width, int height) { return std::max(1, std::min(width / 400, height / 250)); }
 
 void check_chart_size(int width, int height) {
   if (width < 200 || height < 150)
@@ -246,21 +172,22 @@ void check_chart_size(int width, int height) {
                                        " is below 200x150");
 }
 
-// Draws the title (shrunk until it fits) and the legend in centred rows; returns the first
-// pixel row below them.
+// Draws the title (in the label font if the title font is too wide) and the legend in centred
+// rows; returns the first pixel row below them.
 int draw_header(Image& img, int s, const std::string& title,
                 const std::vector<LegendEntry>& legend) {
+  const Face& label = font::kLabel;
   const int room = img.width - 10 * s;
   int y = 5 * s;
   if (!title.empty()) {
-    int ts = s + 1;
-    while (ts > 1 && text_width(title, ts) > room) --ts;
-    draw_text(img, (img.width - text_width(title, ts)) / 2, y, title, ts, kText);
-    y += kCell * ts + 3 * s;
+    const Face& face = text_width(title, font::kTitle) <= room ? font::kTitle : label;
+    draw_centred(img, img.width / 2, y + face.ascent, title, face);
+    y += line_height(face) + 2 * s;
   }
-  const int swatch = kBody * s, gap = 3 * s, spacing = 12 * s;
+  // A swatch as tall as the capitals beside it, on the same baseline.
+  const int swatch = label.cap + 1, gap = 3 * s, spacing = 12 * s;
   const auto item_width = [&](const LegendEntry& e) {
-    return swatch + gap + text_width(e.name, s);
+    return swatch + gap + text_width(e.name, label);
   };
   for (std::size_t begin = 0; begin < legend.size();) {
     std::size_t end = begin + 1;
@@ -268,12 +195,13 @@ int draw_header(Image& img, int s, const std::string& title,
     while (end < legend.size() && row + spacing + item_width(legend[end]) <= room)
       row += spacing + item_width(legend[end++]);
     int x = std::max(0, (img.width - row) / 2);
+    const int baseline = y + label.ascent;
     for (std::size_t i = begin; i < end; ++i) {
-      img.fill(x, y, x + swatch, y + swatch, legend[i].color);
-      draw_text(img, x + swatch + gap, y, legend[i].name, s, kText);
+      img.fill(x, baseline - swatch, x + swatch, baseline, legend[i].color);
+      draw_text(img, x + swatch + gap, baseline, legend[i].name, label, kText);
       x += item_width(legend[i]) + spacing;
     }
-    y += kCell * s + 2 * s;
+    y += line_height(label) + s;
     begin = end;
   }
   return y;
@@ -288,26 +216,24 @@ Axis value_axis(double lo, double hi, int top, int bottom, int s) {
 int plot_left(const Axis& y, const std::string& y_label, int s) {
   int widest = 0;
   for (int i = 0; i <= y.intervals(); ++i)
-    widest = std::max(widest, text_width(tick_label(y.tick(i), y), s));
-  return 5 * s + (y_label.empty() ? 0 : kCell * s + 4 * s) + widest + 5 * s;
+    widest = std::max(widest, text_width(tick_label(y.tick(i), y), font::kLabel));
+  return 5 * s + (y_label.empty() ? 0 : line_height(font::kLabel) + 3 * s) + widest + 5 * s;
 }
 
 // Grid lines, ticks and labels of the y axis, and its label rotated along it.
 void draw_y_axis(Image& img, int s, const Rect& plot, const Axis& y, const std::string& label) {
+  const Face& label_face = font::kLabel;
   for (int i = 0; i <= y.intervals(); ++i) {
     const int py = to_pixel(y.tick(i), y, plot.y1, plot.y0);
     img.fill(plot.x0 + 1, py, plot.x1, py + 1, kGrid);
     img.fill(plot.x0 - 3 * s, py, plot.x0, py + 1, kAxis);
     const std::string text = tick_label(y.tick(i), y);
-    draw_text(img, plot.x0 - 5 * s - text_width(text, s), py - kBody * s / 2, text, s, kText);
+    // Digits centred on the tick.
+    draw_text(img, plot.x0 - 5 * s - text_width(text, label_face), py + (label_face.cap + 1) / 2,
+              text, label_face, kText);
   }
-  draw_text(img, 5 * s, (plot.y0 + plot.y1 + text_width(label, s)) / 2, label, s, kText, true);
-}
-
-// Text centred on column x, moved inside the image if it would stick out.
-void draw_centred(Image& img, int x, int y, const std::string& text, int s) {
-  const int w = text_width(text, s);
-  draw_text(img, std::clamp(x - w / 2, 0, std::max(0, img.width - w)), y, text, s, kText);
+  draw_text(img, 5 * s + label_face.ascent, (plot.y0 + plot.y1 + text_width(label, label_face)) / 2,
+            label, label_face, kText, true);
 }
 
 void draw_border(Image& img, const Rect& r) {
@@ -319,12 +245,13 @@ void draw_border(Image& img, const Rect& r) {
 
 // The x axis over `width` pixels with as many ticks as fit with their labels a few glyphs apart.
 Axis fit_x_axis(double lo, double hi, int width, int s) {
+  const Face& face = font::kLabel;
   for (int n = std::max(1, width / (40 * s));; --n) {
     const Axis a = nice_axis(lo, hi, n);
     int widest = 0;
     for (int i = 0; i <= a.intervals(); ++i)
-      widest = std::max(widest, text_width(tick_label(a.tick(i), a), s));
-    if (n == 1 || width >= a.intervals() * (widest + 3 * kAdvance * s)) return a;
+      widest = std::max(widest, text_width(tick_label(a.tick(i), a), face));
+    if (n == 1 || width >= a.intervals() * (widest + 2 * face.size)) return a;
   }
 }
 
@@ -345,7 +272,7 @@ Image line_chart(const std::string& title, const std::string& x_label, const std
       throw ValidationError("series", "'" + se.name + "' has " + std::to_string(se.x.size()) +
                                           " x values and " + std::to_string(se.y.size()) +
                                           " y values");
-  const int s = text_scale(width, height);
+  const int s = layout_scale(width, height);
   Image img(width, height);
   std::vector<LegendEntry> legend;
   Range xr, yr;
@@ -355,7 +282,9 @@ Image line_chart(const std::string& title, const std::string& x_label, const std
       if (usable(se.x[i]) && usable(se.y[i])) xr.add(se.x[i]), yr.add(se.y[i]);
   }
   // Below the plot: ticks, their labels, the x label. A crowded legend may overlap the plot.
-  const int bottom = height - 1 - 5 * s - 5 * s - kCell * s - (x_label.empty() ? 0 : 13 * s);
+  const Face& face = font::kLabel;
+  const int bottom = height - 1 - 5 * s - 5 * s - line_height(face) -
+                     (x_label.empty() ? 0 : line_height(face) + 2 * s);
   const int top = std::min(draw_header(img, s, title, legend) + 4 * s, bottom - 20 * s);
   const auto [ylo, yhi] = yr.padded();
   const Axis ya = value_axis(ylo, yhi, top, bottom, s);
@@ -370,9 +299,10 @@ Image line_chart(const std::string& title, const std::string& x_label, const std
     const int px = to_pixel(xa.tick(i), xa, left, right);
     img.fill(px, top + 1, px + 1, bottom, kGrid);
     img.fill(px, bottom + 1, px + 1, bottom + 1 + 3 * s, kAxis);
-    draw_centred(img, px, bottom + 5 * s, tick_label(xa.tick(i), xa), s);
+    draw_centred(img, px, bottom + 5 * s + face.ascent, tick_label(xa.tick(i), xa), face);
   }
-  draw_centred(img, (left + right) / 2, bottom + 5 * s + kCell * s + 4 * s, x_label, s);
+  draw_centred(img, (left + right) / 2, bottom + 7 * s + line_height(face) + face.ascent, x_label,
+               face);
   draw_border(img, plot);
 
   for (const Series& se : series) {
@@ -402,7 +332,7 @@ Image stacked_bars(const std::string& title, const std::string& y_label,
                                           " values for " + std::to_string(categories.size()) +
                                           " categories");
   const auto value = [](double v) { return usable(v) && v > 0 ? v : 0.0; };
-  const int s = text_scale(width, height);
+  const int s = layout_scale(width, height);
   Image img(width, height);
   std::vector<LegendEntry> legend;
   for (const Stack& st : stacks)
@@ -413,7 +343,8 @@ Image stacked_bars(const std::string& title, const std::string& y_label,
     for (const Stack& st : stacks) total += value(st.values[i]);
     highest = std::max(highest, total);
   }
-  const int bottom = height - 1 - 5 * s - 4 * s - kCell * s;
+  const Face& face = font::kLabel;
+  const int bottom = height - 1 - 5 * s - 2 * s - line_height(face);
   const int top = std::min(draw_header(img, s, title, legend) + 4 * s, bottom - 20 * s);
   const Axis ya = value_axis(0, highest > 0 ? highest : 1, top, bottom, s);
   const int right = width - 1 - 8 * s;
@@ -425,9 +356,9 @@ Image stacked_bars(const std::string& title, const std::string& y_label,
   const auto n = static_cast<int>(categories.size());
   const int inner = right - left - 1;  // columns strictly between the borders
   int widest = 0;
-  for (const std::string& c : categories) widest = std::max(widest, text_width(c, s));
+  for (const std::string& c : categories) widest = std::max(widest, text_width(c, face));
   // Label every k-th bar, k round (1, 2, 5, 10, ...), so that labels keep a glyph apart.
-  const auto need = std::int64_t{widest + kAdvance * s} * n / std::max(1, inner) + 1;
+  const auto need = std::int64_t{widest + face.size} * n / std::max(1, inner) + 1;
   std::int64_t k = 1;
   for (std::int64_t p = 1; k < need; p *= 10)
     for (int m : {1, 2, 5})
@@ -449,8 +380,8 @@ Image stacked_bars(const std::string& title, const std::string& y_label,
       sum += v;
     }
     if (i % k == 0)
-      draw_centred(img, (x0 + x1 - 1) / 2, bottom + 4 * s, categories[static_cast<std::size_t>(i)],
-                   s);
+      draw_centred(img, (x0 + x1 - 1) / 2, bottom + 2 * s + face.ascent,
+                   categories[static_cast<std::size_t>(i)], face);
   }
   return img;
 }

@@ -1,164 +1,23 @@
-// PNG encoding checked against the format, with the test's own CRC-32, Adler-32 and stored-block
-// decoder (and CPython's zlib where python3 is present); charts checked through their pixels:
-// series and segment colours where expected, proportional bar heights, degenerate data drawn
-// without failing; write_png's errors and atomic replacement.
+// Charts checked through their pixels: series and segment colours where expected, proportional
+// bar heights, degenerate data drawn without failing, text anti-aliased and inside the image; the
+// fonts' tables consistent. The PNG encoding is png_test.cc's.
 #include "meshcast/training/chart.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "meshcast/error.h"
+#include "training/font.h"
 
 namespace meshcast::training {
 namespace {
-
-using Bytes = std::vector<std::uint8_t>;
-
-// Bitwise CRC-32 (reflected polynomial 0xedb88320), independent of the encoder's table.
-std::uint32_t ref_crc32(const Bytes& data) {
-  std::uint32_t c = 0xffffffffu;
-  for (std::uint8_t b : data) {
-    c ^= b;
-    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1)));
-  }
-  return ~c;
-}
-
-std::uint32_t ref_adler32(const Bytes& data) {
-  std::uint64_t a = 1, b = 0;
-  for (std::uint8_t v : data) {
-    a = (a + v) % 65521;
-    b = (b + a) % 65521;
-  }
-  return static_cast<std::uint32_t>(b << 16 | a);
-}
-
-Bytes bytes_of(const std::string& s) { return Bytes(s.begin(), s.end()); }
-
-std::uint32_t be32(const Bytes& d, std::size_t at) {
-  return std::uint32_t{d[at]} << 24 | std::uint32_t{d[at + 1]} << 16 |
-         std::uint32_t{d[at + 2]} << 8 | d[at + 3];
-}
-void put_be32(Bytes& out, std::uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<std::uint8_t>(v >> shift));
-}
-
-struct Chunk {
-  std::string type;
-  Bytes data;
-};
-
-// The chunks after the signature, each CRC checked.
-std::vector<Chunk> read_chunks(const Bytes& png) {
-  const Bytes signature{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  EXPECT_EQ(Bytes(png.begin(), png.begin() + 8), signature);
-  std::vector<Chunk> out;
-  for (std::size_t at = 8; at < png.size();) {
-    const std::uint32_t n = be32(png, at);
-    EXPECT_LE(at + 12 + n, png.size());
-    if (at + 12 + n > png.size()) break;
-    const Bytes typed(png.begin() + static_cast<std::ptrdiff_t>(at + 4),
-                      png.begin() + static_cast<std::ptrdiff_t>(at + 8 + n));
-    EXPECT_EQ(be32(png, at + 8 + n), ref_crc32(typed)) << "chunk at " << at;
-    out.push_back(
-        {std::string(typed.begin(), typed.begin() + 4), Bytes(typed.begin() + 4, typed.end())});
-    at += 12 + n;
-  }
-  return out;
-}
-
-// Inflates a zlib stream made only of stored blocks; checks the header, every LEN/NLEN pair,
-// BFINAL on the last block only, and the Adler-32. `blocks` receives the block count.
-Bytes inflate_stored(const Bytes& z, int* blocks) {
-  EXPECT_GE(z.size(), 2u + 5u + 4u);
-  EXPECT_EQ(z[0], 0x78);
-  EXPECT_EQ(z[1], 0x01);
-  EXPECT_EQ((z[0] * 256 + z[1]) % 31, 0);
-  Bytes out;
-  *blocks = 0;
-  std::size_t at = 2;
-  for (bool last = false; !last;) {
-    if (at + 5 > z.size()) {
-      ADD_FAILURE() << "stream ends inside a block header";
-      return out;
-    }
-    last = z[at] & 1;
-    EXPECT_EQ(z[at] >> 1, 0) << "BTYPE must be 00 (stored), padding 0";
-    const unsigned len = z[at + 1] | z[at + 2] << 8, nlen = z[at + 3] | z[at + 4] << 8;
-    EXPECT_EQ(len ^ 0xffffu, nlen);
-    at += 5;
-    if (at + len > z.size()) {
-      ADD_FAILURE() << "block runs past the stream";
-      return out;
-    }
-    out.insert(out.end(), z.begin() + static_cast<std::ptrdiff_t>(at),
-               z.begin() + static_cast<std::ptrdiff_t>(at + len));
-    at += len;
-    ++*blocks;
-    if (!last) {
-      EXPECT_EQ(len, 65535u) << "only the last block may be short";
-    }
-  }
-  EXPECT_EQ(at + 4, z.size());
-  EXPECT_EQ(be32(z, at), ref_adler32(out));
-  return out;
-}
-
-// Filter byte 0 then the row's RGB, per row: what the PNG must carry.
-Bytes scanlines(const Image& img) {
-  Bytes raw;
-  for (int y = 0; y < img.height; ++y) {
-    raw.push_back(0);
-    for (int x = 0; x < img.width; ++x) {
-      const std::uint32_t c = img.at(x, y);
-      raw.insert(raw.end(), {static_cast<std::uint8_t>(c >> 16), static_cast<std::uint8_t>(c >> 8),
-                             static_cast<std::uint8_t>(c)});
-    }
-  }
-  return raw;
-}
-
-Image patterned(int w, int h) {
-  Image img(w, h);
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x)
-      img.set(x, y, static_cast<std::uint32_t>(x * 2654435761u ^ y * 40503u) & 0xffffff);
-  return img;
-}
-
-Bytes read_file(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(in), {});
-}
-
-// A fresh directory, removed at the end of the test.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "chart_test.XXXXXX").string();
-    path = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(path))
-      names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-};
 
 int count(const Image& img, std::uint32_t color) {
   int n = 0;
@@ -189,154 +48,6 @@ std::vector<Bar> bars_of(const Image& img, std::uint32_t color, int min_run = 20
 }
 
 constexpr std::uint32_t kRed = 0xd62728, kBlue = 0x1f77b4, kGreen = 0x2ca02c;
-
-TEST(Chart, ReferenceChecksumsMatchKnownValues) {
-  EXPECT_EQ(ref_crc32(bytes_of("123456789")), 0xcbf43926u);
-  EXPECT_EQ(ref_crc32(bytes_of("IEND")), 0xae426082u);
-  EXPECT_EQ(ref_adler32(bytes_of("Wikipedia")), 0x11e60398u);
-}
-
-TEST(Chart, EncodesSmallImageByteForByte) {
-  Image img(3, 2);
-  const std::uint32_t px[2][3] = {{0xff0000, 0x00ff00, 0x0000ff}, {0x123456, 0x000000, 0xfedcba}};
-  for (int y = 0; y < 2; ++y)
-    for (int x = 0; x < 3; ++x) img.set(x, y, px[y][x]);
-
-  const Bytes raw{0, 0xff, 0,    0,    0, 0xff, 0, 0,    0,    0xff,
-                  0, 0x12, 0x34, 0x56, 0, 0,    0, 0xfe, 0xdc, 0xba};
-  Bytes expected{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  const auto chunk = [&](const std::string& type, const Bytes& data) {
-    put_be32(expected, static_cast<std::uint32_t>(data.size()));
-    Bytes typed = bytes_of(type);
-    typed.insert(typed.end(), data.begin(), data.end());
-    expected.insert(expected.end(), typed.begin(), typed.end());
-    put_be32(expected, ref_crc32(typed));
-  };
-  chunk("IHDR", {0, 0, 0, 3, 0, 0, 0, 2, 8, 2, 0, 0, 0});
-  Bytes z{0x78, 0x01, 0x01, 20, 0, 0xff - 20, 0xff};  // one final stored block of 20 bytes
-  z.insert(z.end(), raw.begin(), raw.end());
-  put_be32(z, ref_adler32(raw));
-  chunk("IDAT", z);
-  chunk("IEND", {});
-
-  const Bytes png = encode_png(img);
-  EXPECT_EQ(png, expected);
-  ASSERT_EQ(png.size(), 8u + 25u + (12u + 31u) + 12u);
-  EXPECT_EQ(be32(png, 8), 13u);  // IHDR length
-  EXPECT_EQ(std::string(png.begin() + 12, png.begin() + 16), "IHDR");
-  EXPECT_EQ(be32(png, 16), 3u);
-  EXPECT_EQ(be32(png, 20), 2u);
-  EXPECT_EQ(Bytes(png.begin() + 24, png.begin() + 29), (Bytes{8, 2, 0, 0, 0}));
-  EXPECT_EQ(Bytes(png.end() - 12, png.end()),
-            (Bytes{0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xae, 0x42, 0x60, 0x82}));
-}
-
-TEST(Chart, LargeImageDecodesFromSeveralStoredBlocks) {
-  const Image img = patterned(800, 500);
-  const std::vector<Chunk> chunks = read_chunks(encode_png(img));
-  ASSERT_EQ(chunks.size(), 3u);
-  EXPECT_EQ(chunks[0].type, "IHDR");
-  EXPECT_EQ(chunks[1].type, "IDAT");
-  EXPECT_EQ(chunks[2].type, "IEND");
-  int blocks = 0;
-  const Bytes raw = inflate_stored(chunks[1].data, &blocks);
-  const std::size_t size = 500 * (1 + 3 * 800);
-  EXPECT_EQ(blocks, static_cast<int>((size + 65534) / 65535));
-  EXPECT_GT(blocks, 1);
-  EXPECT_TRUE(raw == scanlines(img));
-}
-
-TEST(Chart, BlockBoundariesAtExactMultiples) {
-  // 65535 = 15 rows of 1 + 3 * 1456 bytes: the data ends exactly at a block boundary.
-  for (int rows : {15, 30}) {
-    const Image img = patterned(1456, rows);
-    const std::vector<Chunk> chunks = read_chunks(encode_png(img));
-    ASSERT_EQ(chunks.size(), 3u);
-    int blocks = 0;
-    EXPECT_TRUE(inflate_stored(chunks[1].data, &blocks) == scanlines(img));
-    EXPECT_EQ(blocks, rows / 15);
-  }
-}
-
-TEST(Chart, PythonZlibAgrees) {
-  if (std::system("python3 -c 'import zlib' >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "no python3 with zlib";
-  const TempDir dir;
-  const Image img = patterned(300, 200);
-  write_png((dir.path / "a.png").string(), img);
-  std::ofstream(dir.path / "check.py") << R"(import struct, sys, zlib
-d = open(sys.argv[1], 'rb').read()
-i, z = 8, b''
-while i < len(d):
-    n, = struct.unpack('>I', d[i:i + 4])
-    assert struct.unpack('>I', d[i + 8 + n:i + 12 + n])[0] == zlib.crc32(d[i + 4:i + 8 + n])
-    if d[i + 4:i + 8] == b'IDAT':
-        z += d[i + 8:i + 8 + n]
-    i += 12 + n
-open(sys.argv[2], 'wb').write(zlib.decompress(z))
-)";
-  const std::string cmd = "python3 " + (dir.path / "check.py").string() + " " +
-                          (dir.path / "a.png").string() + " " + (dir.path / "raw").string();
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  EXPECT_TRUE(read_file(dir.path / "raw") == scanlines(img));
-}
-
-TEST(Chart, ImageClipsAndRejectsBadSizes) {
-  Image img(4, 3, 0x102030);
-  EXPECT_EQ(img.rgb.size(), 36u);
-  EXPECT_EQ(img.at(3, 2), 0x102030u);
-  img.set(-1, 0, 0);
-  img.set(4, 0, 0);
-  img.set(0, 3, 0);
-  img.fill(-5, -5, 2, 2, 0xabcdef);
-  img.fill(3, 2, 100, 100, 0x010203);
-  EXPECT_EQ(count(img, 0xabcdef), 4);
-  EXPECT_EQ(count(img, 0x010203), 1);
-  EXPECT_EQ(count(img, 0x102030), 12 - 5);
-  EXPECT_THROW(img.at(4, 0), std::out_of_range);
-  for (auto [w, h] : {std::pair{0, 1}, {1, 0}, {-3, 4}, {16385, 1}}) {
-    try {
-      Image bad(w, h);
-      ADD_FAILURE() << w << "x" << h << " accepted";
-    } catch (const ValidationError& e) {
-      EXPECT_EQ(e.field(), "image");
-    }
-  }
-  img.rgb.pop_back();
-  EXPECT_THROW(encode_png(img), ValidationError);
-}
-
-TEST(Chart, WritePngReplacesAtomically) {
-  const TempDir dir;
-  const std::string path = (dir.path / "loss.png").string();
-  std::ofstream(path) << "old contents";
-  const Image img = patterned(40, 30);
-  write_png(path, img);
-  EXPECT_TRUE(read_file(path) == encode_png(img));
-  EXPECT_EQ(dir.entries(), std::vector<std::string>{"loss.png"});
-}
-
-TEST(Chart, WritePngFailuresThrowIoErrorNamingTheField) {
-  const TempDir dir;
-  const Image img(2, 2);
-  const std::string missing = (dir.path / "no-such-dir" / "loss.png").string();
-  try {
-    write_png(missing, img, "loss_png");
-    ADD_FAILURE() << "wrote into a missing directory";
-  } catch (const IoError& e) {
-    EXPECT_EQ(e.field(), "loss_png");
-    EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
-  }
-  // The temporary file can be made, the rename onto a directory cannot: it must not linger.
-  std::filesystem::create_directory(dir.path / "taken");
-  try {
-    write_png((dir.path / "taken").string(), img, "breakdown_png");
-    ADD_FAILURE() << "renamed over a directory";
-  } catch (const IoError& e) {
-    EXPECT_EQ(e.field(), "breakdown_png");
-  }
-  EXPECT_EQ(dir.entries(), std::vector<std::string>{"taken"});
-}
 
 TEST(Chart, LineChartDrawsSeriesInsideWhiteBackground) {
   Series rising{"", {}, {}, kRed}, falling{"", {}, {}, kBlue};
@@ -407,6 +118,81 @@ TEST(Chart, LineChartHandlesDegenerateData) {
     many.y.push_back(std::sin(i * 0.37) * 100 + (i % 997 == 0 ? nan : 0));
   }
   EXPECT_GT(count(line_chart("many", "step", "y", {many}), kBlue), 10000);
+}
+
+// The rows and columns (inclusive) holding pixels other than white in rows [y0, y1).
+struct Ink {
+  int x0 = 1 << 30, y0 = 1 << 30, x1 = -1, y1 = -1;
+};
+Ink ink(const Image& img, int y0, int y1) {
+  Ink box;
+  for (int y = y0; y < y1; ++y)
+    for (int x = 0; x < img.width; ++x)
+      if (img.at(x, y) != kWhite)
+        box = {std::min(box.x0, x), std::min(box.y0, y), std::max(box.x1, x), std::max(box.y1, y)};
+  return box;
+}
+
+TEST(Chart, TextIsAntiAliased) {
+  const Image img = line_chart("Loss per step (1f1b)", "step", "loss", {}, 800, 500);
+  // Ink in 0x222222, edges blended towards white: greys strictly between.
+  int edges = 0;
+  for (int y = 0; y < img.height; ++y)
+    for (int x = 0; x < img.width; ++x) {
+      const std::uint32_t c = img.at(x, y);
+      const std::uint32_t r = c >> 16, g = c >> 8 & 0xff, b = c & 0xff;
+      edges += r == g && g == b && r > 0x22 && r < 0xe2;  // lighter than the text, darker than grid
+    }
+  EXPECT_GT(edges, 200);
+  EXPECT_GT(count(img, 0x222222), 100);
+}
+
+TEST(Chart, TitleIsCentredAndFits) {
+  // Nothing but the title in the top rows: its ink centred, in the title font while it fits,
+  // else in the smaller label font.
+  for (const auto& [title, width] : {std::pair{std::string("Loss"), 800},
+                                     {std::string(60, 'W'), 800},
+                                     {std::string(60, 'W'), 1200}}) {
+    const Image img = line_chart(title, "", "", {}, width, 500);
+    const Ink box = ink(img, 0, 30);
+    ASSERT_GE(box.x1, 0) << title;
+    EXPECT_NEAR(box.x0 + box.x1, width, 4) << title;
+    int title_width = 0;
+    for (char c : title) title_width += font::kTitle.glyph(c).advance;
+    const font::Face& face = title_width <= width - 20 ? font::kTitle : font::kLabel;
+    EXPECT_NEAR(box.y1 - box.y0 + 1, face.cap, 1) << title;
+  }
+}
+
+TEST(Chart, NonAsciiDrawsOneQuestionMarkPerCharacter) {
+  const Image accented = line_chart("d\xc3\xa9j\xc3\xa0 vu \xe2\x9c\x93", "x", "y", {});
+  const Image plain = line_chart("d?j? vu ?", "x", "y", {});
+  EXPECT_TRUE(accented.rgb == plain.rgb);
+}
+
+TEST(Chart, FontTablesAreConsistent) {
+  for (const font::Face* face : {&font::kLabel, &font::kTitle}) {
+    std::uint32_t offset = 0;
+    for (char c = font::kFirst; c <= font::kLast; ++c) {
+      const font::Glyph& g = face->glyph(c);
+      EXPECT_EQ(g.offset, offset) << c;  // packed in order
+      offset += std::uint32_t{g.width} * g.height;
+      EXPECT_GT(g.advance, 0) << c;
+      EXPECT_EQ(c == ' ', g.width * g.height == 0) << c;
+      if (g.width > 0) {
+        EXPECT_GE(g.top, -face->ascent) << c;
+        EXPECT_LE(g.top + g.height, face->descent) << c;
+      }
+    }
+    EXPECT_EQ(offset, face->coverage.size());
+    // Tick labels line up: every digit advances alike.
+    for (char c = '0'; c <= '9'; ++c) EXPECT_EQ(face->glyph(c).advance, face->glyph('0').advance);
+    EXPECT_EQ(-face->glyph('H').top, face->cap);
+    EXPECT_EQ(face->glyph('H').height, face->cap);
+    EXPECT_EQ(&face->glyph('\x7f'), &face->glyph('?'));
+    EXPECT_EQ(&face->glyph('\xc3'), &face->glyph('?'));
+  }
+  EXPECT_LT(font::kLabel.size, font::kTitle.size);
 }
 
 TEST(Chart, ChartsRejectBadInput) {
