@@ -90,7 +90,7 @@ int run_simulate(const PlanArgs& args) {
   const auto t0 = std::chrono::steady_clock::now();
   const Plan plan = make_plan(args, &topology);
   const double plan_seconds = seconds_since(t0);
-  if (!args.svg.empty()) write_file(args.svg, plan_svg(plan), "svg");
+  if (!args.svg.empty()) write_file(args.svg, plan_svg(plan, topology), "svg");
   const std::int64_t chunk = parse_chunk(args.chunk);
   const auto t1 = std::chrono::steady_clock::now();
   const Simulation sim = simulate(plan, topology, chunk);

@@ -212,8 +212,15 @@ RankPlan plan_rank(const Layout& src, const Layout& dst, int device,
                    const Topology& topology = Topology::single_host(),
                    const PlanOptions& options = {});
 
-// Draws a plan as SVG: source and destination meshes as grids of tiles, arrows from senders
-// to the destination tiles they serve.
+// Draws a plan as SVG: the source mesh above the destination mesh, devices grouped in boxes by
+// host, each device labelled with its tile; lines hop by hop along each multicast's chains,
+// network transfers (between hosts) drawn apart from intra-host ones, width in proportion to
+// the bytes. Above 16 devices in a mesh (or 40 device pairs) the view is aggregated: one box per
+// host (or run of hosts) with the bytes between boxes on the lines. Bounded by
+// limits().svg_elements. The hosts come from `topology`, the one the plan was made with; without
+// it, from the topology the plan names (Topology::resolve: a preset, single-host); they are drawn
+// as unknown when that does not place every device or splits the bytes otherwise than the plan.
 std::string plan_svg(const Plan& plan);
+std::string plan_svg(const Plan& plan, const Topology& topology);
 
 }  // namespace meshcast

@@ -266,7 +266,9 @@ bound_seconds (the busiest link's bytes / bandwidth) and links (busiest first).
           },
           py::arg("text"), py::arg("topology") = py::none())
       .def(
-          "svg", [](const PyPlan& p) { return plan_svg(p.plan); }, "The plan drawn as SVG text.")
+          "svg", [](const PyPlan& p) { return plan_svg(p.plan, p.topology); },
+          "The plan drawn as SVG text: hosts as boxes, network transfers apart from intra-host "
+          "ones.")
       .def(
           "rank", [](const PyPlan& p, int device) { return p.plan.rank(device); },
           py::arg("device"), "Device `device`'s part of the plan (a RankPlan).")
