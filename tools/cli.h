@@ -132,6 +132,11 @@ std::int64_t parse_chunk(const std::string& text);
 int parse_iters(const std::string& text);
 // Refuses (ValidationError "backend") a backend that is unknown or not built in.
 void check_backend(const std::string& backend);
+// `meshcast` links no CUDA, so that it starts on any machine; where the NCCL backend is built,
+// the program meshcast-nccl beside it has it, and a run with --backend nccl becomes that program
+// (execv with the same arguments; throws ValidationError("backend") when it cannot). Does
+// nothing in a program built with the NCCL backend or without a meshcast-nccl.
+void exec_nccl_program(char** argv);
 // Runs a plan on a process backend (mpi, ucx, nccl), one rank per device id, under mpirun or
 // (ucx, nccl) through the TCP rendezvous of MESHCAST_RENDEZVOUS (cli_process.cc). Collective;
 // `root` is true on the rank that reports.

@@ -150,6 +150,21 @@ void check_backend(const std::string& backend) {
       "backend", "unknown backend '" + printable(backend) + "' (expected local, mpi, ucx or nccl)");
 }
 
+void exec_nccl_program([[maybe_unused]] char** argv) {
+#ifdef MESHCAST_NCCL_PROGRAM
+  std::string self(4096, '\0');
+  const ssize_t n = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
+  self.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+  const std::string program =
+      self.substr(0, self.rfind('/') + 1) + std::string(MESHCAST_NCCL_PROGRAM);
+  std::cout.flush();
+  ::execv(program.c_str(), argv);
+  throw ValidationError("backend", "nccl runs in " + program +
+                                       " (this program links no CUDA), which cannot be started: " +
+                                       std::strerror(errno));
+#endif
+}
+
 void check_local_capacity(const Layout& src, const Layout& dst) {
   check_local_capacity(std::vector<const Layout*>{&src, &dst}, "shape");
 }

@@ -175,7 +175,7 @@ int run_plan(const PlanArgs& args) {
   check_writable(args.svg, "svg");
   Topology topology;
   const Plan p = make_plan(args, &topology);
-  if (!args.svg.empty()) write_file(args.svg, plan_svg(p), "svg");
+  if (!args.svg.empty()) write_file(args.svg, plan_svg(p, topology), "svg");
   if (args.json) {
     write_plan_json_with_cost(std::cout, p, topology, parse_chunk(args.chunk));
   } else {
@@ -210,8 +210,12 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
   const bool discover = !saved && run.backend != "local" && is_auto_topology(args.topology);
   if (!made && !discover) made = plan(in->src, in->dst, in->topology, in->options);
   LocalRun r;
+  // The hosts of the topology planned on (a saved plan names its own: plan_svg finds it).
+  const auto draw = [&](const Plan& p) {
+    return in && !discover ? plan_svg(p, in->topology) : plan_svg(p);
+  };
   if (run.backend == "local") {
-    if (!args.svg.empty()) write_file(args.svg, plan_svg(*made), "svg");
+    if (!args.svg.empty()) write_file(args.svg, draw(*made), "svg");
     r = run_local(*made, iters, run.verify);
   }
 #ifdef MESHCAST_HAS_MPI  // without it check_backend() refused every other backend
@@ -221,7 +225,7 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
                         : run_process(*made, run.backend, iters, run.verify);
     if (!pr.root) return !run.verify || pr.run.mismatches == 0 ? 0 : 1;  // rank 0 reports
     if (discover) made = std::move(pr.plan);
-    if (!args.svg.empty()) write_file(args.svg, plan_svg(*made), "svg");
+    if (!args.svg.empty()) write_file(args.svg, draw(*made), "svg");
     r = std::move(pr.run);
   }
 #endif
@@ -411,6 +415,8 @@ int main(int argc, char** argv) {
 
   try {
     log_level() = quiet ? LogLevel::Error : parse_log_level(log_level_text);
+    if ((*reshard_cmd && run_args.backend == "nccl") || (*sync_cmd && sync_args.backend == "nccl"))
+      exec_nccl_program(argv);
     if (*plan_cmd) return run_plan(plan_args);
     if (*reshard_cmd) return run_reshard(plan_args, run_args);
     if (*simulate_cmd) return run_simulate(plan_args);

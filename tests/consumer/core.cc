@@ -1,6 +1,6 @@
-// A user's program: plans a move between two layouts with the installed meshcast and prints the
-// bytes it moves. Exits non-zero when the plan is empty (a 2x2 row split to a column split on the
-// same devices must move data).
+// A user's program on the core (meshcast::meshcast): plans a move between two layouts and prints
+// the bytes it moves. Exits non-zero when the plan is empty (a 2x2 row split to a column split on
+// the same devices must move data).
 #include <cstdio>
 #include <exception>
 
