@@ -118,15 +118,26 @@ def plot_one_to_m(plt, study, topology, path):
     rows = [r for r in study if r["topology"] == topology and r["group"] == "1m"]
     if not rows:
         return False
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    # One position per case, by receivers then hosts: two cases of as many receivers (4 on one
+    # host, 4 on two) are different moves, not two values at one x.
+    cases = sorted({(r["devices"] - 1, r["receiver_hosts"], r["case"]) for r in rows})
+    at = {c[2]: i for i, c in enumerate(cases)}
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
     for m in ["sendrecv", "allgather", "broadcast+search"]:
-        pts = sorted((r["devices"] - 1, r["bytes"] / r["simulated_seconds"] / 1e9)
+        pts = sorted((at[r["case"]], r["bytes"] / r["simulated_seconds"] / 1e9)
                      for r in rows if r["method"] == m)
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=m)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("receiving devices")
+        missing = [c for c in cases if not any(r["case"] == c[2] and r["method"] == m for r in rows)]
+        if missing:  # allgather: r^2 ops, not planned past 512 receivers
+            ax.annotate(f"{m}: not planned for {missing[0][0]}+ receivers (r\u00b2 ops)",
+                        xy=(at[missing[0][2]] - 0.5, ax.get_ylim()[1] * 0.5), fontsize=8,
+                        ha="center", color="C1")
+    ax.set_xticks(range(len(cases)))
+    ax.set_xticklabels([f"{r}\non {h} host{'s' if h > 1 else ''}" for r, h, _ in cases], fontsize=8)
+    ax.set_xlabel("receiving devices (one sender on another host)")
     ax.set_ylabel("effective GB/s (simulated)")
+    ax.set_ylim(bottom=0)
     ax.set_title(f"1-to-m on {topology}: one sender, receivers on other hosts")
     ax.legend()
     fig.tight_layout()
