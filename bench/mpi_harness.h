@@ -5,6 +5,7 @@
 
 #include <meshcast/meshcast.h>
 #include <meshcast/mpi.h>
+#include <meshcast/testing.h>
 #include <unistd.h>
 
 #include <algorithm>

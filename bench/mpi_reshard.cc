@@ -28,6 +28,7 @@
 // groups a, c, d (default: MpiOptions' defaults). Exit status 1 if any element was wrong or a
 // case failed.
 #include <meshcast/mpi.h>
+#include <meshcast/testing.h>
 
 #include "mpi_baselines.h"
 #include "mpi_harness.h"

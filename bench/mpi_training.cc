@@ -9,7 +9,6 @@
 #include <meshcast/error.h>
 #include <meshcast/mpi.h>
 #include <meshcast/training/engine.h>
-#include <meshcast/training/ops.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "mpi_harness.h"
+#include "training/ops.h"
 
 using namespace meshcast;
 namespace tr = meshcast::training;

@@ -38,6 +38,7 @@
 
 #include "harness.h"
 #include "meshcast/meshcast.h"
+#include "meshcast/testing.h"
 
 namespace {
 

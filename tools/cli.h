@@ -12,6 +12,7 @@
 #include "meshcast/layout.h"
 #include "meshcast/local.h"
 #include "meshcast/plan.h"
+#include "meshcast/testing.h"
 #include "meshcast/topology.h"
 #include "meshcast/units.h"
 

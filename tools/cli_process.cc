@@ -21,7 +21,7 @@
 #include "meshcast/error.h"
 #include "meshcast/mpi.h"
 #include "meshcast/reshard.h"
-#include "meshcast/verify.h"
+#include "meshcast/testing.h"
 #ifdef MESHCAST_HAS_UCX
 #include "meshcast/ucx.h"
 #endif

@@ -21,7 +21,7 @@
 #include "meshcast/manifest.h"
 #include "meshcast/region.h"
 #include "meshcast/sync.h"
-#include "meshcast/verify.h"
+#include "meshcast/testing.h"
 
 namespace meshcast::cli {
 namespace {

@@ -26,13 +26,13 @@
 #include "meshcast/collectives.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
-#include "meshcast/training/chart.h"
 #include "meshcast/training/config_search.h"
-#include "meshcast/training/data.h"
 #include "meshcast/training/engine.h"
-#include "meshcast/training/ops.h"
 #include "meshcast/units.h"
+#include "training/chart.h"
 #include "training/checkpoint.h"
+#include "training/data.h"
+#include "training/ops.h"
 
 namespace meshcast::cli {
 namespace {

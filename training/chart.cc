@@ -1,6 +1,6 @@
 // Line and stacked bar charts drawn into an Image: anti-aliased text (training/font.h), axes
 // ticked at round numbers (1, 2 or 5 times a power of ten).
-#include "meshcast/training/chart.h"
+#include "training/chart.h"
 
 #include <algorithm>
 #include <cmath>

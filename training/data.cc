@@ -1,4 +1,4 @@
-#include "meshcast/training/data.h"
+#include "training/data.h"
 
 #include <sys/stat.h>
 
@@ -12,7 +12,7 @@
 #include "lib/support/text.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
-#include "meshcast/training/ops.h"
+#include "training/ops.h"
 
 namespace meshcast::training {
 namespace {

@@ -17,9 +17,9 @@
 
 #include "meshcast/error.h"
 #include "meshcast/reshard.h"
-#include "meshcast/training/ops.h"
 #include "training/checkpoint.h"
 #include "training/layers.h"
+#include "training/ops.h"
 #include "training/parameters.h"
 #include "training/stage.h"
 

@@ -1,4 +1,4 @@
-#include "meshcast/training/ops.h"
+#include "training/ops.h"
 
 // Complex types as structs, not C99 _Complex (which clang -Wpedantic rejects in C++); only
 // sgemm is used.

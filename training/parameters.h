@@ -13,7 +13,7 @@
 #include "meshcast/collectives.h"
 #include "meshcast/layout.h"
 #include "meshcast/training/engine.h"
-#include "meshcast/training/ops.h"
+#include "training/ops.h"
 #include "training/stage.h"
 
 namespace meshcast::training {

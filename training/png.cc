@@ -14,7 +14,7 @@
 #include <stdexcept>
 
 #include "meshcast/error.h"
-#include "meshcast/training/chart.h"
+#include "training/chart.h"
 
 namespace meshcast::training {
 namespace {

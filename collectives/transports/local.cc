@@ -19,7 +19,7 @@
 
 #include "meshcast/error.h"
 #include "meshcast/reshard.h"
-#include "meshcast/verify.h"
+#include "meshcast/testing.h"
 
 namespace meshcast {
 namespace {

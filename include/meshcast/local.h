@@ -36,13 +36,4 @@ class LocalWorld {
   std::shared_ptr<State> state_;
 };
 
-// Runs a plan on a LocalWorld `iters` times after one warm-up run, source tiles filled by
-// fill_source. Returns each iteration's seconds and, when `verify`, the mismatches of the
-// last run summed over devices.
-struct LocalRun {
-  std::vector<double> seconds;
-  std::int64_t mismatches = 0;
-};
-LocalRun run_local(const Plan& plan, int iters, bool verify);
-
 }  // namespace meshcast

@@ -22,4 +22,3 @@
 #include "meshcast/task.h"
 #include "meshcast/topology.h"
 #include "meshcast/units.h"
-#include "meshcast/verify.h"

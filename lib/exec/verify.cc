@@ -1,4 +1,4 @@
-#include "meshcast/verify.h"
+#include "meshcast/testing.h"
 
 #include <bit>
 #include <cstring>

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "meshcast/meshcast.h"
-#include "meshcast/verify.h"
+#include "meshcast/testing.h"
 
 int main(int argc, char** argv) {
   try {

@@ -5,7 +5,8 @@
 # Each CMake build runs as on a machine without the other components' dependencies: the
 # packages they would need (MPI, CUDAToolkit, ZLIB) are disabled unless it is its own. The
 # core program must not load MPI, CUDA or BLAS; a component this build lacks must be refused
-# by name; and no installed CMake file may name an absolute path outside the prefix.
+# by name; no installed CMake file may name an absolute path outside the prefix; and every
+# installed header compiles on its own.
 # Usage: run.sh BUILD_DIR CXX_COMPILER [CXX_FLAGS]   (ctest test package.consumer)
 set -euo pipefail
 build=$1
@@ -48,6 +49,12 @@ run_component() {
       return $rc ;;
   esac
 }
+
+# Every installed header compiles alone from the prefix: it includes only installed headers.
+for header in $(cd "$work/prefix/include" && find meshcast -name '*.h' | sort); do
+  echo "#include <$header>" | "$cxx" -std=c++20 $cxxflags -fsyntax-only -I "$work/prefix/include" \
+    -x c++ - || fail "$header does not compile alone from the installed headers"
+done
 
 components=(core)
 for c in mpi ucx nccl training; do

@@ -8,7 +8,7 @@
 
 #include "meshcast/bootstrap.h"
 #include "meshcast/meshcast.h"
-#include "meshcast/verify.h"
+#include "meshcast/testing.h"
 
 int main() {
   try {

@@ -31,7 +31,7 @@
 #include "meshcast/nccl.h"
 #include "meshcast/plan.h"
 #include "meshcast/reshard.h"
-#include "meshcast/verify.h"
+#include "meshcast/testing.h"
 
 using namespace meshcast;
 

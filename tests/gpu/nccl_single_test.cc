@@ -16,7 +16,7 @@
 #include "meshcast/nccl.h"
 #include "meshcast/plan.h"
 #include "meshcast/reshard.h"
-#include "meshcast/verify.h"
+#include "meshcast/testing.h"
 
 namespace meshcast {
 namespace {

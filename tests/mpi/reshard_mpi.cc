@@ -10,6 +10,7 @@
 // "reshard_mpi: <field>: <cause>".
 #include <meshcast/meshcast.h>
 #include <meshcast/mpi.h>
+#include <meshcast/testing.h>
 #ifdef MESHCAST_HAS_UCX
 #include <meshcast/ucx.h>
 #endif

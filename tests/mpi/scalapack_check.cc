@@ -19,6 +19,7 @@
 // device ids, which also covers permuted, transposed (S1S0) and disjoint meshes).
 #include <meshcast/meshcast.h>
 #include <meshcast/mpi.h>
+#include <meshcast/testing.h>
 
 #include <algorithm>
 #include <cstdio>

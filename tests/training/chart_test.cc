@@ -1,7 +1,7 @@
 // Charts checked through their pixels: series and segment colours where expected, proportional
 // bar heights, degenerate data drawn without failing, text anti-aliased and inside the image; the
 // fonts' tables consistent. The PNG encoding is png_test.cc's.
-#include "meshcast/training/chart.h"
+#include "training/chart.h"
 
 #include <gtest/gtest.h>
 

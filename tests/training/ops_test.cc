@@ -1,7 +1,7 @@
 // Laws of the fp32 training kernels: each backward equals central finite differences of its
 // forward, each forward equals a naive double-precision reference, a split layernorm equals the
 // unsplit one, and every kernel gives the same bits twice.
-#include "meshcast/training/ops.h"
+#include "training/ops.h"
 
 #include <gtest/gtest.h>
 

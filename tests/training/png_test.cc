@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "meshcast/error.h"
-#include "meshcast/training/chart.h"
+#include "training/chart.h"
 
 namespace meshcast::training {
 namespace {

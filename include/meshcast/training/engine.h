@@ -137,7 +137,7 @@ struct TrainResult {
 struct RunOptions {
   const BatchSource* held_out = nullptr;  // evaluated every eval_every steps and after the last
   int eval_every = 0;
-  std::string checkpoint_dir;  // empty: no checkpoints (training/checkpoint.h has the format)
+  std::string checkpoint_dir;  // empty: no checkpoints (docs/training-design.md has the format)
   int checkpoint_every = 0;    // steps between checkpoints; 0: only after the last step
   bool resume = false;         // start from checkpoint_dir's newest checkpoint, if any; the
                                // parallel configuration may differ from the one that saved it

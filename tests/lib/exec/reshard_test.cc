@@ -7,6 +7,7 @@
 
 #include "lib/exec/chain_world.h"
 #include "meshcast/meshcast.h"
+#include "meshcast/testing.h"
 #include "support/tensor_data.h"
 #include "support/testing.h"
 

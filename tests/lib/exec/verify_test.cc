@@ -1,5 +1,5 @@
 // fill_source / count_mismatches: exactly predictable data, addends that sum exactly.
-#include "meshcast/verify.h"
+#include "meshcast/testing.h"
 
 #include <gtest/gtest.h>
 

@@ -1,9 +1,12 @@
-// Exactly predictable test data, so that a reshard can be checked element by element.
+// Testing aids, for users' tests and benchmarks as for meshcast's own: exactly predictable data,
+// so that a reshard can be checked element by element, and a timed run of a plan on threads.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "meshcast/layout.h"
+#include "meshcast/plan.h"
 
 namespace meshcast {
 
@@ -17,5 +20,14 @@ void fill_source(const Layout& src, int device, void* local);
 // Destination elements of `device` that differ from the expected value (0 for addends other
 // than the first of a partial target).
 std::int64_t count_mismatches(const Layout& dst, int device, const void* local);
+
+// Runs a plan on a LocalWorld (meshcast/local.h) `iters` times after one warm-up run, source
+// tiles filled by fill_source. Returns each iteration's seconds and, when `verify`, the
+// mismatches of the last run summed over devices.
+struct LocalRun {
+  std::vector<double> seconds;
+  std::int64_t mismatches = 0;
+};
+LocalRun run_local(const Plan& plan, int iters, bool verify);
 
 }  // namespace meshcast
