@@ -1,0 +1,25 @@
+// What the process-backend consumers do once they have a communicator: plan src -> dst, run it
+// with test data on every rank, and count the wrong elements this rank received.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "meshcast/meshcast.h"
+#include "meshcast/testing.h"
+
+// Returns the process exit status: 0 when this rank's destination elements are all right.
+inline int reshard_and_check(meshcast::Communicator& comm, const meshcast::Layout& src,
+                             const meshcast::Layout& dst) {
+  const meshcast::Plan p = meshcast::plan(src, dst);
+  const int me = comm.rank();
+  const std::size_t bytes = meshcast::dtype_size(src.dtype());
+  std::vector<unsigned char> in(src.mesh().contains(me) ? src.local_elements(me) * bytes : 0);
+  std::vector<unsigned char> out(dst.mesh().contains(me) ? dst.local_elements(me) * bytes : 0);
+  if (!in.empty()) meshcast::fill_source(src, me, in.data());
+  meshcast::reshard(p, comm, in.empty() ? nullptr : in.data(), out.empty() ? nullptr : out.data());
+  const std::int64_t wrong = out.empty() ? 0 : meshcast::count_mismatches(dst, me, out.data());
+  std::printf("rank %d: %lld wrong\n", me, static_cast<long long>(wrong));
+  return wrong == 0 ? 0 : 1;
+}
