@@ -29,6 +29,10 @@ class UcxSession {
  public:
   // Collective over the ranks of `bootstrap` (an MpiSession, a TcpBootstrap), which must outlive
   // the session: a session that saw a peer fail calls bootstrap.on_failure() on destruction.
+  // Its end is not collective, and a send completes once its data is on its way: end the work
+  // with a collective of the bootstrap (Bootstrap::sum of a result, as `meshcast reshard
+  // --verify` does) before a session and its process end, or a peer still receiving may see the
+  // ended process and fail.
   explicit UcxSession(Bootstrap& bootstrap, UcxOptions options = {});
   ~UcxSession();
   UcxSession(const UcxSession&) = delete;

@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   try {
     meshcast::MpiSession session(&argc, &argv);
     const meshcast::Shape shape{8, 6};
-    return reshard_and_check(session.world(),
+    return reshard_and_check(session, session.world(),
                              meshcast::Layout::parse(shape, meshcast::DType::f32, "2@0-1:S0R"),
                              meshcast::Layout::parse(shape, meshcast::DType::f32, "2@2-3:RS0"));
   } catch (const std::exception& e) {

@@ -1,17 +1,19 @@
 // What the process-backend consumers do once they have a communicator: plan src -> dst, run it
-// with test data on every rank, and count the wrong elements this rank received.
+// with test data on every rank, and sum the wrong elements over the ranks through the bootstrap
+// (meshcast/ucx.h: the job's work ends with a collective of the bootstrap).
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <vector>
 
+#include "meshcast/bootstrap.h"
 #include "meshcast/meshcast.h"
 #include "meshcast/testing.h"
 
-// Returns the process exit status: 0 when this rank's destination elements are all right.
-inline int reshard_and_check(meshcast::Communicator& comm, const meshcast::Layout& src,
-                             const meshcast::Layout& dst) {
+// Returns the process exit status: 0 when every rank's destination elements are all right.
+inline int reshard_and_check(meshcast::Bootstrap& boot, meshcast::Communicator& comm,
+                             const meshcast::Layout& src, const meshcast::Layout& dst) {
   const meshcast::Plan p = meshcast::plan(src, dst);
   const int me = comm.rank();
   const std::size_t bytes = meshcast::dtype_size(src.dtype());
@@ -20,6 +22,7 @@ inline int reshard_and_check(meshcast::Communicator& comm, const meshcast::Layou
   if (!in.empty()) meshcast::fill_source(src, me, in.data());
   meshcast::reshard(p, comm, in.empty() ? nullptr : in.data(), out.empty() ? nullptr : out.data());
   const std::int64_t wrong = out.empty() ? 0 : meshcast::count_mismatches(dst, me, out.data());
-  std::printf("rank %d: %lld wrong\n", me, static_cast<long long>(wrong));
-  return wrong == 0 ? 0 : 1;
+  const long long all = boot.sum(wrong);
+  std::printf("rank %d: %lld wrong here, %lld in all\n", me, static_cast<long long>(wrong), all);
+  return all == 0 ? 0 : 1;
 }

@@ -17,7 +17,7 @@ int main() {
     }
     meshcast::UcxSession session(*boot);
     const meshcast::Shape shape{5, 7};
-    return reshard_and_check(session.world(),
+    return reshard_and_check(*boot, session.world(),
                              meshcast::Layout::parse(shape, meshcast::DType::f64, "1@0:RR"),
                              meshcast::Layout::parse(shape, meshcast::DType::f64, "1@1:RR"));
   } catch (const std::exception& e) {
