@@ -4,7 +4,7 @@
 # 1. scripts/setup.sh installs missing Debian packages;
 # 2. presets default (Release), debug (ASan + UBSan) and tsan (ThreadSanitizer, threaded tests
 #    only): configure with -DMESHCAST_WERROR=ON, build with 2 jobs, ctest --preset; debug leaves
-#    out the benchmarks and the CLI-driven script tests (tools.cli_test, tools.train_test, tools.sync_test,
+#    out the benchmarks and the CLI-driven script tests (tools.cli_test, tools.train_test, tools.sync_test, tools.readme_test,
 #    mpi.cli*, mpi.train: half of its time, over library code its suites and the fuzzers cover
 #    under the sanitizers too), which Release runs; tsan builds no CLI; both sanitizer presets run
 #    the randomized sweeps at MESHCAST_TEST_SCALE 0.5 (debug) and 0.25 (tsan) of Release's counts;
