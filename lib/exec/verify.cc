@@ -1,9 +1,8 @@
-#include "meshcast/testing.h"
-
 #include <bit>
 #include <cstring>
 
 #include "meshcast/error.h"
+#include "meshcast/testing.h"
 
 namespace meshcast {
 namespace {

@@ -1,6 +1,4 @@
 // fill_source / count_mismatches: exactly predictable data, addends that sum exactly.
-#include "meshcast/testing.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +6,7 @@
 #include <cstring>
 
 #include "meshcast/error.h"
+#include "meshcast/testing.h"
 #include "support/testing.h"
 
 namespace meshcast {
