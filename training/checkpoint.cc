@@ -254,6 +254,8 @@ struct Newest {
   std::int64_t step = -1;  // -1: DIR holds no checkpoint
   fs::path path;
   std::string fallback;
+  std::vector<std::int64_t> steps;  // every checkpoint's step, newest first (a corrupt newest
+                                    // gives way to the next)
 };
 
 Newest find_newest(const fs::path& root) {
@@ -268,7 +270,7 @@ Newest find_newest(const fs::path& root) {
                                               " holds no checkpoint directory");
     return {};
   }
-  Newest n{steps.back(), root / step_name(steps.back()), ""};
+  Newest n{steps.back(), root / step_name(steps.back()), "", {steps.rbegin(), steps.rend()}};
   if (!pointer) {
     n.fallback = latest.string() + " is missing";
     return n;
@@ -838,15 +840,6 @@ void save_checkpoint(Communicator& comm, const std::vector<int>& world, Paramete
 
 namespace {
 
-// DIR's checkpoints, newest first; none when it holds none. Refuses a DIR/latest without
-// checkpoints (find_newest).
-std::vector<std::int64_t> newest_first(const fs::path& dir) {
-  if (find_newest(dir).step < 0) return {};
-  auto steps = saved_steps(dir);
-  std::reverse(steps.begin(), steps.end());
-  return steps;
-}
-
 // Where a corrupt checkpoint is moved out of the way of the steps a resumed run saves:
 // DIR/step-N.corrupt (or .corrupt-2, ...), kept for inspection; loads and prunes ignore it.
 fs::path aside(const fs::path& checkpoint) {
@@ -869,7 +862,7 @@ SavedCheckpoint find_checkpoint(const std::string& dir) {
   std::exception_ptr newest_failure;
   if (const auto failure = attempt(false, [&] {
         const Newest n = find_newest(dir);
-        for (std::int64_t step : newest_first(dir)) {
+        for (std::int64_t step : n.steps) {
           const fs::path path = fs::path(dir) / step_name(step);
           try {
             found.description = read_manifest(path, step).description;
@@ -907,7 +900,7 @@ std::int64_t load_checkpoint(Communicator& comm, const std::vector<int>& world, 
         throw ValidationError("checkpoint", dir + ": the devices see different checkpoints");
   };
   std::vector<std::int64_t> steps;
-  phase(group, false, [&] { steps = newest_first(dir); });
+  phase(group, false, [&] { steps = find_newest(dir).steps; });
   same_everywhere({static_cast<std::int64_t>(steps.size()), steps.empty() ? -1 : steps.front(), 0});
 
   // The newest that reads back whole; a corrupt one gives way to the next older (each phase
