@@ -9,6 +9,7 @@
 
 #include "meshcast/bootstrap.h"
 #include "meshcast/local.h"
+#include "python/src/instance.h"
 #ifdef MESHCAST_HAS_MPI
 #include "meshcast/mpi.h"
 #endif
@@ -275,13 +276,15 @@ Communicator& Comm::get() const {
   return *comm_;
 }
 
-PyGroup group_arg(py::handle obj, const std::string& arg) {
+PyGroup group_arg(py::handle obj, const char* arg) {
+  if (const Comm* c = instance_of<Comm>(obj)) return PyGroup{c->get().world(), *c};
+  if (const PyGroup* g = instance_of<PyGroup>(obj)) return *g;
   if (py::isinstance<PyGroup>(obj)) return obj.cast<PyGroup>();
   if (py::isinstance<Comm>(obj)) {
     const Comm& c = obj.cast<const Comm&>();
     return PyGroup{c.get().world(), c};
   }
-  throw py::type_error(arg + ": expected a meshcast Comm or Group, got " +
+  throw py::type_error(std::string(arg) + ": expected a meshcast Comm or Group, got " +
                        py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
 }
 

@@ -68,7 +68,7 @@ struct PyGroup {
 };
 
 // A Comm (its world) or a Group, for the first argument of every collective and transfer.
-PyGroup group_arg(py::handle obj, const std::string& arg = "comm");
+PyGroup group_arg(py::handle obj, const char* arg = "comm");
 
 void bind_comm(py::module_& m);
 

@@ -13,6 +13,7 @@
 #include "meshcast/reshard.h"
 #include "meshcast/sparse.h"
 #include "python/src/comm.h"
+#include "python/src/instance.h"
 #include "python/src/plan.h"
 #include "python/src/tile.h"
 
@@ -27,38 +28,57 @@ struct Prepared {
   std::vector<py::object> keep;
 };
 
+// `shapes`: a Python Plan's cache of tile shapes (none for a RankPlan).
 template <class P>
-Prepared prepare(const P& plan, py::handle comm, py::handle src, py::handle dst) {
+Prepared prepare(const P& plan, py::handle comm, py::handle src, py::handle dst,
+                 const PyPlan* shapes) {
   Prepared p{group_arg(comm), nullptr, nullptr, {}};
   const int me = p.group.comm.rank();
-  const Array a = tile_array(src, plan.src(), me, "src", false, p.keep);
-  const Array b = tile_array(dst, plan.dst(), me, "dst", true, p.keep);
-  check_disjoint({{&a, "src", false}, {&b, "dst", true}});
+  p.keep.reserve(2);
+  const PyPlan::TileShapes* tiles = nullptr;
+  if (shapes) {
+    auto [at, fresh] = shapes->tiles.try_emplace(me);
+    const auto extents = [&](const Layout& l) {
+      return l.mesh().contains(me) ? l.tile_of(me).extents() : std::vector<std::int64_t>{};
+    };
+    if (fresh) at->second = {extents(plan.src()), extents(plan.dst())};
+    tiles = &at->second;
+  }
+  const Array a =
+      tile_array(src, plan.src(), me, "src", false, p.keep, tiles ? &tiles->first : nullptr);
+  const Array b =
+      tile_array(dst, plan.dst(), me, "dst", true, p.keep, tiles ? &tiles->second : nullptr);
+  check_disjoint(a, "src", b, "dst");
   p.src = a.data;
   p.dst = b.data;
   return p;
 }
 
-// A Plan or a RankPlan, as reshard and ireshard take either.
+// A Plan or a RankPlan, as reshard and ireshard take either: f(plan, the Python Plan or null).
 template <class F>
 auto with_plan(py::handle plan, F&& f) {
-  if (py::isinstance<PyPlan>(plan)) return f(plan.cast<const PyPlan&>().plan);
-  if (py::isinstance<RankPlan>(plan)) return f(plan.cast<const RankPlan&>());
+  if (const PyPlan* p = instance_of<PyPlan>(plan)) return f(p->plan, p);
+  if (const RankPlan* p = instance_of<RankPlan>(plan)) return f(*p, nullptr);
+  if (py::isinstance<PyPlan>(plan)) {
+    const PyPlan& p = plan.cast<const PyPlan&>();
+    return f(p.plan, &p);
+  }
+  if (py::isinstance<RankPlan>(plan)) return f(plan.cast<const RankPlan&>(), nullptr);
   throw py::type_error("plan: expected a meshcast Plan or RankPlan, got " +
                        py::str(py::type::handle_of(plan).attr("__name__")).cast<std::string>());
 }
 
 void reshard_py(py::object plan, py::object comm, py::object src, py::object dst) {
-  with_plan(plan, [&](const auto& pl) {
-    Prepared p = prepare(pl, comm, src, dst);
+  with_plan(plan, [&](const auto& pl, const PyPlan* py_plan) {
+    Prepared p = prepare(pl, comm, src, dst, py_plan);
     py::gil_scoped_release release;
     reshard(pl, p.group.group, p.src, p.dst);
   });
 }
 
 Handle ireshard_py(py::object plan, py::object comm, py::object src, py::object dst) {
-  return with_plan(plan, [&](const auto& pl) {
-    Prepared p = prepare(pl, comm, src, dst);
+  return with_plan(plan, [&](const auto& pl, const PyPlan* py_plan) {
+    Prepared p = prepare(pl, comm, src, dst, py_plan);
     Handle h(p.group, std::move(p.keep));
     {
       py::gil_scoped_release release;
@@ -136,7 +156,7 @@ py::object all_reduce_py(py::object comm, py::object send, py::object recv, cons
   Array b = recv.is_none() ? a : collective_array(recv, "recv", true, s.keep);
   same_dtype(a, b, "recv");
   expect_elements(b, a.elements(), "recv", "as many as send");
-  if (a.data != b.data) check_disjoint({{&a, "send", false}, {&b, "recv", true}});
+  if (a.data != b.data) check_disjoint(a, "send", b, "recv");
   Collective c;
   {
     py::gil_scoped_release release;
@@ -156,7 +176,7 @@ py::object reduce_scatter_py(py::object comm, py::object send, py::object recv,
   expect_elements(b, piece(a.elements(), s.n, s.k), "recv",
                   "member " + std::to_string(s.k) + "'s piece of send's " +
                       std::to_string(a.elements()) + " over " + std::to_string(s.n));
-  check_disjoint({{&a, "send", false}, {&b, "recv", true}});
+  check_disjoint(a, "send", b, "recv");
   Collective c;
   {
     py::gil_scoped_release release;
@@ -177,7 +197,7 @@ py::object all_gather_py(py::object comm, py::object send, py::object recv,
   // In place is send = this member's piece of recv, nothing else that overlaps.
   const auto own = static_cast<const char*>(b.data) +
                    s.k * b.elements() / s.n * static_cast<std::int64_t>(dtype_size(b.dtype));
-  if (a.data != own) check_disjoint({{&a, "send", false}, {&b, "recv", true}});
+  if (a.data != own) check_disjoint(a, "send", b, "recv");
   Collective c;
   {
     py::gil_scoped_release release;
@@ -229,7 +249,7 @@ py::object all_to_all_py(py::object comm, py::object send, py::object recv, py::
   Array a = collective_array(send, "send", false, s.keep);
   Array b = collective_array(recv, "recv", true, s.keep);
   same_dtype(a, b, "recv");
-  check_disjoint({{&a, "send", false}, {&b, "recv", true}});
+  check_disjoint(a, "send", b, "recv");
   auto sc = counts_arg(send_counts, a, s.n, "send_counts", "send");
   auto rc = counts_arg(recv_counts, b, s.n, "recv_counts", "recv");
   Collective c;
@@ -251,7 +271,7 @@ std::string sparse_all_reduce_py(py::object comm, py::object grad, py::object ou
   if (o.dtype != DType::f32 || o.shape != g.shape)
     throw py::value_error("out: expected an f32 array of grad's shape " + shape_text(g.shape) +
                           ", got " + to_string(o.dtype) + " of shape " + shape_text(o.shape));
-  check_disjoint({{&g, "grad", false}, {&o, "out", true}});
+  check_disjoint(g, "grad", o, "out");
   const SparseMethod m = parse_sparse_method(method, "method");
   py::gil_scoped_release release;
   const auto* values = static_cast<const float*>(g.data);
@@ -266,8 +286,8 @@ std::string sparse_all_reduce_py(py::object comm, py::object grad, py::object ou
 // one C++ loop (the arguments checked once), seconds per reshard.
 double reshard_loop(py::object plan, py::object comm, py::object src, py::object dst, int iters) {
   if (iters < 1) throw py::value_error("iters: must be >= 1");
-  return with_plan(plan, [&](const auto& pl) {
-    Prepared p = prepare(pl, comm, src, dst);
+  return with_plan(plan, [&](const auto& pl, const PyPlan* py_plan) {
+    Prepared p = prepare(pl, comm, src, dst, py_plan);
     py::gil_scoped_release release;
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) reshard(pl, p.group.group, p.src, p.dst);

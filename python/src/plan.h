@@ -3,6 +3,11 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
 #include "meshcast/plan.h"
 
 namespace meshcast::python {
@@ -13,6 +18,11 @@ namespace py = pybind11;
 struct PyPlan {
   Plan plan;
   Topology topology;
+  // Per device, its tile shapes of src and dst, made at its first reshard: every call checks
+  // its arrays against them, and computing a tile allocated more than the rest of the checks.
+  // Read and written with the GIL held only.
+  using TileShapes = std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>;
+  mutable std::unordered_map<int, TileShapes> tiles{};
 };
 
 // `obj` as a topology: None (one host), a Topology, a file path or a preset name.

@@ -11,7 +11,8 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 }
 
 Array tile_array(py::handle obj, const Layout& layout, int device, const std::string& arg,
-                 bool writable, std::vector<py::object>& keep) {
+                 bool writable, std::vector<py::object>& keep,
+                 const std::vector<std::int64_t>* tile) {
   if (!layout.mesh().contains(device)) {
     if (!obj.is_none())
       throw py::value_error(arg + ": device " + std::to_string(device) + " holds no tile of " +
@@ -26,7 +27,8 @@ Array tile_array(py::handle obj, const Layout& layout, int device, const std::st
   if (a.dtype != layout.dtype())
     throw py::type_error(arg + ": expected " + to_string(layout.dtype()) +
                          " elements (the layout's dtype), got " + to_string(a.dtype));
-  const auto want = layout.tile_of(device).extents();
+  std::vector<std::int64_t> computed;
+  const auto& want = tile ? *tile : (computed = layout.tile_of(device).extents());
   if (a.shape != want)
     throw py::value_error(arg + ": expected shape " + shape_text(want) + " (device " +
                           std::to_string(device) + "'s tile of " + layout.str() + "), got " +
@@ -50,6 +52,16 @@ void check_disjoint(std::vector<Use> uses) {
                               (u.writes ? o->arg : u.arg) + "; pass separate arrays (a copy)");
     open.push_back(&u);
   }
+}
+
+void check_disjoint(const Array& read, const char* read_arg, const Array& write,
+                    const char* write_arg) {
+  const auto* r = static_cast<const char*>(read.data);
+  const auto* w = static_cast<const char*>(write.data);
+  if (!r || !w || read.bytes() == 0 || write.bytes() == 0) return;
+  if (r < w + write.bytes() && w < r + read.bytes())
+    throw py::value_error(std::string(write_arg) + ": shares memory with " + read_arg +
+                          "; pass separate arrays (a copy)");
 }
 
 Array collective_array(py::handle obj, const std::string& arg, bool writable,

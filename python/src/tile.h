@@ -14,9 +14,11 @@ namespace meshcast::python {
 
 // `obj` viewed as `device`'s tile of `layout`: data nullptr when the device is not in the
 // layout's mesh (obj must then be None). Throws ValueError / TypeError naming `arg` for a
-// missing array, or one of the wrong shape, dtype, contiguity, device or writability.
+// missing array, or one of the wrong shape, dtype, contiguity, device or writability. `tile`:
+// the device's tile shape where the caller has it at hand (else it is computed).
 Array tile_array(py::handle obj, const Layout& layout, int device, const std::string& arg,
-                 bool writable, std::vector<py::object>& keep);
+                 bool writable, std::vector<py::object>& keep,
+                 const std::vector<std::int64_t>* tile = nullptr);
 
 // An array an operation reads or writes, for check_disjoint.
 struct Use {
@@ -29,6 +31,10 @@ struct Use {
 // overlaps another it reads or writes: a reshard from a buffer into itself would read data it
 // already overwrote.
 void check_disjoint(std::vector<Use> uses);
+// The same for one array read and one written, without the sweep's allocations (a reshard's or
+// a collective's pair, checked on every call).
+void check_disjoint(const Array& read, const char* read_arg, const Array& write,
+                    const char* write_arg);
 
 // The same for a flat buffer of a collective: `obj` viewed as `dtype` elements (any shape).
 Array collective_array(py::handle obj, const std::string& arg, bool writable,

@@ -208,3 +208,35 @@ def test_run_arguments():
         return comm.rank
 
     assert w.run(nested, devices=[1, 0]) == [1, 0]  # in the order of devices
+
+
+def test_checks_hold_on_every_call_of_a_plan():
+    # A Plan keeps each device's tile shapes after its first reshard; a later call with other
+    # arrays is still checked against them, and a device outside a mesh still gets its error.
+    outside = mc.plan(mc.Layout((4, 6), "f32", "1@0:RR"), mc.Layout((4, 6), "f32", "1@1:RR"))
+
+    def step(comm):
+        d = comm.rank
+        mc.reshard(PLAN, comm, good_src(d), good_dst(d))
+        with pytest.raises(ValueError, match="^dst: expected shape"):
+            mc.reshard(PLAN, comm, good_src(d), np.zeros((5, 5), np.float32))
+        with pytest.raises(ValueError, match="^src: shares memory with|^dst: shares memory"):
+            x = np.zeros(24, np.float32)
+            mc.reshard(PLAN, comm, x[:12].reshape(SRC.local_shape(d)),
+                       x[6:18].reshape(DST.local_shape(d)))
+        with pytest.raises(TypeError, match="^plan: expected a meshcast Plan"):
+            mc.reshard(SRC, comm, good_src(d), good_dst(d))
+        mine = np.ones((4, 6), np.float32)
+        if d == 0:
+            mc.reshard(outside, comm, mine, None)
+            with pytest.raises(ValueError, match="^dst: device 0 holds no tile"):
+                mc.reshard(outside, comm, mine, mine.copy())
+        else:
+            out = np.zeros((4, 6), np.float32)
+            mc.reshard(outside, comm, None, out)
+            assert (out == 1).all()
+            with pytest.raises(ValueError, match="^src: device 1 holds no tile"):
+                mc.reshard(outside, comm, out.copy(), out)
+        return True
+
+    assert mc.LocalWorld(2).run(step) == [True, True]
