@@ -6,7 +6,9 @@
 #    only): configure with -DMESHCAST_WERROR=ON, build with 2 jobs, ctest --preset; debug leaves
 #    out the benchmarks and the CLI-driven script tests (tools.cli_test, tools.train_test, tools.sync_test, tools.readme_test,
 #    mpi.cli*, mpi.train: half of its time, over library code its suites and the fuzzers cover
-#    under the sanitizers too), which Release runs; tsan builds no CLI; both sanitizer presets run
+#    under the sanitizers too) and package.consumer (ten sanitized builds of the install
+#    checks), which Release runs; tsan builds no CLI; the sanitizer and fuzz presets build no
+#    NCCL backend (its tests skip without a GPU; Release compiles it); both sanitizer presets run
 #    the randomized sweeps at MESHCAST_TEST_SCALE 0.5 (debug) and 0.25 (tsan) of Release's counts;
 #    after the Release ctest (whose python.pytest runs the Python suite on the build tree), the
 #    Python package is installed twice outside the tree and imported from elsewhere:

@@ -85,6 +85,9 @@ TEST(Collectives, SharedMemoryAt2To8Devices) {
   const std::vector<std::int64_t> counts{0, 1, 2, 3, 7, 13, 101, 1009, 40013};
   for (std::size_t segment : {kSmallSegment, kLargeSegment})
     for (int n : group_sizes(2)) {
+      // The large segment runs every case in one chunk, as a group of 2 does in the small one
+      // for small counts: under the sanitizers, its ends only.
+      if (segment == kLargeSegment && testing::test_scale() < 1 && n != 2 && n != 8) continue;
       std::vector<int> group(static_cast<std::size_t>(n));
       std::iota(group.begin(), group.end(), 0);
       const auto errors = run_check(n, group, counts, nullptr, segment);
