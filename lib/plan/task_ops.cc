@@ -78,6 +78,13 @@ TaskOps::TaskOps(const TaskGrid& grid, const LinkTimeline& timeline, Strategy st
     on_host_[h].push_back(d);
   }
   holders_.assign(static_cast<std::size_t>(grid.src().partial_groups()), HolderSet(grid.src()));
+  std::vector<char> has_source(on_host_.size(), 0);
+  const Mesh& from = grid.src().mesh();
+  const Mesh& to = grid.dst().mesh();
+  for (std::int64_t k = 0; k < from.size(); ++k)
+    has_source[static_cast<std::size_t>(timeline.host(from.device(k)))] = 1;
+  for (std::int64_t k = 0; k < to.size() && !shared_hosts_; ++k)
+    shared_hosts_ = has_source[static_cast<std::size_t>(timeline.host(to.device(k)))] != 0;
 }
 
 void TaskOps::push(Op op, int device, std::vector<Op>& out) const {
@@ -129,7 +136,7 @@ void rotate_chain(std::vector<int>& peers, int root, std::int64_t key, const Lin
 int TaskOps::choose(const HolderSet& holders, int to, std::int64_t key) {
   if (balance_ == Balance::None) return holders[0];
   key += key_offset_;
-  if (on_host_.size() > 1) {
+  if (on_host_.size() > 1 && shared_hosts_) {
     // The holders on the receiver's host: walk whichever list is shorter, then sort by id so
     // that the choice does not depend on which.
     const auto& host = on_host_[static_cast<std::size_t>(s_->host(to))];

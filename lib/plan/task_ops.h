@@ -80,6 +80,9 @@ class TaskOps {
   std::int64_t key_offset_;
   std::int64_t slots_;
   std::vector<std::vector<int>> on_host_;  // per host: its devices of the meshes, ascending
+  // Whether some host has devices of both meshes: else no holder (a source device) is ever on
+  // a receiver's host (a target device), and choose() need not look for one.
+  bool shared_hosts_ = false;
   HolderSet targets_;                      // the task's destinations
   std::vector<HolderSet> holders_;         // per addend of the source
   std::vector<std::int64_t> src_shard_, dst_shard_;
