@@ -12,10 +12,12 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "meshcast/error.h"
 #include "watchdog.h"
@@ -127,16 +129,26 @@ class UcxTransport final : public Transport {
     // tearing UCX down under them only prints complaints. A destructor reports nothing: the
     // closes are best effort.
     if (watchdog_.failed()) return;
+    // Flushed: a send completes once its data is on its way, and a forced close could drop
+    // what is still queued here (the last messages of the session's closing barrier). A peer
+    // that does not let a close finish within the timeout is left as after a failure.
+    // All closes are started at once and finish together.
+    const auto until = Clock::now() + std::chrono::duration<double>(timeout_);
+    std::vector<void*> closing;
     for (auto* ep : eps_) {
       if (!ep) continue;
       ucp_request_param_t prm{};
-      prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
       void* r = ucp_ep_close_nbx(ep, &prm);
-      if (UCS_PTR_IS_PTR(r)) {
-        while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+      if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
+    }
+    while (!closing.empty()) {
+      if (Clock::now() > until) return;
+      ucp_worker_progress(worker_);
+      std::erase_if(closing, [](void* r) {
+        if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
         ucp_request_free(r);
-      }
+        return true;
+      });
     }
     ucp_worker_destroy(worker_);
     ucp_dt_destroy(region_dt_);
@@ -377,6 +389,17 @@ UcxSession::UcxSession(Bootstrap& bootstrap, UcxOptions options) : impl_(std::ma
 }
 
 UcxSession::~UcxSession() {
+  // The end is collective, as MPI_Finalize's: without it a process that ended right after its
+  // last send was taken for failed by a peer still receiving that send. A barrier of the
+  // session's own transport: bounded by its timeout and failure-aware, so a peer that ended
+  // without it (it failed, or threw) costs at most the timeout. Not while an exception unwinds
+  // here: the peers may wait on this process for something else, and would time out first.
+  if (!impl_->transport->failed() && std::uncaught_exceptions() == 0) {
+    try {
+      impl_->world->barrier();
+    } catch (const std::exception&) {  // a peer failed: the transport knows it (below)
+    }
+  }
   if (impl_->transport->failed()) impl_->bootstrap->on_failure();
 }
 

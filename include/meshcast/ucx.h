@@ -29,10 +29,11 @@ class UcxSession {
  public:
   // Collective over the ranks of `bootstrap` (an MpiSession, a TcpBootstrap), which must outlive
   // the session: a session that saw a peer fail calls bootstrap.on_failure() on destruction.
-  // Its end is not collective, and a send completes once its data is on its way: end the work
-  // with a collective of the bootstrap (Bootstrap::sum of a result, as `meshcast reshard
-  // --verify` does) before a session and its process end, or a peer still receiving may see the
-  // ended process and fail.
+  // Its end is collective too, as MPI_Finalize is: the destructor waits in a barrier of the
+  // session's transport until every rank ends its session (a send completes once its data is
+  // on its way, so a process that left right after its last send was taken for failed by a
+  // peer still receiving it), then closes its endpoints flushed. That barrier is skipped after a
+  // failure and while an exception unwinds; a peer that never comes costs at most the timeout.
   explicit UcxSession(Bootstrap& bootstrap, UcxOptions options = {});
   ~UcxSession();
   UcxSession(const UcxSession&) = delete;

@@ -1,6 +1,6 @@
 // What the process-backend consumers do once they have a communicator: plan src -> dst, run it
 // with test data on every rank, and sum the wrong elements over the ranks through the bootstrap
-// (meshcast/ucx.h: the job's work ends with a collective of the bootstrap).
+// (every rank's exit status then says whether the job moved the data right).
 #pragma once
 
 #include <cstdint>

@@ -7,8 +7,11 @@
 // answering; each survivor prints "survivor R ok: ..." when it got a CommError naming device 1
 // within the bound, else a line with FAIL. Chains move in chunks of 4093 bytes staged through 3 of
 // them (many chunks, slots reused), so that multicasts exercise the engine's pipelining.
+// ends: device 0 sends a small tensor to every other device and returns at once, ending its
+// session; the others post their receives a second later, and each must get every element.
 #include <meshcast/meshcast.h>
 #include <meshcast/mpi.h>
+#include <meshcast/testing.h>
 #ifdef MESHCAST_HAS_UCX
 #include <meshcast/ucx.h>
 #endif
@@ -40,6 +43,30 @@ constexpr double kBound = 10;  // seconds a survivor may take to learn of the fa
 // the point (a peer that leaves is noticed by its process or connection ending, not by this).
 double timeout_for(const std::string& mode) { return mode == "cases" ? 60 : 3; }
 
+// Mode ends: a session's end is collective (UcxSession), so device 0, whose send completed once
+// its data was on its way, stays until its peers received it. (Its peers took its process for
+// failed when it left before them.)
+int ends_early(Communicator& comm, const std::string& who) {
+  const int n = comm.size(), me = comm.rank();
+  const Shape shape{3, 5};
+  const Layout src = Layout::parse(shape, DType::f64, "1@0:RR");
+  const Layout dst = Layout::parse(shape, DType::f64,
+                                   std::to_string(n - 1) + "@1-" + std::to_string(n - 1) + ":RR");
+  const Plan p = plan(src, dst);
+  std::vector<double> in(me == 0 ? 15 : 0), out(me == 0 ? 0 : 15, -1);
+  if (me == 0) {
+    fill_source(src, me, in.data());
+    reshard(p, comm.world(), in.data(), nullptr);
+    return 0;  // the session ends now, with the data maybe still on its way
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  reshard(p, comm.world(), nullptr, out.data());
+  const auto wrong = count_mismatches(dst, me, out.data());
+  std::printf("%sdevice %d %s: %lld wrong\n", who.c_str(), me, wrong ? "FAIL" : "ok",
+              static_cast<long long>(wrong));
+  return wrong ? 1 : 0;
+}
+
 int run(Communicator& comm, const std::string& backend, const std::string& mode) {
   const std::string who = "conformance " + backend + " " + mode + ": ";
   if (mode == "cases") {
@@ -64,6 +91,7 @@ int run(Communicator& comm, const std::string& backend, const std::string& mode)
     return 1;
   }
   try {
+    if (mode == "ends") return ends_early(comm, who);
     std::string line;
     if (mode == "throw")
       line = conformance::device_throws(comm, kVictim, kBound);
@@ -174,10 +202,10 @@ int main(int argc, char** argv) {
   const std::string backend = argc > 1 ? argv[1] : "mpi";
   const bool tcp = backend == "ucx-tcp";
   const std::string mode = argc > (tcp ? 3 : 2) ? argv[tcp ? 3 : 2] : "cases";
-  if (mode != "cases" && mode != "throw" && mode != "exit" && mode != "stall") {
+  if (mode != "cases" && mode != "throw" && mode != "exit" && mode != "stall" && mode != "ends") {
     std::fprintf(stderr,
-                 "usage: conformance mpi|mpi-native|ucx [cases|throw|exit|stall]\n"
-                 "       conformance ucx-tcp N [cases|throw|exit|stall]\n");
+                 "usage: conformance mpi|mpi-native|ucx [cases|throw|exit|stall|ends]\n"
+                 "       conformance ucx-tcp N [cases|throw|exit|stall|ends]\n");
     return 2;
   }
   if (tcp) {
