@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "lib/algebra/holder_set.h"
+#include "lib/plan/multicast_tree.h"
 #include "lib/plan/task_ops.h"
 #include "meshcast/plan_size.h"
 
@@ -31,7 +32,7 @@ class PhaseModel {
 
   // An op carrying `bytes` (its box is not read): its flows and its time, as analytic_seconds.
   void op(const Op& op, std::int64_t bytes) {
-    if (op.kind == OpKind::Multicast && op.group == 0) {  // a tree goes through Links::flows
+    if (op.kind == OpKind::Multicast) {
       multicast(op, bytes);
       return;
     }
@@ -47,18 +48,33 @@ class PhaseModel {
       }
     time(op.phase, t.latency, t.latency + (op.kind == OpKind::Reduce ? longest : t.occupancy));
   }
-  // Links::flows of a multicast (a chain root -> peers[0] -> ...: each hop's receive port, its
-  // sender's port at send_weight, both hosts' NICs between hosts) with the devices' links at hand.
+  // Links::flows of a multicast (a chain root -> peers[0] -> ..., or a tree of chains: each
+  // hop's receive port, its sender's port at send_weight, both hosts' NICs between hosts) with
+  // the devices' links at hand; its time: chain_time, or MulticastTree's along the deepest path.
   void multicast(const Op& op, std::int64_t bytes) {
     Phase& ph = phase(op.phase);
-    const std::int64_t m = messages(bytes, chunk_);
+    if (bytes != weighed_.bytes) {  // a task's transfers mostly carry the same bytes
+      const std::int64_t m = messages(bytes, chunk_);
+      weighed_ = {
+          bytes, {send_weight(bytes, m, false, topology_), send_weight(bytes, m, true, topology_)}};
+    }
     const double b = static_cast<double>(bytes);
-    const double weight[2] = {send_weight(bytes, m, false, topology_),
-                              send_weight(bytes, m, true, topology_)};
-    const Device* prev = &device(op.root);
+    const double* weight = weighed_.weight;
+    const Device* root = &device(op.root);
+    const Device* prev = root;
+    const auto n = static_cast<std::int64_t>(op.peers.size());
+    if (op.group != 0) {
+      tree_.reset(topology_, bytes, chunk_);
+      tree_.add(root->host, root->out);
+    }
     int net = 0;
-    for (int p : op.peers) {
-      const Device& to = device(p);
+    for (std::int64_t k = 0; k < n; ++k) {
+      const Device& to = device(op.peers[static_cast<std::size_t>(k)]);
+      if (op.group != 0) {
+        const std::int64_t from = multicast_parent(k, n, op.group);
+        prev = from < 0 ? root : &device(op.peers[static_cast<std::size_t>(from)]);
+        tree_.add(to.host, to.out);
+      }
       const bool remote = prev->host != to.host;
       ph.load[to.recv] += b / links_.bandwidth(to.recv);
       ph.load[prev->send] += b * weight[remote] / links_.bandwidth(prev->send);
@@ -69,9 +85,15 @@ class PhaseModel {
       net += remote;
       prev = &to;
     }
-    const OpTime t =
-        chain_time(bytes, net, static_cast<int>(op.peers.size()) - net, topology_, chunk_);
-    time(op.phase, t.latency, t.total());
+    if (op.group != 0) {
+      const OpTime t = tree_.time(op.group);
+      time(op.phase, t.latency, t.total());
+      return;
+    }
+    const int intra = static_cast<int>(op.peers.size()) - net;
+    if (bytes != chained_.bytes || net != chained_.net || intra != chained_.intra)
+      chained_ = {bytes, net, intra, chain_time(bytes, net, intra, topology_, chunk_)};
+    time(op.phase, chained_.time.latency, chained_.time.total());
   }
   // `bytes` more over a link that carries them at its bandwidth (weight 1).
   void load(int p, std::size_t link, std::int64_t bytes) {
@@ -118,6 +140,18 @@ class PhaseModel {
   std::vector<Device> devices_;  // per device slot
   std::vector<Phase> phases_;
   std::vector<Links::Flow> flows_;
+  MulticastTree tree_;  // kept: its vectors are reused from tree to tree
+  // The last transfer's port weights (inside a host, between hosts) and chain time: a task's
+  // transfers mostly repeat them (sendrecv's, one per receiver).
+  struct {
+    std::int64_t bytes = -1;
+    double weight[2] = {0, 0};
+  } weighed_;
+  struct {
+    std::int64_t bytes = -1;
+    int net = 0, intra = 0;
+    OpTime time;
+  } chained_;
 };
 
 // The forwarding phase of an all-gather among r >= 2 receivers, in closed form: receiver j
@@ -145,15 +179,23 @@ class AllGatherForward {
     }
     // Sorted by (host, id): hosts are runs. Per host and NIC value: the least and greatest
     // receiver id, and the bytes and messages of the chains rooted there.
-    std::sort(rs_.begin(), rs_.end(), [](const Recv& a, const Recv& b) {
+    const auto by_host = [](const Recv& a, const Recv& b) {
       return a.host != b.host ? a.host < b.host : a.id < b.id;
-    });
-    hosts_.clear();
+    };
+    if (!std::is_sorted(rs_.begin(), rs_.end(), by_host))  // a mesh's order mostly is
+      std::sort(rs_.begin(), rs_.end(), by_host);
+    // hosts_[0, H): this call's hosts (the vectors are kept from call to call: one allocation
+    // per host and task was a fifth of pricing an allgather).
+    std::size_t H = 0;
     const auto nics = static_cast<std::size_t>(nics_);
     for (std::size_t i = 0; i < rs_.size(); ++i) {
-      if (i == 0 || rs_[i].host != rs_[i - 1].host)
-        hosts_.push_back({i, i, std::vector<Nic>(nics)});
-      Host& h = hosts_.back();
+      if (i == 0 || rs_[i].host != rs_[i - 1].host) {
+        if (hosts_.size() == H) hosts_.push_back({0, 0, std::vector<Nic>(nics)});
+        Host& fresh = hosts_[H++];
+        fresh.begin = i;
+        std::fill(fresh.nic.begin(), fresh.nic.end(), Nic{});
+      }
+      Host& h = hosts_[H - 1];
       h.end = i + 1;
       Nic& n = h.nic[static_cast<std::size_t>(rs_[i].nic)];
       if (n.least < 0) n.least = rs_[i].id;
@@ -161,22 +203,26 @@ class AllGatherForward {
       n.bytes += rs_[i].bytes;
       n.msgs += rs_[i].msgs;
     }
-    Nic all;  // per NIC value over all hosts (only bytes and msgs used)
-    std::vector<Nic> t(nics, all);
-    for (const Host& h : hosts_)
+    std::vector<Nic>& t = totals_;  // per NIC value over all hosts (only bytes and msgs used)
+    t.assign(nics, Nic{});
+    for (std::size_t hi = 0; hi < H; ++hi)
       for (std::size_t k = 0; k < nics; ++k) {
-        t[k].bytes += h.nic[k].bytes;
-        t[k].msgs += h.nic[k].msgs;
+        t[k].bytes += hosts_[hi].nic[k].bytes;
+        t[k].msgs += hosts_[hi].nic[k].msgs;
       }
-    const std::size_t H = hosts_.size();
+    std::int64_t timed = -1;  // the slice size whose chain time is `time` (at most two sizes)
+    OpTime time;
     for (std::size_t hi = 0; hi < H; ++hi) {
       const Host& h = hosts_[hi];
       for (std::size_t i = h.begin; i < h.end; ++i) {
         const Recv& x = rs_[i];
         if (x.bytes == 0) continue;
         // Every chain enters each other receiving host once: H - 1 hops between hosts.
-        const OpTime time = chain_time(x.bytes, static_cast<int>(H) - 1, static_cast<int>(r - H),
-                                       s_.topology(), chunk_);
+        if (x.bytes != timed) {
+          time = chain_time(x.bytes, static_cast<int>(H) - 1, static_cast<int>(r - H),
+                            s_.topology(), chunk_);
+          timed = x.bytes;
+        }
         m.time(q, time.latency, time.total());
         // The root's block (the root, then its host's other receivers by id) ends at its
         // host's greatest id other than the root (the root itself if alone on its host).
@@ -277,18 +323,22 @@ class AllGatherForward {
   int nics_;
   std::vector<Recv> rs_;
   std::vector<Host> hosts_;
+  std::vector<Nic> totals_;
 };
 
 }  // namespace
 
-double strategy_price(const TaskGrid& grid, const LinkTimeline& s, const Links& links,
-                      Strategy strategy, Balance rule, std::int64_t chunk, bool* fans_out) {
+namespace {
+
+// Walks the tasks once with `walk`'s ops (Broadcast or SendRecv) and feeds them to `plain` (that
+// strategy's model) and, for a SendRecv walk, to `gathered` (allgather's: its senders,
+// receivers and phases are sendrecv's, one transfer per receiver by the same rule and key, so
+// its scatter is sendrecv's ops carrying slices, and its forwarding is priced in closed form).
+// Either model may be null.
+void walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Balance rule,
+                std::int64_t chunk, PhaseModel* plain, PhaseModel* gathered, bool* fans_out) {
   const auto elem = static_cast<std::int64_t>(dtype_size(grid.src().dtype()));
-  PhaseModel m(links, s, chunk);
-  // Allgather's senders, receivers and phases are sendrecv's (one transfer per receiver, by the
-  // same rule and key): its ops give the scatter; the forwarding is priced in closed form.
-  const bool allgather = strategy == Strategy::AllGather;
-  TaskOps task_ops(grid, s, allgather ? Strategy::SendRecv : strategy, rule);
+  TaskOps task_ops(grid, s, walk, rule);
   AllGatherForward forward(s, chunk);
   std::vector<Op> ops;
   std::vector<int> receivers;
@@ -296,12 +346,14 @@ double strategy_price(const TaskGrid& grid, const LinkTimeline& s, const Links& 
   for (std::int64_t i = 0; i < grid.size(); ++i) {
     ops.clear();
     task_ops.task(i, -1, ops);  // one task's ops at a time: O(its receivers)
-    const std::int64_t task_bytes = grid.box(i).volume() * elem;
+    if (plain)
+      for (const Op& op : ops) plain->op(op, op.box.volume() * elem);
+    if (!gathered) continue;
     receivers.clear();
     int phase = 0;
     for (const Op& op : ops) {
-      if (!allgather || op.kind != OpKind::Multicast)
-        m.op(op, op.box.volume() * elem);
+      if (op.kind != OpKind::Multicast)
+        gathered->op(op, op.box.volume() * elem);
       else {
         receivers.push_back(op.peers.front());
         phase = op.phase;
@@ -309,21 +361,34 @@ double strategy_price(const TaskGrid& grid, const LinkTimeline& s, const Links& 
     }
     if (receivers.empty()) continue;
     if (receivers.size() == 1) {  // no forwarding: one transfer, as broadcast
-      m.op(ops.back(), task_bytes);
+      gathered->op(ops.back(), ops.back().box.volume() * elem);
       continue;
     }
     // Receiver j's slice comes from the sender the sendrecv op to it has.
-    const auto parts = allgather_slices(grid.box(i), receivers.size());
+    const Box& box = ops.back().box;  // every transfer of the task carries the task's box
+    const AllGatherSplit split = allgather_split(box, receivers.size());
+    const std::int64_t across = box.volume() / std::max<std::int64_t>(1, box[split.dim].size());
     bytes.clear();
     std::size_t j = 0;
     for (const Op& op : ops) {
       if (op.kind != OpKind::Multicast) continue;
-      bytes.push_back(parts[j++].volume() * elem);
-      if (bytes.back() > 0) m.op(op, bytes.back());
+      bytes.push_back(split.slice(j++).size() * across * elem);
+      if (bytes.back() > 0) gathered->op(op, bytes.back());
     }
-    forward.add(m, receivers, bytes, phase + 1);
+    forward.add(*gathered, receivers, bytes, phase + 1);
   }
   if (fans_out) *fans_out = task_ops.fans_out();
+}
+
+}  // namespace
+
+double strategy_price(const TaskGrid& grid, const LinkTimeline& s, const Links& links,
+                      Strategy strategy, Balance rule, std::int64_t chunk, bool* fans_out) {
+  PhaseModel m(links, s, chunk);
+  if (strategy == Strategy::AllGather)
+    walk_tasks(grid, s, Strategy::SendRecv, rule, chunk, nullptr, &m, fans_out);
+  else
+    walk_tasks(grid, s, strategy, rule, chunk, &m, nullptr, fans_out);
   return m.seconds();
 }
 
@@ -340,6 +405,11 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
   HolderSet targets(grid.dst());
   targets.select(std::vector<std::int64_t>(grid.dst().ndim(), 0), 0);
   const bool may_fan_out = targets.size() > 1;
+  struct Scatter {
+    double sendrecv, allgather;
+    bool fans_out;
+  };
+  std::optional<Scatter> scatter;
   for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
     AutoChoice c{st, options.balance};
     auto fits = [&] {
@@ -350,7 +420,20 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
     if (!may_fan_out) return c;
     if (single) return c;
     bool fans_out = true;
-    const double price = strategy_price(grid, s, links, st, rule, options.chunk_bytes, &fans_out);
+    double price = 0;
+    if (st == Strategy::Broadcast) {
+      price = strategy_price(grid, s, links, st, rule, options.chunk_bytes, &fans_out);
+    } else {
+      if (!scatter) {  // both from one walk of sendrecv's ops
+        PhaseModel sendrecv(links, s, options.chunk_bytes), allgather = sendrecv;
+        bool fan = true;
+        walk_tasks(grid, s, Strategy::SendRecv, rule, options.chunk_bytes, &sendrecv, &allgather,
+                   &fan);
+        scatter = Scatter{sendrecv.seconds(), allgather.seconds(), fan};
+      }
+      price = st == Strategy::SendRecv ? scatter->sendrecv : scatter->allgather;
+      fans_out = scatter->fans_out;
+    }
     if (!fans_out) return c;
     if (!best || price < best_price * (1 - 1e-9)) {
       best = c;

@@ -28,7 +28,7 @@ std::int64_t stream_slots(Strategy strategy, const Layout& dst) {
   }
 }
 
-std::vector<Box> allgather_slices(const Box& box, std::size_t n) {
+AllGatherSplit allgather_split(const Box& box, std::size_t n) {
   std::size_t dim = 0;
   for (std::size_t d = 0; d < box.ndim(); ++d)
     if (box[d].size() > box[dim].size() && box[dim].size() < static_cast<std::int64_t>(n)) dim = d;
@@ -37,13 +37,21 @@ std::vector<Box> allgather_slices(const Box& box, std::size_t n) {
       dim = d;
       break;
     }
+  return {dim, box[dim], n};
+}
+
+Range AllGatherSplit::slice(std::size_t j) const {
+  const Range s =
+      shard_range(range.size(), static_cast<std::int64_t>(n), static_cast<std::int64_t>(j));
+  return {range.lo + s.lo, range.lo + s.hi};
+}
+
+std::vector<Box> allgather_slices(const Box& box, std::size_t n) {
+  const AllGatherSplit split = allgather_split(box, n);
   std::vector<Box> out;
-  const Range r = box[dim];
   for (std::size_t j = 0; j < n; ++j) {
     auto ranges = box.ranges();
-    const Range s =
-        shard_range(r.size(), static_cast<std::int64_t>(n), static_cast<std::int64_t>(j));
-    ranges[dim] = {r.lo + s.lo, r.lo + s.hi};
+    ranges[split.dim] = split.slice(j);
     out.emplace_back(std::move(ranges));
   }
   return out;

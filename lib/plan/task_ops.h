@@ -24,6 +24,14 @@ std::int64_t stream_slots(Strategy strategy, const Layout& dst);
 // Splits `box` along its first dimension of extent >= n (else its longest) into n slices: the
 // pieces the receivers of an allgather get.
 std::vector<Box> allgather_slices(const Box& box, std::size_t n);
+// Where allgather_slices cuts: the dimension, and slice j's range of it.
+struct AllGatherSplit {
+  std::size_t dim;
+  Range range;
+  std::size_t n;
+  Range slice(std::size_t j) const;
+};
+AllGatherSplit allgather_split(const Box& box, std::size_t n);
 
 // Rotates a chain (in chain_order) by `key`: the hosts after the root's in turn, and each host's
 // run from a member in turn. Under the local rule a model's thousands of chains so enter and
@@ -83,8 +91,8 @@ class TaskOps {
   // Whether some host has devices of both meshes: else no holder (a source device) is ever on
   // a receiver's host (a target device), and choose() need not look for one.
   bool shared_hosts_ = false;
-  HolderSet targets_;                      // the task's destinations
-  std::vector<HolderSet> holders_;         // per addend of the source
+  HolderSet targets_;               // the task's destinations
+  std::vector<HolderSet> holders_;  // per addend of the source
   std::vector<std::int64_t> src_shard_, dst_shard_;
   std::vector<int> receivers_, near_;  // scratch
   bool fans_out_ = false;
