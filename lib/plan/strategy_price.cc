@@ -173,7 +173,8 @@ class AllGatherForward {
     for (std::size_t j = 0; j < r; ++j) {
       const int d = receivers[j];
       const std::int64_t b = bytes[j], n = b > 0 ? messages(b, chunk_) : 0;
-      rs_.push_back({d, s_.host(d), static_cast<int>(s_.nic(d) % nics_), b, n, 0, 0, 0, 0});
+      const PhaseModel::Device& dev = m.device(d);
+      rs_.push_back({d, dev.host, static_cast<int>(s_.nic(d) % nics_), &dev, b, n, 0, 0, 0, 0});
       total += b;
       msgs += n;
     }
@@ -246,7 +247,7 @@ class AllGatherForward {
           const std::int64_t in_bytes = t[k].bytes - h.nic[k].bytes;
           if (in_bytes == 0) continue;
           const auto root_nic = static_cast<int>(k);
-          m.load(q, m.device(rs_[find(h, entry_nic(h, root_nic), false)].id).in, in_bytes);
+          m.load(q, rs_[find(h, entry_nic(h, root_nic), false)].dev->in, in_bytes);
           if (hi == H - 1) continue;  // the greatest host is last for every chain entering it
           std::int64_t b = in_bytes, n = t[k].msgs - h.nic[k].msgs;
           if (hi == H - 2) {  // last for the chains rooted on the greatest host
@@ -260,7 +261,7 @@ class AllGatherForward {
     // Receive ports: every slice but their own. Send ports: every slice less those of the
     // chains they end, the hops that leave their host at the network's overhead.
     for (const Recv& x : rs_) {
-      const PhaseModel::Device& dev = m.device(x.id);
+      const PhaseModel::Device& dev = *x.dev;
       m.load(q, dev.recv, total - x.bytes);
       const std::int64_t b = total - x.end_bytes, n = msgs - x.end_msgs;
       m.send(q, dev.send, b - x.out_bytes, n - x.out_msgs, false);
@@ -271,6 +272,7 @@ class AllGatherForward {
  private:
   struct Recv {
     int id, host, nic;
+    const PhaseModel::Device* dev;     // its links
     std::int64_t bytes, msgs;          // its slice
     std::int64_t end_bytes, end_msgs;  // of the chains it ends
     std::int64_t out_bytes, out_msgs;  // of the chains it forwards to another host
@@ -291,7 +293,7 @@ class AllGatherForward {
   void leave(PhaseModel& m, int q, std::size_t i, std::int64_t bytes, std::int64_t msgs) {
     rs_[i].out_bytes += bytes;
     rs_[i].out_msgs += msgs;
-    m.load(q, m.device(rs_[i].id).out, bytes);
+    m.load(q, rs_[i].dev->out, bytes);
   }
   // A chain from a root on NIC `root_nic` takes another host's receivers by rail (their NIC's
   // distance after the root's), then id: it enters at the least rail present, leaves at the
