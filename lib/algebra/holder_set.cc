@@ -35,23 +35,27 @@ void HolderSet::select(const std::vector<std::int64_t>& shard, std::int64_t adde
   fix(l.spec().partial(), addend);
   free_.clear();
   size_ = 1;
+  base_ = 0;
   for (std::size_t a = 0; a < m.ndim(); ++a)
     if (fixed_[a] < 0) {
       free_.push_back(a);
       size_ *= m.extent(a);
+    } else {
+      base_ += fixed_[a] * stride_[a];
     }
 }
 
 int HolderSet::operator[](std::int64_t k) const {
+  // Row-major over the free axes (mesh order); the major one takes what is left of k (< its
+  // extent), so one free axis costs no division: asked per receiver of every task priced.
   const Mesh& m = layout_->mesh();
-  std::int64_t index = 0;
-  for (std::size_t a = 0; a < m.ndim(); ++a)
-    if (fixed_[a] >= 0) index += fixed_[a] * stride_[a];
-  for (std::size_t j = free_.size(); j-- > 0;) {  // row-major over the free axes: mesh order
+  std::int64_t index = base_;
+  for (std::size_t j = free_.size(); j-- > 1;) {
     const std::size_t a = free_[j];
     index += (k % m.extent(a)) * stride_[a];
     k /= m.extent(a);
   }
+  if (!free_.empty()) index += k * stride_[free_[0]];
   return m.device(index);
 }
 

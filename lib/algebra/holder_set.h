@@ -33,6 +33,7 @@ class HolderSet {
   std::vector<std::int64_t> fixed_;   // per mesh axis: its coordinate, or -1 where free
   std::vector<std::int64_t> stride_;  // per mesh axis, row-major
   std::vector<std::size_t> free_;     // the free axes, in order
+  std::int64_t base_ = 0;             // the mesh index of holder 0 (the fixed axes' part)
   std::int64_t size_ = 0;
 };
 

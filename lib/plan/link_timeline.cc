@@ -58,9 +58,7 @@ void LinkTimeline::next_phase() {
   for (Device& d : dev_) d.prev = d.finish;
 }
 
-std::size_t LinkTimeline::index(int device) const {
-  if (device >= 0 && static_cast<std::size_t>(device) < dense_.size())
-    return dense_[static_cast<std::size_t>(device)];
+std::size_t LinkTimeline::sparse_index(int device) const {
   return static_cast<std::size_t>(std::lower_bound(devices_.begin(), devices_.end(), device) -
                                   devices_.begin());
 }
@@ -323,8 +321,8 @@ void chain_order(std::vector<int>& peers, int root, const LinkTimeline& s) {
   // Sorts by chain_key, computed once per peer rather than per comparison.
   const int hr = s.host(root);
   const std::size_t root_nic = s.nic(root);
-  std::vector<std::uint64_t> keys;
-  keys.reserve(peers.size());
+  thread_local std::vector<std::uint64_t> keys;  // scratch: a plan orders a chain per task
+  keys.clear();
   for (int p : peers) keys.push_back(chain_key(p, s.host(p), s.rail(s.slot(p), root_nic), hr));
   std::sort(keys.begin(), keys.end());
   for (std::size_t i = 0; i < peers.size(); ++i)

@@ -28,7 +28,7 @@ class LinkTimeline {
   void next_phase();
   // Places an op at the earliest time its resources allow; returns its end time. A multicast is
   // placed as one chain: the planner chooses senders here before it cuts multicasts into trees
-  // of chains (tree_group, lib/plan/multicast_tree.h), which the plan's prediction then times.
+  // of chains (TreeShapes, lib/plan/multicast_tree.h), which the plan's prediction then times.
   double place(const Op& op) {
     return place(op, op.box.volume() * static_cast<std::int64_t>(elem_size_));
   }
@@ -60,7 +60,12 @@ class LinkTimeline {
  private:
   // The receiver a multicast's chain ends at (chain_order's last): it forwards nothing.
   int chain_last(const std::vector<int>& peers, int root_host, std::size_t root_nic) const;
-  std::size_t index(int device) const;
+  std::size_t index(int device) const {  // inline: asked per hop of every multicast priced
+    if (device >= 0 && static_cast<std::size_t>(device) < dense_.size())
+      return dense_[static_cast<std::size_t>(device)];
+    return sparse_index(device);
+  }
+  std::size_t sparse_index(int device) const;  // by binary search
   // With several NICs per host: the NICs through which a multicast's chain from a root on
   // `root_host` with NIC `root_nic` enters its other receiving hosts (chain_order's first
   // receiver on each), appended to `nics` in the order of the hosts. (With one, the hosts'.)

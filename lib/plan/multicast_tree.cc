@@ -137,13 +137,56 @@ std::int32_t MulticastTree::best() {
   return best;
 }
 
-std::int32_t tree_group(const Op& op, const LinkTimeline& s) {
-  if (op.peers.size() < 4) return 0;
-  thread_local MulticastTree tree;  // scratch reused across the ops of a plan
-  tree.reset(s.topology(), op.box.volume() * static_cast<std::int64_t>(s.elem_size()), s.chunk());
-  tree.add(s.host(op.root), s.nic(op.root));
-  for (int p : op.peers) tree.add(s.host(p), s.nic(p));
-  return tree.best();
+std::size_t TreeShapes::Hash::operator()(const std::vector<std::int64_t>& key) const {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (std::int64_t v : key) h = (h ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ull;
+  return static_cast<std::size_t>(h);
+}
+
+const TreeShapes::Shape& TreeShapes::shape(const Op& op, std::int64_t bytes) {
+  // The key: the bytes, then per member (the root, then the receivers) its host and NIC
+  // numbered in order of first appearance.
+  ++stamp_;
+  std::int32_t hosts = 0, nics = 0;
+  auto label = [&](std::vector<std::pair<std::uint64_t, std::int32_t>>& labels, std::size_t id,
+                   std::int32_t& next) {
+    if (labels.size() <= id) labels.resize(id + 1, {0, 0});
+    auto& l = labels[id];
+    if (l.first != stamp_) l = {stamp_, next++};
+    return static_cast<std::int64_t>(l.second);
+  };
+  key_.clear();
+  key_.push_back(bytes);
+  auto member = [&](int d) {
+    const std::int64_t h = label(host_label_, static_cast<std::size_t>(s_->host(d)), hosts);
+    key_.push_back(h << 32 | label(nic_label_, s_->nic(d), nics));
+  };
+  member(op.root);
+  for (int p : op.peers) member(p);
+  if (const auto it = shapes_.find(key_); it != shapes_.end()) return it->second;
+  load(op, bytes);
+  const std::int32_t group = op.peers.size() < 4 ? 0 : tree_.best();
+  if (kept_ + key_.size() > (std::size_t{1} << 20)) {
+    shapes_.clear();
+    kept_ = 0;
+  }
+  kept_ += key_.size();
+  return shapes_.emplace(key_, Shape{group, tree_.time(group)}).first->second;
+}
+
+std::int32_t TreeShapes::best(const Op& op, std::int64_t bytes) { return shape(op, bytes).group; }
+
+OpTime TreeShapes::time(const Op& op, std::int64_t bytes) {
+  const Shape& sh = shape(op, bytes);
+  if (sh.group == op.group) return sh.time;
+  load(op, bytes);
+  return tree_.time(op.group);
+}
+
+void TreeShapes::load(const Op& op, std::int64_t bytes) {
+  tree_.reset(s_->topology(), bytes, s_->chunk());
+  tree_.add(s_->host(op.root), s_->nic(op.root));
+  for (int p : op.peers) tree_.add(s_->host(p), s_->nic(p));
 }
 
 }  // namespace meshcast::detail

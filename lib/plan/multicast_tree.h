@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "lib/plan/links.h"
@@ -56,11 +58,42 @@ class MulticastTree {
   std::vector<std::int64_t> run_;   // per receiver: the last receiver of its host's run
 };
 
-// The group for a multicast whose receivers are in chain order (chain_order): the one its tree
-// takes least time with by the cost model (MulticastTree::best), 0 for one chain. The planner
-// asks it for the broadcast strategy's multicasts; an all-gather's forwarding multicasts stay
-// chains (their r chains at once already spread the load, and auto prices them in closed form
-// as chains: lib/plan/strategy_price.cc).
-std::int32_t tree_group(const Op& op, const LinkTimeline& s);
+// MulticastTree's answers for the multicasts of one plan (one LinkTimeline: its topology, element
+// size and chunk), kept by shape: a tree's time and best group depend only on the bytes and on
+// which members share a host and which share a NIC (MulticastTree compares hosts and NICs for
+// equality only), and a plan's thousands of multicasts mostly repeat a few shapes. The
+// planner asks it for the broadcast strategy's multicasts; an all-gather's forwarding
+// multicasts stay chains (their r chains at once already spread the load, and auto prices them
+// in closed form as chains: lib/plan/strategy_price.cc). Bounded: past about 8 MB of shapes it
+// forgets them all.
+class TreeShapes {
+ public:
+  explicit TreeShapes(const LinkTimeline& s) : s_(&s) {}
+  // The group (0 for one chain) whose tree of `op` (receivers in chain order, `bytes`) takes
+  // least time by the cost model (MulticastTree::best).
+  std::int32_t best(const Op& op, std::int64_t bytes);
+  // The time of op's tree of op.group.
+  OpTime time(const Op& op, std::int64_t bytes);
+
+ private:
+  struct Shape {
+    std::int32_t group;
+    OpTime time;  // of the tree of `group`
+  };
+  struct Hash {
+    std::size_t operator()(const std::vector<std::int64_t>& key) const;
+  };
+  const Shape& shape(const Op& op, std::int64_t bytes);
+  void load(const Op& op, std::int64_t bytes);  // tree_ := op's members
+
+  const LinkTimeline* s_;
+  MulticastTree tree_;
+  std::vector<std::int64_t> key_;
+  // Per host and per NIC id: the stamp of the last shape that labelled it, and its label.
+  std::vector<std::pair<std::uint64_t, std::int32_t>> host_label_, nic_label_;
+  std::uint64_t stamp_ = 0;
+  std::unordered_map<std::vector<std::int64_t>, Shape, Hash> shapes_;
+  std::size_t kept_ = 0;  // key entries held
+};
 
 }  // namespace meshcast::detail

@@ -320,17 +320,19 @@ PlanStats account(const std::vector<Op>& ops, const LinkTimeline& s, std::int64_
 
 // `fans_out` (optional) tells whether the strategy mattered (see Builder::fans_out_).
 // The ops of units in `order`, each multicast's receivers in chain order, as a tree of chains
-// where the model prefers one (not an all-gather's forwarding: see tree_group).
+// where the model prefers one (not an all-gather's forwarding: see TreeShapes).
 std::vector<Op> ops_of(std::vector<Unit>& units, const Order& order, const LinkTimeline& s,
                        Strategy strategy) {
   std::vector<Op> ops;
   ops.reserve(units.size());
+  detail::TreeShapes trees(s);
+  const auto elem = static_cast<std::int64_t>(s.elem_size());
   for (const auto& phase : order)
     for (auto i : phase) {
       Op op = std::move(units[i].op);
       if (op.kind == OpKind::Multicast) {
         detail::chain_order(op.peers, op.root, s);
-        if (strategy != Strategy::AllGather) op.group = detail::tree_group(op, s);
+        if (strategy != Strategy::AllGather) op.group = trees.best(op, op.box.volume() * elem);
       }
       ops.push_back(std::move(op));
     }

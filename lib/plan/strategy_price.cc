@@ -1,7 +1,9 @@
 #include "lib/plan/strategy_price.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "lib/algebra/holder_set.h"
@@ -18,15 +20,22 @@ class PhaseModel {
  public:
   // A device's links (indices into `links`), looked up once: Links finds a device by binary
   // search, which dominated pricing when done per hop.
+  // With each link's seconds per byte: a division per hop was a fifth of pricing a broadcast.
   struct Device {
     std::size_t send, recv, out, in;
     int host;
+    double send_s, recv_s, out_s, in_s;
   };
 
   PhaseModel(const Links& links, const LinkTimeline& s, std::int64_t chunk)
-      : links_(links), topology_(s.topology()), s_(s), chunk_(chunk) {
-    for (int d : s.devices())
-      devices_.push_back({links.send(d), links.recv(d), links.out(d), links.in(d), links.host(d)});
+      : links_(links), topology_(s.topology()), s_(s), chunk_(chunk), trees_(s) {
+    for (int d : s.devices()) {
+      const std::size_t send = links.send(d), recv = links.recv(d), out = links.out(d),
+                        in = links.in(d);
+      devices_.push_back({send, recv, out, in, links.host(d), 1 / links.bandwidth(send),
+                          1 / links.bandwidth(recv), 1 / links.bandwidth(out),
+                          1 / links.bandwidth(in)});
+    }
   }
   const Device& device(int id) const { return devices_[s_.slot(id)]; }
 
@@ -43,7 +52,7 @@ class PhaseModel {
     for (const Links::Flow& f : flows_)
       for (std::size_t k = 0; k < f.links.size(); ++k) {
         const double v = f.seconds(k, links_);
-        ph.load[f.links[k]] += v;
+        ph.add(f.links[k], v);
         longest = std::max(longest, v);
       }
     time(op.phase, t.latency, t.latency + (op.kind == OpKind::Reduce ? longest : t.occupancy));
@@ -63,30 +72,25 @@ class PhaseModel {
     const Device* root = &device(op.root);
     const Device* prev = root;
     const auto n = static_cast<std::int64_t>(op.peers.size());
-    if (op.group != 0) {
-      tree_.reset(topology_, bytes, chunk_);
-      tree_.add(root->host, root->out);
-    }
     int net = 0;
     for (std::int64_t k = 0; k < n; ++k) {
       const Device& to = device(op.peers[static_cast<std::size_t>(k)]);
       if (op.group != 0) {
         const std::int64_t from = multicast_parent(k, n, op.group);
         prev = from < 0 ? root : &device(op.peers[static_cast<std::size_t>(from)]);
-        tree_.add(to.host, to.out);
       }
       const bool remote = prev->host != to.host;
-      ph.load[to.recv] += b / links_.bandwidth(to.recv);
-      ph.load[prev->send] += b * weight[remote] / links_.bandwidth(prev->send);
+      ph.add(to.recv, b * to.recv_s);
+      ph.add(prev->send, b * weight[remote] * prev->send_s);
       if (remote) {
-        ph.load[prev->out] += b / links_.bandwidth(prev->out);
-        ph.load[to.in] += b / links_.bandwidth(to.in);
+        ph.add(prev->out, b * prev->out_s);
+        ph.add(to.in, b * to.in_s);
       }
       net += remote;
       prev = &to;
     }
     if (op.group != 0) {
-      const OpTime t = tree_.time(op.group);
+      const OpTime t = trees_.time(op, bytes);
       time(op.phase, t.latency, t.total());
       return;
     }
@@ -97,35 +101,39 @@ class PhaseModel {
   }
   // `bytes` more over a link that carries them at its bandwidth (weight 1).
   void load(int p, std::size_t link, std::int64_t bytes) {
-    if (bytes != 0) phase(p).load[link] += static_cast<double>(bytes) / links_.bandwidth(link);
+    if (bytes != 0) phase(p).add(link, static_cast<double>(bytes) / links_.bandwidth(link));
   }
   // `bytes` in `messages` messages more from a sender's port: send_weight is linear in both, so
   // the sum over many flows is one call.
   void send(int p, std::size_t link, std::int64_t bytes, std::int64_t messages, bool remote) {
     if (bytes != 0)
-      phase(p).load[link] += static_cast<double>(bytes) *
+      phase(p).add(link, static_cast<double>(bytes) *
                              send_weight(bytes, messages, remote, topology_) /
-                             links_.bandwidth(link);
+                             links_.bandwidth(link));
   }
   void time(int p, double latency, double alone) {
     Phase& ph = phase(p);
     ph.latency = std::max(ph.latency, latency);
     ph.alone = std::max(ph.alone, alone);
   }
+  // The price of the ops fed so far, O(phases): it only grows as ops are added, so a strategy
+  // whose partial price reaches another's whole price cannot be the cheaper.
   double seconds() const {
     double total = 0;
-    for (const Phase& ph : phases_) {
-      const double busiest =
-          ph.load.empty() ? 0 : *std::max_element(ph.load.begin(), ph.load.end());
-      total += std::max(busiest + ph.latency, ph.alone);
-    }
+    for (const Phase& ph : phases_) total += std::max(ph.busiest + ph.latency, ph.alone);
     return total;
   }
 
  private:
   struct Phase {
     std::vector<double> load;  // seconds per link
+    double busiest = 0;        // the greatest of load (loads only grow)
     double latency = 0, alone = 0;
+    void add(std::size_t link, double seconds) {
+      double& l = load[link];
+      l += seconds;
+      busiest = std::max(busiest, l);
+    }
   };
   Phase& phase(int p) {
     while (phases_.size() <= static_cast<std::size_t>(p))
@@ -140,7 +148,7 @@ class PhaseModel {
   std::vector<Device> devices_;  // per device slot
   std::vector<Phase> phases_;
   std::vector<Links::Flow> flows_;
-  MulticastTree tree_;  // kept: its vectors are reused from tree to tree
+  TreeShapes trees_;
   // The last transfer's port weights (inside a host, between hosts) and chain time: a task's
   // transfers mostly repeat them (sendrecv's, one per receiver).
   struct {
@@ -164,9 +172,10 @@ class AllGatherForward {
   AllGatherForward(const LinkTimeline& s, std::int64_t chunk)
       : s_(s), chunk_(chunk), nics_(s.topology().nics_per_host()) {}
 
-  // receivers[j] forwards bytes[j] (0: an empty slice, no chain) in phase q.
+  // receivers[j] forwards bytes[j] (0: an empty slice, no chain) in phase q, `times` times
+  // over (the tasks of one class: every load is linear in the bytes and messages carried).
   void add(PhaseModel& m, const std::vector<int>& receivers, const std::vector<std::int64_t>& bytes,
-           int q) {
+           int q, std::int64_t times = 1) {
     const std::size_t r = receivers.size();
     rs_.clear();
     std::int64_t total = 0, msgs = 0;
@@ -174,9 +183,10 @@ class AllGatherForward {
       const int d = receivers[j];
       const std::int64_t b = bytes[j], n = b > 0 ? messages(b, chunk_) : 0;
       const PhaseModel::Device& dev = m.device(d);
-      rs_.push_back({d, dev.host, static_cast<int>(s_.nic(d) % nics_), &dev, b, n, 0, 0, 0, 0});
-      total += b;
-      msgs += n;
+      rs_.push_back({d, dev.host, static_cast<int>(s_.nic(d) % nics_), &dev, b, times * b,
+                     times * n, 0, 0, 0, 0});
+      total += times * b;
+      msgs += times * n;
     }
     // Sorted by (host, id): hosts are runs. Per host and NIC value: the least and greatest
     // receiver id, and the bytes and messages of the chains rooted there.
@@ -217,12 +227,12 @@ class AllGatherForward {
       const Host& h = hosts_[hi];
       for (std::size_t i = h.begin; i < h.end; ++i) {
         const Recv& x = rs_[i];
-        if (x.bytes == 0) continue;
+        if (x.slice == 0) continue;
         // Every chain enters each other receiving host once: H - 1 hops between hosts.
-        if (x.bytes != timed) {
-          time = chain_time(x.bytes, static_cast<int>(H) - 1, static_cast<int>(r - H),
+        if (x.slice != timed) {
+          time = chain_time(x.slice, static_cast<int>(H) - 1, static_cast<int>(r - H),
                             s_.topology(), chunk_);
-          timed = x.bytes;
+          timed = x.slice;
         }
         m.time(q, time.latency, time.total());
         // The root's block (the root, then its host's other receivers by id) ends at its
@@ -273,7 +283,8 @@ class AllGatherForward {
   struct Recv {
     int id, host, nic;
     const PhaseModel::Device* dev;     // its links
-    std::int64_t bytes, msgs;          // its slice
+    std::int64_t slice;                // its slice's bytes
+    std::int64_t bytes, msgs;          // its slices' (times over)
     std::int64_t end_bytes, end_msgs;  // of the chains it ends
     std::int64_t out_bytes, out_msgs;  // of the chains it forwards to another host
   };
@@ -328,58 +339,156 @@ class AllGatherForward {
   std::vector<Nic> totals_;
 };
 
+// Allgather's forwarding, batched: its loads depend on a task's receivers and slices alone (not
+// on its senders), and a tensor's tasks repeat a few of those (every task of one target tile has
+// the same receivers), so each class is added once, times its tasks. Bounded: past about a
+// million receivers held, flushed and forgotten.
+class ForwardClasses {
+ public:
+  ForwardClasses(const LinkTimeline& s, std::int64_t chunk) : forward_(s, chunk) {}
+  void add(PhaseModel& m, const std::vector<int>& receivers, const std::vector<std::int64_t>& bytes,
+           int q) {
+    std::uint64_t h = 0xcbf29ce484222325ull ^ static_cast<std::uint64_t>(q);
+    for (int d : receivers) h = (h ^ static_cast<std::uint64_t>(d)) * 0x100000001b3ull;
+    for (std::int64_t b : bytes) h = (h ^ static_cast<std::uint64_t>(b)) * 0x100000001b3ull;
+    const auto [it, fresh] = index_.try_emplace(h, classes_.size());
+    if (!fresh) {
+      Class& c = classes_[it->second];
+      if (c.q == q && c.receivers == receivers && c.bytes == bytes) {
+        if (c.times++ == 0) pending_.push_back(it->second);
+        return;
+      }
+      forward_.add(m, receivers, bytes, q);  // another class of the same hash: not kept
+      return;
+    }
+    held_ += receivers.size();
+    pending_.push_back(classes_.size());
+    classes_.push_back({receivers, bytes, q, 1});
+    if (held_ > (std::size_t{1} << 20)) flush(m, true);
+  }
+  // Adds the pending classes to `m` (and, if `forget`, drops them all).
+  void flush(PhaseModel& m, bool forget = false) {
+    for (std::size_t i : pending_) {
+      Class& c = classes_[i];
+      forward_.add(m, c.receivers, c.bytes, c.q, c.times);
+      c.times = 0;
+    }
+    pending_.clear();
+    if (!forget) return;
+    classes_.clear();
+    index_.clear();
+    held_ = 0;
+  }
+
+ private:
+  struct Class {
+    std::vector<int> receivers;
+    std::vector<std::int64_t> bytes;
+    int q;
+    std::int64_t times;  // tasks since the last flush
+  };
+  AllGatherForward forward_;
+  std::vector<Class> classes_;
+  std::unordered_map<std::uint64_t, std::size_t> index_;  // by hash
+  std::vector<std::size_t> pending_;                      // classes with times > 0
+  std::size_t held_ = 0;
+};
+
 }  // namespace
 
 namespace {
 
-// Walks the tasks once with `walk`'s ops (Broadcast or SendRecv) and feeds them to `plain` (that
-// strategy's model) and, for a SendRecv walk, to `gathered` (allgather's: its senders,
-// receivers and phases are sendrecv's, one transfer per receiver by the same rule and key, so
-// its scatter is sendrecv's ops carrying slices, and its forwarding is priced in closed form).
-// Either model may be null.
+// Prices `walk`'s ops (Broadcast or SendRecv) task by task into `plain` (that strategy's model)
+// and, for a SendRecv walk, allgather's into `gathered`: its senders, receivers and phases are
+// sendrecv's, one transfer per receiver by the same rule and key, so its scatter is sendrecv's
+// ops carrying slices, and its forwarding, which needs no sender, is priced in closed form by
+// class. Either model may be null. A model whose price reaches `cap` is no longer fed (its
+// price is then only known to be >= cap). Allgather takes two walks: the first prices sendrecv
+// and the forwarding, choosing senders only while sendrecv is priced; the second its scatter,
+// skipped if the forwarding alone reached the cap (where a broadcast is cheaper, the
+// forwarding's many hops mostly do).
 void walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Balance rule,
-                std::int64_t chunk, PhaseModel* plain, PhaseModel* gathered, bool* fans_out) {
-  const auto elem = static_cast<std::int64_t>(dtype_size(grid.src().dtype()));
-  TaskOps task_ops(grid, s, walk, rule);
-  AllGatherForward forward(s, chunk);
-  std::vector<Op> ops;
-  std::vector<int> receivers;
-  std::vector<std::int64_t> bytes;
-  for (std::int64_t i = 0; i < grid.size(); ++i) {
-    ops.clear();
-    task_ops.task(i, -1, ops);  // one task's ops at a time: O(its receivers)
-    if (plain)
-      for (const Op& op : ops) plain->op(op, op.box.volume() * elem);
-    if (!gathered) continue;
-    receivers.clear();
+                std::int64_t chunk, PhaseModel* plain, PhaseModel* gathered, bool* fans_out,
+                double cap = std::numeric_limits<double>::infinity()) {
+  // A task's ops arrive one at a time (TaskOps reuses one Op for them): those `plain` prices as
+  // they come; for allgather its transfers' receivers, senders and box are noted.
+  struct Walk final : OpSink {
+    std::int64_t elem = 0;
+    PhaseModel* plain = nullptr;
+    PhaseModel* local = nullptr;  // takes the ops that are not transfers
+    std::vector<int> receivers, roots;
     int phase = 0;
-    for (const Op& op : ops) {
-      if (op.kind != OpKind::Multicast)
-        gathered->op(op, op.box.volume() * elem);
-      else {
-        receivers.push_back(op.peers.front());
-        phase = op.phase;
+    Box box;
+    void operator()(const Op& op) override {
+      if (plain) plain->op(op, op.box.volume() * elem);
+      if (op.kind != OpKind::Multicast) {
+        if (local) local->op(op, op.box.volume() * elem);
+        return;
       }
+      if (receivers.empty()) box = op.box;  // every transfer of the task carries the task's box
+      receivers.push_back(op.peers.front());
+      roots.push_back(op.root);
+      phase = op.phase;
     }
-    if (receivers.empty()) continue;
-    if (receivers.size() == 1) {  // no forwarding: one transfer, as broadcast
-      gathered->op(ops.back(), ops.back().box.volume() * elem);
+    // Under cap: a model at or past it is dropped.
+    static void check(PhaseModel*& m, double cap) {
+      if (m && m->seconds() >= cap) m = nullptr;
+    }
+  } w;
+  w.elem = static_cast<std::int64_t>(dtype_size(grid.src().dtype()));
+  w.plain = plain;
+  std::vector<std::int64_t> bytes;  // the task's slices (allgather_split)
+  auto slices = [&] {
+    const AllGatherSplit split = allgather_split(w.box, w.receivers.size());
+    const std::int64_t across = w.box.volume() / std::max<std::int64_t>(1, w.box[split.dim].size());
+    split.sizes(bytes);
+    for (std::int64_t& b : bytes) b *= across * w.elem;
+  };
+  TaskOps first(grid, s, walk, rule);
+  ForwardClasses forward(s, chunk);
+  for (std::int64_t i = 0; i < grid.size() && (w.plain || gathered); ++i) {
+    Walk::check(w.plain, cap);
+    if (!w.plain) first.choose_senders(false);  // the forwarding needs none
+    w.receivers.clear();
+    w.roots.clear();
+    first.task(i, -1, w);  // one task's ops at a time: O(its receivers)
+    if (!gathered || w.receivers.size() < 2) continue;
+    slices();
+    forward.add(*gathered, w.receivers, bytes, w.phase + 1);
+  }
+  if (fans_out) *fans_out = first.fans_out();
+  if (!gathered) return;
+  forward.flush(*gathered);
+  // The scatter (and the tasks' local ops), with senders.
+  w.plain = nullptr;
+  w.local = gathered;
+  TaskOps second(grid, s, walk, rule);
+  Op scatter;  // a transfer of the scatter: sendrecv's, carrying a slice
+  scatter.kind = OpKind::Multicast;
+  scatter.peers.resize(1);
+  for (std::int64_t i = 0; i < grid.size(); ++i) {
+    Walk::check(w.local, cap);
+    if (!w.local) return;
+    w.receivers.clear();
+    w.roots.clear();
+    second.task(i, -1, w);
+    if (w.receivers.empty()) continue;
+    scatter.phase = w.phase;
+    scatter.box = w.box;
+    if (w.receivers.size() == 1) {  // no forwarding: one transfer, as broadcast
+      scatter.root = w.roots[0];
+      scatter.peers[0] = w.receivers[0];
+      gathered->op(scatter, w.box.volume() * w.elem);
       continue;
     }
-    // Receiver j's slice comes from the sender the sendrecv op to it has.
-    const Box& box = ops.back().box;  // every transfer of the task carries the task's box
-    const AllGatherSplit split = allgather_split(box, receivers.size());
-    const std::int64_t across = box.volume() / std::max<std::int64_t>(1, box[split.dim].size());
-    bytes.clear();
-    std::size_t j = 0;
-    for (const Op& op : ops) {
-      if (op.kind != OpKind::Multicast) continue;
-      bytes.push_back(split.slice(j++).size() * across * elem);
-      if (bytes.back() > 0) gathered->op(op, bytes.back());
+    slices();  // receiver j's slice comes from the sender the sendrecv op to it has
+    for (std::size_t j = 0; j < w.receivers.size(); ++j) {
+      if (bytes[j] == 0) continue;
+      scatter.root = w.roots[j];
+      scatter.peers[0] = w.receivers[j];
+      gathered->op(scatter, bytes[j]);
     }
-    forward.add(*gathered, receivers, bytes, phase + 1);
   }
-  if (fans_out) *fans_out = task_ops.fans_out();
 }
 
 }  // namespace
@@ -427,11 +536,13 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
       price = strategy_price(grid, s, links, st, rule, options.chunk_bytes, &fans_out);
     } else {
       if (!scatter) {  // both from one walk of sendrecv's ops
+        // Priced only until they reach the best price so far: then neither can win.
         PhaseModel sendrecv(links, s, options.chunk_bytes), allgather = sendrecv;
         bool fan = true;
         walk_tasks(grid, s, Strategy::SendRecv, rule, options.chunk_bytes, &sendrecv, &allgather,
-                   &fan);
-        scatter = Scatter{sendrecv.seconds(), allgather.seconds(), fan};
+                   &fan, best ? best_price * (1 - 1e-9) : std::numeric_limits<double>::infinity());
+        // A walk cut short may not have met a box that fans out; a priced candidate (best) did.
+        scatter = Scatter{sendrecv.seconds(), allgather.seconds(), fan || best.has_value()};
       }
       price = st == Strategy::SendRecv ? scatter->sendrecv : scatter->allgather;
       fans_out = scatter->fans_out;

@@ -46,6 +46,21 @@ Range AllGatherSplit::slice(std::size_t j) const {
   return {range.lo + s.lo, range.lo + s.hi};
 }
 
+void AllGatherSplit::sizes(std::vector<std::int64_t>& out) const {
+  // Slice j ends at floor((j + 1) * m / n) (shard_range), m = q * n + r: its size is q plus
+  // one where floor((j + 1) * r / n) steps, which a running remainder tells.
+  const auto p = static_cast<std::int64_t>(n);
+  const std::int64_t q = range.size() / p, r = range.size() % p;
+  out.clear();
+  std::int64_t rem = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    rem += r;
+    const bool step = rem >= p;
+    if (step) rem -= p;
+    out.push_back(q + step);
+  }
+}
+
 std::vector<Box> allgather_slices(const Box& box, std::size_t n) {
   const AllGatherSplit split = allgather_split(box, n);
   std::vector<Box> out;
@@ -79,6 +94,7 @@ TaskOps::TaskOps(const TaskGrid& grid, const LinkTimeline& timeline, Strategy st
       balance_(balance),
       key_offset_(key_offset),
       slots_(stream_slots(strategy, grid.dst())),
+      trees_(timeline),
       targets_(grid.dst()) {
   for (int d : timeline.devices()) {  // ascending, so each host's list is too
     const auto h = static_cast<std::size_t>(timeline.host(d));
@@ -95,11 +111,11 @@ TaskOps::TaskOps(const TaskGrid& grid, const LinkTimeline& timeline, Strategy st
     shared_hosts_ = has_source[static_cast<std::size_t>(timeline.host(to.device(k)))] != 0;
 }
 
-void TaskOps::push(Op op, int device, std::vector<Op>& out) const {
+void TaskOps::push(const Op& op, int device, OpSink& out) {
   if (device >= 0 && op.root != device &&
       std::find(op.peers.begin(), op.peers.end(), device) == op.peers.end())
     return;
-  out.push_back(std::move(op));
+  out(op);
 }
 
 void TaskOps::zeros(int device, std::vector<Op>& out) const {
@@ -116,9 +132,10 @@ void TaskOps::zeros(int device, std::vector<Op>& out) const {
   }
 }
 
-void rotate_chain(std::vector<int>& peers, int root, std::int64_t key, const LinkTimeline& s) {
+void rotate_chain(std::vector<int>& peers, int root, std::int64_t key, const LinkTimeline& s,
+                  std::vector<std::size_t>& start, std::vector<int>& out) {
   // The runs of chain_order: the root's host first, then one run per host.
-  std::vector<std::size_t> start;
+  start.clear();
   for (std::size_t i = 0; i < peers.size(); ++i)
     if (i == 0 || s.host(peers[i]) != s.host(peers[i - 1])) start.push_back(i);
   start.push_back(peers.size());
@@ -126,8 +143,7 @@ void rotate_chain(std::vector<int>& peers, int root, std::int64_t key, const Lin
   const std::size_t fixed = runs > 0 && s.host(peers[0]) == s.host(root) ? 1 : 0;
   const auto k = static_cast<std::size_t>(key);
   const std::size_t others = runs - fixed;
-  std::vector<int> out;
-  out.reserve(peers.size());
+  out.clear();
   // A host's starting member by a hash of the key: a tensor's tasks of one tensor-parallel rank
   // have keys in arithmetic progression, which k / others % n would map to one member.
   const std::uint64_t mixed = (static_cast<std::uint64_t>(key) * 0x9E3779B97F4A7C15ull) >> 32;
@@ -138,10 +154,11 @@ void rotate_chain(std::vector<int>& peers, int root, std::int64_t key, const Lin
   };
   if (fixed) emit(0);
   for (std::size_t t = 0; t < others; ++t) emit(fixed + (k + t) % others);
-  peers = std::move(out);
+  peers.swap(out);
 }
 
 int TaskOps::choose(const HolderSet& holders, int to, std::int64_t key) {
+  if (!senders_) return -1;
   if (balance_ == Balance::None) return holders[0];
   key += key_offset_;
   if (on_host_.size() > 1 && shared_hosts_) {
@@ -163,6 +180,15 @@ int TaskOps::choose(const HolderSet& holders, int to, std::int64_t key) {
 }
 
 void TaskOps::task(std::int64_t i, int device, std::vector<Op>& out) {
+  struct Append final : OpSink {
+    std::vector<Op>& ops;
+    explicit Append(std::vector<Op>& o) : ops(o) {}
+    void operator()(const Op& op) override { ops.push_back(op); }
+  } append(out);
+  task(i, device, append);
+}
+
+void TaskOps::task(std::int64_t i, int device, OpSink& out) {
   grid_->shards(i, src_shard_, dst_shard_);
   targets_.select(dst_shard_, 0);
   for (std::size_t g = 0; g < holders_.size(); ++g)
@@ -180,7 +206,7 @@ void TaskOps::task(std::int64_t i, int device, std::vector<Op>& out) {
       if (!holders_[0].contains(d))
         receivers_.push_back(d);
       else if (device < 0 || device == d)
-        out.push_back({OpKind::Copy, 0, box, d, {}, false, 0});
+        out({OpKind::Copy, 0, box, d, {}, false, 0});
     }
     serve(box, -1, 0, false, i, device, out);
     return;
@@ -203,7 +229,7 @@ void TaskOps::task(std::int64_t i, int device, std::vector<Op>& out) {
     reduce.peers.push_back(holders_[g].contains(root)
                                ? root
                                : choose(holders_[g], root, i + static_cast<std::int64_t>(g)));
-  push(std::move(reduce), device, out);
+  push(reduce, device, out);
   receivers_.clear();
   for (std::int64_t k = 0; k < targets_.size(); ++k)
     if (targets_[k] != root) receivers_.push_back(targets_[k]);
@@ -211,7 +237,7 @@ void TaskOps::task(std::int64_t i, int device, std::vector<Op>& out) {
 }
 
 void TaskOps::serve(const Box& box, int root, int phase, bool from_dst, std::int64_t i, int device,
-                    std::vector<Op>& out) {
+                    OpSink& out) {
   const std::vector<int>& to = receivers_;
   if (to.empty()) return;
   if (to.size() > 1) fans_out_ = true;
@@ -219,27 +245,34 @@ void TaskOps::serve(const Box& box, int root, int phase, bool from_dst, std::int
     return root >= 0 ? root : choose(holders_[0], to[j], i + static_cast<std::int64_t>(j));
   };
   const std::int64_t base = i * slots_ + 1;
+  // The transfers are built in op_, whose vectors keep their capacity from op to op.
+  Op& op = op_;
+  op.kind = OpKind::Multicast;
+  op.phase = phase;
+  op.box = box;
+  op.from_dst = from_dst;
+  op.group = 0;
   if (strategy_ == Strategy::SendRecv) {
-    for (std::size_t j = 0; j < to.size(); ++j)
-      push({OpKind::Multicast,
-            phase,
-            box,
-            sender(j),
-            {to[j]},
-            from_dst,
-            base + static_cast<std::int64_t>(j)},
-           device, out);
+    for (std::size_t j = 0; j < to.size(); ++j) {
+      op.root = sender(j);
+      op.peers.assign(1, to[j]);
+      op.stream = base + static_cast<std::int64_t>(j);
+      push(op, device, out);
+    }
     return;
   }
   if (strategy_ == Strategy::Broadcast || to.size() == 1) {
     const int from = sender(0);
     if (device >= 0 && device != from && std::find(to.begin(), to.end(), device) == to.end())
       return;
-    Op op{OpKind::Multicast, phase, box, from, to, from_dst, base};
+    op.root = from;
+    op.peers.assign(to.begin(), to.end());
+    op.stream = base;
     chain_order(op.peers, from, *s_);
-    if (balance_ == Balance::Local) rotate_chain(op.peers, from, i + key_offset_, *s_);
-    op.group = tree_group(op, *s_);
-    out.push_back(std::move(op));
+    if (balance_ == Balance::Local)
+      rotate_chain(op.peers, from, i + key_offset_, *s_, runs_, rotated_);
+    op.group = trees_.best(op, box.volume() * static_cast<std::int64_t>(s_->elem_size()));
+    out(op);
     return;
   }
   // AllGather: receiver j gets slice j, then forwards it to the other receivers.
@@ -248,13 +281,23 @@ void TaskOps::serve(const Box& box, int root, int phase, bool from_dst, std::int
   for (std::size_t j = 0; j < parts.size(); ++j) {
     if (parts[j].empty()) continue;
     const auto slot = base + 2 * static_cast<std::int64_t>(j);
-    push({OpKind::Multicast, phase, parts[j], sender(j), {to[j]}, from_dst, slot}, device, out);
+    op.phase = phase;
+    op.box = parts[j];
+    op.root = sender(j);
+    op.peers.assign(1, to[j]);
+    op.from_dst = from_dst;
+    op.stream = slot;
+    push(op, device, out);
     if (!receives) continue;
-    Op fwd{OpKind::Multicast, phase + 1, parts[j], to[j], {}, true, slot + 1};
+    op.phase = phase + 1;
+    op.root = to[j];
+    op.peers.clear();
     for (int r : to)
-      if (r != to[j]) fwd.peers.push_back(r);
-    chain_order(fwd.peers, to[j], *s_);  // a chain: see tree_group
-    out.push_back(std::move(fwd));
+      if (r != to[j]) op.peers.push_back(r);
+    op.from_dst = true;
+    op.stream = slot + 1;
+    chain_order(op.peers, to[j], *s_);  // a chain: see TreeShapes
+    out(op);
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "lib/algebra/holder_set.h"
 #include "lib/plan/link_timeline.h"
+#include "lib/plan/multicast_tree.h"
 #include "meshcast/plan.h"
 #include "meshcast/task.h"
 
@@ -30,6 +31,8 @@ struct AllGatherSplit {
   Range range;
   std::size_t n;
   Range slice(std::size_t j) const;
+  // Every slice's size, in order (slice(j).size() without a division per slice).
+  void sizes(std::vector<std::int64_t>& out) const;
 };
 AllGatherSplit allgather_split(const Box& box, std::size_t n);
 
@@ -38,10 +41,24 @@ AllGatherSplit allgather_split(const Box& box, std::size_t n);
 // leave hosts through different devices: in chain order alone, every chain of one
 // tensor-parallel rank leaves a host through the same device, whose NIC then carries that
 // rank's share of the whole model.
-void rotate_chain(std::vector<int>& peers, int root, std::int64_t key, const LinkTimeline& s);
+// `runs` and `scratch` are the caller's vectors, kept from call to call (any contents).
+void rotate_chain(std::vector<int>& peers, int root, std::int64_t key, const LinkTimeline& s,
+                  std::vector<std::size_t>& runs, std::vector<int>& scratch);
 
 // Orders ops as a plan lists them: by phase, local ops (copy, zero) first, else as emitted.
 void order_ops(std::vector<Op>& ops);
+
+// Where TaskOps puts a task's ops: appended to a vector (a plan), or handed one at a time to a
+// visitor that reads each before the next arrives (auto's pricing, which keeps no op: the ops
+// of sendrecv's hundreds of thousands of transfers are then one reused Op, not an allocation
+// each).
+class OpSink {
+ public:
+  virtual void operator()(const Op& op) = 0;
+
+ protected:
+  ~OpSink() = default;
+};
 
 // One tensor's ops under a task-local rule (balance none or local; greedy and search give way
 // to local): all of them (device < 0, the plan's ops) or those `device` takes part in
@@ -69,8 +86,13 @@ class TaskOps {
   void zeros(int device, std::vector<Op>& out) const;
   // Appends task i's ops: all of them (device < 0), or those `device` takes part in.
   void task(std::int64_t i, int device, std::vector<Op>& out);
+  // The same ops, handed to `sink` one by one.
+  void task(std::int64_t i, int device, OpSink& sink);
   // Whether some box went to more than one receiver: only then do the strategies' ops differ.
   bool fans_out() const { return fans_out_; }
+  // Off (a sendrecv walk): transfers from a holder are handed on with root -1, the holder
+  // not chosen (for pricing what does not depend on it: an all-gather's forwarding).
+  void choose_senders(bool on) { senders_ = on; }
 
  private:
   // The sender for receiver `to` among `holders`: under Local a holder on `to`'s host if there
@@ -78,8 +100,9 @@ class TaskOps {
   int choose(const HolderSet& holders, int to, std::int64_t key);
   // Moves `box` from `root` (or, root < 0, from one of holders_[0]) to `receivers`.
   void serve(const Box& box, int root, int phase, bool from_dst, std::int64_t i, int device,
-             std::vector<Op>& out);
-  void push(Op op, int device, std::vector<Op>& out) const;
+             OpSink& out);
+  // Hands `op` on if `device` takes part in it (or device < 0).
+  static void push(const Op& op, int device, OpSink& out);
 
   const TaskGrid* grid_;
   const LinkTimeline* s_;
@@ -91,11 +114,16 @@ class TaskOps {
   // Whether some host has devices of both meshes: else no holder (a source device) is ever on
   // a receiver's host (a target device), and choose() need not look for one.
   bool shared_hosts_ = false;
+  TreeShapes trees_;                // the broadcast's trees of chains, by shape
   HolderSet targets_;               // the task's destinations
   std::vector<HolderSet> holders_;  // per addend of the source
   std::vector<std::int64_t> src_shard_, dst_shard_;
   std::vector<int> receivers_, near_;  // scratch
+  Op op_;                              // scratch: the op being handed on
+  std::vector<std::size_t> runs_;      // scratch of rotate_chain
+  std::vector<int> rotated_;           // scratch of rotate_chain
   bool fans_out_ = false;
+  bool senders_ = true;
 };
 
 }  // namespace meshcast::detail

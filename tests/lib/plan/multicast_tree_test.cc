@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include "lib/plan/link_timeline.h"
 #include "meshcast/cost.h"
 #include "meshcast/plan.h"
 #include "support/testing.h"
@@ -92,7 +93,7 @@ OpTime brute(const std::vector<Place>& m, std::int64_t g, std::int64_t bytes, st
   return {deepest_lat, deepest - deepest_lat + static_cast<double>(msgs - 1) * slowest};
 }
 
-Topology random_links(Rng& rng, int nics) {
+Topology random_links(Rng& rng, int nics, int hosts = 2, int per_host = 1) {
   std::ostringstream os;
   auto link = [&](const char* bandwidth_key) {
     std::ostringstream l;
@@ -104,7 +105,7 @@ Topology random_links(Rng& rng, int nics) {
   };
   os << "{\"name\": \"random\", \"links\": {\"intra\": " << link("bandwidth_gbyte_s")
      << "}, \"network\": " << link("bandwidth_gbit_s") << ", \"nics_per_host\": " << nics
-     << "}}, \"uniform\": {\"hosts\": 2, \"devices_per_host\": 1}}";
+     << "}}, \"uniform\": {\"hosts\": " << hosts << ", \"devices_per_host\": " << per_host << "}}";
   return Topology::from_json(os.str());
 }
 
@@ -145,6 +146,54 @@ TEST(MulticastTree, ClosedFormEqualsTheTreesEdgesWalked) {
     ASSERT_LE(tree.time(best).total(), tree.time(0).total()) << "case " << i;
   }
   EXPECT_GT(trees, 500);
+}
+
+// TreeShapes keeps answers by shape (bytes, which members share a host, which a NIC): on random
+// multicasts in chain order, many of one shape on different devices, its group and times equal
+// a fresh MulticastTree's, whatever was asked before.
+TEST(MulticastTree, ShapesKeptAnswerAsAFreshTree) {
+  Rng rng(0x5ba9);
+  for (int i = 0; i < testing::scaled(40); ++i) {
+    const int nics = static_cast<int>(rng.between(1, 4)), hosts = 12, per_host = 4;
+    const Topology t = random_links(rng, nics, hosts, per_host);
+    std::vector<int> all(hosts * per_host);
+    for (std::size_t d = 0; d < all.size(); ++d) all[d] = static_cast<int>(d);
+    const std::int64_t chunk = rng.chance(1, 2) ? kDefaultChunkBytes : rng.between(1, 1 << 16);
+    const detail::LinkTimeline s(t, all, 4, chunk);
+    detail::TreeShapes shapes(s);
+    for (int k = 0; k < 200; ++k) {
+      // A few shapes: the same host pattern moved to other hosts (by `shift`) repeats one.
+      const int shift = static_cast<int>(rng.below(hosts)), kind = static_cast<int>(rng.below(3));
+      Op op{OpKind::Multicast,
+            0,
+            Box({{0, 1}}),
+            (shift * per_host) % static_cast<int>(all.size()),
+            {},
+            false,
+            0};
+      // Each host's members from a random one on (as rotate_chain): the same hosts, other NICs.
+      for (int h = 1; h <= 3 + kind; ++h) {
+        const int first = static_cast<int>(rng.below(per_host)), n = per_host - (h + kind) % 2;
+        for (int m = 0; m < n; ++m)
+          op.peers.push_back(((shift + h) % hosts) * per_host + (first + m) % per_host);
+      }
+      if (rng.chance(1, 4)) rng.shuffle(op.peers);  // not one run per host: still exact
+      const std::int64_t bytes = rng.chance(3, 4) ? 1 << 20 : rng.between(1, 1 << 22);
+      MulticastTree fresh;
+      fresh.reset(t, bytes, chunk);
+      fresh.add(s.host(op.root), s.nic(op.root));
+      for (int p : op.peers) fresh.add(s.host(p), s.nic(p));
+      const std::int32_t best = op.peers.size() < 4 ? 0 : fresh.best();
+      const std::string ctx = "case " + std::to_string(i) + " op " + std::to_string(k);
+      ASSERT_EQ(shapes.best(op, bytes), best) << ctx;
+      for (std::int32_t g : {best, std::int32_t{0}}) {
+        op.group = g;
+        const OpTime got = shapes.time(op, bytes), want = fresh.time(g);
+        ASSERT_EQ(got.latency, want.latency) << ctx << " group " << g;
+        ASSERT_EQ(got.occupancy, want.occupancy) << ctx << " group " << g;
+      }
+    }
+  }
 }
 
 TEST(MulticastTree, OneChainIsChainTime) {
