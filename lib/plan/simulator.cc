@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <limits>
 #include <queue>
+#include <span>
 
 #include "links.h"
 #include "meshcast/cost.h"
@@ -19,17 +20,21 @@ namespace {
 
 using detail::Links;
 
+// Ops and flows keep their devices and links in shared arrays (begin, end): a dense plan's
+// millions of ops were three allocations each, most of the simulator's memory and time.
 struct SimOp {
   int phase = 0;
-  std::vector<std::size_t> devices;  // participants (dense indices), distinct
-  double delay = 0;                  // latency + pipeline fill, before the flows move
-  std::size_t first_flow = 0, flows = 0, flows_left = 0;
-  std::size_t waiting = 0;  // participants not yet in the op's phase
+  std::uint32_t flows = 0, flows_left = 0;  // an op has a few flows
+  std::uint32_t waiting = 0;                // participants not yet in the op's phase
+  std::size_t dev_begin = 0, dev_end = 0;   // participants (dense indices), distinct: devices_of_
+  std::size_t first_flow = 0;
+  double delay = 0;  // latency + pipeline fill, before the flows move
 };
 
 struct SimFlow {
-  std::vector<std::size_t> links;  // a link used twice appears twice (it carries the flow twice)
-  std::vector<double> weights;     // per entry of links: the link's capacity used per byte/s
+  // links_of_ / weights_of_ [begin, end): a link used twice appears twice (it carries the flow
+  // twice); per entry, the link's capacity used per byte/s.
+  std::size_t begin = 0, end = 0;
   double remaining = 0, rate = 0;
   std::size_t op = 0;
 };
@@ -40,14 +45,20 @@ class Simulator {
       : devices_(plan.devices()), links_(topology, devices_) {
     const std::int64_t elem = static_cast<std::int64_t>(dtype_size(plan.src().dtype()));
     std::vector<Links::Flow> fs;
+    ops_.reserve(plan.ops().size());  // mostly one flow per op
+    flows_.reserve(plan.ops().size());
     for (const Op& op : plan.ops()) {
       SimOp s;
       s.phase = op.phase;
       phases_ = std::max(phases_, op.phase + 1);
-      s.devices.push_back(slot(op.root));
-      for (int p : op.peers) s.devices.push_back(slot(p));
-      std::sort(s.devices.begin(), s.devices.end());
-      s.devices.erase(std::unique(s.devices.begin(), s.devices.end()), s.devices.end());
+      s.dev_begin = devices_of_.size();
+      devices_of_.push_back(slot(op.root));
+      for (int p : op.peers) devices_of_.push_back(slot(p));
+      std::sort(devices_of_.begin() + static_cast<std::ptrdiff_t>(s.dev_begin), devices_of_.end());
+      devices_of_.erase(std::unique(devices_of_.begin() + static_cast<std::ptrdiff_t>(s.dev_begin),
+                                    devices_of_.end()),
+                        devices_of_.end());
+      s.dev_end = devices_of_.size();
       fs.clear();
       const std::int64_t bytes = op.box.volume() * elem;
       const detail::OpTime alone = links_.flows(op, bytes, chunk, fs);
@@ -71,11 +82,14 @@ class Simulator {
       if (op.kind == OpKind::Multicast)
         s.delay += std::max(0.0, alone.occupancy - static_cast<double>(bytes) * per_byte);
       s.first_flow = flows_.size();
-      s.flows = s.flows_left = fs.size();
-      for (auto& f : fs)
-        flows_.push_back({std::move(f.links), std::move(f.weights), static_cast<double>(f.bytes), 0,
-                          ops_.size()});
-      ops_.push_back(std::move(s));
+      s.flows = s.flows_left = static_cast<std::uint32_t>(fs.size());
+      for (const auto& f : fs) {
+        const std::size_t begin = links_of_.size();
+        for (std::size_t l : f.links) links_of_.push_back(static_cast<std::uint32_t>(l));
+        weights_of_.insert(weights_of_.end(), f.weights.begin(), f.weights.end());
+        flows_.push_back({begin, links_of_.size(), static_cast<double>(f.bytes), 0, ops_.size()});
+      }
+      ops_.push_back(s);
     }
   }
 
@@ -86,7 +100,7 @@ class Simulator {
     left_.assign(n * p, 0);
     std::vector<std::size_t> count(n * p + 1, 0);
     for (const SimOp& o : ops_)
-      for (std::size_t d : o.devices) ++count[d * p + static_cast<std::size_t>(o.phase)];
+      for (std::size_t d : devices(o)) ++count[d * p + static_cast<std::size_t>(o.phase)];
     list_start_.assign(n * p + 1, 0);
     for (std::size_t i = 0; i < n * p; ++i) {
       left_[i] = count[i];
@@ -99,8 +113,8 @@ class Simulator {
     std::vector<std::size_t> fill(list_start_.begin(), list_start_.end() - 1);
     for (std::size_t i = 0; i < ops_.size(); ++i) {
       SimOp& o = ops_[i];
-      for (std::size_t d : o.devices) list_[fill[d * p + static_cast<std::size_t>(o.phase)]++] = i;
-      o.waiting = o.phase > 0 ? o.devices.size() : 0;
+      for (std::size_t d : devices(o)) list_[fill[d * p + static_cast<std::size_t>(o.phase)]++] = i;
+      o.waiting = o.phase > 0 ? static_cast<std::uint32_t>(o.dev_end - o.dev_begin) : 0;
       if (o.waiting == 0) ready(i, 0);
     }
     for (std::size_t d = 0; d < n; ++d) advance(d, 0);
@@ -151,9 +165,13 @@ class Simulator {
   const Links& links() const { return links_; }
 
  private:
-  std::size_t slot(int device) const {
-    return static_cast<std::size_t>(std::lower_bound(devices_.begin(), devices_.end(), device) -
-                                    devices_.begin());
+  std::uint32_t slot(int device) const {
+    return static_cast<std::uint32_t>(std::lower_bound(devices_.begin(), devices_.end(), device) -
+                                      devices_.begin());
+  }
+
+  std::span<const std::uint32_t> devices(const SimOp& o) const {
+    return {devices_of_.data() + o.dev_begin, o.dev_end - o.dev_begin};
   }
 
   void ready(std::size_t op, double t) {
@@ -179,7 +197,7 @@ class Simulator {
     out_.op_end[op] = t;
     out_.seconds = std::max(out_.seconds, t);
     const SimOp& o = ops_[op];
-    for (std::size_t d : o.devices)
+    for (std::size_t d : devices(o))
       if (--left_[d * p + static_cast<std::size_t>(o.phase)] == 0 &&
           at_[d] == static_cast<std::size_t>(o.phase))
         advance(d, t);
@@ -204,14 +222,14 @@ class Simulator {
     }
     touched_.clear();
     for (std::size_t f : active_)
-      for (std::size_t k = 0; k < flows_[f].links.size(); ++k) {
-        const std::size_t l = flows_[f].links[k];
+      for (std::size_t k = flows_[f].begin; k < flows_[f].end; ++k) {
+        const std::size_t l = links_of_[k];
         if (cnt_[l]++ == 0) {
           touched_.push_back(l);
           cap_[l] = links_.bandwidth(l);
           weight_[l] = 0;
         }
-        weight_[l] += flows_[f].weights[k];
+        weight_[l] += weights_of_[k];
       }
     // The flows on each touched link: on_[begin_[l], end_[l]).
     std::size_t total = 0;
@@ -222,7 +240,8 @@ class Simulator {
     on_.resize(total);
     for (std::size_t f : active_) {
       flows_[f].rate = -1;  // not fixed yet
-      for (std::size_t l : flows_[f].links) on_[end_[l]++] = f;
+      for (std::size_t k = flows_[f].begin; k < flows_[f].end; ++k)
+        on_[end_[links_of_[k]]++] = static_cast<std::uint32_t>(f);
     }
     using Entry = std::pair<double, std::size_t>;
     std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
@@ -230,27 +249,32 @@ class Simulator {
       level_[l] = cap_[l] / weight_[l];
       heap.push({level_[l], l});
     }
+    // A link's level only rises as flows elsewhere are fixed (they take at most its level), so
+    // its heap entry is a lower bound: refreshed when it comes up, not on every change (a dense
+    // plan's millions of flows each change four links).
     while (!heap.empty()) {
       const auto [s, l] = heap.top();
       heap.pop();
-      if (cnt_[l] == 0 || s != level_[l]) continue;  // done, or a stale entry
+      if (cnt_[l] == 0) continue;  // done
+      if (s != level_[l]) {
+        heap.push({level_[l], l});
+        continue;
+      }
       for (std::size_t j = begin_[l]; j < end_[l]; ++j) {
         SimFlow& fl = flows_[on_[j]];
         if (fl.rate >= 0) continue;
         fl.rate = s;
-        for (std::size_t k = 0; k < fl.links.size(); ++k) {
-          const std::size_t l2 = fl.links[k];
-          cap_[l2] = std::max(0.0, cap_[l2] - s * fl.weights[k]);
-          weight_[l2] -= fl.weights[k];
-          if (--cnt_[l2] > 0) {
-            level_[l2] = cap_[l2] / std::max(weight_[l2], 1.0);  // each weight is >= 1
-            heap.push({level_[l2], l2});
-          }
+        for (std::size_t k = fl.begin; k < fl.end; ++k) {
+          const std::size_t l2 = links_of_[k];
+          cap_[l2] = std::max(0.0, cap_[l2] - s * weights_of_[k]);
+          weight_[l2] -= weights_of_[k];
+          if (--cnt_[l2] > 0) level_[l2] = cap_[l2] / std::max(weight_[l2], 1.0);  // weights >= 1
         }
       }
     }
     for (std::size_t f : active_)  // a flow starved to 0 by rounding still moves
-      flows_[f].rate = std::max(flows_[f].rate, 1e-9 * links_.bandwidth(flows_[f].links.front()));
+      flows_[f].rate =
+          std::max(flows_[f].rate, 1e-9 * links_.bandwidth(links_of_[flows_[f].begin]));
   }
 
   std::vector<int> devices_;
@@ -259,6 +283,9 @@ class Simulator {
   int phases_ = 0;
   std::vector<SimOp> ops_;
   std::vector<SimFlow> flows_;
+  std::vector<std::uint32_t> devices_of_;  // the ops' participants, op by op
+  std::vector<std::uint32_t> links_of_;    // the flows' links, flow by flow
+  std::vector<double> weights_of_;         // per entry of links_of_
   // Per device: the phase it is in; per (device, phase): ops not finished, and the ops (CSR).
   std::vector<std::size_t> at_, left_, list_start_, list_;
   std::vector<char> done_;
@@ -268,7 +295,8 @@ class Simulator {
   // share()'s scratch, per link: capacity left, share per unit of unfixed weight, unfixed weight,
   // unfixed flow entries, and the flows on it (on_[begin_, end_)).
   std::vector<double> cap_, level_, weight_;
-  std::vector<std::size_t> cnt_, begin_, end_, on_, touched_;
+  std::vector<std::size_t> cnt_, begin_, end_, touched_;
+  std::vector<std::uint32_t> on_;  // flow indices (< 2^32: simulate_work bounds the ops)
   Simulation out_;
   std::int64_t work_ = 0;  // flow-rate updates so far
 };

@@ -510,7 +510,7 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
   double best_price = 0;
   // One receiver per tile: no box fans out, without pricing all the tasks (a device planning
   // its own part alone must not pay for the whole plan's tasks).
-  const bool single = receivers_per_tile(grid.dst()) == 1;
+  const bool single = holders_per_tile(grid.dst()) == 1;
   // Only a destination tile with replicas can fan out; else every strategy builds the same ops
   // and the first that fits is taken unpriced (a dense reshard has millions of boxes).
   HolderSet targets(grid.dst());

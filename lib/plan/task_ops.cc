@@ -11,18 +11,18 @@ bool local(const Op& op) { return op.kind == OpKind::Copy || op.kind == OpKind::
 
 }  // namespace
 
-std::int64_t receivers_per_tile(const Layout& dst) {
-  HolderSet h(dst);
-  h.select(std::vector<std::int64_t>(dst.ndim(), 0), 0);
+std::int64_t holders_per_tile(const Layout& layout) {
+  HolderSet h(layout);
+  h.select(std::vector<std::int64_t>(layout.ndim(), 0), 0);
   return h.size();
 }
 
 std::int64_t stream_slots(Strategy strategy, const Layout& dst) {
   switch (strategy) {
     case Strategy::SendRecv:
-      return 1 + receivers_per_tile(dst);
+      return 1 + holders_per_tile(dst);
     case Strategy::AllGather:
-      return 1 + 2 * receivers_per_tile(dst);
+      return 1 + 2 * holders_per_tile(dst);
     default:
       return 2;
   }
@@ -79,6 +79,10 @@ void order_ops(std::vector<Op>& ops) {
   for (const Op& op : ops) phases = std::max(phases, op.phase + 1);
   std::vector<std::size_t> start(2 * static_cast<std::size_t>(phases) + 1, 0);
   auto key = [](const Op& op) { return 2 * static_cast<std::size_t>(op.phase) + !local(op); };
+  // Mostly in order already (one phase, no local op before a transfer): then no copy of them.
+  if (std::is_sorted(ops.begin(), ops.end(),
+                     [&](const Op& a, const Op& b) { return key(a) < key(b); }))
+    return;
   for (const Op& op : ops) ++start[key(op) + 1];
   for (std::size_t k = 1; k < start.size(); ++k) start[k] += start[k - 1];
   std::vector<Op> out(ops.size());

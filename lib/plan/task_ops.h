@@ -14,9 +14,9 @@
 
 namespace meshcast::detail {
 
-// Devices a tile of the target goes to: the holders of its first addend (the others are
-// zeroed). The same for every tile.
-std::int64_t receivers_per_tile(const Layout& dst);
+// The holders of a tile's first addend: the same for every tile. Of a target, the devices a
+// tile goes to (the other addends are zeroed).
+std::int64_t holders_per_tile(const Layout& layout);
 
 // Tag streams a task's ops may use: slot 0 its reduce, then one per transfer of the strategy
 // (at most one per receiver, two for allgather). An op's stream is task * slots + slot.
