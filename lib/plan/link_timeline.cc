@@ -89,7 +89,12 @@ void LinkTimeline::entry_nics(const std::vector<int>& peers, int root_host, std:
 
 OpTime LinkTimeline::multicast_time(std::int64_t bytes, int net_hops, std::size_t peers) const {
   // The chain enters every receiving host once (chain_order): one network hop per host.
-  return chain_time(bytes, net_hops, static_cast<int>(peers) - net_hops, *topology_, chunk_);
+  // Consecutive ops mostly repeat the last one's (a task's transfers): kept.
+  Timed& t = timed_;
+  if (bytes != t.bytes || net_hops != t.net || peers != t.peers)
+    t = {bytes, net_hops, peers,
+         chain_time(bytes, net_hops, static_cast<int>(peers) - net_hops, *topology_, chunk_)};
+  return t.time;
 }
 
 int LinkTimeline::best_root(const Op& op, std::span<const int> candidates) const {
@@ -98,7 +103,9 @@ int LinkTimeline::best_root(const Op& op, std::span<const int> candidates) const
   // a runner-up). Forwarders are taken as for a root on no receiver's host (the last hop can
   // differ by one). With several NICs the entry NICs depend on the root's: computed per root.
   double ready = 0;
-  std::vector<int> hosts;
+  thread_local std::vector<int> hosts;  // scratch: asked once per transfer of a greedy plan
+  thread_local std::vector<std::size_t> entries;
+  hosts.clear();
   const int last = chain_last(op.peers, -1, 0);
   for (int r : op.peers) {
     const std::size_t i = index(r);
@@ -107,7 +114,7 @@ int LinkTimeline::best_root(const Op& op, std::span<const int> candidates) const
   }
   std::sort(hosts.begin(), hosts.end());
   hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
-  std::vector<std::size_t> entries;  // per receiving host (in `hosts` order): its entry NIC
+  // entries: per receiving host (in `hosts` order), its entry NIC.
   int top_host = -1;
   double top = 0, second = 0;
   auto inbound = [&](std::size_t root_nic) {
@@ -133,16 +140,19 @@ int LinkTimeline::best_root(const Op& op, std::span<const int> candidates) const
   const std::int64_t bytes = op.box.volume() * static_cast<std::int64_t>(elem_size_);
   int best = candidates.front();
   std::pair<double, std::int64_t> best_key{0, 0};
+  // The op's time alone takes two values (the root on a receiving host or not): each computed
+  // once, not per candidate.
+  double alone[2] = {-1, -1};
   for (std::size_t k = 0; k < candidates.size(); ++k) {
     const std::size_t s = index(candidates[k]);
     const int hs = dev_[s].host;
     if (nics_ > 1) inbound(dev_[s].nic);
-    const int net = static_cast<int>(hosts.size()) -
-                    (std::binary_search(hosts.begin(), hosts.end(), hs) ? 1 : 0);
+    const bool among = std::binary_search(hosts.begin(), hosts.end(), hs);
+    const int net = static_cast<int>(hosts.size()) - (among ? 1 : 0);
     double start = std::max({ready, dev_[s].prev, dev_[s].send});
     if (net) start = std::max({start, out_[dev_[s].nic], top_host != hs ? top : second});
-    const std::pair<double, std::int64_t> key{
-        start + multicast_time(bytes, net, op.peers.size()).total(), dev_[s].sent_bytes};
+    if (alone[among] < 0) alone[among] = multicast_time(bytes, net, op.peers.size()).total();
+    const std::pair<double, std::int64_t> key{start + alone[among], dev_[s].sent_bytes};
     if (k == 0 || key < best_key) {
       best_key = key;
       best = candidates[k];
@@ -170,6 +180,7 @@ int LinkTimeline::best_contributor(std::span<const int> candidates, int root) co
 
 int LinkTimeline::chain_last(const std::vector<int>& peers, int root_host,
                              std::size_t root_nic) const {
+  if (peers.size() == 1) return peers[0];  // a send: asked per transfer of a sendrecv plan
   int last = -1;
   std::uint64_t best = 0;
   for (int p : peers) {

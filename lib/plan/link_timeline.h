@@ -73,6 +73,14 @@ class LinkTimeline {
                   std::vector<std::size_t>& nics) const;
   // A multicast's time to `net_hops` receiving hosts other than the root's and `peers` peers.
   OpTime multicast_time(std::int64_t bytes, int net_hops, std::size_t peers) const;
+  // multicast_time's last answer (a LinkTimeline is one planner's, never shared by threads).
+  struct Timed {
+    std::int64_t bytes = -1;
+    int net = 0;
+    std::size_t peers = 0;
+    OpTime time;
+  };
+  mutable Timed timed_;
   OpTime link_time(std::int64_t bytes, bool remote) const;
   // The per-message overhead of a message between hosts (remote) or inside one.
   double overhead(bool remote) const;

@@ -174,7 +174,9 @@ const TreeShapes::Shape& TreeShapes::shape(const Op& op, std::int64_t bytes) {
   return shapes_.emplace(key_, Shape{group, tree_.time(group)}).first->second;
 }
 
-std::int32_t TreeShapes::best(const Op& op, std::int64_t bytes) { return shape(op, bytes).group; }
+std::int32_t TreeShapes::best(const Op& op, std::int64_t bytes) {
+  return op.peers.size() < 4 ? 0 : shape(op, bytes).group;  // (MulticastTree::best)
+}
 
 OpTime TreeShapes::time(const Op& op, std::int64_t bytes) {
   const Shape& sh = shape(op, bytes);

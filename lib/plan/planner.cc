@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <optional>
 #include <random>
+#include <span>
 
 #include "lib/plan/link_timeline.h"
 #include "lib/plan/links.h"
@@ -25,10 +27,11 @@ namespace {
 using detail::LinkTimeline;
 
 // An op whose senders are still to be chosen. Multicast: choices[0] lists candidate roots.
-// Reduce: choices[g] lists candidate contributors of addend g (peers[g]).
+// Reduce: choices[g] lists candidate contributors of addend g (peers[g]). The lists are the
+// Builder's, one per task and addend, shared by the task's ops (a sendrecv op per receiver).
 struct Unit {
   Op op;
-  std::vector<std::vector<int>> choices;
+  std::vector<std::span<const int>> choices;
   std::int64_t bytes = 0;
 };
 
@@ -53,7 +56,7 @@ class Builder {
   }
 
  private:
-  void add(Op op, std::vector<std::vector<int>> choices) {
+  void add(Op op, std::vector<std::span<const int>> choices) {
     const std::int64_t bytes = op.box.volume() * elem_;
     units_.push_back({std::move(op), std::move(choices), bytes});
   }
@@ -61,7 +64,7 @@ class Builder {
   void expand(const Task& t) {
     if (t.sources.size() == 1) {
       // Devices holding the data in both layouts copy it locally.
-      const auto& holders = t.sources[0];
+      const std::vector<int>& holders = keep(t.sources[0]);
       // Membership by binary search in a sorted copy: a linear find per destination costs
       // holders x destinations per task, quadratic in the mesh for replicated layouts.
       sorted_.assign(holders.begin(), holders.end());
@@ -85,10 +88,10 @@ class Builder {
     if (roots.empty()) roots = t.destinations;
     const int root = least_loaded_root(roots);
     Op reduce{OpKind::Reduce, 0, t.box, root, {}, true, stream_ - 1};
-    std::vector<std::vector<int>> choices;
+    std::vector<std::span<const int>> choices;
     for (const auto& g : t.sources) {
       const bool at_root = std::find(g.begin(), g.end(), root) != g.end();
-      choices.push_back(at_root ? std::vector<int>{root} : g);
+      choices.push_back(keep(at_root ? std::vector<int>{root} : g));
       reduce.peers.push_back(choices.back().front());
     }
     reduce_load_[root] += static_cast<std::int64_t>(t.sources.size()) * t.box.volume();
@@ -96,7 +99,12 @@ class Builder {
     std::vector<int> receivers;
     for (int d : t.destinations)
       if (d != root) receivers.push_back(d);
-    serve(t.box, {root}, receivers, 1, true);
+    serve(t.box, keep({root}), receivers, 1, true);
+  }
+
+  // A list of candidates kept for the units (a deque: its elements never move).
+  const std::vector<int>& keep(std::vector<int> candidates) {
+    return kept_.emplace_back(std::move(candidates));
   }
 
   int least_loaded_root(const std::vector<int>& roots) {
@@ -149,6 +157,7 @@ class Builder {
   std::int64_t slots_;
   std::int64_t stream_ = 0;  // the current task's first transfer stream
   std::vector<Unit> units_;
+  std::deque<std::vector<int>> kept_;
   std::map<int, std::int64_t> reduce_load_;
   std::vector<int> sorted_;  // expand()'s scratch
 
@@ -321,7 +330,7 @@ PlanStats account(const std::vector<Op>& ops, const LinkTimeline& s, std::int64_
 // `fans_out` (optional) tells whether the strategy mattered (see Builder::fans_out_).
 // The ops of units in `order`, each multicast's receivers in chain order, as a tree of chains
 // where the model prefers one (not an all-gather's forwarding: see TreeShapes).
-std::vector<Op> ops_of(std::vector<Unit>& units, const Order& order, const LinkTimeline& s,
+std::vector<Op> ops_of(const std::vector<Unit>& units, const Order& order, const LinkTimeline& s,
                        Strategy strategy) {
   std::vector<Op> ops;
   ops.reserve(units.size());
@@ -329,7 +338,7 @@ std::vector<Op> ops_of(std::vector<Unit>& units, const Order& order, const LinkT
   const auto elem = static_cast<std::int64_t>(s.elem_size());
   for (const auto& phase : order)
     for (auto i : phase) {
-      Op op = std::move(units[i].op);
+      Op op = units[i].op;
       if (op.kind == OpKind::Multicast) {
         detail::chain_order(op.peers, op.root, s);
         if (strategy != Strategy::AllGather) op.group = trees.best(op, op.box.volume() * elem);
@@ -374,13 +383,11 @@ Plan plan_with(const Layout& src, const Layout& dst, const TaskGrid& grid, LinkT
   Order order = initial_order(units);
   assign_greedy(units, order, s);
   if (opt.balance == Balance::Search) {
-    std::vector<Unit> greedy_units = units;
-    Order greedy_order = order;
-    truncated = search(units, order, s, opt);
-    ops = ops_of(units, order, s, strategy);
     // The search improves the schedule; keep greedy's plan where the model prefers it, so that
     // search is never worse than greedy by the time the plan records.
-    std::vector<Op> greedy = ops_of(greedy_units, greedy_order, s, strategy);
+    std::vector<Op> greedy = ops_of(units, order, s, strategy);
+    truncated = search(units, order, s, opt);
+    ops = ops_of(units, order, s, strategy);
     if (analytic(greedy) < analytic(ops) * (1 - 1e-12)) ops = std::move(greedy);
   } else {
     ops = ops_of(units, order, s, strategy);
