@@ -144,7 +144,20 @@ std::vector<ScaleCase> scale_cases(int hosts) {
       {"1x1>all R", "1@0:R", all + ":R", {1 << 28}},
       // A transpose of the tile grid between the two halves.
       {"S0S1>S1S0", first + ":S0S1", second + ":S1S0", {65536, 65536}},
+      // Dense: rows by host, columns by 4 GPUs, to columns by device - every source tile meets
+      // every target tile of its columns, n^2 / 4 boxes (4 M at 8,192 devices).
+      {"dense S0S1R>RS0R", std::to_string(hosts) + "x4@0-" + std::to_string(n / 2 - 1) + ":S0S1R",
+       std::to_string(n / 2) + "@" + std::to_string(n / 2) + "-" + std::to_string(n - 1) + ":RS0R",
+       {n, 8192, 16}},
   };
+}
+
+// The process's peak resident memory (VmHWM), MiB; 0 where /proc does not say.
+double peak_rss_mb() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024;
+  return 0;
 }
 
 void bm_scale(benchmark::State& state, const Topology& topo, const ScaleCase& c) {
@@ -155,6 +168,8 @@ void bm_scale(benchmark::State& state, const Topology& topo, const ScaleCase& c)
     std::size_t ops = 0, devices = 0;
     PlanOptions o;
     o.strategy = Strategy::Broadcast;  // auto would also plan allgather: see Study::run
+    // The case's own peak memory: Linux resets the process's peak (VmHWM) on this write.
+    std::ofstream("/proc/self/clear_refs") << "5";
     for (auto _ : state) {
       const Plan p = plan(src, dst, topo, o);
       s = simulate(p, topo);
@@ -165,6 +180,7 @@ void bm_scale(benchmark::State& state, const Topology& topo, const ScaleCase& c)
     state.counters["ops"] = static_cast<double>(ops);
     state.counters["simulated_s"] = s.seconds;
     state.counters["events"] = static_cast<double>(s.events);
+    state.counters["peak_mb"] = peak_rss_mb();
     state.SetLabel(c.src + " -> " + c.dst);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
