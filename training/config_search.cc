@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 
+#include "meshcast/cost.h"
 #include "meshcast/error.h"
 #include "meshcast/sparse.h"
 
@@ -20,16 +21,17 @@ void require(bool ok, const std::string& field, const std::string& why) {
   if (!ok) throw ValidationError(field, why);
 }
 
-// What collective_seconds() needs of a group: its size and its slowest link per device.
+// What collective_seconds() needs of a group: its size, and the messages a step of its ring
+// puts through the busiest NIC it crosses (0: the group is inside one host).
 struct GroupLink {
   int members = 1;
-  double latency = 0, bandwidth = 1;
+  std::int64_t per_nic = 0;
 };
 
 using HostCounts = std::map<int, int>;  // host -> devices
 
-// Devices per host in those of `groups` that span hosts: they share the host's network link
-// when the groups run at once.
+// Devices per host in those of `groups` that span hosts: they share the host's NICs when the
+// groups run at once.
 HostCounts spanning_per_host(const std::vector<std::vector<int>>& groups, const Topology& t) {
   HostCounts out;
   for (const auto& g : groups) {
@@ -41,28 +43,34 @@ HostCounts spanning_per_host(const std::vector<std::vector<int>>& groups, const 
   return out;
 }
 
+// Messages through a host's busiest NIC when `senders` of its devices send one each at once
+// (device i of a host uses NIC i mod nics_per_host).
+std::int64_t per_nic(int senders, const Topology& t) {
+  const int nics = std::max(1, t.nics_per_host());
+  return (senders + nics - 1) / nics;
+}
+
 // `sharing`: spanning_per_host() of every group that runs at the same time as this one.
 GroupLink group_link(const std::vector<int>& group, const Topology& t, const HostCounts& sharing) {
   GroupLink l;
   l.members = static_cast<int>(group.size());
-  if (l.members < 2) return l;
   HostCounts on_host;
   for (int d : group) ++on_host[t.host_of(d)];
-  if (on_host.size() == 1) return {l.members, t.intra().latency, t.intra().bandwidth};
-  l.latency = t.network().latency;
-  l.bandwidth = std::numeric_limits<double>::infinity();
-  for (const auto& [host, k] : on_host) {
-    l.bandwidth = std::min(l.bandwidth, t.network().bandwidth / sharing.at(host));
-    if (k > 1) l.bandwidth = std::min(l.bandwidth, t.intra().bandwidth);
-  }
+  if (l.members < 2 || on_host.size() == 1) return l;
+  for (const auto& [host, k] : on_host)
+    l.per_nic = std::max(l.per_nic, per_nic(sharing.at(host), t));
   return l;
 }
 
-double group_seconds(const GroupLink& l, CollectiveKind kind, double bytes) {
+// A ring collective's steps, each a round of the cost model (meshcast/cost.h round_seconds:
+// one message of bytes / n from every member to the next, the latency, the sender's overhead
+// and port, and the busiest NIC's share), the same formulas as the planner's and the
+// collectives' own choice of algorithm.
+double group_seconds(const GroupLink& l, CollectiveKind kind, double bytes, const Topology& t) {
   if (l.members < 2) return 0;
   const double n = l.members;
   const double steps = (kind == CollectiveKind::AllReduce ? 2 : 1) * (n - 1);
-  return steps * l.latency + steps / n * bytes / l.bandwidth;
+  return steps * round_seconds(bytes / n, 1, l.per_nic, t);
 }
 
 // `count` collectives of `bytes` each over one group.
@@ -122,14 +130,15 @@ void add_group_loads(const ParallelConfig& par, const Free& free,
       const GroupLink link = group_link(g, t, sharing);
       double seconds = 0;
       for (const Load& l : loads[st].*which)
-        seconds += l.count * group_seconds(link, l.kind, l.bytes);
+        seconds += l.count * group_seconds(link, l.kind, l.bytes, t);
       for (int m : g) out[static_cast<std::size_t>(m)] += seconds;
     }
   }
 }
 
 // Seconds of one point-to-point transfer of `bytes` for each pair (from[i], to[i]), which all
-// run at once: pairs crossing hosts share the network links of their hosts.
+// run at once: a round of the cost model (round_seconds), the pairs crossing hosts sharing the
+// NICs of their hosts.
 std::vector<double> transfer_seconds(const std::vector<int>& from, const std::vector<int>& to,
                                      double bytes, const Topology& t) {
   std::map<int, int> leaving, entering;
@@ -142,12 +151,8 @@ std::vector<double> transfer_seconds(const std::vector<int>& from, const std::ve
   std::vector<double> out;
   for (std::size_t i = 0; i < from.size(); ++i) {
     const int a = t.host_of(from[i]), b = t.host_of(to[i]);
-    if (a == b) {
-      out.push_back(t.intra().latency + bytes / t.intra().bandwidth);
-      continue;
-    }
-    const int sharing = std::max(leaving[a], entering[b]);
-    out.push_back(t.network().latency + bytes * sharing / t.network().bandwidth);
+    const std::int64_t nic = a == b ? 0 : per_nic(std::max(leaving[a], entering[b]), t);
+    out.push_back(round_seconds(bytes, 1, nic, t));
   }
   return out;
 }
@@ -231,8 +236,8 @@ ConfigEstimate estimate(const ModelConfig& model, const TrainConfig& train,
   // The loss and gradient norm: one all-reduce of 2 doubles over every device.
   std::vector<int> world(total_devices);
   for (std::size_t i = 0; i < total_devices; ++i) world[i] = static_cast<int>(i);
-  const double norm =
-      group_seconds(group_link(world, topology, spanning_per_host({world}, topology)), AR, 16);
+  const double norm = group_seconds(
+      group_link(world, topology, spanning_per_host({world}, topology)), AR, 16, topology);
   for (double& x : data) x += norm;
 
   // Stage crossings: the boundaries, then skips whose ends lie on different stages; each moves
@@ -311,7 +316,7 @@ double collective_seconds(const std::vector<int>& group, double bytes, Collectiv
   require(bytes >= 0 && std::isfinite(bytes), "bytes",
           "must be a finite number >= 0 (got " + std::to_string(bytes) + ")");
   return group_seconds(group_link(group, topology, spanning_per_host({group}, topology)), kind,
-                       bytes);
+                       bytes, topology);
 }
 
 std::vector<ConfigEstimate> search_configurations(const ModelConfig& model,

@@ -48,13 +48,11 @@ std::string field_of(F&& f) {
 TEST(ConfigSearch, CollectiveSecondsWithinOneHost) {
   const Topology t = emulated();
   const std::vector<int> host1{4, 5, 6, 7};
-  const double mb = 1e6, bw = 0.75e9, lat = 2e-6;
-  EXPECT_NEAR(collective_seconds(host1, mb, CollectiveKind::AllReduce, t),
-              6 * lat + 2 * 3.0 / 4 * mb / bw, 1e-12);
-  EXPECT_NEAR(collective_seconds(host1, mb, CollectiveKind::AllGather, t),
-              3 * lat + 3.0 / 4 * mb / bw, 1e-12);
-  EXPECT_NEAR(collective_seconds(host1, mb, CollectiveKind::ReduceScatter, t),
-              3 * lat + 3.0 / 4 * mb / bw, 1e-12);
+  // A step: the latency, then the sender's overhead and a quarter of the bytes through its port.
+  const double mb = 1e6, bw = 0.75e9, lat = 2e-6, step = lat + t.intra().overhead + mb / 4 / bw;
+  EXPECT_NEAR(collective_seconds(host1, mb, CollectiveKind::AllReduce, t), 6 * step, 1e-12);
+  EXPECT_NEAR(collective_seconds(host1, mb, CollectiveKind::AllGather, t), 3 * step, 1e-12);
+  EXPECT_NEAR(collective_seconds(host1, mb, CollectiveKind::ReduceScatter, t), 3 * step, 1e-12);
   EXPECT_EQ(collective_seconds({3}, mb, CollectiveKind::AllReduce, t), 0);
   EXPECT_EQ(collective_seconds({}, mb, CollectiveKind::AllReduce, t), 0);
 }
@@ -62,14 +60,15 @@ TEST(ConfigSearch, CollectiveSecondsWithinOneHost) {
 TEST(ConfigSearch, CollectiveSecondsAcrossHosts) {
   const Topology t = emulated();
   const double mb = 1e6, net = 1e9 / 8, lat = 12e-3;
-  // Two members share host 0's link: half of it each.
+  // Two members send through host 0's one NIC in each step: two thirds of the bytes, which take
+  // longer there than through a sender's port.
   const std::vector<int> group{0, 1, 4};
   EXPECT_NEAR(collective_seconds(group, mb, CollectiveKind::AllReduce, t),
-              4 * lat + 2 * 2.0 / 3 * mb / (net / 2), 1e-12);
+              4 * (lat + 2 * mb / 3 / net), 1e-12);
   EXPECT_NEAR(collective_seconds(group, mb, CollectiveKind::AllReduce, t), 0.069333, 1e-6);
   EXPECT_NEAR(collective_seconds(group, mb, CollectiveKind::ReduceScatter, t),
-              2 * lat + 2.0 / 3 * mb / (net / 2), 1e-12);
-  // One member per host: each has its host's whole link.
+              2 * (lat + 2 * mb / 3 / net), 1e-12);
+  // One member per host: each has its host's NIC to itself.
   EXPECT_NEAR(collective_seconds({0, 4}, mb, CollectiveKind::AllGather, t), lat + 0.5 * mb / net,
               1e-12);
 }

@@ -17,10 +17,11 @@
 //   distinct), and the step's loss and norm all-reduce over every device.
 // - pipeline_comm: every activation and gradient a device sends or receives across a stage
 //   boundary (or a skip between stages), point to point between the devices at the same place
-//   of the two stage meshes; transfers leaving (entering) a host share its network link.
+//   of the two stage meshes, all at once: a round of the cost model each (round_seconds), the
+//   transfers leaving (entering) a host sharing its NICs.
 // Collectives cost as collective_seconds(), except that a group's devices do not have their
-// host's network link to themselves: every group along the same axes (all stages) runs at once,
-// so the link is shared by all the host's devices in groups that span hosts.
+// host's NICs to themselves: every group along the same axes (all stages) runs at once, so the
+// NICs carry a message from each of the host's devices in groups that span hosts.
 // - bubble: (stages-1)/micro_batches of the busiest stage's compute + tensor_comm, i.e. the
 //   (stages-1)/(micro_batches+stages-1) fraction of the pipelined part of the step.
 #pragma once
@@ -67,14 +68,14 @@ std::vector<ConfigEstimate> search_configurations(const ModelConfig& model,
 enum class CollectiveKind { AllReduce, AllGather, ReduceScatter };
 
 // Seconds of one ring collective among `group` (device ids) over `bytes` (all-reduce: the
-// buffer; all-gather: the gathered result; reduce-scatter: the input): 2(n-1) steps moving
-// 2(n-1)/n * bytes for an all-reduce, n-1 steps moving (n-1)/n * bytes otherwise, at the
-// bandwidth of the group's slowest link per device plus its latency per step. Within one host:
-// the intra-host link. Across hosts: the network link of a host shared by the group's members
-// on it (the least network bandwidth / members over its hosts, and the intra-host bandwidth if
-// some host holds two), with the network latency. 0 for a group of one.
+// buffer; all-gather: the gathered result; reduce-scatter: the input): 2(n-1) steps for an
+// all-reduce, n-1 otherwise, each a round of the cost model (meshcast/cost.h round_seconds) in
+// which every member sends bytes / n to the next: the latency of the link class, then the
+// slower of the sender's port (overhead + bytes / n at the intra-host rate) and, across hosts,
+// the busiest NIC, which carries one message from each of the group's members on its host
+// (split over nics_per_host). 0 for a group of one.
 // Example (meshes/emulated.json, 4 devices per host, 1 Gbit/s, 12 ms): an all-reduce of 1 MB
-// among {0, 1, 4} takes 4 * 12 ms + 4/3 MB / 62.5 MB/s = 69.3 ms.
+// among {0, 1, 4} takes 4 steps of 12 ms + 2 x 1/3 MB / 125 MB/s = 69.3 ms.
 // Throws ValidationError("bytes") when negative or not finite, ("topology") for a device the
 // topology does not place.
 double collective_seconds(const std::vector<int>& group, double bytes, CollectiveKind kind,
