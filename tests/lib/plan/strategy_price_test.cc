@@ -146,6 +146,40 @@ TEST(StrategyPrice, AutoBuildsTheLeastPriced) {
   }
 }
 
+// Many tasks sharing receivers (S0R>RS0-like grids of a few hundred tasks, uneven extents): the
+// allgather's forwarding is priced once per class of tasks and added at flushes, sendrecv and
+// allgather only until they reach broadcast's price. Every price still equals the built plan's
+// prediction, and auto still builds the least priced.
+TEST(StrategyPrice, ManyTasksOfRepeatedReceivers) {
+  Rng rng(0xc1a5);
+  for (int i = 0; i < testing::scaled(24); ++i) {
+    const auto a = rng.between(3, 16), b = rng.between(2, 6), c = rng.between(2, 16);
+    const auto rows = rng.between(a, 3 * a), cols = rng.between(c, 40);
+    const std::string s_mesh =
+        std::to_string(a) + "x" + std::to_string(b) + "@0-" + std::to_string(a * b - 1);
+    const std::string d_mesh = std::to_string(c) + "x" + std::to_string(b) + "@" +
+                               std::to_string(a * b) + "-" + std::to_string(a * b + c * b - 1);
+    const auto src = Layout::parse({rows, cols}, DType::f32, s_mesh + ":S0R");
+    const auto dst =
+        Layout::parse({rows, cols}, DType::f32, d_mesh + (rng.chance(1, 2) ? ":RS0" : ":RS01"));
+    const Topology topo = random_topology(rng, static_cast<int>(a * b + c * b));
+    const testing::Case tc{src, dst, testing::Devices::Disjoint};
+    const std::string ctx = "case " + std::to_string(i) + ": " + tc.str() + "\n" + topo.to_json();
+    for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv})
+      ASSERT_NO_FATAL_FAILURE(
+          expect_price_matches(tc, topo, st, Balance::Local, kDefaultChunkBytes, ctx));
+    PlanOptions opt;
+    opt.balance = Balance::Local;
+    std::optional<Strategy> best;
+    double best_price = 0;
+    for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
+      const double p = price(src, dst, topo, st, Balance::Local, opt.chunk_bytes);
+      if (!best || p < best_price * (1 - 1e-9)) best = st, best_price = p;
+    }
+    ASSERT_EQ(plan(src, dst, topo, opt).strategy(), *best) << ctx;
+  }
+}
+
 // A 4-byte tensor replicated on thousands of devices: a chain through them all pays a hop's
 // latency per receiver, one send per receiver from holders in rotation pays about one. Auto
 // prices allgather's r^2 hops without building them and builds the sends.
