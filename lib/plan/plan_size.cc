@@ -91,16 +91,18 @@ PlanSize estimate_plan_size(const Layout& src, const Layout& dst, Strategy strat
   e.ops = e.boxes * ((groups > 1 ? 1 : 0) + copies + sends) +
           (dst.spec().is_partial() ? static_cast<double>(dst.mesh().size()) : 0);  // zeros
   // Greedy and search keep every holder as a candidate sender per transfer (a unit's choices),
-  // and search a copy of every unit (greedy's plan, kept if the search does no better).
-  // Per op: its box (ndim ranges), peers, the schedule's entry, vector slack; calibrated on
-  // `meshcast plan` peak RSS (dense 8,192-device reshard, 4.19 M ops, 3 dimensions: none and
-  // local 219 B per op, greedy 371 B, search 722 B).
-  const bool choices = balance == Balance::Greedy || balance == Balance::Search;
-  const double ints = peers + groups + (choices ? (sends + groups) * holders : 0);
+  // and search a copy of every unit (greedy's plan, kept if the search does no better), unless
+  // no transfer has a choice (one holder per tile, no pending sum): the planner then builds
+  // none's ops. Per op: its box (ndim ranges), peers, the schedule's entry, vector slack;
+  // calibrated on `meshcast plan` peak RSS (dense 8,192-device reshard, 4.19 M ops, 3
+  // dimensions: none and local 219 B per op; with a schedule, greedy 371 B, search 722 B).
+  const bool scheduled =
+      (balance == Balance::Greedy || balance == Balance::Search) && (holders > 1 || groups > 1);
+  const double ints = peers + groups + (scheduled ? (sends + groups) * holders : 0);
   const auto ndim = static_cast<double>(src.ndim());
   double per_op = 192 + 32 * ndim, per_int = 8;
-  if (balance == Balance::Greedy) per_op = 320 + 32 * ndim;
-  if (balance == Balance::Search) per_op = 640 + 48 * ndim, per_int = 16;
+  if (scheduled && balance == Balance::Greedy) per_op = 320 + 32 * ndim;
+  if (scheduled && balance == Balance::Search) per_op = 640 + 48 * ndim, per_int = 16;
   // Per device: the schedule's and the cost model's link arrays, pricing's, the byte accounts;
   // and the process itself.
   const auto devices = static_cast<double>(src.mesh().size() + dst.mesh().size());

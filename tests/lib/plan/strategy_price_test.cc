@@ -209,7 +209,8 @@ TEST(StrategyPrice, AutoOnAWideReplicaSendsInParallel) {
 }
 
 TEST(StrategyPrice, TheMemoryBoundRefusesInOneLine) {
-  const auto src = Layout::parse({64, 64}, DType::f32, "64@0-63:S0R");
+  // Two holders per tile: greedy and search have senders to choose, and keep the candidates.
+  const auto src = Layout::parse({64, 64}, DType::f32, "32x2@0-63:S0R");
   const auto dst = Layout::parse({64, 64}, DType::f32, "64@64-127:RS0");
   PlanOptions opt;
   opt.strategy = Strategy::AllGather;
@@ -237,6 +238,10 @@ TEST(StrategyPrice, TheMemoryBoundRefusesInOneLine) {
   EXPECT_EQ(p.balance(), least.balance);
   opt.max_plan_bytes -= 1;
   EXPECT_THROW((void)plan(src, dst, Topology::single_host(), opt), ValidationError);
+  // One holder per tile: no choice, search plans as none does, and is estimated so.
+  const auto one = Layout::parse({64, 64}, DType::f32, "64@0-63:S0R");
+  EXPECT_EQ(estimate_plan_size(one, dst, Strategy::Broadcast, Balance::Search).bytes,
+            estimate_plan_size(one, dst, Strategy::Broadcast, Balance::None).bytes);
 }
 
 }  // namespace
