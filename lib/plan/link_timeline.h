@@ -48,7 +48,9 @@ class LinkTimeline {
   // root's index (chain_order enters a host through rail 0 where it can).
   std::size_t nic(int device) const { return dev_[index(device)].nic; }
   std::uint64_t rail(std::size_t slot, std::size_t root_nic) const {
-    return nics_ == 1 ? 0 : (dev_[slot].nic % nics_ + nics_ - root_nic % nics_) % nics_;
+    if (nics_ == 1) return 0;
+    const std::size_t mine = dev_[slot].rail, root = root_nic % nics_;
+    return mine >= root ? mine - root : mine + nics_ - root;
   }
   // The devices, sorted, and a device's position among them (dense per-device arrays).
   const std::vector<int>& devices() const { return devices_; }
@@ -98,7 +100,8 @@ class LinkTimeline {
     double send = 0, recv = 0, finish = 0, prev = 0;  // port free times, end of work, phase start
     std::int64_t sent_bytes = 0;
     int host = 0;
-    std::size_t nic = 0;  // its host's NIC that it uses: index into out_ and in_
+    std::size_t nic = 0;   // its host's NIC that it uses: index into out_ and in_
+    std::size_t rail = 0;  // that NIC's index on the host (nic % nics_per_host)
   };
   std::vector<Device> dev_;
   std::vector<double> out_, in_;  // per NIC (host * nics_per_host + the host's NIC)

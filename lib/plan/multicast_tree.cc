@@ -144,6 +144,17 @@ std::size_t TreeShapes::Hash::operator()(const std::vector<std::int64_t>& key) c
 }
 
 const TreeShapes::Shape& TreeShapes::shape(const Op& op, std::int64_t bytes) {
+  // The multicast asked last (the planner chooses an op's tree, then prices it): its answer.
+  if (last_ && op.root == last_root_ && bytes == last_bytes_ && op.peers == last_peers_)
+    return *last_;
+  last_root_ = op.root;
+  last_bytes_ = bytes;
+  last_peers_.assign(op.peers.begin(), op.peers.end());
+  last_ = &find(op, bytes);
+  return *last_;
+}
+
+const TreeShapes::Shape& TreeShapes::find(const Op& op, std::int64_t bytes) {
   // The key: the bytes, then per member (the root, then the receivers) its host and NIC
   // numbered in order of first appearance.
   ++stamp_;
@@ -167,7 +178,7 @@ const TreeShapes::Shape& TreeShapes::shape(const Op& op, std::int64_t bytes) {
   load(op, bytes);
   const std::int32_t group = op.peers.size() < 4 ? 0 : tree_.best();
   if (kept_ + key_.size() > (std::size_t{1} << 20)) {
-    shapes_.clear();
+    shapes_.clear();  // (last_ is set again by shape() from what this returns)
     kept_ = 0;
   }
   kept_ += key_.size();

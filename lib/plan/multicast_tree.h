@@ -84,7 +84,8 @@ class TreeShapes {
     std::size_t operator()(const std::vector<std::int64_t>& key) const;
   };
   const Shape& shape(const Op& op, std::int64_t bytes);
-  void load(const Op& op, std::int64_t bytes);  // tree_ := op's members
+  const Shape& find(const Op& op, std::int64_t bytes);  // shape() by key
+  void load(const Op& op, std::int64_t bytes);          // tree_ := op's members
 
   const LinkTimeline* s_;
   MulticastTree tree_;
@@ -94,6 +95,11 @@ class TreeShapes {
   std::uint64_t stamp_ = 0;
   std::unordered_map<std::vector<std::int64_t>, Shape, Hash> shapes_;
   std::size_t kept_ = 0;  // key entries held
+  // The multicast asked last and its shape (map nodes do not move).
+  int last_root_ = -1;
+  std::int64_t last_bytes_ = -1;
+  std::vector<int> last_peers_;
+  const Shape* last_ = nullptr;
 };
 
 }  // namespace meshcast::detail

@@ -90,7 +90,7 @@ class PhaseModel {
       prev = &to;
     }
     if (op.group != 0) {
-      const OpTime t = trees_.time(op, bytes);
+      const OpTime t = (shared_trees_ ? *shared_trees_ : trees_).time(op, bytes);
       time(op.phase, t.latency, t.total());
       return;
     }
@@ -111,6 +111,9 @@ class PhaseModel {
                              send_weight(bytes, messages, remote, topology_) /
                              links_.bandwidth(link));
   }
+  // Trees looked up in `t` (else in its own) while set: the walk's TaskOps', which just chose
+  // each op's tree and so answers at once.
+  void share_trees(TreeShapes* t) { shared_trees_ = t; }
   void time(int p, double latency, double alone) {
     Phase& ph = phase(p);
     ph.latency = std::max(ph.latency, latency);
@@ -149,6 +152,7 @@ class PhaseModel {
   std::vector<Phase> phases_;
   std::vector<Links::Flow> flows_;
   TreeShapes trees_;
+  TreeShapes* shared_trees_ = nullptr;  // the walk's TaskOps', which chose the op's tree
   // The last transfer's port weights (inside a host, between hosts) and chain time: a task's
   // transfers mostly repeat them (sendrecv's, one per receiver).
   struct {
@@ -446,6 +450,7 @@ void walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Bala
   };
   TaskOps first(grid, s, walk, rule);
   ForwardClasses forward(s, chunk);
+  if (plain) plain->share_trees(&first.trees());
   for (std::int64_t i = 0; i < grid.size() && (w.plain || gathered); ++i) {
     Walk::check(w.plain, cap);
     if (!w.plain) first.choose_senders(false);  // the forwarding needs none
@@ -456,6 +461,7 @@ void walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Bala
     slices();
     forward.add(*gathered, w.receivers, bytes, w.phase + 1);
   }
+  if (plain) plain->share_trees(nullptr);
   if (fans_out) *fans_out = first.fans_out();
   if (!gathered) return;
   forward.flush(*gathered);

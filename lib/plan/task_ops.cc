@@ -151,13 +151,18 @@ void rotate_chain(std::vector<int>& peers, int root, std::int64_t key, const Lin
   // A host's starting member by a hash of the key: a tensor's tasks of one tensor-parallel rank
   // have keys in arithmetic progression, which k / others % n would map to one member.
   const std::uint64_t mixed = (static_cast<std::uint64_t>(key) * 0x9E3779B97F4A7C15ull) >> 32;
-  auto emit = [&](std::size_t r) {
-    const std::size_t n = start[r + 1] - start[r];
-    const std::size_t first = static_cast<std::size_t>((mixed + r) % n);
-    for (std::size_t t = 0; t < n; ++t) out.push_back(peers[start[r] + (first + t) % n]);
+  auto emit = [&](std::size_t r) {  // run r from its member `first` on, round to the start
+    const auto begin = peers.begin() + static_cast<std::ptrdiff_t>(start[r]);
+    const auto end = peers.begin() + static_cast<std::ptrdiff_t>(start[r + 1]);
+    const auto first = begin + static_cast<std::ptrdiff_t>((mixed + r) % (start[r + 1] - start[r]));
+    out.insert(out.end(), first, end);
+    out.insert(out.end(), begin, first);
   };
   if (fixed) emit(0);
-  for (std::size_t t = 0; t < others; ++t) emit(fixed + (k + t) % others);
+  for (std::size_t t = 0, r = k % std::max<std::size_t>(others, 1); t < others; ++t) {
+    emit(fixed + r);  // runs from (k mod others) on, round to the first
+    if (++r == others) r = 0;
+  }
   peers.swap(out);
 }
 

@@ -93,6 +93,8 @@ class TaskOps {
   // Off (a sendrecv walk): transfers from a holder are handed on with root -1, the holder
   // not chosen (for pricing what does not depend on it: an all-gather's forwarding).
   void choose_senders(bool on) { senders_ = on; }
+  // The broadcast's trees of chains, by shape (the last op's answered at once).
+  TreeShapes& trees() { return trees_; }
 
  private:
   // The sender for receiver `to` among `holders`: under Local a holder on `to`'s host if there
