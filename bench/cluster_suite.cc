@@ -400,7 +400,7 @@ int main(int argc, char** argv) {
   cfg.groups = "1m,nm,2d";
   std::string topology_path;
   std::vector<std::int64_t> sizes{16 * kMiB, 64 * kMiB};
-  if (const char* s = std::getenv("MESHCAST_BENCH_SMOKE"); s && *s && std::string(s) != "0") {
+  if (meshcast::bench::smoke_mode()) {
     cfg.smoke = true;
     cfg.iters = 2;
     sizes = {kMiB};

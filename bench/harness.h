@@ -1,5 +1,5 @@
-// Shared pieces of the Google Benchmark suites in bench/: the smoke switch, medians, the load
-// average, console options, and a console reporter that keeps each benchmark's repetitions for
+// Shared pieces of the Google Benchmark suites in bench/: the smoke switch (smoke.h), medians, the
+// load average, console options, and a console reporter that keeps each benchmark's repetitions for
 // one closing table (nccl-tests style: a row per benchmark, medians over repetitions).
 #pragma once
 
@@ -15,13 +15,9 @@
 #include <string>
 #include <vector>
 
-namespace meshcast::bench {
+#include "smoke.h"
 
-// MESHCAST_BENCH_SMOKE=1 (set by the ctest smoke tests): tiny sizes, one short repetition.
-inline bool smoke_mode() {
-  const char* s = std::getenv("MESHCAST_BENCH_SMOKE");
-  return s && *s && std::strcmp(s, "0") != 0;
-}
+namespace meshcast::bench {
 
 inline double median(std::vector<double> v) {
   if (v.empty()) return 0;

@@ -146,7 +146,8 @@ std::vector<ScaleCase> scale_cases(int hosts) {
       {"S0S1>S1S0", first + ":S0S1", second + ":S1S0", {65536, 65536}},
       // Dense: rows by host, columns by 4 GPUs, to columns by device - every source tile meets
       // every target tile of its columns, n^2 / 4 boxes (4 M at 8,192 devices).
-      {"dense S0S1R>RS0R", std::to_string(hosts) + "x4@0-" + std::to_string(n / 2 - 1) + ":S0S1R",
+      {"dense S0S1R>RS0R",
+       std::to_string(hosts) + "x4@0-" + std::to_string(n / 2 - 1) + ":S0S1R",
        std::to_string(n / 2) + "@" + std::to_string(n / 2) + "-" + std::to_string(n - 1) + ":RS0R",
        {n, 8192, 16}},
   };

@@ -39,6 +39,8 @@
 #include <string>
 #include <vector>
 
+#include "smoke.h"
+
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 
@@ -118,7 +120,7 @@ int main(int argc, char** argv) {
   MpiSession mpi(&argc, &argv, mo);
   Communicator& comm = mpi.world();
   const int me = comm.rank(), n = comm.size();
-  const bool smoke = std::getenv("MESHCAST_BENCH_SMOKE") != nullptr;
+  const bool smoke = meshcast::bench::smoke_mode();
   std::int64_t min_bytes = 4, max_bytes = smoke ? 4096 : std::int64_t{64} << 20;
   int iters = smoke ? 2 : 9;
   int slices = 64;  // GEMM slices of the overlap test, test() after each

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "mpi_baselines.h"
+#include "smoke.h"
 
 namespace mcbench {
 

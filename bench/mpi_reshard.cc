@@ -302,7 +302,7 @@ void group_d(Bench& b) {
 
 int main(int argc, char** argv) {
   Config cfg;
-  if (const char* s = std::getenv("MESHCAST_BENCH_SMOKE"); s && *s && std::string(s) != "0") {
+  if (meshcast::bench::smoke_mode()) {
     cfg.smoke = true;
     cfg.iters = 3;
   }

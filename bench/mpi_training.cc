@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   mo.timeout_seconds = 300;
   MpiSession mpi(&argc, &argv, mo);
   Communicator& comm = mpi.world();
-  const bool smoke = std::getenv("MESHCAST_BENCH_SMOKE") != nullptr;
+  const bool smoke = meshcast::bench::smoke_mode();
   tr::ModelConfig model;
   model.vocab = 256;
   model.seq = 64;
