@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 
+#include "lib/plan/task_ops.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
 #include "meshcast/units.h"
@@ -97,7 +98,7 @@ PlanSize estimate_plan_size(const Layout& src, const Layout& dst, Strategy strat
   // calibrated on `meshcast plan` peak RSS (dense 8,192-device reshard, 4.19 M ops, 3
   // dimensions: none and local 219 B per op; with a schedule, greedy 371 B, search 722 B).
   const bool scheduled =
-      (balance == Balance::Greedy || balance == Balance::Search) && (holders > 1 || groups > 1);
+      (balance == Balance::Greedy || balance == Balance::Search) && detail::senders_to_choose(src);
   const double ints = peers + groups + (scheduled ? (sends + groups) * holders : 0);
   const auto ndim = static_cast<double>(src.ndim());
   double per_op = 192 + 32 * ndim, per_int = 8;

@@ -359,15 +359,15 @@ Plan plan_with(const Layout& src, const Layout& dst, const TaskGrid& grid, LinkT
   };
   bool truncated = false;
   std::vector<Op> ops;
-  // Where no transfer has a choice of sender (one holder per tile, no pending sum), greedy and
-  // search have nothing to choose: their ops are balance none's, which are built task by task
-  // (in task order), without the schedule's units and copies of every op (a dense 8,192-device
-  // move has 4 M of them).
-  const bool no_choice = opt.balance != Balance::Local && !src.spec().is_partial() &&
-                         detail::holders_per_tile(src) == 1;
-  if (opt.balance == Balance::None || opt.balance == Balance::Local || no_choice) {
+  // Greedy and search schedule the whole plan only where a sender is to be chosen; elsewhere
+  // their ops are balance none's, built task by task (in task order), without the schedule's
+  // units and copies of every op (a dense 8,192-device move has 4 M of them).
+  const bool scheduled = (opt.balance == Balance::Greedy || opt.balance == Balance::Search) &&
+                         detail::senders_to_choose(src);
+  if (!scheduled) {
     // Task by task, as each device computes its own part (plan_rank).
-    detail::TaskOps t(grid, s, strategy, no_choice ? Balance::None : opt.balance);
+    const Balance rule = opt.balance == Balance::Local ? Balance::Local : Balance::None;
+    detail::TaskOps t(grid, s, strategy, rule);
     t.zeros(-1, ops);
     for (std::int64_t i = 0; i < grid.size(); ++i) t.task(i, -1, ops);
     detail::order_ops(ops);

@@ -28,7 +28,7 @@ class PhaseModel {
   };
 
   PhaseModel(const Links& links, const LinkTimeline& s, std::int64_t chunk)
-      : links_(links), topology_(s.topology()), s_(s), chunk_(chunk), trees_(s) {
+      : links_(links), topology_(s.topology()), s_(s), chunk_(chunk) {
     for (int d : s.devices()) {
       const std::size_t send = links.send(d), recv = links.recv(d), out = links.out(d),
                         in = links.in(d);
@@ -90,7 +90,7 @@ class PhaseModel {
       prev = &to;
     }
     if (op.group != 0) {
-      const OpTime t = (shared_trees_ ? *shared_trees_ : trees_).time(op, bytes);
+      const OpTime t = trees_->time(op, bytes);
       time(op.phase, t.latency, t.total());
       return;
     }
@@ -111,9 +111,10 @@ class PhaseModel {
                              send_weight(bytes, messages, remote, topology_) /
                              links_.bandwidth(link));
   }
-  // Trees looked up in `t` (else in its own) while set: the walk's TaskOps', which just chose
-  // each op's tree and so answers at once.
-  void share_trees(TreeShapes* t) { shared_trees_ = t; }
+  // Where a multicast's tree (op.group != 0) is timed: the walk's TaskOps' shapes, which just
+  // chose each op's tree and so answer at once. Only a broadcast's ops are trees (sendrecv's
+  // have one peer, allgather's forwarding is priced as chains in closed form).
+  void share_trees(TreeShapes* t) { trees_ = t; }
   void time(int p, double latency, double alone) {
     Phase& ph = phase(p);
     ph.latency = std::max(ph.latency, latency);
@@ -151,8 +152,7 @@ class PhaseModel {
   std::vector<Device> devices_;  // per device slot
   std::vector<Phase> phases_;
   std::vector<Links::Flow> flows_;
-  TreeShapes trees_;
-  TreeShapes* shared_trees_ = nullptr;  // the walk's TaskOps', which chose the op's tree
+  TreeShapes* trees_ = nullptr;  // share_trees()
   // The last transfer's port weights (inside a host, between hosts) and chain time: a task's
   // transfers mostly repeat them (sendrecv's, one per receiver).
   struct {

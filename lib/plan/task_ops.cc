@@ -17,6 +17,10 @@ std::int64_t holders_per_tile(const Layout& layout) {
   return h.size();
 }
 
+bool senders_to_choose(const Layout& src) {
+  return src.spec().is_partial() || holders_per_tile(src) > 1;
+}
+
 std::int64_t stream_slots(Strategy strategy, const Layout& dst) {
   switch (strategy) {
     case Strategy::SendRecv:

@@ -18,6 +18,11 @@ namespace meshcast::detail {
 // tile goes to (the other addends are zeroed).
 std::int64_t holders_per_tile(const Layout& layout);
 
+// Whether a transfer out of `src` may come from more than one device: a tile with replicas, or
+// a pending sum (its reduction's root and contributors). Else greedy and search have nothing to
+// choose, and the planner builds balance none's ops (plan_size.cc estimates them so).
+bool senders_to_choose(const Layout& src);
+
 // Tag streams a task's ops may use: slot 0 its reduce, then one per transfer of the strategy
 // (at most one per receiver, two for allgather). An op's stream is task * slots + slot.
 std::int64_t stream_slots(Strategy strategy, const Layout& dst);
