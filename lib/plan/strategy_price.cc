@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -60,30 +61,33 @@ class PhaseModel {
   // Links::flows of a multicast (a chain root -> peers[0] -> ..., or a tree of chains: each
   // hop's receive port, its sender's port at send_weight, both hosts' NICs between hosts) with
   // the devices' links at hand; its time: chain_time, or MulticastTree's along the deepest path.
-  void multicast(const Op& op, std::int64_t bytes) {
+  // `times` over (a class of tasks), the root's side of its hop left out unless `root` (the
+  // class's roots differ: see sends()).
+  void multicast(const Op& op, std::int64_t bytes, double times = 1, bool root = true) {
     Phase& ph = phase(op.phase);
     if (bytes != weighed_.bytes) {  // a task's transfers mostly carry the same bytes
       const std::int64_t m = messages(bytes, chunk_);
       weighed_ = {
           bytes, {send_weight(bytes, m, false, topology_), send_weight(bytes, m, true, topology_)}};
     }
-    const double b = static_cast<double>(bytes);
+    const double b = static_cast<double>(bytes) * times;
     const double* weight = weighed_.weight;
-    const Device* root = &device(op.root);
-    const Device* prev = root;
+    const Device* from_root = &device(op.root);
+    const Device* prev = from_root;
     const auto n = static_cast<std::int64_t>(op.peers.size());
     int net = 0;
     for (std::int64_t k = 0; k < n; ++k) {
       const Device& to = device(op.peers[static_cast<std::size_t>(k)]);
       if (op.group != 0) {
         const std::int64_t from = multicast_parent(k, n, op.group);
-        prev = from < 0 ? root : &device(op.peers[static_cast<std::size_t>(from)]);
+        prev = from < 0 ? from_root : &device(op.peers[static_cast<std::size_t>(from)]);
       }
       const bool remote = prev->host != to.host;
+      const bool sender = root || prev != from_root;
       ph.add(to.recv, b * to.recv_s);
-      ph.add(prev->send, b * weight[remote] * prev->send_s);
+      if (sender) ph.add(prev->send, b * weight[remote] * prev->send_s);
       if (remote) {
-        ph.add(prev->out, b * prev->out_s);
+        if (sender) ph.add(prev->out, b * prev->out_s);
         ph.add(to.in, b * to.in_s);
       }
       net += remote;
@@ -102,6 +106,21 @@ class PhaseModel {
   // `bytes` more over a link that carries them at its bandwidth (weight 1).
   void load(int p, std::size_t link, std::int64_t bytes) {
     if (bytes != 0) phase(p).add(link, static_cast<double>(bytes) / links_.bandwidth(link));
+  }
+  // The sender's side of hops from `from` to other hosts, `bytes` in `messages` messages in all:
+  // its send port and NIC.
+  void sends(int p, int from, std::int64_t bytes, std::int64_t messages) {
+    const Device& d = device(from);
+    send(p, d.send, bytes, messages, true);
+    load(p, d.out, bytes);
+  }
+  // The receiver's side of hops into `to` from other hosts, `bytes` in all: its receive port
+  // and NIC.
+  void receives(int p, int to, double bytes) {
+    const Device& d = device(to);
+    Phase& ph = phase(p);
+    ph.add(d.recv, bytes * d.recv_s);
+    ph.add(d.in, bytes * d.in_s);
   }
   // `bytes` in `messages` messages more from a sender's port: send_weight is linear in both, so
   // the sum over many flows is one call.
@@ -398,6 +417,313 @@ class ForwardClasses {
   std::size_t held_ = 0;
 };
 
+// Tasks priced by class where TaskOps::disjoint(): a task's receivers are then its destination
+// tile's devices, each on a host without a source device, so its ops are fixed by its tile, its
+// bytes and (a broadcast) its root's NIC and chain rotation, but for the sender's side of its
+// sender's hops, which all leave the sender's host. That side is added task by task (O(1), or
+// O(receivers) for a sendrecv from several holders); the rest once per class of tasks, times
+// their count (O(receivers) per class). A tensor of 262,144 tasks to 64 receivers each so costs
+// 262,144 sends and a few thousand classes, not 16.7 million hops.
+class ClassWalk {
+ public:
+  ClassWalk(const TaskGrid& grid, const LinkTimeline& s, Balance rule, std::int64_t chunk)
+      : grid_(grid),
+        s_(s),
+        rule_(rule),
+        chunk_(chunk),
+        elem_(static_cast<std::int64_t>(dtype_size(grid.src().dtype()))),
+        nics_(static_cast<std::size_t>(s.topology().nics_per_host())),
+        ops_(grid, s, Strategy::Broadcast, rule),
+        forward_(s, chunk) {
+    std::size_t tiles = 1;
+    for (std::size_t d = 0; d < grid.dst().ndim(); ++d) {
+      splits_.push_back(grid.dst().splits(d));
+      tiles *= static_cast<std::size_t>(splits_.back());
+    }
+    tile_at_.assign(tiles, kNone);
+  }
+
+  // Whether the walk's tasks can be priced by class.
+  bool applies() const { return ops_.disjoint(); }
+
+  // The three strategies' ops, each into its model if not null (as walk_tasks, without a cap),
+  // in one walk: most of a task's price by class is finding its class.
+  void run(PhaseModel* broadcast, PhaseModel* sendrecv, PhaseModel* allgather, bool* fans_out) {
+    PhaseModel* models[3] = {broadcast, sendrecv, allgather};
+    for (std::size_t k = 0; k < 3; ++k)
+      if (models[k]) sent_[k].assign(s_.devices().size(), Sent{});
+    if (broadcast) broadcast->share_trees(&ops_.trees());
+    for (std::int64_t i = 0; i < grid_.size(); ++i) {
+      ops_.select(i);
+      const Box box = grid_.box(i);
+      const std::int64_t bytes = box.volume() * elem_;
+      const std::size_t t = tile();
+      fans_out_ |= tiles_[t].receivers.size() > 1;
+      const int root = ops_.sender(i, 0);
+      if (broadcast) {
+        this->broadcast(*broadcast, i, t, root, bytes);
+        sent(0, root, bytes, messages_of(bytes));
+      }
+      if (sendrecv || allgather) transfers(sendrecv, allgather, i, t, root, box);
+      if (held_ > (std::size_t{1} << 20)) flush(broadcast, sendrecv, allgather, true);
+    }
+    flush(broadcast, sendrecv, allgather, false);
+    if (broadcast) broadcast->share_trees(nullptr);
+    for (std::size_t k = 0; k < 3; ++k)
+      for (std::size_t d = 0; d < sent_[k].size(); ++d)
+        models[k]->sends(0, s_.devices()[d], sent_[k][d].bytes, sent_[k][d].messages);
+    if (fans_out) *fans_out = fans_out_;
+  }
+
+ private:
+  struct Tile {
+    std::vector<int> receivers;  // its targets, in mesh order
+    std::int64_t hosts = 0;      // their hosts: a broadcast chain's runs
+    // The least common multiple of the runs' lengths, which rotate_chain's starts repeat with
+    // (0: too large to class a broadcast's tasks by).
+    std::uint64_t period = 1;
+    // Hints (Classes::count): its broadcasts' by root NIC and rotation (if few), its
+    // transfers'.
+    std::vector<std::size_t> broadcast;
+    std::size_t transfers = 0;
+  };
+  // A class: its tile and, per kind, what else fixes its ops.
+  struct Key {
+    std::size_t tile;
+    std::int64_t a, b, c, d;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const {
+      std::uint64_t h = k.tile * 0x9E3779B97F4A7C15ull;
+      for (std::int64_t v : {k.a, k.b, k.c, k.d})
+        h = (h ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ull;
+      return static_cast<std::size_t>(h ^ (h >> 29));
+    }
+  };
+  struct Class {
+    Op op;                                         // a broadcast's: its multicast
+    std::vector<std::int64_t> slices;              // an all-gather's: its receivers' bytes
+    std::int64_t sum_bytes = 0, sum_messages = 0;  // of the slices
+  };
+  // Classes by key, with the pending ones (counted since the last flush). Keys and counts are
+  // kept apart from the classes' ops: they are what each task touches.
+  struct Classes {
+    std::unordered_map<Key, std::size_t, KeyHash> index;
+    std::vector<Key> keys;
+    std::vector<double> times;  // tasks since the last flush
+    std::vector<Class> all;
+    std::vector<std::size_t> pending;
+    // The class of `key`, counted once more, and whether it is new (then its fields are to be
+    // filled). `hint`: where the caller keeps the index of a class its tasks mostly fall in
+    // (checked by key, so it may be stale): a hash lookup per task was a quarter of the walk.
+    std::pair<Class*, bool> count(const Key& key, std::size_t& hint) {
+      bool fresh = false;
+      if (hint >= keys.size() || !(keys[hint] == key)) {
+        const auto it = index.try_emplace(key, keys.size());
+        fresh = it.second;
+        if (fresh) {
+          keys.push_back(key);
+          times.push_back(0);
+          all.emplace_back();
+        }
+        hint = it.first->second;
+      }
+      if (times[hint]++ == 0) pending.push_back(hint);
+      return {&all[hint], fresh};
+    }
+    void clear() {
+      index.clear();
+      keys.clear();
+      times.clear();
+      all.clear();
+      pending.clear();
+    }
+  };
+
+  // The selected task's tile.
+  std::size_t tile() {
+    std::size_t at = 0;  // its index among the destination's tiles (row-major by shard)
+    const std::vector<std::int64_t>& shard = ops_.dst_shard();
+    for (std::size_t d = 0; d < shard.size(); ++d)
+      at = at * static_cast<std::size_t>(splits_[d]) + static_cast<std::size_t>(shard[d]);
+    std::size_t& slot = tile_at_[at];
+    if (slot < tiles_.size()) return slot;
+    slot = tiles_.size();
+    Tile t;
+    const HolderSet& targets = ops_.targets();
+    for (std::int64_t k = 0; k < targets.size(); ++k) t.receivers.push_back(targets[k]);
+    // Runs: a chain takes each host's receivers together (chain_order).
+    std::unordered_map<int, std::uint64_t> run;
+    for (int d : t.receivers) ++run[s_.host(d)];
+    t.hosts = static_cast<std::int64_t>(run.size());
+    for (const auto& [host, length] : run) {
+      t.period = std::lcm(t.period, length);
+      if (t.period > (std::uint64_t{1} << 16)) {
+        t.period = 0;
+        break;
+      }
+    }
+    // A table of hints where the tile's tasks are more than its entries.
+    if (const std::uint64_t n = nics_ * t.period * static_cast<std::uint64_t>(t.hosts);
+        n <= 4096 && n <= 2 * static_cast<std::uint64_t>(grid_.size()) / tile_at_.size())
+      t.broadcast.assign(n, 0);
+    held_ += t.receivers.size() + t.broadcast.size();
+    tiles_.push_back(std::move(t));
+    return slot;
+  }
+
+  // Task i's broadcast (its tile t, its root, its bytes) counted in its class: its hops but
+  // the root's.
+  void broadcast(PhaseModel& m, std::int64_t i, std::size_t t, int root, std::int64_t bytes) {
+    Tile& tile = tiles_[t];
+    if (tile.period == 0) {  // priced alone
+      struct Price final : OpSink {
+        PhaseModel* m;
+        std::int64_t bytes;
+        void operator()(const Op& op) override { m->op(op, bytes); }
+      } price;
+      price.m = &m;
+      price.bytes = bytes;
+      ops_.task(i, -1, price);
+      return;
+    }
+    const std::int64_t key = ops_.rotation(i);
+    const auto hosts = static_cast<std::uint64_t>(tile.hosts);
+    const auto turn =
+        key < 0 ? 0 : static_cast<std::int64_t>(static_cast<std::uint64_t>(key) % hosts);
+    const auto mix = key < 0 ? 0 : static_cast<std::int64_t>(chain_mix(key) % tile.period);
+    const auto nic = static_cast<std::int64_t>(nics_ > 1 ? s_.nic(root) % nics_ : 0);
+    std::size_t none = 0;
+    std::size_t& hint =
+        tile.broadcast.empty()
+            ? none
+            : tile.broadcast[static_cast<std::size_t>(
+                  (nic * tile.hosts + turn) * static_cast<std::int64_t>(tile.period) + mix)];
+    const auto [c, fresh] = broadcasts_.count({t, bytes, nic, turn, mix}, hint);
+    if (!fresh) return;
+    struct Keep final : OpSink {
+      Op* op;
+      void operator()(const Op& o) override { *op = o; }
+    } keep;
+    keep.op = &c->op;
+    ops_.task(i, -1, keep);  // one multicast
+    held_ += c->op.peers.size();
+  }
+
+  // Task i's transfers (sendrecv's, and allgather's scatter and forwarding: one class for both,
+  // by its tile t and its slices), counted in their class, and their senders' side.
+  void transfers(bool sendrecv, bool allgather, std::int64_t i, std::size_t t, int root,
+                 const Box& box) {
+    const auto n = static_cast<std::int64_t>(tiles_[t].receivers.size());
+    const AllGatherSplit split = allgather_split(box, static_cast<std::size_t>(n));
+    const std::int64_t across =
+        box.volume() / std::max<std::int64_t>(1, box[split.dim].size()) * elem_;
+    const std::int64_t bytes = split.range.size() * across, msgs = messages_of(bytes);
+    const auto [c, fresh] =
+        transfers_.count({t, split.range.size(), across, 0, 0}, tiles_[t].transfers);
+    if (fresh && allgather) {
+      split.sizes(c->slices);
+      for (std::int64_t& b : c->slices) {
+        b *= across;
+        c->sum_bytes += b;
+        c->sum_messages += b > 0 ? messages(b, chunk_) : 0;
+      }
+      held_ += c->slices.size();
+    }
+    if (rule_ == Balance::None || ops_.holders() == 1) {  // one sender
+      if (sendrecv) sent(1, root, n * bytes, n * msgs);
+      if (allgather) sent(2, root, c->sum_bytes, c->sum_messages);
+      return;
+    }
+    // Under the local rule receiver j's sender is holder (i + j) mod H: each of the first
+    // min(n, H) holders from there sends ceil((n - j) / H) of sendrecv's n transfers.
+    const std::int64_t h = ops_.holders();
+    if (sendrecv)
+      for (std::int64_t j = 0; j < std::min(n, h); ++j) {
+        const std::int64_t k = (n - j + h - 1) / h;
+        sent(1, ops_.sender(i, static_cast<std::size_t>(j)), k * bytes, k * msgs);
+      }
+    if (allgather)
+      for (std::size_t j = 0; j < static_cast<std::size_t>(n); ++j)
+        if (const std::int64_t b = c->slices[j]; b > 0)
+          sent(2, ops_.sender(i, j), b, messages(b, chunk_));
+  }
+
+  // Sends of `bytes` in `messages` from `device` in model k (0 broadcast, 1 sendrecv,
+  // 2 allgather): a sender port's load is linear in both (send_weight), so they are summed per
+  // device and added to the model once, at the end.
+  void sent(std::size_t k, int device, std::int64_t bytes, std::int64_t messages) {
+    Sent& x = sent_[k][s_.slot(device)];
+    x.bytes += bytes;
+    x.messages += messages;
+  }
+  std::int64_t messages_of(std::int64_t bytes) {
+    if (bytes != last_bytes_) last_bytes_ = bytes, last_messages_ = messages(bytes, chunk_);
+    return last_messages_;
+  }
+
+  // Adds the pending classes (and, if `forget`, drops every class and tile).
+  void flush(PhaseModel* broadcast, PhaseModel* sendrecv, PhaseModel* allgather, bool forget) {
+    for (std::size_t k : broadcasts_.pending)
+      broadcast->multicast(broadcasts_.all[k].op, broadcasts_.keys[k].a, broadcasts_.times[k],
+                           false);
+    for (std::size_t k : transfers_.pending) {
+      const Key& key = transfers_.keys[k];
+      const double times = transfers_.times[k];
+      const std::vector<int>& receivers = tiles_[key.tile].receivers;
+      if (sendrecv) {
+        const std::int64_t bytes = key.a * key.b;
+        for (int d : receivers) sendrecv->receives(0, d, static_cast<double>(bytes) * times);
+        const OpTime time = chain_time(bytes, 1, 0, s_.topology(), chunk_);
+        sendrecv->time(0, time.latency, time.total());
+      }
+      if (!allgather) continue;
+      const Class& c = transfers_.all[k];
+      if (receivers.size() > 1)
+        forward_.add(*allgather, receivers, c.slices, 1, static_cast<std::int64_t>(times));
+      std::int64_t largest = 0;
+      for (std::size_t j = 0; j < receivers.size(); ++j) {
+        if (c.slices[j] == 0) continue;
+        allgather->receives(0, receivers[j], static_cast<double>(c.slices[j]) * times);
+        largest = std::max(largest, c.slices[j]);
+      }
+      const OpTime time = chain_time(largest, 1, 0, s_.topology(), chunk_);
+      allgather->time(0, time.latency, time.total());
+    }
+    for (Classes* c : {&broadcasts_, &transfers_}) {
+      for (std::size_t k : c->pending) c->times[k] = 0;
+      c->pending.clear();
+    }
+    if (!forget) return;
+    for (Classes* c : {&broadcasts_, &transfers_}) c->clear();
+    tiles_.clear();
+    std::fill(tile_at_.begin(), tile_at_.end(), kNone);
+    held_ = 0;
+  }
+
+  const TaskGrid& grid_;
+  const LinkTimeline& s_;
+  Balance rule_;
+  std::int64_t chunk_;
+  std::int64_t elem_;
+  std::size_t nics_;
+  TaskOps ops_;
+  AllGatherForward forward_;
+  static constexpr std::size_t kNone = ~std::size_t{0};
+  std::vector<std::int64_t> splits_;  // the destination's, per dimension
+  std::vector<std::size_t> tile_at_;  // per destination tile: its index in tiles_, or kNone
+  std::vector<Tile> tiles_;
+  Classes broadcasts_, transfers_;
+  struct Sent {
+    std::int64_t bytes = 0, messages = 0;
+  };
+  std::vector<Sent> sent_[3];                         // per model: per device slot (sent())
+  std::int64_t last_bytes_ = -1, last_messages_ = 0;  // messages_of()'s last answer
+  std::size_t held_ = 0;  // receivers and peers held by tiles and classes
+  bool fans_out_ = false;
+};
+
 }  // namespace
 
 namespace {
@@ -502,6 +828,11 @@ void walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Bala
 double strategy_price(const TaskGrid& grid, const LinkTimeline& s, const Links& links,
                       Strategy strategy, Balance rule, std::int64_t chunk, bool* fans_out) {
   PhaseModel m(links, s, chunk);
+  if (ClassWalk w(grid, s, rule, chunk); w.applies()) {
+    auto only = [&](Strategy st) { return strategy == st ? &m : nullptr; };
+    w.run(only(Strategy::Broadcast), only(Strategy::SendRecv), only(Strategy::AllGather), fans_out);
+    return m.seconds();
+  }
   if (strategy == Strategy::AllGather)
     walk_tasks(grid, s, Strategy::SendRecv, rule, chunk, nullptr, &m, fans_out);
   else
@@ -527,6 +858,13 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
     bool fans_out;
   };
   std::optional<Scatter> scatter;
+  // Where tasks are priced by class: all three prices, from one walk.
+  struct Prices {
+    double broadcast = 0;
+    Scatter scatter{0, 0, false};
+  };
+  std::optional<Prices> classed;
+  bool class_tried = false;
   for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
     AutoChoice c{st, options.balance};
     auto fits = [&] {
@@ -538,7 +876,20 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
     if (single) return c;
     bool fans_out = true;
     double price = 0;
-    if (st == Strategy::Broadcast) {
+    if (!class_tried) {
+      class_tried = true;
+      if (ClassWalk w(grid, s, rule, options.chunk_bytes); w.applies()) {
+        PhaseModel b(links, s, options.chunk_bytes), r = b, g = b;
+        bool fan = true;
+        w.run(&b, &r, &g, &fan);
+        classed = Prices{b.seconds(), {r.seconds(), g.seconds(), fan}};
+        scatter = classed->scatter;
+      }
+    }
+    if (st == Strategy::Broadcast && classed) {
+      price = classed->broadcast;
+      fans_out = classed->scatter.fans_out;
+    } else if (st == Strategy::Broadcast) {
       price = strategy_price(grid, s, links, st, rule, options.chunk_bytes, &fans_out);
     } else {
       if (!scatter) {  // both from one walk of sendrecv's ops

@@ -140,6 +140,12 @@ void TaskOps::zeros(int device, std::vector<Op>& out) const {
   }
 }
 
+std::uint64_t chain_mix(std::int64_t key) {
+  // A hash of the key: a tensor's tasks of one tensor-parallel rank have keys in arithmetic
+  // progression, which k / others % n would map to one member.
+  return (static_cast<std::uint64_t>(key) * 0x9E3779B97F4A7C15ull) >> 32;
+}
+
 void rotate_chain(std::vector<int>& peers, int root, std::int64_t key, const LinkTimeline& s,
                   std::vector<std::size_t>& start, std::vector<int>& out) {
   // The runs of chain_order: the root's host first, then one run per host.
@@ -152,9 +158,7 @@ void rotate_chain(std::vector<int>& peers, int root, std::int64_t key, const Lin
   const auto k = static_cast<std::size_t>(key);
   const std::size_t others = runs - fixed;
   out.clear();
-  // A host's starting member by a hash of the key: a tensor's tasks of one tensor-parallel rank
-  // have keys in arithmetic progression, which k / others % n would map to one member.
-  const std::uint64_t mixed = (static_cast<std::uint64_t>(key) * 0x9E3779B97F4A7C15ull) >> 32;
+  const std::uint64_t mixed = chain_mix(key);
   auto emit = [&](std::size_t r) {  // run r from its member `first` on, round to the start
     const auto begin = peers.begin() + static_cast<std::ptrdiff_t>(start[r]);
     const auto end = peers.begin() + static_cast<std::ptrdiff_t>(start[r + 1]);
@@ -201,11 +205,15 @@ void TaskOps::task(std::int64_t i, int device, std::vector<Op>& out) {
   task(i, device, append);
 }
 
-void TaskOps::task(std::int64_t i, int device, OpSink& out) {
+void TaskOps::select(std::int64_t i) {
   grid_->shards(i, src_shard_, dst_shard_);
   targets_.select(dst_shard_, 0);
   for (std::size_t g = 0; g < holders_.size(); ++g)
     holders_[g].select(src_shard_, static_cast<std::int64_t>(g));
+}
+
+void TaskOps::task(std::int64_t i, int device, OpSink& out) {
+  select(i);
   if (device >= 0 && !targets_.contains(device) &&
       std::none_of(holders_.begin(), holders_.end(),
                    [&](const HolderSet& h) { return h.contains(device); }))

@@ -49,6 +49,9 @@ AllGatherSplit allgather_split(const Box& box, std::size_t n);
 // `runs` and `scratch` are the caller's vectors, kept from call to call (any contents).
 void rotate_chain(std::vector<int>& peers, int root, std::int64_t key, const LinkTimeline& s,
                   std::vector<std::size_t>& runs, std::vector<int>& scratch);
+// rotate_chain's start within each host's run: run r (counted from the first rotated) starts at
+// member (chain_mix(key) + r) mod its length.
+std::uint64_t chain_mix(std::int64_t key);
 
 // Orders ops as a plan lists them: by phase, local ops (copy, zero) first, else as emitted.
 void order_ops(std::vector<Op>& ops);
@@ -100,6 +103,26 @@ class TaskOps {
   void choose_senders(bool on) { senders_ = on; }
   // The broadcast's trees of chains, by shape (the last op's answered at once).
   TreeShapes& trees() { return trees_; }
+
+  // Whether every task's receivers are its targets, on hosts without a device of the source,
+  // which is complete: then a task's ops depend on its destination tile, its sender (a sendrecv
+  // transfer's: one of its source tile's holders), its bytes, and a broadcast chain's rotation
+  // alone, and auto prices tasks by class (lib/plan/strategy_price.cc).
+  bool disjoint() const { return !shared_hosts_ && holders_.size() == 1; }
+  // Where disjoint(): selects task i's tiles, as task() does first (O(tensor and mesh ranks)).
+  void select(std::int64_t i);
+  const std::vector<std::int64_t>& dst_shard() const { return dst_shard_; }
+  const HolderSet& targets() const { return targets_; }
+  std::int64_t holders() const { return holders_[0].size(); }
+  // The selected task's sender to its receiver j (targets()[j]), as task() chooses it.
+  int sender(std::int64_t i, std::size_t j) {
+    return choose(holders_[0], targets_[static_cast<std::int64_t>(j)],
+                  i + static_cast<std::int64_t>(j));
+  }
+  // The key task i's broadcast chain is rotated by (rotate_chain), or -1: not rotated.
+  std::int64_t rotation(std::int64_t i) const {
+    return balance_ == Balance::Local ? i + key_offset_ : -1;
+  }
 
  private:
   // The sender for receiver `to` among `holders`: under Local a holder on `to`'s host if there

@@ -6,9 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <sstream>
 
 #include "lib/plan/planner.h"
+#include "lib/plan/task_ops.h"
 #include "meshcast/error.h"
 #include "meshcast/plan.h"
 #include "meshcast/plan_size.h"
@@ -19,16 +21,22 @@ namespace {
 
 using testing::Rng;
 
-// The devices [0, pool) shuffled over 1..6 hosts of uneven sizes, 1..4 NICs per host, random
-// link classes (with or without chain latency and per-message overhead).
-Topology random_topology(Rng& rng, int pool) {
-  std::vector<int> ids(static_cast<std::size_t>(pool));
-  for (int i = 0; i < pool; ++i) ids[static_cast<std::size_t>(i)] = i;
-  rng.shuffle(ids);
-  const auto hosts = rng.between(1, 6);
-  std::vector<std::vector<int>> on(static_cast<std::size_t>(hosts));
-  for (std::size_t i = 0; i < ids.size(); ++i)  // every host gets one, the rest at random
-    on[i < on.size() ? i : static_cast<std::size_t>(rng.below(hosts))].push_back(ids[i]);
+// Each group of device ids shuffled over hosts of its own (1..6 per group, of uneven sizes),
+// 1..4 NICs per host, random link classes (with or without chain latency and per-message
+// overhead).
+Topology random_topology(Rng& rng, std::vector<std::vector<int>> groups) {
+  std::vector<std::vector<int>> on;
+  for (std::vector<int>& ids : groups) {
+    rng.shuffle(ids);
+    const auto first = on.size();
+    on.resize(first + static_cast<std::size_t>(rng.between(1, 6)));
+    const std::size_t hosts = on.size() - first;
+    for (std::size_t i = 0; i < ids.size(); ++i)  // every host gets one, the rest at random
+      on[first +
+         (i < hosts ? i : static_cast<std::size_t>(rng.below(static_cast<std::int64_t>(hosts))))]
+          .push_back(ids[i]);
+  }
+  std::erase_if(on, [](const std::vector<int>& h) { return h.empty(); });
   auto link = [&](const char* bandwidth_key) {
     std::ostringstream os;
     os << "{\"" << bandwidth_key << "\": " << rng.between(1, 200)
@@ -48,6 +56,13 @@ Topology random_topology(Rng& rng, int pool) {
   }
   os << "]}";
   return Topology::from_json(os.str());
+}
+
+// The devices [0, pool) over hosts shared by all.
+Topology random_topology(Rng& rng, int pool) {
+  std::vector<int> ids(static_cast<std::size_t>(pool));
+  std::iota(ids.begin(), ids.end(), 0);
+  return random_topology(rng, std::vector<std::vector<int>>{ids});
 }
 
 double price(const Layout& src, const Layout& dst, const Topology& topo, Strategy st, Balance rule,
@@ -115,6 +130,40 @@ TEST(StrategyPrice, AllGatherClosedFormOnWideReplicas) {
     const std::string ctx = "case " + std::to_string(i) + ": " + c.str() + "\n" + topo.to_json();
     for (Balance rule : {Balance::None, Balance::Local})
       ASSERT_NO_FATAL_FAILURE(expect_price_matches(c, topo, Strategy::AllGather, rule, chunk, ctx));
+  }
+}
+
+// A training mesh and an inference mesh on hosts of their own (TaskOps::disjoint): tasks are
+// priced by class (tile, bytes, root NIC, chain rotation) with the senders' side task by task.
+// Every price equals the built plan's prediction: random layouts (replicated sources and
+// targets, several NICs, uneven hosts, trees of chains on wide replicas), both sender rules.
+TEST(StrategyPrice, ByClassOnHostsOfTheirOwn) {
+  Rng rng(0xc1a55);
+  testing::Limits lim;
+  lim.max_volume = 600;
+  lim.max_extent = 40;
+  lim.max_mesh_size = 32;
+  lim.max_mesh_extent = 8;
+  lim.pool = 64;
+  for (int i = 0; i < testing::scaled(300); ++i) {
+    const auto [sm, dm] = testing::random_meshes(rng, lim, testing::Devices::Disjoint);
+    const Shape shape = testing::random_shape(rng, lim);
+    const DType dtype = testing::dtype_at(i);
+    const testing::Case c{
+        Layout(shape, dtype, sm, testing::random_spec(rng, shape.size(), sm.ndim(), false)),
+        Layout(shape, dtype, dm,
+               testing::random_spec(rng, shape.size(), dm.ndim(), rng.chance(1, 4))),
+        testing::Devices::Disjoint};
+    const Topology topo = random_topology(rng, {sm.devices(), dm.devices()});
+    const std::int64_t chunk = rng.chance(1, 2) ? kDefaultChunkBytes : rng.between(1, 64);
+    const std::string ctx = "case " + std::to_string(i) + ": " + c.str() + "\n" + topo.to_json();
+    const TaskGrid grid(c.src, c.dst);
+    const detail::LinkTimeline s(topo, detail::union_devices(c.src, c.dst), dtype_size(dtype),
+                                 chunk);
+    ASSERT_TRUE(detail::TaskOps(grid, s, Strategy::Broadcast, Balance::Local).disjoint()) << ctx;
+    for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv})
+      for (Balance rule : {Balance::None, Balance::Local})
+        ASSERT_NO_FATAL_FAILURE(expect_price_matches(c, topo, st, rule, chunk, ctx));
   }
 }
 
