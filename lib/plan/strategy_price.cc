@@ -443,8 +443,12 @@ class ClassWalk {
     tile_at_.assign(tiles, kNone);
   }
 
-  // Whether the walk's tasks can be priced by class.
-  bool applies() const { return ops_.disjoint(); }
+  // Whether the tasks can be priced by class, and are worth it: with fewer than two tasks per
+  // destination tile, classes repeat too little to pay for keeping them (bench/planner's
+  // S0R>S1R at 65,536, one task per tile, took 1.5x longer by class).
+  bool applies() const {
+    return ops_.disjoint() && grid_.size() >= 2 * static_cast<std::int64_t>(tile_at_.size());
+  }
 
   // The three strategies' ops, each into its model if not null (as walk_tasks, without a cap),
   // in one walk: most of a task's price by class is finding its class.
@@ -824,6 +828,10 @@ void walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Bala
 }
 
 }  // namespace
+
+bool priced_by_class(const TaskGrid& grid, const LinkTimeline& s) {
+  return ClassWalk(grid, s, Balance::Local, s.chunk()).applies();
+}
 
 double strategy_price(const TaskGrid& grid, const LinkTimeline& s, const Links& links,
                       Strategy strategy, Balance rule, std::int64_t chunk, bool* fans_out) {

@@ -24,6 +24,10 @@ double strategy_price(const TaskGrid& grid, const LinkTimeline& s, const Links& 
                       Strategy strategy, Balance rule, std::int64_t chunk,
                       bool* fans_out = nullptr);
 
+// Whether strategy_price() and auto_strategy() price the move's tasks by class (TaskOps::disjoint()
+// and at least two tasks per destination tile): then in time O(tasks + classes x receivers).
+bool priced_by_class(const TaskGrid& grid, const LinkTimeline& s);
+
 // What `auto` builds: the least priced of broadcast, allgather and sendrecv (ties to the
 // earlier), senders by options.balance's task-by-task rule (Local standing in for greedy and
 // search, which need the built plan). A strategy is a candidate if its estimated plan

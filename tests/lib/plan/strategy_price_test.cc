@@ -145,7 +145,9 @@ TEST(StrategyPrice, ByClassOnHostsOfTheirOwn) {
   lim.max_mesh_size = 32;
   lim.max_mesh_extent = 8;
   lim.pool = 64;
-  for (int i = 0; i < testing::scaled(300); ++i) {
+  const int n = testing::scaled(300);
+  int classed = 0;  // cases priced by class (the others, one task per tile, by hop)
+  for (int i = 0; i < n; ++i) {
     const auto [sm, dm] = testing::random_meshes(rng, lim, testing::Devices::Disjoint);
     const Shape shape = testing::random_shape(rng, lim);
     const DType dtype = testing::dtype_at(i);
@@ -161,10 +163,12 @@ TEST(StrategyPrice, ByClassOnHostsOfTheirOwn) {
     const detail::LinkTimeline s(topo, detail::union_devices(c.src, c.dst), dtype_size(dtype),
                                  chunk);
     ASSERT_TRUE(detail::TaskOps(grid, s, Strategy::Broadcast, Balance::Local).disjoint()) << ctx;
+    classed += detail::priced_by_class(grid, s);
     for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv})
       for (Balance rule : {Balance::None, Balance::Local})
         ASSERT_NO_FATAL_FAILURE(expect_price_matches(c, topo, st, rule, chunk, ctx));
   }
+  EXPECT_GE(classed * 2, n) << classed << " of " << n << " cases priced by class";
 }
 
 // Auto builds the strategy of least price (ties to the earlier), and nothing else.
