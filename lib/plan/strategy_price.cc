@@ -4,6 +4,7 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -107,20 +108,20 @@ class PhaseModel {
   void load(int p, std::size_t link, std::int64_t bytes) {
     if (bytes != 0) phase(p).add(link, static_cast<double>(bytes) / links_.bandwidth(link));
   }
-  // The sender's side of hops from `from` to other hosts, `bytes` in `messages` messages in all:
-  // its send port and NIC.
-  void sends(int p, int from, std::int64_t bytes, std::int64_t messages) {
+  // The sender's side of hops from `from`, `bytes` in `messages` messages in all: its send
+  // port, and its NIC if they leave its host.
+  void sends(int p, int from, std::int64_t bytes, std::int64_t messages, bool remote) {
     const Device& d = device(from);
-    send(p, d.send, bytes, messages, true);
-    load(p, d.out, bytes);
+    send(p, d.send, bytes, messages, remote);
+    if (remote) load(p, d.out, bytes);
   }
-  // The receiver's side of hops into `to` from other hosts, `bytes` in all: its receive port
-  // and NIC.
-  void receives(int p, int to, double bytes) {
+  // The receiver's side of hops into `to`, `bytes` in all: its receive port, and its NIC if
+  // they come from another host.
+  void receives(int p, int to, double bytes, bool remote) {
     const Device& d = device(to);
     Phase& ph = phase(p);
     ph.add(d.recv, bytes * d.recv_s);
-    ph.add(d.in, bytes * d.in_s);
+    if (remote) ph.add(d.in, bytes * d.in_s);
   }
   // `bytes` in `messages` messages more from a sender's port: send_weight is linear in both, so
   // the sum over many flows is one call.
@@ -417,13 +418,14 @@ class ForwardClasses {
   std::size_t held_ = 0;
 };
 
-// Tasks priced by class where TaskOps::disjoint(): a task's receivers are then its destination
-// tile's devices, each on a host without a source device, so its ops are fixed by its tile, its
-// bytes and (a broadcast) its root's NIC and chain rotation, but for the sender's side of its
-// sender's hops, which all leave the sender's host. That side is added task by task (O(1), or
-// O(receivers) for a sendrecv from several holders); the rest once per class of tasks, times
-// their count (O(receivers) per class). A tensor of 262,144 tasks to 64 receivers each so costs
-// 262,144 sends and a few thousand classes, not 16.7 million hops.
+// Tasks priced by class. Where the source is complete and each task has one sender (or the two
+// meshes' hosts are disjoint), a task's ops are fixed by its receivers (its destination tile's
+// devices less those that hold the box: a group), its bytes and where its sender is: a
+// broadcast's chain by the root's host (if a receiver is there), NIC and rotation; a transfer by
+// whether it leaves the sender's host. Only the sender's side of the sender's hops differs
+// within a class: it is summed per device (a send port's load is linear in bytes and
+// messages), and the rest added once per class, times its tasks. A tensor of 262,144 tasks to
+// 64 receivers each so costs 262,144 sends and a few thousand classes, not 16.7 million hops.
 class ClassWalk {
  public:
   ClassWalk(const TaskGrid& grid, const LinkTimeline& s, Balance rule, std::int64_t chunk)
@@ -433,6 +435,7 @@ class ClassWalk {
         chunk_(chunk),
         elem_(static_cast<std::int64_t>(dtype_size(grid.src().dtype()))),
         nics_(static_cast<std::size_t>(s.topology().nics_per_host())),
+        one_sender_(rule == Balance::None || holders_per_tile(grid.src()) == 1),
         ops_(grid, s, Strategy::Broadcast, rule),
         forward_(s, chunk) {
     std::size_t tiles = 1;
@@ -441,13 +444,16 @@ class ClassWalk {
       tiles *= static_cast<std::size_t>(splits_.back());
     }
     tile_at_.assign(tiles, kNone);
+    copy_.kind = OpKind::Copy;
   }
 
-  // Whether the tasks can be priced by class, and are worth it: with fewer than two tasks per
+  // Whether the tasks can be priced by class (several holders on hosts shared with receivers
+  // choose a sender per receiver by host), and are worth it: with fewer than two tasks per
   // destination tile, classes repeat too little to pay for keeping them (bench/planner's
   // S0R>S1R at 65,536, one task per tile, took 1.5x longer by class).
   bool applies() const {
-    return ops_.disjoint() && grid_.size() >= 2 * static_cast<std::int64_t>(tile_at_.size());
+    return ops_.complete() && (one_sender_ || !ops_.shared_hosts()) &&
+           grid_.size() >= 2 * static_cast<std::int64_t>(tile_at_.size());
   }
 
   // The three strategies' ops, each into its model if not null (as walk_tasks, without a cap),
@@ -461,54 +467,64 @@ class ClassWalk {
       ops_.select(i);
       const Box box = grid_.box(i);
       const std::int64_t bytes = box.volume() * elem_;
-      const std::size_t t = tile();
-      fans_out_ |= tiles_[t].receivers.size() > 1;
-      const int root = ops_.sender(i, 0);
-      if (broadcast) {
-        this->broadcast(*broadcast, i, t, root, bytes);
-        sent(0, root, bytes, messages_of(bytes));
-      }
-      if (sendrecv || allgather) transfers(sendrecv, allgather, i, t, root, box);
+      const std::size_t g = group(tile(), box, bytes, models);
+      const std::size_t n = groups_[g].receivers.size();
+      if (n == 0) continue;
+      fans_out_ |= n > 1;
+      if (broadcast) this->broadcast(*broadcast, i, g, bytes);
+      if (sendrecv || allgather) transfers(sendrecv, allgather, i, g, box);
       if (held_ > (std::size_t{1} << 20)) flush(broadcast, sendrecv, allgather, true);
     }
     flush(broadcast, sendrecv, allgather, false);
     if (broadcast) broadcast->share_trees(nullptr);
     for (std::size_t k = 0; k < 3; ++k)
       for (std::size_t d = 0; d < sent_[k].size(); ++d)
-        models[k]->sends(0, s_.devices()[d], sent_[k][d].bytes, sent_[k][d].messages);
+        for (int remote : {0, 1})
+          models[k]->sends(0, s_.devices()[d], sent_[k][d].bytes[remote],
+                           sent_[k][d].messages[remote], remote != 0);
     if (fans_out) *fans_out = fans_out_;
   }
 
  private:
+  static constexpr std::size_t kNone = ~std::size_t{0};
   struct Tile {
-    std::vector<int> receivers;  // its targets, in mesh order
-    std::int64_t hosts = 0;      // their hosts: a broadcast chain's runs
-    // The least common multiple of the runs' lengths, which rotate_chain's starts repeat with
-    // (0: too large to class a broadcast's tasks by).
+    std::vector<int> targets;   // in mesh order
+    std::size_t whole = kNone;  // its group of no holder among the targets
+    std::size_t last = kNone;   // the group its last task with one fell in
+  };
+  // A tile's receivers for tasks whose holders among its targets are `held` (they copy).
+  struct Group {
+    std::vector<int> held;                            // ascending
+    std::vector<int> receivers;                       // the other targets, in mesh order
+    std::vector<std::pair<int, std::int64_t>> hosts;  // (host, receivers on it), by host
+    // The least common multiple of the hosts' receiver counts (a broadcast chain's runs), which
+    // rotate_chain's starts repeat with (0: too large to class a broadcast's tasks by).
     std::uint64_t period = 1;
-    // Hints (Classes::count): its broadcasts' by root NIC and rotation (if few), its
-    // transfers'.
+    // Hints (Classes::count): its broadcasts' with the root off the receivers' hosts, by root
+    // NIC and rotation (if few), and its transfers'.
     std::vector<std::size_t> broadcast;
     std::size_t transfers = 0;
   };
-  // A class: its tile and, per kind, what else fixes its ops.
+  // A class: its group and, per kind, what else fixes its ops.
   struct Key {
-    std::size_t tile;
-    std::int64_t a, b, c, d;
+    std::size_t group;
+    std::int64_t a, b, c, d, e;
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {
     std::size_t operator()(const Key& k) const {
-      std::uint64_t h = k.tile * 0x9E3779B97F4A7C15ull;
-      for (std::int64_t v : {k.a, k.b, k.c, k.d})
+      std::uint64_t h = k.group * 0x9E3779B97F4A7C15ull;
+      for (std::int64_t v : {k.a, k.b, k.c, k.d, k.e})
         h = (h ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ull;
       return static_cast<std::size_t>(h ^ (h >> 29));
     }
   };
   struct Class {
-    Op op;                                         // a broadcast's: its multicast
-    std::vector<std::int64_t> slices;              // an all-gather's: its receivers' bytes
-    std::int64_t sum_bytes = 0, sum_messages = 0;  // of the slices
+    Op op;                             // a broadcast's: its multicast
+    std::vector<std::int64_t> slices;  // an all-gather's: its receivers' bytes
+    // To receivers on the sender's host [0] and on others [1]: how many, and their slices'.
+    std::int64_t receivers[2] = {0, 0};
+    std::int64_t bytes[2] = {0, 0}, messages[2] = {0, 0}, largest[2] = {0, 0};
   };
   // Classes by key, with the pending ones (counted since the last flush). Keys and counts are
   // kept apart from the classes' ops: they are what each task touches.
@@ -556,145 +572,229 @@ class ClassWalk {
     slot = tiles_.size();
     Tile t;
     const HolderSet& targets = ops_.targets();
-    for (std::int64_t k = 0; k < targets.size(); ++k) t.receivers.push_back(targets[k]);
-    // Runs: a chain takes each host's receivers together (chain_order).
-    std::unordered_map<int, std::uint64_t> run;
-    for (int d : t.receivers) ++run[s_.host(d)];
-    t.hosts = static_cast<std::int64_t>(run.size());
-    for (const auto& [host, length] : run) {
-      t.period = std::lcm(t.period, length);
-      if (t.period > (std::uint64_t{1} << 16)) {
-        t.period = 0;
-        break;
-      }
-    }
-    // A table of hints where the tile's tasks are more than its entries.
-    if (const std::uint64_t n = nics_ * t.period * static_cast<std::uint64_t>(t.hosts);
-        n <= 4096 && n <= 2 * static_cast<std::uint64_t>(grid_.size()) / tile_at_.size())
-      t.broadcast.assign(n, 0);
-    held_ += t.receivers.size() + t.broadcast.size();
+    for (std::int64_t k = 0; k < targets.size(); ++k) t.targets.push_back(targets[k]);
+    held_ += t.targets.size();
     tiles_.push_back(std::move(t));
     return slot;
   }
 
-  // Task i's broadcast (its tile t, its root, its bytes) counted in its class: its hops but
-  // the root's.
-  void broadcast(PhaseModel& m, std::int64_t i, std::size_t t, int root, std::int64_t bytes) {
+  // The selected task's group in tile t; its copies (targets that hold the box) priced.
+  std::size_t group(std::size_t t, const Box& box, std::int64_t bytes, PhaseModel* const* models) {
     Tile& tile = tiles_[t];
-    if (tile.period == 0) {  // priced alone
+    held_list_.clear();
+    if (ops_.shared_hosts()) {  // else no target holds the box
+      const HolderSet& holders = ops_.holders();
+      const HolderSet& targets = ops_.targets();
+      if (holders.size() <= targets.size()) {
+        for (std::int64_t k = 0; k < holders.size(); ++k)
+          if (targets.contains(holders[k])) held_list_.push_back(holders[k]);
+      } else {
+        for (int d : tile.targets)
+          if (holders.contains(d)) held_list_.push_back(d);
+      }
+      std::sort(held_list_.begin(), held_list_.end());
+      copy_.box = box;
+      for (int d : held_list_) {
+        copy_.root = d;
+        for (std::size_t k = 0; k < 3; ++k)
+          if (models[k]) models[k]->op(copy_, bytes);
+      }
+    }
+    if (held_list_.empty()) {
+      if (tile.whole == kNone) tile.whole = make_group(t);
+      return tile.whole;
+    }
+    if (tile.last != kNone && groups_[tile.last].held == held_list_) return tile.last;
+    const auto [it, fresh] = group_index_.try_emplace({t, held_list_}, groups_.size());
+    if (fresh) make_group(t);
+    return tile.last = it->second;
+  }
+  std::size_t make_group(std::size_t t) {
+    Group g;
+    g.held = held_list_;
+    for (int d : tiles_[t].targets)
+      if (!std::binary_search(g.held.begin(), g.held.end(), d)) g.receivers.push_back(d);
+    std::vector<int> hosts;
+    for (int d : g.receivers) hosts.push_back(s_.host(d));
+    std::sort(hosts.begin(), hosts.end());
+    for (std::size_t k = 0; k < hosts.size(); ++k)
+      if (k == 0 || hosts[k] != hosts[k - 1])
+        g.hosts.emplace_back(hosts[k], 1);
+      else
+        ++g.hosts.back().second;
+    for (const auto& [host, length] : g.hosts) {
+      g.period = std::lcm(g.period, static_cast<std::uint64_t>(length));
+      if (g.period > (std::uint64_t{1} << 16)) {
+        g.period = 0;
+        break;
+      }
+    }
+    // A table of hints for a tile's usual group where its tasks are more than the entries.
+    if (const std::uint64_t n = nics_ * g.period * g.hosts.size();
+        g.held.empty() && n <= 4096 &&
+        n <= 2 * static_cast<std::uint64_t>(grid_.size()) / tile_at_.size())
+      g.broadcast.assign(n, 0);
+    held_ += g.held.size() + 2 * g.receivers.size() + g.broadcast.size();
+    groups_.push_back(std::move(g));
+    return groups_.size() - 1;
+  }
+  // The host of `sender` if some receiver of group g is there (then the chain starts there and
+  // the transfers to it stay on the host), with their count; else -1 and 0.
+  std::pair<std::int64_t, std::int64_t> near(const Group& g, int sender) const {
+    const int h = s_.host(sender);
+    const auto it = std::lower_bound(g.hosts.begin(), g.hosts.end(), std::pair{h, std::int64_t{0}});
+    if (it == g.hosts.end() || it->first != h) return {-1, 0};
+    return {h, it->second};
+  }
+
+  // Task i's broadcast to group g counted in its class (its hops but the root's), and the
+  // root's side of its hop.
+  void broadcast(PhaseModel& m, std::int64_t i, std::size_t g, std::int64_t bytes) {
+    Group& grp = groups_[g];
+    const int root = ops_.sender(grp.receivers[0], i);
+    if (grp.period == 0) {  // priced alone (its transfers, not its copies, priced already)
       struct Price final : OpSink {
         PhaseModel* m;
         std::int64_t bytes;
-        void operator()(const Op& op) override { m->op(op, bytes); }
+        void operator()(const Op& op) override {
+          if (op.kind == OpKind::Multicast) m->op(op, bytes);
+        }
       } price;
       price.m = &m;
       price.bytes = bytes;
       ops_.task(i, -1, price);
       return;
     }
+    const auto [host, on_host] = near(grp, root);
+    sent(0, root, bytes, messages_of(bytes), host < 0);
     const std::int64_t key = ops_.rotation(i);
-    const auto hosts = static_cast<std::uint64_t>(tile.hosts);
+    const auto others = std::max<std::uint64_t>(1, grp.hosts.size() - (host >= 0 ? 1 : 0));
     const auto turn =
-        key < 0 ? 0 : static_cast<std::int64_t>(static_cast<std::uint64_t>(key) % hosts);
-    const auto mix = key < 0 ? 0 : static_cast<std::int64_t>(chain_mix(key) % tile.period);
+        key < 0 ? 0 : static_cast<std::int64_t>(static_cast<std::uint64_t>(key) % others);
+    const auto mix = key < 0 ? 0 : static_cast<std::int64_t>(chain_mix(key) % grp.period);
     const auto nic = static_cast<std::int64_t>(nics_ > 1 ? s_.nic(root) % nics_ : 0);
     std::size_t none = 0;
-    std::size_t& hint =
-        tile.broadcast.empty()
-            ? none
-            : tile.broadcast[static_cast<std::size_t>(
-                  (nic * tile.hosts + turn) * static_cast<std::int64_t>(tile.period) + mix)];
-    const auto [c, fresh] = broadcasts_.count({t, bytes, nic, turn, mix}, hint);
+    std::size_t& hint = grp.broadcast.empty() || host >= 0
+                            ? none
+                            : grp.broadcast[static_cast<std::size_t>(
+                                  (nic * static_cast<std::int64_t>(grp.hosts.size()) + turn) *
+                                      static_cast<std::int64_t>(grp.period) +
+                                  mix)];
+    const auto [c, fresh] = broadcasts_.count({g, bytes, nic, turn, mix, host}, hint);
     if (!fresh) return;
     struct Keep final : OpSink {
       Op* op;
-      void operator()(const Op& o) override { *op = o; }
+      void operator()(const Op& o) override {
+        if (o.kind == OpKind::Multicast) *op = o;
+      }
     } keep;
     keep.op = &c->op;
-    ops_.task(i, -1, keep);  // one multicast
+    ops_.task(i, -1, keep);  // its copies, then one multicast
     held_ += c->op.peers.size();
   }
 
-  // Task i's transfers (sendrecv's, and allgather's scatter and forwarding: one class for both,
-  // by its tile t and its slices), counted in their class, and their senders' side.
-  void transfers(bool sendrecv, bool allgather, std::int64_t i, std::size_t t, int root,
-                 const Box& box) {
-    const auto n = static_cast<std::int64_t>(tiles_[t].receivers.size());
+  // Task i's transfers to group g (sendrecv's, and allgather's scatter and forwarding: one class
+  // for both, by the group, its slices and where the sender is), counted in their class, and
+  // their senders' side.
+  void transfers(bool sendrecv, bool allgather, std::int64_t i, std::size_t g, const Box& box) {
+    const std::vector<int>& to = groups_[g].receivers;
+    const auto n = static_cast<std::int64_t>(to.size());
     const AllGatherSplit split = allgather_split(box, static_cast<std::size_t>(n));
     const std::int64_t across =
         box.volume() / std::max<std::int64_t>(1, box[split.dim].size()) * elem_;
     const std::int64_t bytes = split.range.size() * across, msgs = messages_of(bytes);
+    const int root = ops_.sender(to[0], i);  // the sender, if one_sender_
+    const auto [host, on_host] = one_sender_ ? near(groups_[g], root) : std::pair{-1L, 0L};
     const auto [c, fresh] =
-        transfers_.count({t, split.range.size(), across, 0, 0}, tiles_[t].transfers);
-    if (fresh && allgather) {
+        transfers_.count({g, split.range.size(), across, host, 0, 0}, groups_[g].transfers);
+    if (fresh) {
       split.sizes(c->slices);
-      for (std::int64_t& b : c->slices) {
+      for (std::size_t j = 0; j < c->slices.size(); ++j) {
+        std::int64_t& b = c->slices[j];
         b *= across;
-        c->sum_bytes += b;
-        c->sum_messages += b > 0 ? messages(b, chunk_) : 0;
+        const bool remote = s_.host(to[j]) != host;
+        ++c->receivers[remote];
+        c->bytes[remote] += b;
+        c->messages[remote] += b > 0 ? messages(b, chunk_) : 0;
+        c->largest[remote] = std::max(c->largest[remote], b);
       }
       held_ += c->slices.size();
     }
-    if (rule_ == Balance::None || ops_.holders() == 1) {  // one sender
-      if (sendrecv) sent(1, root, n * bytes, n * msgs);
-      if (allgather) sent(2, root, c->sum_bytes, c->sum_messages);
+    if (one_sender_) {
+      if (sendrecv) {
+        sent(1, root, (n - on_host) * bytes, (n - on_host) * msgs, true);
+        sent(1, root, on_host * bytes, on_host * msgs, false);
+      }
+      if (allgather)
+        for (int remote : {0, 1}) sent(2, root, c->bytes[remote], c->messages[remote], remote != 0);
       return;
     }
-    // Under the local rule receiver j's sender is holder (i + j) mod H: each of the first
-    // min(n, H) holders from there sends ceil((n - j) / H) of sendrecv's n transfers.
-    const std::int64_t h = ops_.holders();
+    // Several holders, hosts disjoint: receiver j's sender is holder (i + j) mod H, so each of
+    // the first min(n, H) holders from there sends ceil((n - j) / H) of sendrecv's n transfers.
+    const std::int64_t h = ops_.holders().size();
     if (sendrecv)
       for (std::int64_t j = 0; j < std::min(n, h); ++j) {
         const std::int64_t k = (n - j + h - 1) / h;
-        sent(1, ops_.sender(i, static_cast<std::size_t>(j)), k * bytes, k * msgs);
+        sent(1, ops_.sender(to[static_cast<std::size_t>(j)], i + j), k * bytes, k * msgs, true);
       }
     if (allgather)
-      for (std::size_t j = 0; j < static_cast<std::size_t>(n); ++j)
+      for (std::size_t j = 0; j < to.size(); ++j)
         if (const std::int64_t b = c->slices[j]; b > 0)
-          sent(2, ops_.sender(i, j), b, messages(b, chunk_));
+          sent(2, ops_.sender(to[j], i + static_cast<std::int64_t>(j)), b, messages(b, chunk_),
+               true);
   }
 
   // Sends of `bytes` in `messages` from `device` in model k (0 broadcast, 1 sendrecv,
-  // 2 allgather): a sender port's load is linear in both (send_weight), so they are summed per
-  // device and added to the model once, at the end.
-  void sent(std::size_t k, int device, std::int64_t bytes, std::int64_t messages) {
+  // 2 allgather), to its host or another: a send port's load is linear in both (send_weight),
+  // so they are summed per device and added to the model once, at the end.
+  void sent(std::size_t k, int device, std::int64_t bytes, std::int64_t messages, bool remote) {
     Sent& x = sent_[k][s_.slot(device)];
-    x.bytes += bytes;
-    x.messages += messages;
+    x.bytes[remote] += bytes;
+    x.messages[remote] += messages;
   }
   std::int64_t messages_of(std::int64_t bytes) {
     if (bytes != last_bytes_) last_bytes_ = bytes, last_messages_ = messages(bytes, chunk_);
     return last_messages_;
   }
 
-  // Adds the pending classes (and, if `forget`, drops every class and tile).
+  // Adds the pending classes (and, if `forget`, drops every class, group and tile).
   void flush(PhaseModel* broadcast, PhaseModel* sendrecv, PhaseModel* allgather, bool forget) {
+    // All-gathers' forwardings: (a class, its group, tasks) by group and slices, in order.
+    std::vector<std::tuple<const Class*, std::size_t, double>> forwards;
+    std::unordered_map<Key, std::size_t, KeyHash> forward_at;
     for (std::size_t k : broadcasts_.pending)
       broadcast->multicast(broadcasts_.all[k].op, broadcasts_.keys[k].a, broadcasts_.times[k],
                            false);
     for (std::size_t k : transfers_.pending) {
       const Key& key = transfers_.keys[k];
       const double times = transfers_.times[k];
-      const std::vector<int>& receivers = tiles_[key.tile].receivers;
+      const std::vector<int>& to = groups_[key.group].receivers;
+      const Class& c = transfers_.all[k];
+      const std::int64_t host = key.c;
       if (sendrecv) {
         const std::int64_t bytes = key.a * key.b;
-        for (int d : receivers) sendrecv->receives(0, d, static_cast<double>(bytes) * times);
-        const OpTime time = chain_time(bytes, 1, 0, s_.topology(), chunk_);
-        sendrecv->time(0, time.latency, time.total());
+        for (int d : to)
+          sendrecv->receives(0, d, static_cast<double>(bytes) * times, s_.host(d) != host);
+        for (int remote : {0, 1})
+          if (c.receivers[remote] > 0) time(*sendrecv, bytes, remote != 0);
       }
       if (!allgather) continue;
-      const Class& c = transfers_.all[k];
-      if (receivers.size() > 1)
-        forward_.add(*allgather, receivers, c.slices, 1, static_cast<std::int64_t>(times));
-      std::int64_t largest = 0;
-      for (std::size_t j = 0; j < receivers.size(); ++j) {
-        if (c.slices[j] == 0) continue;
-        allgather->receives(0, receivers[j], static_cast<double>(c.slices[j]) * times);
-        largest = std::max(largest, c.slices[j]);
+      if (to.size() > 1) {  // the forwarding does not depend on the sender: summed over hosts
+        const auto [it, fresh] =
+            forward_at.try_emplace({key.group, key.a, key.b, 0, 0, 0}, forwards.size());
+        if (fresh) forwards.emplace_back(&c, key.group, 0.0);
+        std::get<2>(forwards[it->second]) += times;
       }
-      const OpTime time = chain_time(largest, 1, 0, s_.topology(), chunk_);
-      allgather->time(0, time.latency, time.total());
+      for (std::size_t j = 0; j < to.size(); ++j)
+        if (c.slices[j] != 0)
+          allgather->receives(0, to[j], static_cast<double>(c.slices[j]) * times,
+                              s_.host(to[j]) != host);
+      for (int remote : {0, 1})
+        if (c.largest[remote] > 0) time(*allgather, c.largest[remote], remote != 0);
     }
+    for (const auto& [c, group, times] : forwards)
+      forward_.add(*allgather, groups_[group].receivers, c->slices, 1,
+                   static_cast<std::int64_t>(times));
     for (Classes* c : {&broadcasts_, &transfers_}) {
       for (std::size_t k : c->pending) c->times[k] = 0;
       c->pending.clear();
@@ -702,8 +802,15 @@ class ClassWalk {
     if (!forget) return;
     for (Classes* c : {&broadcasts_, &transfers_}) c->clear();
     tiles_.clear();
+    groups_.clear();
+    group_index_.clear();
     std::fill(tile_at_.begin(), tile_at_.end(), kNone);
     held_ = 0;
+  }
+  // A transfer's time (as PhaseModel::multicast's of one peer).
+  void time(PhaseModel& m, std::int64_t bytes, bool remote) const {
+    const OpTime t = chain_time(bytes, remote ? 1 : 0, remote ? 0 : 1, s_.topology(), chunk_);
+    m.time(0, t.latency, t.total());
   }
 
   const TaskGrid& grid_;
@@ -712,19 +819,31 @@ class ClassWalk {
   std::int64_t chunk_;
   std::int64_t elem_;
   std::size_t nics_;
+  bool one_sender_;  // every task's transfers come from one of its holders
   TaskOps ops_;
   AllGatherForward forward_;
-  static constexpr std::size_t kNone = ~std::size_t{0};
   std::vector<std::int64_t> splits_;  // the destination's, per dimension
   std::vector<std::size_t> tile_at_;  // per destination tile: its index in tiles_, or kNone
   std::vector<Tile> tiles_;
+  std::vector<Group> groups_;
+  struct GroupHash {
+    std::size_t operator()(const std::pair<std::size_t, std::vector<int>>& k) const {
+      std::uint64_t h = k.first * 0x9E3779B97F4A7C15ull;
+      for (int d : k.second) h = (h ^ static_cast<std::uint64_t>(d)) * 0x100000001b3ull;
+      return static_cast<std::size_t>(h);
+    }
+  };
+  // Groups with holders among the targets, by tile and those holders.
+  std::unordered_map<std::pair<std::size_t, std::vector<int>>, std::size_t, GroupHash> group_index_;
+  std::vector<int> held_list_;  // scratch: the selected task's holders among its targets
+  Op copy_;                     // scratch: a copy
   Classes broadcasts_, transfers_;
   struct Sent {
-    std::int64_t bytes = 0, messages = 0;
+    std::int64_t bytes[2] = {0, 0}, messages[2] = {0, 0};  // to its host [0], to others [1]
   };
   std::vector<Sent> sent_[3];                         // per model: per device slot (sent())
   std::int64_t last_bytes_ = -1, last_messages_ = 0;  // messages_of()'s last answer
-  std::size_t held_ = 0;  // receivers and peers held by tiles and classes
+  std::size_t held_ = 0;  // targets, receivers and peers held by tiles, groups and classes
   bool fans_out_ = false;
 };
 
@@ -829,8 +948,8 @@ void walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Bala
 
 }  // namespace
 
-bool priced_by_class(const TaskGrid& grid, const LinkTimeline& s) {
-  return ClassWalk(grid, s, Balance::Local, s.chunk()).applies();
+bool priced_by_class(const TaskGrid& grid, const LinkTimeline& s, Balance rule) {
+  return ClassWalk(grid, s, rule, s.chunk()).applies();
 }
 
 double strategy_price(const TaskGrid& grid, const LinkTimeline& s, const Links& links,

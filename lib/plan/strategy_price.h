@@ -24,9 +24,11 @@ double strategy_price(const TaskGrid& grid, const LinkTimeline& s, const Links& 
                       Strategy strategy, Balance rule, std::int64_t chunk,
                       bool* fans_out = nullptr);
 
-// Whether strategy_price() and auto_strategy() price the move's tasks by class (TaskOps::disjoint()
-// and at least two tasks per destination tile): then in time O(tasks + classes x receivers).
-bool priced_by_class(const TaskGrid& grid, const LinkTimeline& s);
+// Whether strategy_price() and auto_strategy() price the move's tasks under sender rule `rule`
+// by class: then in time O(tasks + classes x receivers). Where the source is complete, each
+// task's transfers come from one sender (its tile has one holder, or rule none) or no host has
+// devices of both meshes, and tasks are at least twice the destination's tiles.
+bool priced_by_class(const TaskGrid& grid, const LinkTimeline& s, Balance rule);
 
 // What `auto` builds: the least priced of broadcast, allgather and sendrecv (ties to the
 // earlier), senders by options.balance's task-by-task rule (Local standing in for greedy and

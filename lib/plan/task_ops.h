@@ -104,21 +104,20 @@ class TaskOps {
   // The broadcast's trees of chains, by shape (the last op's answered at once).
   TreeShapes& trees() { return trees_; }
 
-  // Whether every task's receivers are its targets, on hosts without a device of the source,
-  // which is complete: then a task's ops depend on its destination tile, its sender (a sendrecv
-  // transfer's: one of its source tile's holders), its bytes, and a broadcast chain's rotation
-  // alone, and auto prices tasks by class (lib/plan/strategy_price.cc).
-  bool disjoint() const { return !shared_hosts_ && holders_.size() == 1; }
-  // Where disjoint(): selects task i's tiles, as task() does first (O(tensor and mesh ranks)).
+  // For pricing by class (lib/plan/strategy_price.cc): whether the source is complete (one
+  // addend: no reduction), and whether some host has devices of both meshes (else a task's
+  // receivers are all its targets, and every hop from a sender leaves its host).
+  bool complete() const { return holders_.size() == 1; }
+  bool shared_hosts() const { return shared_hosts_; }
+  // Selects task i's tiles, as task() does first (O(tensor and mesh ranks)): then its
+  // destination tile's shard indices, its targets and (a complete source) its holders.
   void select(std::int64_t i);
   const std::vector<std::int64_t>& dst_shard() const { return dst_shard_; }
   const HolderSet& targets() const { return targets_; }
-  std::int64_t holders() const { return holders_[0].size(); }
-  // The selected task's sender to its receiver j (targets()[j]), as task() chooses it.
-  int sender(std::int64_t i, std::size_t j) {
-    return choose(holders_[0], targets_[static_cast<std::int64_t>(j)],
-                  i + static_cast<std::int64_t>(j));
-  }
+  const HolderSet& holders() const { return holders_[0]; }
+  // The sender task() chooses among the selected task's holders for receiver `to` by `key` (a
+  // broadcast's: its task's index; sendrecv's to receiver j: the index plus j).
+  int sender(int to, std::int64_t key) { return choose(holders_[0], to, key); }
   // The key task i's broadcast chain is rotated by (rotate_chain), or -1: not rotated.
   std::int64_t rotation(std::int64_t i) const {
     return balance_ == Balance::Local ? i + key_offset_ : -1;
