@@ -11,8 +11,8 @@
 // over the operation's. Operations and baselines are timed alike: launch, then wait for the
 // stream, per iteration.
 //   gpu_reshard_bench [MAX_BYTES]   sizes from 64 KiB by 4x up to MAX_BYTES (default 1 GiB)
-// MESHCAST_BENCH_SMOKE=1: sizes up to 1 MiB, few iterations. Exit status 1 on any wrong
-// element, 77 where no GPU can be used.
+// MESHCAST_BENCH_SMOKE=1 (bench/smoke.h): sizes up to 1 MiB, few iterations. Exit status 1 on any
+// wrong element, 77 where no GPU can be used.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -32,6 +32,7 @@
 #include "meshcast/plan.h"
 #include "meshcast/reshard.h"
 #include "meshcast/testing.h"
+#include "smoke.h"
 
 using namespace meshcast;
 
@@ -137,7 +138,7 @@ class Bench {
 };
 
 int run(int argc, char** argv) {
-  const bool smoke = std::getenv("MESHCAST_BENCH_SMOKE") != nullptr;
+  const bool smoke = meshcast::bench::smoke_mode();
   const std::size_t max_bytes = argc > 1 ? std::stoull(argv[1])
                                 : smoke  ? std::size_t{1} << 20
                                          : std::size_t{1} << 30;
