@@ -431,7 +431,6 @@ class ClassWalk {
   ClassWalk(const TaskGrid& grid, const LinkTimeline& s, Balance rule, std::int64_t chunk)
       : grid_(grid),
         s_(s),
-        rule_(rule),
         chunk_(chunk),
         elem_(static_cast<std::int64_t>(dtype_size(grid.src().dtype()))),
         nics_(static_cast<std::size_t>(s.topology().nics_per_host())),
@@ -823,7 +822,6 @@ class ClassWalk {
 
   const TaskGrid& grid_;
   const LinkTimeline& s_;
-  Balance rule_;
   std::int64_t chunk_;
   std::int64_t elem_;
   std::size_t nics_;

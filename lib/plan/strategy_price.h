@@ -17,9 +17,10 @@ namespace meshcast::detail {
 // task by task by `rule` (Balance::None or Local, TaskOps' rules: greedy and search need the
 // whole plan): equal, up to rounding, to the predicted_seconds of plan() with that strategy and
 // balance. `s` and `links` cover the devices of both meshes. Time O(tasks x receivers) for every
-// strategy (allgather's r^2 chain hops per task are summed in closed form), memory O(devices +
-// the largest task's receivers). `fans_out` (optional): whether some box goes to more than one
-// receiver (only then do the strategies' ops differ).
+// strategy (allgather's r^2 chain hops per task are summed in closed form), or
+// O(tasks + classes x receivers) where priced_by_class(); memory O(devices + the largest task's
+// receivers), or O(devices + classes x receivers) up to a bound. `fans_out` (optional): whether
+// some box goes to more than one receiver (only then do the strategies' ops differ).
 double strategy_price(const TaskGrid& grid, const LinkTimeline& s, const Links& links,
                       Strategy strategy, Balance rule, std::int64_t chunk,
                       bool* fans_out = nullptr);
