@@ -84,7 +84,10 @@ int run_demo(const DemoArgs& args);
 struct SyncArgs {
   std::string model, system, topology, cast, mode = "fused", backend = "local", iters = "3";
   std::string strategy = "auto", max_staging = std::to_string(std::int64_t{64} << 20);
+  std::string plan_file, save_plan;  // --plan, --save-plan
   bool verify = false, json = false, predict = false;
+  // From --plan's file (run_sync fills them): the tensors (explicit form) and the topology.
+  std::string model_text, topology_text;
 };
 void add_sync_options(CLI::App& cmd, SyncArgs& args);
 int run_sync(const SyncArgs& args);

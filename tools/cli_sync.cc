@@ -12,6 +12,7 @@
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "cli.h"
 #include "meshcast/bootstrap.h"
@@ -112,10 +113,17 @@ Loaded load(const SyncArgs& a) {
   }
   Loaded l;
   l.options = sync_options(a);
-  std::optional<SystemConfig> system;
-  if (!a.system.empty()) system = load_system_config(a.system);
-  l.model = load_model(a.model, system ? &*system : nullptr, cast);
-  l.topology = load_topology(a.topology);  // auto: replaced once a process backend started
+  if (!a.model_text.empty()) {  // a saved plan: the targets' dtypes are explicit
+    l.model = read_model(a.model_text, nullptr);
+    l.topology = Topology::from_json(a.topology_text);
+  } else {
+    if (a.model.empty())
+      throw ValidationError("model", "is required (or --plan FILE, a sync saved by --save-plan)");
+    std::optional<SystemConfig> system;
+    if (!a.system.empty()) system = load_system_config(a.system);
+    l.model = load_model(a.model, system ? &*system : nullptr, cast);
+    l.topology = load_topology(a.topology);  // auto: replaced once a process backend started
+  }
   l.steps = steps_of(l.model, a.mode);
   return l;
 }
@@ -268,6 +276,90 @@ void print(const SyncArgs& a, const Loaded& l, const SyncStats& p, const RunResu
             << '\n';
 }
 
+// A saved sync: its inputs whole (the tensors' layouts in the model file's explicit form, the
+// mode, the options and the topology), from which every rank derives its own part as it would
+// from the flags: a job of thousands of ranks stores no rank's messages.
+constexpr const char* kSavedSync = "meshcast_sync_plan";
+
+void save_sync(const SyncArgs& a, const Loaded& l) {
+  if (is_auto_topology(a.topology))
+    throw ValidationError("topology",
+                          "auto is discovered when a job starts; save a plan with a "
+                          "topology file or preset");
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::object();
+  for (std::size_t i = 0; i < l.model.moves.size(); ++i) {
+    const TensorMove& t = l.model.moves[i];
+    nlohmann::ordered_json e = {{"shape", t.src.shape()},
+                                {"dtype", l.model.dtype_names[i]},
+                                {"src", t.src.str()},
+                                {"dst", t.dst.str()}};
+    if (t.dst.dtype() != t.src.dtype()) e["dst_dtype"] = to_string(t.dst.dtype());
+    tensors[t.name] = std::move(e);
+  }
+  const nlohmann::ordered_json out = {
+      {kSavedSync, 1},
+      {"mode", a.mode},
+      {"cast", a.cast},
+      {"strategy", a.strategy},
+      {"max_staging_bytes", l.options.max_staging_bytes},
+      {"topology", nlohmann::ordered_json::parse(l.topology.to_json())},
+      {"tensors", std::move(tensors)}};
+  write_file(a.save_plan, out.dump() + "\n", "save-plan");
+}
+
+// `a` with --plan's file read into it. Flags the file fixes are refused where they differ.
+SyncArgs with_saved_sync(const SyncArgs& a) {
+  if (a.plan_file.empty()) return a;
+  if (!a.save_plan.empty()) throw ValidationError("save-plan", "cannot be given with --plan");
+  const std::string text = read_input_file(a.plan_file, "plan", limits().input_file_bytes);
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw ParseError("plan", a.plan_file + " is not JSON: " + e.what());
+  }
+  if (!j.is_object() || !j.contains(kSavedSync))
+    throw ValidationError("plan",
+                          a.plan_file + " is not a sync saved by meshcast sync --save-plan");
+  SyncArgs s = a;
+  const auto text_of = [&](const char* key) {
+    if (!j.contains(key) || !j[key].is_string())
+      throw ValidationError(std::string("plan.") + key, "missing or not a string");
+    return j[key].get<std::string>();
+  };
+  for (const auto& [flag, given, dflt, key] :
+       {std::tuple{"mode", &a.mode, SyncArgs{}.mode, "mode"},
+        std::tuple{"cast", &a.cast, SyncArgs{}.cast, "cast"},
+        std::tuple{"strategy", &a.strategy, SyncArgs{}.strategy, "strategy"}}) {
+    const std::string saved = text_of(key);
+    if (*given != dflt && *given != saved)
+      throw ValidationError(flag, "the saved plan " + a.plan_file + " was made with --" + flag +
+                                      " " + (saved.empty() ? "unset" : saved) + "; leave --" +
+                                      flag + " out to run it");
+  }
+  s.mode = text_of("mode");
+  s.cast = text_of("cast");
+  s.strategy = text_of("strategy");
+  if (!j.contains("max_staging_bytes") || !j["max_staging_bytes"].is_number_integer())
+    throw ValidationError("plan.max_staging_bytes", "missing or not an integer");
+  s.max_staging = std::to_string(j["max_staging_bytes"].get<std::int64_t>());
+  if (a.max_staging != SyncArgs{}.max_staging && a.max_staging != s.max_staging)
+    throw ValidationError("max-staging-bytes", "the saved plan " + a.plan_file + " was made with " +
+                                                   s.max_staging + "; leave it out to run it");
+  for (const auto& [flag, given] : {std::pair{"model", &a.model}, std::pair{"system", &a.system},
+                                    std::pair{"topology", &a.topology}})
+    if (!given->empty())
+      throw ValidationError(flag, "the saved plan " + a.plan_file + " fixes it; leave --" +
+                                      std::string(flag) + " out to run it");
+  if (!j.contains("topology") || !j["topology"].is_object())
+    throw ValidationError("plan.topology", "missing or not an object");
+  if (!j.contains("tensors") || !j["tensors"].is_object())
+    throw ValidationError("plan.tensors", "missing or not an object");
+  s.topology_text = j["topology"].dump();
+  s.model_text = j["tensors"].dump();
+  return s;
+}
+
 }  // namespace
 
 void add_sync_options(CLI::App& cmd, SyncArgs& a) {
@@ -275,8 +367,7 @@ void add_sync_options(CLI::App& cmd, SyncArgs& a) {
                  "model file: NCCL M2N's model config ({\"name\": {\"shape\", \"dtype\"}}, with "
                  "--system) or the explicit form ({\"name\": {\"shape\", \"dtype\", \"src\", "
                  "\"dst\"}}); see models/README.md")
-      ->type_name("FILE")
-      ->required();
+      ->type_name("FILE");
   cmd.add_option("--system", a.system,
                  "NCCL M2N's system config: the trainer's and the generator's parallel degrees "
                  "(placed by the Megatron convention, include/meshcast/manifest.h)")
@@ -310,6 +401,14 @@ void add_sync_options(CLI::App& cmd, SyncArgs& a) {
   cmd.add_option("--iters", a.iters, "timed iterations after one warm-up (>= 1)")
       ->type_name("N")
       ->capture_default_str();
+  cmd.add_option("--save-plan", a.save_plan,
+                 "write the sync as one file (its tensors' layouts, mode, options, topology) and "
+                 "exit: every rank derives its own part from it; run it with --plan")
+      ->type_name("FILE");
+  cmd.add_option("--plan", a.plan_file,
+                 "run a sync saved by --save-plan (it fixes --model, --system, --topology, "
+                 "--mode, --cast, --strategy and --max-staging-bytes)")
+      ->type_name("FILE");
   cmd.add_flag("--verify", a.verify, "check every element of every tensor on every generator");
   cmd.add_flag("--predict", a.predict,
                "plan and price the mode by the cost model without running it (any size)");
@@ -320,10 +419,17 @@ void add_sync_options(CLI::App& cmd, SyncArgs& a) {
                "when run also backend, iters, seconds (median), times, verified, mismatches");
 }
 
-int run_sync(const SyncArgs& a) {
+int run_sync(const SyncArgs& args) {
+  const SyncArgs a = with_saved_sync(args);
   check_backend(a.backend);
   const int iters = parse_iters(a.iters);
   Loaded l = load(a);
+  if (!a.save_plan.empty()) {
+    save_sync(a, l);
+    std::cout << "saved " << a.save_plan << ": " << l.model.moves.size() << " tensors, mode "
+              << a.mode << "; run it with meshcast sync --plan " << a.save_plan << '\n';
+    return 0;
+  }
   const std::vector<int> devices = sync_devices(l.model.moves);
   if (a.predict) {
     const SyncStats p = predict_steps(l);
@@ -370,7 +476,9 @@ int run_sync(const SyncArgs& a) {
       // A rank given another model, system or mode would hang or corrupt: refuse it first.
       agree(s.boot,
             {{"model", std::to_string(std::hash<std::string>{}(
-                           read_input_file(a.model, "model", limits().input_file_bytes)))},
+                           a.model_text.empty()
+                               ? read_input_file(a.model, "model", limits().input_file_bytes)
+                               : a.model_text))},
              {"system", a.system.empty() ? ""
                                          : std::to_string(std::hash<std::string>{}(read_input_file(
                                                a.system, "system", limits().input_file_bytes)))},

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `meshcast sync` under mpirun, one process per device: the shipped GPT-2-small manifest from a
 # trainer of tp=2 x pp=2 (ranks 0-3) to generators of tp=2 x dp=2 (ranks 4-7), every mode and a
-# bf16 cast, on each process backend, every element checked (--verify). Then the faults: a rank
+# bf16 cast, and a sync saved by --save-plan run from the file (--plan), on each process backend,
+# every element checked (--verify). Then the faults: a rank
 # given another model file is refused on every rank naming "model"; a rank killed mid-sync is
 # named by every survivor within 15 s.
 # Usage: BACKENDS="mpi ucx" sync_mpi.sh MESHCAST MPIEXEC
@@ -27,6 +28,15 @@ for backend in ${BACKENDS:-mpi}; do
 o = json.loads(sys.stdin.readline()); print(o["verified"], o["mismatches"])' 2>/dev/null)
     if [[ $rc -eq 0 && $got == "True 0" ]]; then ok; else bad "$backend $extra: rc=$rc $got $out"; fi
   done
+
+  # A sync saved by --save-plan, run by every rank from the file.
+  "$mc" sync "${model[@]}" --cast bf16 --mode per-tensor --save-plan "$tmp/saved.json" >/dev/null
+  out=$(timeout 300 "${run[@]}" -np 8 "$mc" sync --plan "$tmp/saved.json" --backend "$backend" \
+        --iters 1 --verify --json 2>&1)
+  rc=$?
+  got=$(printf '%s\n' "$out" | grep '^{' | python3 -c 'import json,sys
+o = json.loads(sys.stdin.readline()); print(o["verified"], o["mismatches"], o["mode"], o["cast"])' 2>/dev/null)
+  if [[ $rc -eq 0 && $got == "True 0 per-tensor bf16" ]]; then ok; else bad "$backend --plan: rc=$rc $got $out"; fi
 
   # Rank 6 reads another model: every rank refuses, naming the setting, before moving anything.
   cp models/gpt2-small.json "$tmp/other.json"

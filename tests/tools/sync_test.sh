@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Tests of `meshcast sync` on the in-process backend: every mode moves every element of the
 # shipped manifests (--verify --json: verified true, 0 mismatches), a cast to bf16 and f16, an
-# explicit manifest with partial sums, uneven shards and a cast in every mode, --predict's JSON, and bad input (exit 2,
-# exactly one line on stderr naming the field).
+# explicit manifest with partial sums, uneven shards and a cast in every mode, a sync saved by
+# --save-plan and run by --plan, --predict's JSON, and bad input (exit 2, exactly one line on
+# stderr naming the field).
 # Usage: tests/tools/sync_test.sh path/to/meshcast
 set -u
 # Debian's python3 itself: a version manager's shim first on PATH costs ~0.4 s a call.
@@ -56,6 +57,46 @@ for mode in fused per-tensor gather; do
   got=$(field verified mismatches tensors)
   if [[ $rc -eq 0 && $got == "true 0 4" ]]; then ok; else bad "explicit $mode: rc=$rc $got $(cat "$TMP/err")"; fi
 done
+
+# A saved sync (--save-plan) runs as the flags did (--plan): the explicit manifest with its cast,
+# partial sums and uneven shards in gather mode, and a model config with a cast and a strategy on
+# a preset topology; the same prediction as from the flags, every element verified.
+while read -r label args; do
+  [[ -z $label ]] && continue
+  args=${args//\$TMP/$TMP}
+  # shellcheck disable=SC2086
+  run $args --predict --json
+  want=$(field predicted_seconds messages boxes bytes_moved tensors)
+  # shellcheck disable=SC2086
+  run $args --save-plan "$TMP/saved.json"
+  saved_rc=$rc
+  run --plan "$TMP/saved.json" --predict --json
+  got=$(field predicted_seconds messages boxes bytes_moved tensors)
+  run --plan "$TMP/saved.json" --iters 1 --verify --json
+  if [[ $saved_rc -eq 0 && $rc -eq 0 && $got == "$want" && $(field verified mismatches) == "true 0" ]]
+  then ok; else bad "saved $label: rc=$saved_rc/$rc '$got' vs '$want' $(head -c 300 "$TMP/err")"; fi
+done <<'EOF2'
+explicit --model $TMP/explicit.json --mode gather
+config --model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --cast bf16 --strategy sendrecv --topology dgx-a100
+EOF2
+# The saved plan fixes what it was made with; a file of something else is refused.
+run --model "$TMP/explicit.json" --save-plan "$TMP/saved.json"
+printf '{"a": 1}' >"$TMP/notsaved.json"
+while IFS='|' read -r want args; do
+  [[ -z $want ]] && continue
+  # shellcheck disable=SC2086
+  run ${args//\$TMP/$TMP}
+  if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q -- "$want" "$TMP/err"; then ok; else
+    bad "saved plan '$args': want exit 2 naming '$want', got rc=$rc: $(cat "$TMP/err")"; fi
+done <<'EOF2'
+mode|--plan $TMP/saved.json --mode per-tensor
+model|--plan $TMP/saved.json --model models/gpt2-small.json
+topology|--plan $TMP/saved.json --topology dgx-a100
+save-plan|--plan $TMP/saved.json --save-plan $TMP/again.json
+plan|--plan $TMP/notsaved.json
+topology|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --topology auto --save-plan $TMP/auto.json
+model|--iters 1
+EOF2
 
 # --predict: any size, nothing run.
 run --model models/qwen2.5-0.5b.json --system models/systems/tp2pp2-to-tp2dp2.json \
