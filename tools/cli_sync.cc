@@ -364,9 +364,9 @@ SyncArgs with_saved_sync(const SyncArgs& a) {
 
 void add_sync_options(CLI::App& cmd, SyncArgs& a) {
   cmd.add_option("--model", a.model,
-                 "model file: NCCL M2N's model config ({\"name\": {\"shape\", \"dtype\"}}, with "
-                 "--system) or the explicit form ({\"name\": {\"shape\", \"dtype\", \"src\", "
-                 "\"dst\"}}); see models/README.md")
+                 "model file (unless --plan): NCCL M2N's model config ({\"name\": {\"shape\", "
+                 "\"dtype\"}}, with --system) or the explicit form ({\"name\": {\"shape\", "
+                 "\"dtype\", \"src\", \"dst\"}}); see models/README.md")
       ->type_name("FILE");
   cmd.add_option("--system", a.system,
                  "NCCL M2N's system config: the trainer's and the generator's parallel degrees "
