@@ -97,8 +97,12 @@ void Watchdog::check_processes() {
       poll_notices();
       std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
-    failed_ = true;
-    throw CommError(rank, "failed: its process (pid " + std::to_string(pid) + ") ended");
+    // Told to the others, as peer_failed() does: this process may end next (a survivor that
+    // learned of the failure and is done), and a peer that then finds it gone before the
+    // failed one would name it instead (a ucx exit conformance run under load did).
+    const CommError e(rank, "failed: its process (pid " + std::to_string(pid) + ") ended");
+    abandon(e);
+    throw e;
   }
 }
 

@@ -53,7 +53,7 @@ class Watchdog {
   // then checked for life in watch() (a few times a second).
   void set_processes(const std::vector<ProcessId>& all);
   // Call while waiting: answers pings; throws the CommError another device abandoned with, or
-  // one naming a peer whose process ended.
+  // one naming a peer whose process ended (told to the others first, as abandon() does).
   void watch();
   // Call when a wait saw no progress for the timeout: pings every rank and throws a CommError
   // naming the first that does not answer within a grace period, the others in its cause (or,
