@@ -470,8 +470,10 @@ class ClassWalk {
       const std::size_t n = groups_[g].receivers.size();
       if (n == 0) continue;
       fans_out_ |= n > 1;
-      if (broadcast) this->broadcast(*broadcast, i, g, bytes);
-      if (sendrecv || allgather) transfers(sendrecv, allgather, i, g, box);
+      // The broadcast's root, and the transfers' one sender (where there is one).
+      const int root = ops_.sender(groups_[g].receivers[0], i);
+      if (broadcast) this->broadcast(*broadcast, i, g, root, bytes);
+      if (sendrecv || allgather) transfers(sendrecv, allgather, i, g, root, box);
       if (held_ > kHeld) flush(broadcast, sendrecv, allgather, true);
     }
     flush(broadcast, sendrecv, allgather, false);
@@ -650,11 +652,10 @@ class ClassWalk {
     return {h, it->second};
   }
 
-  // Task i's broadcast to group g counted in its class (its hops but the root's), and the
-  // root's side of its hop.
-  void broadcast(PhaseModel& m, std::int64_t i, std::size_t g, std::int64_t bytes) {
+  // Task i's broadcast from `root` to group g counted in its class (its hops but the root's),
+  // and the root's side of its hop.
+  void broadcast(PhaseModel& m, std::int64_t i, std::size_t g, int root, std::int64_t bytes) {
     Group& grp = groups_[g];
-    const int root = ops_.sender(grp.receivers[0], i);
     if (grp.period == 0) {  // priced alone (its transfers, not its copies, priced already)
       struct Price final : OpSink {
         PhaseModel* m;
@@ -702,15 +703,15 @@ class ClassWalk {
 
   // Task i's transfers to group g (sendrecv's, and allgather's scatter and forwarding: one class
   // for both, by the group, its slices and where the sender is), counted in their class, and
-  // their senders' side.
-  void transfers(bool sendrecv, bool allgather, std::int64_t i, std::size_t g, const Box& box) {
+  // their senders' side. `root`: the sender to its first receiver (the only one if one_sender_).
+  void transfers(bool sendrecv, bool allgather, std::int64_t i, std::size_t g, int root,
+                 const Box& box) {
     const std::vector<int>& to = groups_[g].receivers;
     const auto n = static_cast<std::int64_t>(to.size());
     const AllGatherSplit split = allgather_split(box, static_cast<std::size_t>(n));
     const std::int64_t across =
         box.volume() / std::max<std::int64_t>(1, box[split.dim].size()) * elem_;
     const std::int64_t bytes = split.range.size() * across, msgs = messages_of(bytes);
-    const int root = ops_.sender(to[0], i);  // the sender, if one_sender_
     const auto [host, on_host] = one_sender_ ? near(groups_[g], root) : std::pair{-1L, 0L};
     const auto [c, fresh] =
         transfers_.count({g, split.range.size(), across, host, 0, 0}, groups_[g].transfers);
@@ -991,12 +992,8 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
     bool fans_out;
   };
   std::optional<Scatter> scatter;
-  // Where tasks are priced by class: all three prices, from one walk.
-  struct Prices {
-    double broadcast = 0;
-    Scatter scatter{0, 0, false};
-  };
-  std::optional<Prices> classed;
+  // Where tasks are priced by class, broadcast's price (and `scatter`) from one walk of all three.
+  std::optional<double> classed;
   bool class_tried = false;
   for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
     AutoChoice c{st, options.balance};
@@ -1015,15 +1012,17 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
         PhaseModel b(links, s, options.chunk_bytes), r = b, g = b;
         bool fan = true;
         w.run(&b, &r, &g, &fan);
-        classed = Prices{b.seconds(), {r.seconds(), g.seconds(), fan}};
-        scatter = classed->scatter;
+        classed = b.seconds();
+        scatter = Scatter{r.seconds(), g.seconds(), fan};
       }
     }
     if (st == Strategy::Broadcast && classed) {
-      price = classed->broadcast;
-      fans_out = classed->scatter.fans_out;
-    } else if (st == Strategy::Broadcast) {
-      price = strategy_price(grid, s, links, st, rule, options.chunk_bytes, &fans_out);
+      price = *classed;
+      fans_out = scatter->fans_out;
+    } else if (st == Strategy::Broadcast) {  // by hop (strategy_price would try classes again)
+      PhaseModel m(links, s, options.chunk_bytes);
+      walk_tasks(grid, s, st, rule, options.chunk_bytes, &m, nullptr, &fans_out);
+      price = m.seconds();
     } else {
       if (!scatter) {  // both from one walk of sendrecv's ops
         // Priced only until they reach the best price so far: then neither can win.
