@@ -39,6 +39,7 @@
 #include <set>
 #include <sstream>
 
+#include "args.h"
 #include "methods.h"
 #include "mpi_baselines.h"
 #include "mpi_harness.h"
@@ -380,16 +381,8 @@ void group_2d(Suite& s, Bench& b) {
 std::vector<std::int64_t> parse_sizes(const std::string& text) {
   std::vector<std::int64_t> out;
   std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) {
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end || v < 1 || v > 4096) {
-      std::fprintf(stderr, "cluster_suite: --sizes-mib: want MiB counts 1..4096, got '%s'\n",
-                   item.c_str());
-      std::exit(2);
-    }
-    out.push_back(v * kMiB);
-  }
+  for (std::string item; std::getline(in, item, ',');)
+    out.push_back(meshcast::bench::Args::integer(item, 1, 4096) * kMiB);
   return out;
 }
 
@@ -405,44 +398,24 @@ int main(int argc, char** argv) {
     cfg.iters = 2;
     sizes = {kMiB};
   }
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "cluster_suite: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::printf(
-          "usage: mpirun ... cluster_suite --topology FILE [--groups 1m,nm,2d] [--iters N]\n"
-          "         [--warmup N] [--json FILE] [--filter TEXT] [--sizes-mib A,B] [--chunk-kib N]\n"
-          "(see the comment at the top of bench/cluster_suite.cc)\n");
-      return 0;
-    }
-    if (a == "--topology")
-      topology_path = next();
-    else if (a == "--groups")
-      cfg.groups = next();
-    else if (a == "--iters")
-      cfg.iters = std::max(1, std::atoi(next().c_str()));
-    else if (a == "--warmup")
-      cfg.warmup = std::max(0, std::atoi(next().c_str()));
-    else if (a == "--json")
-      cfg.json = next();
-    else if (a == "--filter")
-      cfg.filter = next();
-    else if (a == "--chunk-kib")
-      cfg.chunk = cfg.network_chunk =
-          static_cast<std::size_t>(std::max(1, std::atoi(next().c_str()))) * 1024;
-    else if (a == "--sizes-mib")
-      sizes = parse_sizes(next());
-    else {
-      std::fprintf(stderr, "cluster_suite: unknown argument %s\n", a.c_str());
-      return 2;
-    }
-  }
+  meshcast::bench::Args("cluster_suite", "cluster.sh run ... -- cluster_suite --topology FILE")
+      .text("--topology", topology_path, "where the ranks run (required)", "FILE")
+      .text("--groups", cfg.groups, "the groups to run, of 1m,nm,2d", "LIST")
+      .number("--iters", cfg.iters, 1, "timed iterations per method")
+      .number("--warmup", cfg.warmup, 0, "untimed iterations first")
+      .text("--json", cfg.json, "write the rows to FILE", "FILE")
+      .text("--filter", cfg.filter, "only the cases whose name contains TEXT")
+      .custom(
+          "--sizes-mib", "A,B", [&](const std::string& v) { sizes = parse_sizes(v); },
+          "1m's tensor sizes in MiB (1..4096)")
+      .custom(
+          "--chunk-kib", "N",
+          [&](const std::string& v) {
+            cfg.chunk = cfg.network_chunk =
+                static_cast<std::size_t>(meshcast::bench::Args::integer(v, 1, 1 << 20)) * 1024;
+          },
+          "chain chunk in KiB, in and across hosts")
+      .parse(argc, argv);
   if (topology_path.empty()) {
     std::fprintf(stderr,
                  "cluster_suite: --topology: required (the file naming each rank's host)\n");

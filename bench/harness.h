@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "smoke.h"
 
 namespace meshcast::bench {
@@ -115,7 +116,9 @@ class TableReporter : public benchmark::ConsoleReporter {
 
 // Registers nothing: initialises Google Benchmark, runs every registered benchmark through
 // `reporter`, and returns the process status (2: bad arguments, 1: a failure, 0: all good).
-inline int run(int argc, char** argv, TableReporter& reporter) {
+// `program` takes no options of its own: Args refuses all but Google Benchmark's.
+inline int run(const char* program, int argc, char** argv, TableReporter& reporter) {
+  Args(program, program).parse(argc, argv, true);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   benchmark::RunSpecifiedBenchmarks(&reporter);

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "harness.h"
 #include "meshcast/meshcast.h"
 #include "methods.h"
@@ -192,13 +193,9 @@ void bm_scale(benchmark::State& state, const Topology& topo, const ScaleCase& c)
 
 int main(int argc, char** argv) {
   std::string json_path;
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::string(argv[i]) == "--json" && i + 1 < argc)
-      json_path = argv[++i];
-    else
-      args.push_back(argv[i]);
-  }
+  meshcast::bench::Args("model", "model")
+      .text("--json", json_path, "write the paper cases' rows to FILE", "FILE")
+      .parse(argc, argv, true);
   const bool smoke = meshcast::bench::smoke_mode();
   try {
     const Topology p3 = Topology::load("meshes/aws-p3.8xlarge.json");
@@ -230,8 +227,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "model: %s\n", e.what());
     return 2;
   }
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

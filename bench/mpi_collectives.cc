@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "smoke.h"
 
 #define OMPI_SKIP_MPICXX 1
@@ -111,15 +112,6 @@ void gemm_rows(const std::vector<float>& a, const std::vector<float>& b, std::ve
 int main(int argc, char** argv) {
   MpiOptions mo;
   mo.timeout_seconds = 120;
-  // --node-kib K: node memory per rank (0: none, so that Auto sends in shared memory too); read
-  // before MPI starts, checked with the other arguments below.
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--node-kib")
-      mo.node_segment_bytes = static_cast<std::size_t>(std::strtoull(argv[i + 1], nullptr, 10))
-                              << 10;
-  MpiSession mpi(&argc, &argv, mo);
-  Communicator& comm = mpi.world();
-  const int me = comm.rank(), n = comm.size();
   const bool smoke = meshcast::bench::smoke_mode();
   std::int64_t min_bytes = 4, max_bytes = smoke ? 4096 : std::int64_t{64} << 20;
   int iters = smoke ? 2 : 9;
@@ -127,69 +119,36 @@ int main(int argc, char** argv) {
   std::int64_t sparse_rows_arg = smoke ? 4096 : 262144;
   std::string json, ops = "all_reduce,all_gather,reduce_scatter,sparse,overlap", topo_path, where;
   std::vector<double> densities{0.001, 0.01, 0.1};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        if (me == 0) std::fprintf(stderr, "mpi_collectives: %s: missing value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    auto number = [&](long long least = 1) {
-      const std::string v = next();
+  auto parse_densities = [&](const std::string& v) {
+    densities.clear();
+    std::stringstream in(v);
+    for (std::string item; std::getline(in, item, ',');) {
       char* end = nullptr;
-      const long long x = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end || x < least) {
-        if (me == 0)
-          std::fprintf(stderr, "mpi_collectives: %s: expected an integer >= %lld, got '%s'\n",
-                       a.c_str(), least, v.c_str());
-        std::exit(2);
-      }
-      return static_cast<std::int64_t>(x);
-    };
-    if (a == "--min-bytes")
-      min_bytes = number();
-    else if (a == "--max-bytes")
-      max_bytes = number();
-    else if (a == "--iters")
-      iters = static_cast<int>(number());
-    else if (a == "--json")
-      json = next();
-    else if (a == "--ops")
-      ops = next();
-    else if (a == "--slices")
-      slices = static_cast<int>(number());
-    else if (a == "--where")
-      where = next();
-    else if (a == "--topology")
-      topo_path = next();
-    else if (a == "--node-kib")
-      number(0);  // read above
-    else if (a == "--sparse-rows")
-      sparse_rows_arg = number();
-    else if (a == "--sparse-densities") {
-      const std::string v = next();
-      densities.clear();
-      std::stringstream in(v);
-      for (std::string item; std::getline(in, item, ',');) {
-        char* end = nullptr;
-        const double d = std::strtod(item.c_str(), &end);
-        if (item.empty() || *end || !(d > 0 && d <= 1)) {
-          if (me == 0)
-            std::fprintf(stderr,
-                         "mpi_collectives: --sparse-densities: want numbers in (0, 1], "
-                         "got '%s'\n",
-                         item.c_str());
-          std::exit(2);
-        }
-        densities.push_back(d);
-      }
-    } else {
-      if (me == 0) std::fprintf(stderr, "mpi_collectives: unknown argument %s\n", a.c_str());
-      return 2;
+      const double d = std::strtod(item.c_str(), &end);
+      if (item.empty() || *end || !(d > 0 && d <= 1))
+        throw std::invalid_argument("want numbers in (0, 1], got '" + item + "'");
+      densities.push_back(d);
     }
-  }
+  };
+  // Read before MPI starts: --node-kib sizes the session's node memory.
+  meshcast::bench::Args("mpi_collectives", "mpirun -np N mpi_collectives")
+      .number("--min-bytes", min_bytes, 1, "smallest size")
+      .number("--max-bytes", max_bytes, 1, "largest size")
+      .number("--iters", iters, 1, "timed iterations per size")
+      .text("--json", json, "write the rows to FILE", "FILE")
+      .text("--topology", topo_path, "where the ranks run", "FILE")
+      .text("--ops", ops, "of all_reduce,all_gather,reduce_scatter,sparse,overlap", "LIST")
+      .number("--slices", slices, 1, "GEMM slices of the overlap test")
+      .text("--where", where, "where the ranks run, for the report")
+      .number("--node-kib", mo.node_segment_bytes, 0,
+              "node memory per rank in KiB (0: none, so that Auto sends in shared memory too)",
+              1024)
+      .number("--sparse-rows", sparse_rows_arg, 1, "rows of the sparse test's table")
+      .custom("--sparse-densities", "D,D", parse_densities, "the sparse test's densities")
+      .parse(argc, argv);
+  MpiSession mpi(&argc, &argv, mo);
+  Communicator& comm = mpi.world();
+  const int me = comm.rank(), n = comm.size();
   std::unique_ptr<Topology> topo;
   if (!topo_path.empty()) topo = std::make_unique<Topology>(Topology::load(topo_path));
   const Group& group = comm.world();

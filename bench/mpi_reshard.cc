@@ -30,6 +30,7 @@
 #include <meshcast/mpi.h>
 #include <meshcast/testing.h>
 
+#include "args.h"
 #include "mpi_baselines.h"
 #include "mpi_harness.h"
 #ifdef MESHCAST_HAS_UCX
@@ -306,48 +307,18 @@ int main(int argc, char** argv) {
     cfg.smoke = true;
     cfg.iters = 3;
   }
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "mpi_reshard: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::printf(
-          "usage: mpirun -np N mpi_reshard [--groups a,b,c,d] [--fit] [--iters N] [--warmup N]\n"
-          "         [--json FILE] [--max-mib N] [--backend mpi|ucx] [--native] [--chunk-kib N]\n"
-          "         [--filter TEXT]\n"
-          "(see the comment at the top of bench/mpi_reshard.cc)\n");
-      return 0;
-    }
-    if (a == "--groups")
-      cfg.groups = next();
-    else if (a == "--fit")
-      cfg.fit = true;
-    else if (a == "--iters")
-      cfg.iters = std::max(1, std::stoi(next()));
-    else if (a == "--warmup")
-      cfg.warmup = std::max(0, std::stoi(next()));
-    else if (a == "--json")
-      cfg.json = next();
-    else if (a == "--filter")
-      cfg.filter = next();
-    else if (a == "--max-mib")
-      cfg.max_bytes = std::stoll(next()) * kMiB;
-    else if (a == "--backend")
-      cfg.backend = next();
-    else if (a == "--native")
-      cfg.native = true;
-    else if (a == "--chunk-kib")
-      cfg.chunk = std::stoull(next()) * 1024;
-    else {
-      std::fprintf(stderr, "mpi_reshard: unknown argument %s\n", a.c_str());
-      return 2;
-    }
-  }
+  meshcast::bench::Args("mpi_reshard", "mpirun -np N mpi_reshard")
+      .text("--groups", cfg.groups, "the groups to run, of a,b,c,d", "LIST")
+      .flag("--fit", cfg.fit, "also run the cases of fewer ranks than the world")
+      .number("--iters", cfg.iters, 1, "timed iterations per method")
+      .number("--warmup", cfg.warmup, 0, "untimed iterations first")
+      .text("--json", cfg.json, "write the rows to FILE", "FILE")
+      .number("--max-mib", cfg.max_bytes, 1, "largest tensor in MiB", kMiB)
+      .choice("--backend", cfg.backend, {"mpi", "ucx"}, "meshcast's transport")
+      .flag("--native", cfg.native, "the transport's native chunking")
+      .number("--chunk-kib", cfg.chunk, 1, "chain chunk in KiB", 1024)
+      .text("--filter", cfg.filter, "only the cases whose name contains TEXT")
+      .parse(argc, argv);
   MpiSession mpi(&argc, &argv, MpiOptions{60});
   int me = 0, world = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);

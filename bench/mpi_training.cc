@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "mpi_harness.h"
 #include "training/ops.h"
 
@@ -85,8 +86,6 @@ std::pair<double, double> sgemm_rates(Communicator& comm, const tr::ModelConfig&
 int main(int argc, char** argv) {
   MpiOptions mo;
   mo.timeout_seconds = 300;
-  MpiSession mpi(&argc, &argv, mo);
-  Communicator& comm = mpi.world();
   const bool smoke = meshcast::bench::smoke_mode();
   tr::ModelConfig model;
   model.vocab = 256;
@@ -103,45 +102,30 @@ int main(int argc, char** argv) {
   Topology topology;
   par.micro_batches = 4;
   par.schedule = tr::ScheduleKind::Eager1F1B;
+  meshcast::bench::Args("mpi_training", "mpirun -np N mpi_training --stages S/S/...")
+      .text("--stages", stages, "the pipeline's stages, '/' between them", "S/S")
+      .number("--micro-batches", par.micro_batches, 1, "micro-batches per step")
+      .custom(
+          "--schedule", "NAME", [&](const std::string& v) { par.schedule = tr::parse_schedule(v); },
+          "the pipeline schedule")
+      .number("--sub-batches", par.sub_batches, 1, "sub-batches per micro-batch")
+      .number("--d-model", model.d_model, 1, "model width")
+      .number("--seq", model.seq, 1, "tokens per sample")
+      .number("--layers", model.layers, 1, "transformer blocks")
+      .number("--heads", model.heads, 1, "attention heads")
+      .number("--batch", cfg.batch, 1, "samples per step")
+      .number("--steps", cfg.steps, 1, "steps per run")
+      .number("--rounds", rounds, 1, "runs with overlap on and off, alternating")
+      .custom(
+          "--reshard", "STRATEGY", [&](const std::string& v) { par.reshard = parse_strategy(v); },
+          "the strategy of the stages' reshards")
+      .text("--topology", topo_path, "where the ranks run", "FILE")
+      .text("--label", label, "the run's name in the report")
+      .text("--json", json, "write the rows to FILE", "FILE")
+      .parse(argc, argv);
+  MpiSession mpi(&argc, &argv, mo);
+  Communicator& comm = mpi.world();
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      if (i + 1 >= argc) throw ValidationError(a, "missing value");
-      const std::string v = argv[++i];
-      auto num = [&] { return std::stoi(v); };
-      if (a == "--stages")
-        stages = v;
-      else if (a == "--micro-batches")
-        par.micro_batches = num();
-      else if (a == "--schedule")
-        par.schedule = tr::parse_schedule(v);
-      else if (a == "--sub-batches")
-        par.sub_batches = num();
-      else if (a == "--d-model")
-        model.d_model = num();
-      else if (a == "--seq")
-        model.seq = num();
-      else if (a == "--layers")
-        model.layers = num();
-      else if (a == "--heads")
-        model.heads = num();
-      else if (a == "--batch")
-        cfg.batch = num();
-      else if (a == "--steps")
-        cfg.steps = num();
-      else if (a == "--rounds")
-        rounds = num();
-      else if (a == "--reshard")
-        par.reshard = parse_strategy(v);
-      else if (a == "--topology")
-        topo_path = v;
-      else if (a == "--label")
-        label = v;
-      else if (a == "--json")
-        json = v;
-      else
-        throw ValidationError(a, "unknown option");
-    }
     if (smoke) model.d_model = 64, model.seq = 16;
     par.stages.clear();
     std::stringstream in(stages);

@@ -225,5 +225,5 @@ int main(int argc, char** argv) {
     if (smoke) b->MinTime(0.001)->Repetitions(1);
   }
   Table table(options);
-  return meshcast::bench::run(argc, argv, table);
+  return meshcast::bench::run("planner", argc, argv, table);
 }

@@ -72,7 +72,7 @@ else
 fi
 
 step "one-GPU benchmark"
-"$build/bin/gpu_reshard_bench" ${MESHCAST_GPU_BENCH_BYTES:+"$MESHCAST_GPU_BENCH_BYTES"} ||
+"$build/bin/gpu_reshard_bench" ${MESHCAST_GPU_BENCH_BYTES:+--max-bytes "$MESHCAST_GPU_BENCH_BYTES"} ||
   fail "gpu_reshard_bench (wrong elements, or an error above)"
 
 echo

@@ -10,7 +10,7 @@
 // box included), and the time of cudaMemcpy (device to device, contiguous) of the same bytes
 // over the operation's. Operations and baselines are timed alike: launch, then wait for the
 // stream, per iteration.
-//   gpu_reshard_bench [MAX_BYTES]   sizes from 64 KiB by 4x up to MAX_BYTES (default 1 GiB)
+//   gpu_reshard_bench [--max-bytes N]   sizes from 64 KiB by 4x up to N (default 1 GiB)
 // MESHCAST_BENCH_SMOKE=1 (bench/smoke.h): sizes up to 1 MiB, few iterations. Exit status 1 on any
 // wrong element, 77 where no GPU can be used.
 #include <cuda_runtime.h>
@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "meshcast/bootstrap.h"
 #include "meshcast/error.h"
 #include "meshcast/nccl.h"
@@ -139,9 +140,10 @@ class Bench {
 
 int run(int argc, char** argv) {
   const bool smoke = meshcast::bench::smoke_mode();
-  const std::size_t max_bytes = argc > 1 ? std::stoull(argv[1])
-                                : smoke  ? std::size_t{1} << 20
-                                         : std::size_t{1} << 30;
+  std::size_t max_bytes = smoke ? std::size_t{1} << 20 : std::size_t{1} << 30;
+  meshcast::bench::Args("gpu_reshard_bench", "gpu_reshard_bench")
+      .number("--max-bytes", max_bytes, 64 << 10, "the largest size (sizes from 64 KiB by 4x)")
+      .parse(argc, argv);
   int gpus = 0;
   const cudaError_t e = cudaGetDeviceCount(&gpus);
   if (e != cudaSuccess || gpus == 0) {
