@@ -47,7 +47,6 @@ def measured_table(runs, prefix, out):
             f"{vs} |")
         if not r.get("verified"):
             out.append(f"| (not verified: {r.get('mismatches')} mismatches) | | | | | | |")
-    return fused
 
 
 def plot_measured(plt, runs, prefix, title, path, bound_label="link bound (f32)"):
@@ -111,27 +110,31 @@ def main(paths):
            "slice (what many RL frameworks do). The link bound is the busiest link's bytes over "
            "its rate as the topology file models the links: no schedule of the fused plan's bytes on those links is faster.",
            ""]
-    emu = measured_table_block(runs, "emulated", out,
-                               "## Emulated cluster, 1 Gbit/s per host",
-                               "GPT-2 medium (388 tensors, 1.42 GB of f32 master weights) from a "
-                               "trainer of tp=2 x pp=2 on hosts 0-1 to generators of tp=2 x dp=2 "
-                               "on hosts 2-3 (bench/cluster/cluster.sh, 4 hosts x 2 MPI ranks, "
-                               "meshes/emulated-4x2.json), `--backend mpi`.",
-                               "sync-emulated.png")
-    measured_table_block(runs, "emulated-narrow", out,
-                         "### The same, many small tensors",
-                         "The synthetic 1,028-tensor model (models/gpt2-deep-narrow.json: 255 MB "
-                         "of f32, 768 of its tensors norms and biases of 1-4 KiB) on the same "
-                         "hosts and layouts.",
-                         "sync-emulated-narrow.png")
-    shm = measured_table_block(runs, "shm", out,
-                               "## Shared memory, 8 ranks, many small tensors",
-                               "The synthetic 1,028-tensor model (models/gpt2-deep-narrow.json: "
-                               "768 of its tensors are norms and biases of 1-4 KiB) from tp=2 x "
-                               "pp=2 to tp=2 x dp=2, 8 MPI ranks on this host's shared memory (no "
-                               "emulation; 2 cores for 8 ranks). The link bound is the single-"
-                               "host topology's, not this machine's.",
-                               "sync-shm.png")
+    gpt2 = ("GPT-2 medium (388 tensors, 1.42 GB of f32 master weights) from a trainer of tp=2 x "
+            "pp=2 on hosts 0-1 to generators of tp=2 x dp=2 on hosts 2-3 (bench/cluster/cluster.sh, "
+            "4 hosts x 2 MPI ranks, meshes/emulated-4x2.json), `--backend mpi`.")
+    narrow = ("The synthetic 1,028-tensor model (models/gpt2-deep-narrow.json: 255 MB of f32, 768 "
+              "of its tensors norms and biases of 1-4 KiB) on the same hosts and layouts.")
+    for prefix, title, shaping in [
+            ("duplex", "1 Gbit/s per host in each direction",
+             "Each host's link is shaped both ways (`cluster.sh --duplex`), as the topology "
+             "file's NICs are: its link bound is this network's."),
+            ("emulated", "1 Gbit/s per host out, unshaped in",
+             "Only each host's egress is shaped, so a host can receive from several hosts at "
+             "once, faster than the topology's NIC: a mode can beat the topology's link bound "
+             "here.")]:
+        measured_table_block(runs, prefix, out, f"## Emulated cluster, {title}",
+                             f"{gpt2} {shaping}", f"sync-{prefix}.png")
+        measured_table_block(runs, f"{prefix}-narrow", out, "### The same, many small tensors",
+                             narrow, f"sync-{prefix}-narrow.png")
+    measured_table_block(runs, "shm", out,
+                         "## Shared memory, 8 ranks, many small tensors",
+                         "The synthetic 1,028-tensor model (models/gpt2-deep-narrow.json: "
+                         "768 of its tensors are norms and biases of 1-4 KiB) from tp=2 x "
+                         "pp=2 to tp=2 x dp=2, 8 MPI ranks on this host's shared memory (no "
+                         "emulation; 2 cores for 8 ranks). The link bound is the single-"
+                         "host topology's, not this machine's.",
+                         "sync-shm.png")
     out += ["## At scale, predicted",
             "",
             "`meshcast sync --predict` on the topologies meshes/h100-cluster.json (8 H100 per host, "
@@ -154,12 +157,14 @@ def main(paths):
     plt = pyplot("sync_report")
     if plt:
         os.makedirs("docs/img", exist_ok=True)
-        plot_measured(plt, runs, "emulated", "GPT-2 medium, tp2 x pp2 -> tp2 x dp2, 1 Gbit/s hosts",
-                      "docs/img/sync-emulated.png", "topology's link bound, NICs in and out (f32)")
-        plot_measured(plt, runs, "emulated-narrow",
-                      "1,028 tensors (synthetic), tp2 x pp2 -> tp2 x dp2, 1 Gbit/s hosts",
-                      "docs/img/sync-emulated-narrow.png",
-                      "topology's link bound, NICs in and out (f32)")
+        for prefix, net in [("duplex", "1 Gbit/s each way"), ("emulated", "1 Gbit/s out only")]:
+            plot_measured(plt, runs, prefix, f"GPT-2 medium, tp2 x pp2 -> tp2 x dp2, hosts {net}",
+                          f"docs/img/sync-{prefix}.png",
+                          "topology's link bound, NICs in and out (f32)")
+            plot_measured(plt, runs, f"{prefix}-narrow",
+                          f"1,028 tensors (synthetic), tp2 x pp2 -> tp2 x dp2, hosts {net}",
+                          f"docs/img/sync-{prefix}-narrow.png",
+                          "topology's link bound, NICs in and out (f32)")
         plot_measured(plt, runs, "shm", "1,028 tensors, 8 ranks, shared memory",
                       "docs/img/sync-shm.png", "link bound of meshes/single-host.json (f32)")
         plot_scale(plt, runs, "docs/img/sync-scale.png")
@@ -172,12 +177,11 @@ def main(paths):
 
 
 def measured_table_block(runs, prefix, out, title, text, image):
-    if not any(n.startswith(prefix + "-") for n in runs):
-        return None
+    if not any(f"{prefix}-{m}" in runs for m in MODES):
+        return
     out += [title, "", text, ""]
-    fused = measured_table(runs, prefix, out)
+    measured_table(runs, prefix, out)
     out += ["", f"![{prefix}](img/{image})", ""]
-    return fused
 
 
 if __name__ == "__main__":

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # An emulated cluster on this machine: H network namespaces ("hosts") mc-host0 .. mc-host{H-1}
 # on one bridge, each with an interface net0 whose egress is shaped with tbf to RATE (default
-# 1gbit): one slow network link per host, shared memory inside it. MPI jobs run across them
+# 1gbit): one slow network link per host, shared memory inside it. --duplex shapes its ingress
+# to RATE as well (a tbf on the bridge's end of the link), as a NIC of RATE in each direction
+# is: without it a host can receive from several hosts at once, faster than RATE. MPI jobs run across them
 # with K ranks per host (rank r on host r / K), over TCP between hosts and vader inside.
 #
-#   cluster.sh up   [--hosts H] [--rate RATE] [--nics K]  # bring the hosts up (idempotent)
+#   cluster.sh up   [--hosts H] [--rate RATE] [--nics K] [--duplex]  # bring the hosts up
 #   cluster.sh down                               # tear everything down (idempotent)
 #   cluster.sh status
-#   cluster.sh run  [--hosts H] [--ranks-per-host K] [--rate RATE] [--nic-per-rank] [--keep]
-#                   -- PROGRAM ARGS...
+#   cluster.sh run  [--hosts H] [--ranks-per-host K] [--rate RATE] [--duplex] [--nic-per-rank]
+#                   [--keep] -- PROGRAM ARGS...
 #       up, mpirun -np H*K PROGRAM ARGS across the hosts, down (always: a trap tears the hosts
 #       down on success, failure or Ctrl-C, unless --keep). Refuses when hosts are already up.
 #       Exit status: PROGRAM's (mpirun's).
@@ -28,6 +30,7 @@ set -euo pipefail
 prefix=mc-host
 bridge=mc-br0
 net=10.200.0
+duplex=0  # 1: ingress shaped too (--duplex)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 die() {
@@ -72,17 +75,20 @@ down() {
 }
 
 # A namespace NS on the bridge at address $net.ADDR, its net0 veth named VETH on the bridge side,
-# egress shaped to RATE (none: unshaped).
+# egress shaped to RATE (none: unshaped), and with --duplex its ingress too: the bridge's end
+# sends into the namespace through a tbf of its own.
 attach() {  # attach NS VETH ADDR RATE
   local ns=$1 veth=$2 addr=$3 rate=$4
+  local tbf=(tbf rate "$rate" burst 128kb latency "${TBF_LATENCY:-50ms}")
   ip netns add "$ns"
   ip link add "$veth" type veth peer name net0 netns "$ns"
   ip link set "$veth" master "$bridge" up
   ip -n "$ns" addr add "$net.$addr/24" dev net0
   ip -n "$ns" link set net0 up
   ip -n "$ns" link set lo up
-  [[ $rate == none ]] ||
-    ip netns exec "$ns" tc qdisc add dev net0 root tbf rate "$rate" burst 128kb latency "${TBF_LATENCY:-50ms}"
+  [[ $rate == none ]] && return
+  ip netns exec "$ns" tc qdisc add dev net0 root "${tbf[@]}"
+  ((duplex == 0)) || tc qdisc add dev "$veth" root "${tbf[@]}"
 }
 
 up() {  # up HOSTS RATE NICS (0: one shaped link per host; K: K shaped NIC namespaces per host)
@@ -109,7 +115,8 @@ up() {  # up HOSTS RATE NICS (0: one shaped link per host; K: K shaped NIC names
       done
     fi
   done
-  echo "cluster.sh: $hosts hosts up (${prefix}0..$prefix$((hosts - 1)), $net.10+, egress $rate" \
+  echo "cluster.sh: $hosts hosts up (${prefix}0..$prefix$((hosts - 1)), $net.10+," \
+    "$( ((duplex)) && echo "$rate each way" || echo "egress $rate")" \
     "$( ((nics == 0)) && echo "per host" || echo "per NIC, $nics NICs per host"))" >&2
 }
 
@@ -129,10 +136,11 @@ run() {
       --hosts) hosts=${2:?--hosts needs a value}; shift 2 ;;
       --ranks-per-host) per=${2:?--ranks-per-host needs a value}; shift 2 ;;
       --rate) rate=${2:?--rate needs a value}; shift 2 ;;
+      --duplex) duplex=1; shift ;;
       --nic-per-rank) nic=1; shift ;;
       --keep) keep=1; shift ;;
       --) shift; break ;;
-      *) die "unknown argument '$1' (run: [--hosts H] [--ranks-per-host K] [--rate R] [--nic-per-rank] [--keep] -- PROGRAM ARGS)" ;;
+      *) die "unknown argument '$1' (run: [--hosts H] [--ranks-per-host K] [--rate R] [--duplex] [--nic-per-rank] [--keep] -- PROGRAM ARGS)" ;;
     esac
   done
   [[ $# -gt 0 ]] || die "run: no program (cluster.sh run [options] -- PROGRAM ARGS)"
@@ -180,7 +188,8 @@ case $cmd in
         --hosts) hosts=${2:?--hosts needs a value}; shift 2 ;;
         --rate) rate=${2:?--rate needs a value}; shift 2 ;;
         --nics) nics=${2:?--nics needs a value}; shift 2 ;;
-        *) die "unknown argument '$1' (up: [--hosts H] [--rate R] [--nics K])" ;;
+        --duplex) duplex=1; shift ;;
+        *) die "unknown argument '$1' (up: [--hosts H] [--rate R] [--nics K] [--duplex])" ;;
       esac
     done
     up "$hosts" "$rate" "$nics"
