@@ -124,7 +124,8 @@ status() {
   local ns
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$prefix" || true); do
     echo "$ns: $(ip -n "$ns" -o -4 addr show dev net0 | awk '{print $4}')" \
-      "$(ip netns exec "$ns" tc qdisc show dev net0 | head -1)"
+      "out: $(ip netns exec "$ns" tc qdisc show dev net0 | head -1)" \
+      "in: $(tc qdisc show dev "mc-v${ns#"$prefix"}" 2>/dev/null | head -1)"
   done
 }
 
