@@ -1,4 +1,4 @@
-// Shared pieces of the Google Benchmark suites in bench/: the smoke switch (smoke.h), medians, the
+// Shared pieces of the Google Benchmark suites in bench/: the smoke switch (smoke.h), the
 // load average, console options, and a console reporter that keeps each benchmark's repetitions for
 // one closing table (nccl-tests style: a row per benchmark, medians over repetitions).
 #pragma once
@@ -17,15 +17,9 @@
 
 #include "args.h"
 #include "smoke.h"
+#include "stats.h"
 
 namespace meshcast::bench {
-
-inline double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // The 1-minute load average (0 where /proc/loadavg is missing): how busy the shared machine was.
 inline double load_average() {

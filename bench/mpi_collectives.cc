@@ -41,6 +41,7 @@
 
 #include "args.h"
 #include "smoke.h"
+#include "stats.h"
 
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
@@ -60,7 +61,6 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Median over iterations of the slowest rank's time.
 // The median over `iters` iterations of the slowest rank's time of each function. Within an
 // iteration every function runs once, in an order rotated from one iteration to the next, so that
 // a drift of this shared machine's load hits all of them alike (their ratios are the figures).
@@ -76,12 +76,9 @@ std::vector<double> timed(int iters, const std::vector<std::function<void()>>& f
       MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       t[j].push_back(dt);
     }
-  std::vector<double> median;
-  for (auto& v : t) {
-    std::sort(v.begin(), v.end());
-    median.push_back(v[v.size() / 2]);
-  }
-  return median;
+  std::vector<double> medians;
+  for (auto& v : t) medians.push_back(meshcast::bench::median(std::move(v)));
+  return medians;
 }
 double timed(int iters, const std::function<void()>& f) {
   return timed(iters, std::vector<std::function<void()>>{f}).front();

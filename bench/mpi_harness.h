@@ -22,6 +22,7 @@
 
 #include "mpi_baselines.h"
 #include "smoke.h"
+#include "stats.h"
 
 namespace mcbench {
 
@@ -75,12 +76,6 @@ inline void quiet_barrier(MPI_Comm comm) {
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, std::chrono::microseconds(20000));
   }
-}
-
-inline double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 class Bench {
@@ -175,7 +170,7 @@ class Bench {
       std::vector<double> v;
       for (int it = cfg_.warmup; it < total; ++it)
         v.push_back(t[static_cast<std::size_t>(it) * n + j]);
-      med[j] = median(v);
+      med[j] = meshcast::bench::median(v);
     }
     return {med, wrong};
   }

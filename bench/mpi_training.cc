@@ -28,8 +28,6 @@ namespace tr = meshcast::training;
 
 namespace {
 
-double median(std::vector<double> v) { return v.empty() ? 0 : mcbench::median(std::move(v)); }
-
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -186,7 +184,7 @@ int main(int argc, char** argv) {
   }
   // Per rank medians, then the mean over the active ranks (the slowest for the step time).
   auto over_ranks = [&](const std::vector<double>& v, ReduceOp op) {
-    const double x = active ? median(v) : (op == ReduceOp::Max ? 0 : 0);
+    const double x = active ? meshcast::bench::median(v) : 0;  // inactive ranks add nothing
     const double sum = reduce(comm, x, op);
     return op == ReduceOp::Max ? sum : sum / par.devices();
   };
