@@ -8,7 +8,7 @@
 #     host's egress shaped (names emulated*), then with its ingress shaped too (--duplex, names
 #     duplex*), which is what the topology file's NICs model;
 #  2. shared memory, 8 ranks (no emulation): the synthetic 1,028-tensor model, mostly norms and
-#     biases: fused, per-tensor, gather;
+#     biases, then its 642 tensors of at most 64 KiB alone: fused, per-tensor, gather;
 #  3. --predict at scale: Qwen3-235B-A22B (64 -> 64) and DeepSeek-V3 (128 -> 128) on the H100
 #     cluster and GB200 NVL72 topologies, every mode.
 #
@@ -65,10 +65,19 @@ if [[ " $parts " == *" emulated "* ]]; then
 fi
 
 if [[ " $parts " == *" shm "* ]]; then
-  args=(--model models/gpt2-deep-narrow.json --system models/systems/tp2pp2-to-tp2dp2.json
-        --backend mpi --iters "${SHM_ITERS:-5}" --verify --json)
-  for mode in fused per-tensor gather; do
-    run "shm-$mode" mpirun_shm -np 8 "$mc" sync "${args[@]}" --mode "$mode"
+  # The model's tensors of at most 16,384 elements (64 KiB of f32) alone, its norms and biases:
+  # what coalescing saves where messages, not bytes, take the time.
+  small=$build/gpt2-deep-narrow-small.json
+  python3 -c 'import json, math, sys
+m = json.load(open(sys.argv[1]))
+json.dump({k: v for k, v in m.items() if math.prod(v["shape"]) <= 16384}, sys.stdout)' \
+    models/gpt2-deep-narrow.json >"$small"
+  for case in shm:models/gpt2-deep-narrow.json "shm-small:$small"; do
+    for mode in fused per-tensor gather; do
+      run "${case%%:*}-$mode" mpirun_shm -np 8 "$mc" sync --model "${case#*:}" \
+        --system models/systems/tp2pp2-to-tp2dp2.json --backend mpi --iters "${SHM_ITERS:-5}" \
+        --verify --json --mode "$mode"
+    done
   done
 fi
 
