@@ -6,17 +6,19 @@
 #     (388 tensors, 1.42 GB of f32) and the synthetic 1,028-tensor model (255 MB, mostly norms
 #     and biases), each fused, per-tensor, gather, and fused with a bf16 cast; twice: with each
 #     host's egress shaped (names emulated*), then with its ingress shaped too (--duplex, names
-#     duplex*), which is what the topology file's NICs model;
+#     duplex*), which is what the topology file's NICs model; and GPT-2 medium with a NIC per
+#     device, shaped both ways (--nic-per-rank --duplex, meshes/emulated-4x2-nic.json, names nic*);
 #  2. shared memory, 8 ranks (no emulation): the synthetic 1,028-tensor model, mostly norms and
 #     biases, then its 642 tensors of at most 64 KiB alone: fused, per-tensor, gather;
 #  3. --predict at scale: Qwen3-235B-A22B (64 -> 64) and DeepSeek-V3 (128 -> 128) on the H100
 #     cluster and GB200 NVL72 topologies, every mode.
 #
-#   bench/run-sync.sh                 # ~25 minutes on 2 cores
+#   bench/run-sync.sh                 # ~30 minutes on 2 cores
 #   PARTS="predict" bench/run-sync.sh  # only part 3 (seconds)
 #
 # Environment: BUILD_DIR (build/default), ITERS (3: emulated), SHM_ITERS (5), PARTS ("emulated
-# shm predict"), PYTHON (an interpreter with matplotlib). Part 1 needs root (namespaces).
+# shm predict"), CASES (part 1's NAME:MODEL cases, all by default), PYTHON (an interpreter with
+# matplotlib). Part 1 needs root (namespaces).
 # Exits non-zero if a run failed or any element was wrong.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -49,14 +51,16 @@ if "verified" in o and not o["verified"]: sys.exit(1)' "$out" >&2 || status=1
 }
 
 if [[ " $parts " == *" emulated "* ]]; then
-  for case in emulated:gpt2-medium emulated-narrow:gpt2-deep-narrow duplex:gpt2-medium \
-      duplex-narrow:gpt2-deep-narrow; do
+  for case in ${CASES:-emulated:gpt2-medium emulated-narrow:gpt2-deep-narrow duplex:gpt2-medium \
+      duplex-narrow:gpt2-deep-narrow nic:gpt2-medium}; do
     name=${case%%:*}
     emu=(bench/cluster/cluster.sh run --hosts 4 --ranks-per-host 2 --rate 1gbit)
-    [[ $name == duplex* ]] && emu+=(--duplex)
+    topology=meshes/emulated-4x2.json
+    [[ $name == duplex* || $name == nic ]] && emu+=(--duplex)
+    [[ $name == nic ]] && emu+=(--nic-per-rank) topology=meshes/emulated-4x2-nic.json
     emu+=(--)
     args=(--model "models/${case##*:}.json" --system models/systems/tp2pp2-to-tp2dp2.json
-          --topology meshes/emulated-4x2.json --backend mpi --iters "${ITERS:-3}" --verify --json)
+          --topology "$topology" --backend mpi --iters "${ITERS:-3}" --verify --json)
     run "$name-fused" "${emu[@]}" "$mc" sync "${args[@]}" --mode fused
     run "$name-per-tensor" "${emu[@]}" "$mc" sync "${args[@]}" --mode per-tensor
     run "$name-gather" "${emu[@]}" "$mc" sync "${args[@]}" --mode gather

@@ -131,6 +131,12 @@ def main(paths):
                              f"{gpt2} {shaping}", f"sync-{prefix}.png")
         measured_table_block(runs, f"{prefix}-narrow", out, "### The same, many small tensors",
                              narrow, f"sync-{prefix}-narrow.png")
+        if prefix == "duplex":
+            measured_table_block(
+                runs, "nic", out, "### The same with a NIC per device",
+                "GPT-2 medium on the same hosts, each device with a network link of its own "
+                "shaped to 1 Gbit/s both ways (`cluster.sh --nic-per-rank --duplex`, "
+                "meshes/emulated-4x2-nic.json), as on hosts with a NIC per GPU.", "sync-nic.png")
     measured_table_block(runs, "shm", out,
                          "## Shared memory, 8 ranks, many small tensors",
                          "The synthetic 1,028-tensor model (models/gpt2-deep-narrow.json: "
@@ -174,6 +180,8 @@ def main(paths):
                           f"1,028 tensors (synthetic), tp2 x pp2 -> tp2 x dp2, hosts {net}",
                           f"docs/img/sync-{prefix}-narrow.png",
                           "topology's link bound, NICs in and out (f32)")
+        plot_measured(plt, runs, "nic", "GPT-2 medium, hosts with a 1 Gbit/s NIC per device",
+                      "docs/img/sync-nic.png", "topology's link bound, NICs in and out (f32)")
         plot_measured(plt, runs, "shm", "1,028 tensors, 8 ranks, shared memory",
                       "docs/img/sync-shm.png", "link bound of meshes/single-host.json (f32)")
         plot_measured(plt, runs, "shm-small", "the 1,028-tensor model's 642 of <= 64 KiB, 8 ranks, shared memory",
