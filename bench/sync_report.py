@@ -96,6 +96,49 @@ def plot_scale(plt, runs, path):
     plt.close(fig)
 
 
+def measured_sections():
+    """(runs' prefix, heading, text, plot title, bound's label) of each measured table, in the
+    doc's order; its plot is docs/img/sync-PREFIX.png."""
+    gpt2 = ("GPT-2 medium (388 tensors, 1.42 GB of f32 master weights) from a trainer of tp=2 x "
+            "pp=2 on hosts 0-1 to generators of tp=2 x dp=2 on hosts 2-3 (bench/cluster/cluster.sh, "
+            "4 hosts x 2 MPI ranks, meshes/emulated-4x2.json), `--backend mpi`.")
+    narrow = ("The synthetic 1,028-tensor model (models/gpt2-deep-narrow.json: 255 MB of f32, 642 "
+              "of its tensors norms and biases of 1-4 KiB) on the same hosts and layouts.")
+    same = "### The same, many small tensors"
+    emu = "topology's link bound, NICs in and out (f32)"
+    shm = "link bound of meshes/single-host.json (f32)"
+    both, out_only = "1 Gbit/s each way", "1 Gbit/s out only"
+    return [
+        ("duplex", "## Emulated cluster, 1 Gbit/s per host in each direction",
+         f"{gpt2} Each host's link is shaped both ways (`cluster.sh --duplex`), as the topology "
+         "file's NICs are: its link bound is this network's.",
+         f"GPT-2 medium, tp2 x pp2 -> tp2 x dp2, hosts {both}", emu),
+        ("duplex-narrow", same, narrow,
+         f"1,028 tensors (synthetic), tp2 x pp2 -> tp2 x dp2, hosts {both}", emu),
+        ("nic", "### The same with a NIC per device",
+         "GPT-2 medium on the same hosts, each device with a network link of its own shaped to 1 "
+         "Gbit/s both ways (`cluster.sh --nic-per-rank --duplex`, meshes/emulated-4x2-nic.json), "
+         "as on hosts with a NIC per GPU.",
+         "GPT-2 medium, hosts with a 1 Gbit/s NIC per device", emu),
+        ("emulated", "## Emulated cluster, 1 Gbit/s per host out, unshaped in",
+         f"{gpt2} Only each host's egress is shaped, so a host can receive from several hosts at "
+         "once, faster than the topology's NIC: a mode can beat the topology's link bound here.",
+         f"GPT-2 medium, tp2 x pp2 -> tp2 x dp2, hosts {out_only}", emu),
+        ("emulated-narrow", same, narrow,
+         f"1,028 tensors (synthetic), tp2 x pp2 -> tp2 x dp2, hosts {out_only}", emu),
+        ("shm", "## Shared memory, 8 ranks, many small tensors",
+         "The synthetic 1,028-tensor model (models/gpt2-deep-narrow.json: 642 of its tensors are "
+         "norms and biases of 1-4 KiB) from tp=2 x pp=2 to tp=2 x dp=2, 8 MPI ranks on this "
+         "host's shared memory (no emulation; 2 cores for 8 ranks). The link bound is the "
+         "single-host topology's, not this machine's.",
+         "1,028 tensors, 8 ranks, shared memory", shm),
+        ("shm-small", "### The same model's small tensors alone",
+         "Its 642 tensors of at most 64 KiB (the norms and biases, 0.85 MB in all), the rest of "
+         "the model left out, on the same ranks: where messages, not bytes, take the time.",
+         "the 1,028-tensor model's 642 of <= 64 KiB, 8 ranks, shared memory", shm),
+    ]
+
+
 def main(paths):
     runs = load(paths)
     out = ["# Whole-model sync: measured",
@@ -114,42 +157,8 @@ def main(paths):
            "slice (what many RL frameworks do). The link bound is the busiest link's bytes over "
            "its rate as the topology file models the links: no schedule of the fused plan's bytes on those links is faster.",
            ""]
-    gpt2 = ("GPT-2 medium (388 tensors, 1.42 GB of f32 master weights) from a trainer of tp=2 x "
-            "pp=2 on hosts 0-1 to generators of tp=2 x dp=2 on hosts 2-3 (bench/cluster/cluster.sh, "
-            "4 hosts x 2 MPI ranks, meshes/emulated-4x2.json), `--backend mpi`.")
-    narrow = ("The synthetic 1,028-tensor model (models/gpt2-deep-narrow.json: 255 MB of f32, 642 "
-              "of its tensors norms and biases of 1-4 KiB) on the same hosts and layouts.")
-    for prefix, title, shaping in [
-            ("duplex", "1 Gbit/s per host in each direction",
-             "Each host's link is shaped both ways (`cluster.sh --duplex`), as the topology "
-             "file's NICs are: its link bound is this network's."),
-            ("emulated", "1 Gbit/s per host out, unshaped in",
-             "Only each host's egress is shaped, so a host can receive from several hosts at "
-             "once, faster than the topology's NIC: a mode can beat the topology's link bound "
-             "here.")]:
-        measured_table_block(runs, prefix, out, f"## Emulated cluster, {title}",
-                             f"{gpt2} {shaping}", f"sync-{prefix}.png")
-        measured_table_block(runs, f"{prefix}-narrow", out, "### The same, many small tensors",
-                             narrow, f"sync-{prefix}-narrow.png")
-        if prefix == "duplex":
-            measured_table_block(
-                runs, "nic", out, "### The same with a NIC per device",
-                "GPT-2 medium on the same hosts, each device with a network link of its own "
-                "shaped to 1 Gbit/s both ways (`cluster.sh --nic-per-rank --duplex`, "
-                "meshes/emulated-4x2-nic.json), as on hosts with a NIC per GPU.", "sync-nic.png")
-    measured_table_block(runs, "shm", out,
-                         "## Shared memory, 8 ranks, many small tensors",
-                         "The synthetic 1,028-tensor model (models/gpt2-deep-narrow.json: "
-                         "642 of its tensors are norms and biases of 1-4 KiB) from tp=2 x "
-                         "pp=2 to tp=2 x dp=2, 8 MPI ranks on this host's shared memory (no "
-                         "emulation; 2 cores for 8 ranks). The link bound is the single-"
-                         "host topology's, not this machine's.",
-                         "sync-shm.png")
-    measured_table_block(runs, "shm-small", out, "### The same model's small tensors alone",
-                         "Its 642 tensors of at most 64 KiB (the norms and biases, 0.85 MB in "
-                         "all), the rest of the model left out, on the same ranks: where "
-                         "messages, not bytes, take the time.",
-                         "sync-shm-small.png")
+    for prefix, heading, text, _, _ in measured_sections():
+        measured_table_block(runs, prefix, out, heading, text, f"sync-{prefix}.png")
     out += ["## At scale, predicted",
             "",
             "`meshcast sync --predict` on the topologies meshes/h100-cluster.json (8 H100 per host, "
@@ -172,20 +181,8 @@ def main(paths):
     plt = pyplot("sync_report")
     if plt:
         os.makedirs("docs/img", exist_ok=True)
-        for prefix, net in [("duplex", "1 Gbit/s each way"), ("emulated", "1 Gbit/s out only")]:
-            plot_measured(plt, runs, prefix, f"GPT-2 medium, tp2 x pp2 -> tp2 x dp2, hosts {net}",
-                          f"docs/img/sync-{prefix}.png",
-                          "topology's link bound, NICs in and out (f32)")
-            plot_measured(plt, runs, f"{prefix}-narrow",
-                          f"1,028 tensors (synthetic), tp2 x pp2 -> tp2 x dp2, hosts {net}",
-                          f"docs/img/sync-{prefix}-narrow.png",
-                          "topology's link bound, NICs in and out (f32)")
-        plot_measured(plt, runs, "nic", "GPT-2 medium, hosts with a 1 Gbit/s NIC per device",
-                      "docs/img/sync-nic.png", "topology's link bound, NICs in and out (f32)")
-        plot_measured(plt, runs, "shm", "1,028 tensors, 8 ranks, shared memory",
-                      "docs/img/sync-shm.png", "link bound of meshes/single-host.json (f32)")
-        plot_measured(plt, runs, "shm-small", "the 1,028-tensor model's 642 of <= 64 KiB, 8 ranks, shared memory",
-                      "docs/img/sync-shm-small.png", "link bound of meshes/single-host.json (f32)")
+        for prefix, _, _, title, bound in measured_sections():
+            plot_measured(plt, runs, prefix, title, f"docs/img/sync-{prefix}.png", bound)
         plot_scale(plt, runs, "docs/img/sync-scale.png")
     with open(os.path.join(os.path.dirname(__file__), "sync_commentary.md")) as f:
         out.append(f.read().strip())
