@@ -57,7 +57,10 @@ if [[ " $parts " == *" emulated "* ]]; then
     emu=(bench/cluster/cluster.sh run --hosts 4 --ranks-per-host 2 --rate 1gbit)
     topology=meshes/emulated-4x2.json
     [[ $name == duplex* || $name == nic ]] && emu+=(--duplex)
-    [[ $name == nic ]] && emu+=(--nic-per-rank) topology=meshes/emulated-4x2-nic.json
+    if [[ $name == nic ]]; then
+      emu+=(--nic-per-rank)
+      topology=meshes/emulated-4x2-nic.json
+    fi
     emu+=(--)
     args=(--model "models/${case##*:}.json" --system models/systems/tp2pp2-to-tp2dp2.json
           --topology "$topology" --backend mpi --iters "${ITERS:-3}" --verify --json)

@@ -3,8 +3,9 @@
 # on one bridge, each with an interface net0 whose egress is shaped with tbf to RATE (default
 # 1gbit): one slow network link per host, shared memory inside it. --duplex shapes its ingress
 # to RATE as well (a tbf on the bridge's end of the link), as a NIC of RATE in each direction
-# is: without it a host can receive from several hosts at once, faster than RATE. MPI jobs run across them
-# with K ranks per host (rank r on host r / K), over TCP between hosts and vader inside.
+# is: without it a host can receive from several hosts at once, faster than RATE. MPI jobs run
+# across them with K ranks per host (rank r on host r / K), over TCP between hosts and vader
+# inside.
 #
 #   cluster.sh up   [--hosts H] [--rate RATE] [--nics K] [--duplex]  # bring the hosts up
 #   cluster.sh down                               # tear everything down (idempotent)
