@@ -26,7 +26,6 @@
 #include <meshcast/mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -40,8 +39,8 @@
 #include <vector>
 
 #include "args.h"
+#include "mpi_harness.h"
 #include "smoke.h"
-#include "stats.h"
 
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
@@ -56,33 +55,6 @@ struct Row {
   double time = 0, algbw = 0, busbw = 0, vs_mpi = 0;
   long long wrong = 0;
 };
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// The median over `iters` iterations of the slowest rank's time of each function. Within an
-// iteration every function runs once, in an order rotated from one iteration to the next, so that
-// a drift of this shared machine's load hits all of them alike (their ratios are the figures).
-std::vector<double> timed(int iters, const std::vector<std::function<void()>>& fs) {
-  std::vector<std::vector<double>> t(fs.size());
-  for (int i = 0; i < iters; ++i)
-    for (std::size_t k = 0; k < fs.size(); ++k) {
-      const std::size_t j = (k + static_cast<std::size_t>(i)) % fs.size();
-      MPI_Barrier(MPI_COMM_WORLD);
-      const double t0 = now();
-      fs[j]();
-      double dt = now() - t0;
-      MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-      t[j].push_back(dt);
-    }
-  std::vector<double> medians;
-  for (auto& v : t) medians.push_back(meshcast::bench::median(std::move(v)));
-  return medians;
-}
-double timed(int iters, const std::function<void()>& f) {
-  return timed(iters, std::vector<std::function<void()>>{f}).front();
-}
 
 // Rank r's element i: a small integer, so every method's sum is exact.
 float value(int r, std::int64_t i) { return static_cast<float>((r * 7 + i * 3) % 30); }
@@ -153,7 +125,7 @@ int main(int argc, char** argv) {
   if (me == 0)
     std::printf(
         "# mpi_collectives: %d ranks, f32, %d iterations (median of the slowest rank)\n"
-        "%-15s %12s %-22s %10s %9s %9s %7s %8s\n",
+        "%-15s %12s %-27s %10s %9s %9s %7s %8s\n",
         n, iters, "# op", "bytes", "method", "time(us)", "algbw", "busbw", "#wrong", "vs MPI");
   long long total_wrong = 0;
   for (const std::string op : {"all_reduce", "all_gather", "reduce_scatter"}) {
@@ -172,7 +144,7 @@ int main(int argc, char** argv) {
         for (std::int64_t i = 0; i < count; ++i) in[static_cast<std::size_t>(i)] = value(me, i);
         std::fill(out.begin(), out.end(), -1.0f);
       };
-      // Wrong elements of `out` over all ranks (all-gather: the owners' values; else sums).
+      // This rank's wrong elements of `out` (all-gather: the owners' values; else sums).
       auto wrong = [&] {
         long long bad = 0;
         const std::int64_t outputs = op == "reduce_scatter" ? mine.size() : count;
@@ -188,41 +160,36 @@ int main(int argc, char** argv) {
           }
           bad += out[static_cast<std::size_t>(i)] != want;
         }
-        long long sum = 0;
-        MPI_Allreduce(&bad, &sum, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-        return sum;
+        return bad;
       };
-      struct M {
-        std::string name;
-        std::function<void()> run;
+      std::vector<mcbench::Method> methods;
+      auto add = [&](std::string name, std::function<void()> run) {
+        methods.push_back(
+            {.name = std::move(name), .run = std::move(run), .reset = fill, .wrong = wrong});
       };
-      std::vector<M> methods;
       auto ours = [&](const std::string& label, Algorithm a) {
         CollectiveOptions o;
         o.algorithm = a;
         o.topology = topo.get();
-        methods.push_back(
-            {"meshcast " + label, [&, o] {
-               if (op == "all_reduce")
-                 all_reduce(group, in.data(), out.data(), count, DType::f32, ReduceOp::Sum, o);
-               else if (op == "reduce_scatter")
-                 reduce_scatter(group, in.data(), out.data(), count, DType::f32, ReduceOp::Sum, o);
-               else
-                 all_gather(group, in.data() + mine.lo, out.data(), count, DType::f32, o);
-             }});
+        add("meshcast " + label, [&, o] {
+          if (op == "all_reduce")
+            all_reduce(group, in.data(), out.data(), count, DType::f32, ReduceOp::Sum, o);
+          else if (op == "reduce_scatter")
+            reduce_scatter(group, in.data(), out.data(), count, DType::f32, ReduceOp::Sum, o);
+          else
+            all_gather(group, in.data() + mine.lo, out.data(), count, DType::f32, o);
+        });
       };
-      methods.push_back({"MPI", [&] {
-                           if (op == "all_reduce")
-                             MPI_Allreduce(in.data(), out.data(), static_cast<int>(count),
-                                           MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-                           else if (op == "reduce_scatter")
-                             MPI_Reduce_scatter(in.data(), out.data(), rc.data(), MPI_FLOAT,
-                                                MPI_SUM, MPI_COMM_WORLD);
-                           else
-                             MPI_Allgatherv(in.data() + mine.lo, static_cast<int>(mine.size()),
-                                            MPI_FLOAT, out.data(), rc.data(), displs.data(),
-                                            MPI_FLOAT, MPI_COMM_WORLD);
-                         }});
+      add("MPI", [&] {
+        if (op == "all_reduce")
+          MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                        MPI_COMM_WORLD);
+        else if (op == "reduce_scatter")
+          MPI_Reduce_scatter(in.data(), out.data(), rc.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else
+          MPI_Allgatherv(in.data() + mine.lo, static_cast<int>(mine.size()), MPI_FLOAT, out.data(),
+                         rc.data(), displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
+      });
       ours("auto", Algorithm::Auto);
       if (op == "all_reduce") {
         ours("ring", Algorithm::Ring);
@@ -233,21 +200,13 @@ int main(int argc, char** argv) {
         ours("ring", Algorithm::Ring);
         if (topo) ours("hierarchical", Algorithm::Hierarchical);
       }
-      // Each method verified once, then all timed together.
-      std::vector<long long> wrongs;
-      std::vector<std::function<void()>> runs;
-      for (const M& m : methods) {
-        fill();
-        m.run();
-        total_wrong += wrongs.emplace_back(wrong());
-        runs.push_back(m.run);
-      }
-      const std::vector<double> times = timed(iters, runs);
+      const auto [times, wrongs] = mcbench::measure(MPI_COMM_WORLD, 0, iters, methods);
       double mpi_busbw = 0;
       for (std::size_t k = 0; k < methods.size(); ++k) {
-        const M& m = methods[k];
+        const mcbench::Method& m = methods[k];
         const double t = times[k];
         const long long w = wrongs[k];
+        total_wrong += w;
         Row r{op, m.name, count * 4, t, 0, 0, 0, w};
         r.algbw = static_cast<double>(r.bytes) / t / 1e9;
         r.busbw = r.algbw * factor(op, n);
@@ -255,7 +214,7 @@ int main(int argc, char** argv) {
         r.vs_mpi = mpi_busbw > 0 ? r.busbw / mpi_busbw : 0;
         rows.push_back(r);
         if (me == 0)
-          std::printf("%-15s %12lld %-22s %10.1f %9.3f %9.3f %7lld %8.2f\n", op.c_str(),
+          std::printf("%-15s %12lld %-27s %10.1f %9.3f %9.3f %7lld %8.2f\n", op.c_str(),
                       static_cast<long long>(r.bytes), r.method.c_str(), t * 1e6, r.algbw, r.busbw,
                       w, r.vs_mpi);
         std::fflush(stdout);
@@ -306,25 +265,27 @@ int main(int argc, char** argv) {
         sparse_all_reduce(group, mine, ref, SparseMethod::Dense, so);
         const SparseMethod methods[] = {SparseMethod::Dense, SparseMethod::AllGather,
                                         SparseMethod::Balanced, SparseMethod::Auto};
-        // Each method verified once, then all timed together (the dense one first in the list).
-        std::vector<SparseMethod> picks;
-        std::vector<long long> wrongs;
-        std::vector<std::function<void()>> runs;
-        for (SparseMethod m : methods) {
-          std::fill(out.begin(), out.end(), -1.0f);
-          picks.push_back(sparse_all_reduce(group, mine, out, m, so));
-          long long bad = 0;
-          for (std::size_t i = 0; i < out.size(); ++i) bad += out[i] != ref[i];
-          MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-          total_wrong += wrongs.emplace_back(bad);
-          runs.push_back([&, m] { sparse_all_reduce(group, mine, out, m, so); });
-        }
-        const std::vector<double> times = timed(iters, runs);
+        // The dense method first: the others' times are compared with its.
+        std::vector<SparseMethod> picks(std::size(methods));
+        std::vector<mcbench::Method> runs;
+        for (std::size_t k = 0; k < std::size(methods); ++k)
+          runs.push_back(
+              {.name = to_string(methods[k]),
+               .run = [&, k] { picks[k] = sparse_all_reduce(group, mine, out, methods[k], so); },
+               .reset = [&] { std::fill(out.begin(), out.end(), -1.0f); },
+               .wrong =
+                   [&] {
+                     long long bad = 0;
+                     for (std::size_t i = 0; i < out.size(); ++i) bad += out[i] != ref[i];
+                     return bad;
+                   }});
+        const auto [times, wrongs] = mcbench::measure(MPI_COMM_WORLD, 0, iters, runs);
         const double dense_t = times[0];
         for (std::size_t k = 0; k < std::size(methods); ++k) {
           const SparseMethod m = methods[k], picked = picks[k];
           const double t = times[k];
           const long long bad = wrongs[k];
+          total_wrong += bad;
           if (me == 0)
             std::printf("%-9g %-8s %-10s %10.1f %9.2f %7lld %8s  (rank 0: %zu rows)\n", density,
                         zipf ? "zipf" : "uniform", to_string(m).c_str(), t * 1e6, dense_t / t, bad,
@@ -351,7 +312,7 @@ int main(int argc, char** argv) {
     CollectiveOptions auto_options;  // auto, as the rows' "meshcast auto"
     auto_options.topology = topo.get();
     // Alone through the same handle as below (the blocking form may take node memory instead).
-    const double t_comm = timed(iters, [&] {
+    const double t_comm = mcbench::timed(MPI_COMM_WORLD, 0, iters, [&] {
       iall_reduce(group, buf.data(), buf.data(), count, DType::f32, ReduceOp::Sum, auto_options)
           .wait();
     });
@@ -363,7 +324,7 @@ int main(int argc, char** argv) {
       c.assign(a.size(), 0.0f);
     };
     size_gemm(dim);
-    double t_comp = timed(1, [&] { gemm_rows(a, b, c, dim, 0, dim); });
+    double t_comp = mcbench::timed(MPI_COMM_WORLD, 0, 1, [&] { gemm_rows(a, b, c, dim, 0, dim); });
     // Steps of at most 2x in size (8x in time), each timed as a median of 3, until the GEMM takes
     // 0.8-1.25x the all-reduce's time: one noisy timing of many ranks on 2 cores could otherwise
     // size it 10x too long, and a GEMM that long hides any all-reduce. The same on every rank:
@@ -372,10 +333,10 @@ int main(int argc, char** argv) {
       const double grow = std::cbrt(t_comm / std::max(t_comp, 1e-6));
       dim = std::clamp(static_cast<int>(dim * std::clamp(grow, 0.5, 2.0)), 16, 4096);
       size_gemm(dim);
-      t_comp = timed(3, [&] { gemm_rows(a, b, c, dim, 0, dim); });
+      t_comp = mcbench::timed(MPI_COMM_WORLD, 0, 3, [&] { gemm_rows(a, b, c, dim, 0, dim); });
     }
-    t_comp = timed(iters, [&] { gemm_rows(a, b, c, dim, 0, dim); });
-    const double t_both = timed(iters, [&] {
+    t_comp = mcbench::timed(MPI_COMM_WORLD, 0, iters, [&] { gemm_rows(a, b, c, dim, 0, dim); });
+    const double t_both = mcbench::timed(MPI_COMM_WORLD, 0, iters, [&] {
       Collective h = iall_reduce(group, buf.data(), buf.data(), count, DType::f32, ReduceOp::Sum,
                                  auto_options);
       for (int s = 0; s < slices; ++s) {

@@ -52,14 +52,18 @@ struct Row {
   int iters = 0;
 };
 
-// One way of doing the move: run() is timed; the verification run poisons `out` first and
-// counts the wrong elements of `check` (the layout `out` holds on this rank) afterwards.
+// One way of doing a case's work, as measure() runs it: run() is timed. Its verification run
+// poisons `out` first and counts the wrong elements of `check` (the layout `out` holds on this
+// rank) afterwards; a result that is not one layout's tile (a collective's) brings its own
+// `reset` (before the run) and `wrong` (this rank's wrong elements after it) instead.
 struct Method {
   std::string name;
   std::function<void()> run;
   void* out = nullptr;
   std::size_t out_bytes = 0;
   const Layout* check = nullptr;
+  std::function<void()> reset = {};
+  std::function<long long()> wrong = {};
 };
 
 // A barrier that sleeps between polls: ranks outside a case wait here without taking a core.
@@ -76,6 +80,67 @@ inline void quiet_barrier(MPI_Comm comm) {
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, std::chrono::microseconds(20000));
   }
+}
+
+// The harness's one timing loop: `warmup` untimed and `iters` timed iterations, in each of which
+// every function runs once, in an order rotated from one iteration to the next, so that a drift
+// of this shared machine's load hits all of them alike (their ratios are the figures). A barrier
+// on `comm` starts each run, and a run's time is the slowest rank's. Returns each function's
+// median time in seconds, the same on every rank of `comm`.
+inline std::vector<double> timed(MPI_Comm comm, int warmup, int iters,
+                                 const std::vector<std::function<void()>>& fs) {
+  const std::size_t n = fs.size();
+  const int total = warmup + iters;
+  std::vector<double> t(static_cast<std::size_t>(total) * n, 0);
+  for (int it = 0; it < total; ++it)
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t j = (k + static_cast<std::size_t>(it)) % n;
+      MPI_Barrier(comm);
+      const double t0 = MPI_Wtime();
+      fs[j]();
+      t[static_cast<std::size_t>(it) * n + j] = MPI_Wtime() - t0;
+    }
+  mpi_check(
+      MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX, comm),
+      "MPI_Allreduce");
+  std::vector<double> med(n);
+  for (std::size_t j = 0; j < n; ++j) {
+    std::vector<double> v;
+    for (int it = warmup; it < total; ++it) v.push_back(t[static_cast<std::size_t>(it) * n + j]);
+    med[j] = meshcast::bench::median(v);
+  }
+  return med;
+}
+inline double timed(MPI_Comm comm, int warmup, int iters, const std::function<void()>& f) {
+  return timed(comm, warmup, iters, std::vector<std::function<void()>>{f}).front();
+}
+
+// Every MPI suite's measurement: verifies each method once (reset or poison, run, count wrong
+// elements, summed over `comm`), then times them all together (timed()). Returns the median
+// times (s) and the wrong-element counts, per method, on every rank of `comm`.
+struct Measured {
+  std::vector<double> seconds;
+  std::vector<long long> wrong;
+};
+inline Measured measure(MPI_Comm comm, int warmup, int iters, const std::vector<Method>& ms) {
+  int me = 0;  // count_mismatches' device: the world rank
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  Measured out;
+  std::vector<std::function<void()>> runs;
+  for (const Method& m : ms) {
+    if (m.reset) m.reset();
+    if (m.out_bytes) std::memset(m.out, 0xA5, m.out_bytes);
+    MPI_Barrier(comm);
+    m.run();
+    long long w = m.wrong                  ? m.wrong()
+                  : m.out_bytes && m.check ? count_mismatches(*m.check, me, m.out)
+                                           : 0;
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &w, 1, MPI_LONG_LONG, MPI_SUM, comm), "MPI_Allreduce");
+    out.wrong.push_back(w);
+    runs.push_back(m.run);
+  }
+  out.seconds = timed(comm, warmup, iters, runs);
+  return out;
 }
 
 class Bench {
@@ -136,43 +201,9 @@ class Bench {
     quiet_barrier(MPI_COMM_WORLD);
   }
 
-  // Verifies every method once, then times them: `warmup` untimed and `iters` timed
-  // iterations, the methods in rotating order within each. Returns the median times (s) and
-  // the wrong-element counts, per method, on every rank of `part`.
-  std::pair<std::vector<double>, std::vector<long long>> measure(MPI_Comm part,
-                                                                 std::vector<Method>& ms) {
-    const std::size_t n = ms.size();
-    std::vector<long long> wrong(n, 0);
-    for (std::size_t j = 0; j < n; ++j) {
-      Method& m = ms[j];
-      if (m.out_bytes) std::memset(m.out, 0xA5, m.out_bytes);
-      MPI_Barrier(part);
-      m.run();
-      long long w = m.out_bytes && m.check ? count_mismatches(*m.check, me_, m.out) : 0;
-      mpi_check(MPI_Allreduce(MPI_IN_PLACE, &w, 1, MPI_LONG_LONG, MPI_SUM, part), "MPI_Allreduce");
-      wrong[j] = w;
-    }
-    const int total = cfg_.warmup + cfg_.iters;
-    std::vector<double> t(static_cast<std::size_t>(total) * n, 0);
-    for (int it = 0; it < total; ++it)
-      for (std::size_t k = 0; k < n; ++k) {
-        const std::size_t j = (k + static_cast<std::size_t>(it)) % n;
-        MPI_Barrier(part);
-        const double t0 = MPI_Wtime();
-        ms[j].run();
-        t[static_cast<std::size_t>(it) * n + j] = MPI_Wtime() - t0;
-      }
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX,
-                            part),
-              "MPI_Allreduce");
-    std::vector<double> med(n);
-    for (std::size_t j = 0; j < n; ++j) {
-      std::vector<double> v;
-      for (int it = cfg_.warmup; it < total; ++it)
-        v.push_back(t[static_cast<std::size_t>(it) * n + j]);
-      med[j] = meshcast::bench::median(v);
-    }
-    return {med, wrong};
+  // measure() with this run's iterations, on the running case's ranks `part`.
+  Measured measure(MPI_Comm part, const std::vector<Method>& ms) const {
+    return mcbench::measure(part, cfg_.warmup, cfg_.iters, ms);
   }
 
   // Adds (and on rank 0 prints) one row per baseline: ms[subject] against ms[baseline], or
