@@ -9,11 +9,13 @@ Every figure is measured in the run that the table shows: the optimum is the lin
 (bench/cluster_suite.cc says how it is computed), ratios are between methods timed in the same
 iterations. Exits 1 if any row has a wrong element.
 """
-import argparse
-import os
 import sys
 
-from report_common import load, pyplot
+from report import Report, load
+
+REPORT = Report("cluster", "docs/benchmarks.md", __doc__)
+REPORT.add("json", nargs="+", help="bench/cluster_suite --json files")
+REPORT.add("--launch", default="", help="the launch line, as the doc quotes it")
 
 MESHCAST = ["sendrecv", "allgather", "broadcast", "broadcast+greedy", "broadcast+search"]
 PEERS = ["MPI_Alltoallv", "allgather+slice", "Cpdgemr2d", "MPI_Bcast", "MPI_Send 1 link"]
@@ -72,12 +74,10 @@ def table(rows, group, methods):
     return out
 
 
-def plots(rows, img):
-    plt = pyplot("cluster_report")
+def plots(rows):
+    plt = REPORT.pyplot()
     if plt is None:
-        return []
-    os.makedirs(img, exist_ok=True)
-    made = []
+        return
     one = cases(rows, "1m")
     for size in sorted({s for (_, s) in one}):
         keys = [(c, s) for (c, s) in one if s == size]
@@ -99,10 +99,7 @@ def plots(rows, img):
         ax.set_title(f"1-to-m, {mib(size)} replicated tensor, 1 Gbit/s per host")
         ax.legend(fontsize=7)
         fig.tight_layout()
-        name = f"cluster-1m-{size >> 20}m.png"
-        fig.savefig(os.path.join(img, name), dpi=110)
-        plt.close(fig)
-        made.append(name)
+        REPORT.save(fig, f"cluster-1m-{size >> 20}m.png")
     for group, title in [("nm", "n-to-m"), ("nm-nic", "n-to-m, a NIC per device"),
                          ("2d", "2-D block layouts")]:
         keys = list(cases(rows, group))
@@ -131,11 +128,7 @@ def plots(rows, img):
         ax.set_title(f"{title} ({'f64' if group == '2d' else common})")
         ax.legend(fontsize=6, ncol=4, loc="upper center")
         fig.tight_layout()
-        name = f"cluster-{group}.png"
-        fig.savefig(os.path.join(img, name), dpi=110)
-        plt.close(fig)
-        made.append(name)
-    return made
+        REPORT.save(fig, f"cluster-{group}.png")
 
 
 def targets(rows):
@@ -225,21 +218,14 @@ def targets(rows):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("json", nargs="+")
-    ap.add_argument("--doc", required=True)
-    ap.add_argument("--img", required=True)
-    ap.add_argument("--command", default="bench/run-cluster.sh")
-    ap.add_argument("--launch", default="")
-    a = ap.parse_args()
+    a = REPORT.parse()
     runs, rows = load(a.json)
     # A run on hosts with a NIC per device (cluster.sh --nic-per-rank) is a group of its own.
     nic = {n for n, j in runs if j["topology"]["links"]["network"].get("nics_per_host", 1) > 1}
     for r in rows:
         if r["run"] in nic:
             r["group"] += "-nic"
-    made = plots(rows, a.img)
-    rel = os.path.relpath(a.img, os.path.dirname(os.path.abspath(a.doc)))
+    plots(rows)
     first = runs[0][1]
     lines = [
         "# Benchmarks on hosts with one slow link each",
@@ -281,18 +267,12 @@ def main():
         if not cases(rows, group):
             continue
         lines += [f"## {title}", ""]
-        lines += [f"![{group}]({rel}/{m})" for m in made if f"-{group}" in m]
+        lines += [REPORT.image(m, group) for m in REPORT.made if f"-{group}" in m]
         lines += ["", "Effective GB/s (fraction of the link-bound optimum) per method; "
                   "`= X`: the same plan as X.", ""]
         lines += table(rows, group, MESHCAST + PEERS) + [""]
-    commentary = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster_commentary.md")
-    if os.path.exists(commentary):
-        with open(commentary) as f:
-            lines += [f.read().rstrip(), ""]
-    with open(a.doc, "w") as f:
-        f.write("\n".join(l for l in lines if l is not None) + "\n")
-    print(f"cluster_report: wrote {a.doc} ({len(rows)} rows, plots: {', '.join(made) or 'none'})")
-    return 1 if wrong else 0
+    lines += [REPORT.commentary().rstrip(), ""]
+    return REPORT.write("\n".join(lines) + "\n", failed=wrong > 0, summary=f"{len(rows)} rows")
 
 
 if __name__ == "__main__":

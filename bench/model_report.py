@@ -10,12 +10,14 @@ every meshcast row carries the model's and the simulator's time for the plan it 
 --study: JSON of bench/model --json; --scale: Google Benchmark JSON of the same run's
 scale/* benchmarks. bench/run-model.sh runs it all.
 """
-import argparse
-import json
-import os
 import sys
 
-from report_common import load, pyplot
+from report import Report, load, read_json
+
+REPORT = Report("model", "docs/model.md", __doc__)
+REPORT.add("--cluster", nargs="+", required=True, help="bench/cluster_suite --json files")
+REPORT.add("--study", required=True, help="bench/model --json file")
+REPORT.add("--scale", required=True, help="bench/model --benchmark_out file (JSON)")
 
 MESHCAST = ["sendrecv", "allgather", "broadcast", "broadcast+greedy", "broadcast+search"]
 # The candidates of strategy auto (each planned with balance search).
@@ -92,7 +94,7 @@ def scale_medians(scale):
     return out
 
 
-def plot_validation(plt, val, path):
+def plot_validation(plt, val, filename):
     fig, ax = plt.subplots(figsize=(6, 5))
     xs = [r["seconds"] for r in val]
     lo, hi = min(xs) * 0.7, max(xs) * 1.4
@@ -110,11 +112,10 @@ def plot_validation(plt, val, path):
     ax.set_title("Predicted vs measured, every meshcast plan of the suite")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    REPORT.save(fig, filename)
 
 
-def plot_one_to_m(plt, study, topology, path):
+def plot_one_to_m(plt, study, topology, filename):
     rows = [r for r in study if r["topology"] == topology and r["group"] == "1m"]
     if not rows:
         return False
@@ -141,8 +142,7 @@ def plot_one_to_m(plt, study, topology, path):
     ax.set_title(f"1-to-m on {topology}: one sender, receivers on other hosts")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    REPORT.save(fig, filename)
     return True
 
 
@@ -199,25 +199,14 @@ def study_table(study, topology, group):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cluster", nargs="+", required=True)
-    ap.add_argument("--study", required=True)
-    ap.add_argument("--scale", required=True)
-    ap.add_argument("--doc", required=True)
-    ap.add_argument("--img", required=True)
-    ap.add_argument("--command", default="bench/run-model.sh")
-    a = ap.parse_args()
+    a = REPORT.parse()
 
     runs, rows = load(a.cluster)
-    with open(a.study) as f:
-        study = json.load(f)["rows"]
-    with open(a.scale) as f:
-        scale = json.load(f)
+    study = read_json(a.study)["rows"]
+    scale = read_json(a.scale)
     val = validation(rows)
     pk = picks(rows)
-    plt = pyplot("model_report")
-    os.makedirs(a.img, exist_ok=True)
-    imgrel = os.path.relpath(a.img, os.path.dirname(a.doc) or ".")
+    plt = REPORT.pyplot()
 
     worst_m = max(val, key=lambda r: abs(r["e_model"]))
     worst_s = max(val, key=lambda r: abs(r["e_sim"]))
@@ -261,8 +250,8 @@ def main():
              "simulator's (`simulate()`), on `meshes/emulated.json`. Runs: " +
              "; ".join(f"`{n}` {j.get('date', '')}" for n, j in runs) + ".\n")
     if plt:
-        plot_validation(plt, val, os.path.join(a.img, "model-validation.png"))
-        d.append(f"![validation]({imgrel}/model-validation.png)\n")
+        plot_validation(plt, val, "model-validation.png")
+        d.append(REPORT.image("model-validation.png", "validation") + "\n")
     d.append("| case | size | method | measured ms | model ms | model err | simulated ms | sim err |")
     d.append("|---|---|---|---|---|---|---|---|")
     for r in val:
@@ -309,8 +298,8 @@ def main():
         if not any(r["topology"] == topo for r in study):
             continue
         d.append(f"### {topo}\n")
-        if plt and plot_one_to_m(plt, study, topo, os.path.join(a.img, f"model-{topo}-1m.png")):
-            d.append(f"![1m]({imgrel}/model-{topo}-1m.png)\n")
+        if plt and plot_one_to_m(plt, study, topo, f"model-{topo}-1m.png"):
+            d.append(REPORT.image(f"model-{topo}-1m.png", "1m") + "\n")
         d.append("1-to-m (one sender on host 0, receivers on h other hosts):\n")
         d += study_table(study, topo, "1m")
         d.append("\nn-to-m (disjoint meshes on disjoint hosts):\n")
@@ -328,12 +317,10 @@ def main():
                      f"{b['cpu_time'] / 1e3:.2f} | {b.get('peak_mb', 0):.0f} | "
                      f"{b.get('simulated_s', 0) * 1e6:.1f} µs | {b.get('events', 0):.0f} |")
         d.append("")
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_commentary.md")) as f:
-        d.append(f.read())
-    with open(a.doc, "w") as f:
-        f.write("\n".join(d).rstrip() + "\n")
-    print(f"model_report: wrote {a.doc}: {in_m}/{len(val)} model, {in_s}/{len(val)} simulator "
-          f"within ±20%, auto {ok_pick}/{len(pk)}")
+    d.append(REPORT.commentary())
+    return REPORT.write("\n".join(d).rstrip() + "\n",
+                        summary=f"{in_m}/{len(val)} model, {in_s}/{len(val)} simulator within "
+                                f"±20%, auto {ok_pick}/{len(pk)}")
 
 
 if __name__ == "__main__":

@@ -15,18 +15,14 @@
 # Exits non-zero if a run failed or any element was wrong (the document is written all the same).
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-build=${BUILD_DIR:-build/bench-mpi}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_build build/bench-mpi cluster_suite
 iters=${ITERS:-5}
 warmup=${WARMUP:-1}
 groups=${GROUPS_TO_RUN:-1m nm nm-nic 2d}
 results="$build/results-cluster"
 launch=(bench/cluster/cluster.sh run --hosts 5 --ranks-per-host 4 --rate "${RATE:-1gbit}" --)
 
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DMESHCAST_BUILD_TOOLS=OFF \
-  -DMESHCAST_BUILD_BENCH=ON >/dev/null
-cmake --build "$build" -j"${JOBS:-2}" --target cluster_suite
 rm -rf "$results"
 mkdir -p "$results"
 
@@ -48,7 +44,6 @@ done
 mkdir -p docs/data
 for f in "$results"/*.json; do cp "$f" "docs/data/cluster-$(basename "$f")"; done
 
-source bench/python.sh
 "$python" bench/cluster_report.py docs/data/cluster-*.json --doc docs/benchmarks.md --img docs/img \
   --command "bench/run-cluster.sh (ITERS=$iters)" --launch "${launch[*]}" || status=1
 exit "$status"

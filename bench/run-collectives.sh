@@ -12,17 +12,12 @@
 # if a run failed or any element was wrong.
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-build=${BUILD_DIR:-build/bench-mpi}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_build build/bench-mpi mpi_collectives
 results="$build/results-collectives"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DMESHCAST_BUILD_TOOLS=OFF \
-  -DMESHCAST_BUILD_BENCH=ON >/dev/null
-cmake --build "$build" -j"${JOBS:-2}" --target mpi_collectives
 mkdir -p "$results"
 rm -f "$results"/*.json
 status=0
-source bench/mpirun-shm.sh
 # Each placement RUNS times (launches), alternating: the report takes medians over them.
 for run in $(seq 1 "${RUNS:-5}"); do
   for np in ${RANKS:-4 8}; do
@@ -50,7 +45,6 @@ for run in $(seq 1 "${RUNS:-5}"); do
       --json "$results/overlap-2x1-$run.json" | tee "$results/overlap-2x1-$run.txt" || status=1
   fi
 done
-source bench/python.sh
 "$python" bench/collectives_report.py "$results"/*.json --doc docs/collectives.md \
   --command "bench/run-collectives.sh (RUNS=${RUNS:-5}, ITERS=${ITERS:-9})" || status=1
 exit "$status"

@@ -14,15 +14,11 @@
 # deterministic (the documents are written all the same).
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-build=${BUILD_DIR:-build/bench-core}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_build build/bench-core reshard_local planner
 reps=${REPETITIONS:-5}
 results="$build/results"
 
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DMESHCAST_BUILD_TOOLS=OFF \
-  -DMESHCAST_BUILD_BENCH=ON >/dev/null
-cmake --build "$build" -j"${JOBS:-2}" --target reshard_local planner
 mkdir -p "$results"
 
 status=0
@@ -37,8 +33,7 @@ run() {  # run NAME MIN_TIME FILTER
 run reshard_local "${MIN_TIME_RESHARD:-0.3}" "${FILTER_RESHARD:-}"
 run planner "${MIN_TIME_PLANNER:-0.2}" "${FILTER_PLANNER:-}"
 
-source bench/python.sh
-"$python" bench/plot.py --reshard "$results/reshard_local.json" --planner "$results/planner.json" \
+"$python" bench/core_report.py --reshard "$results/reshard_local.json" --planner "$results/planner.json" \
   --doc docs/benchmarks-core.md --img docs/img \
   --command "bench/run-core.sh (REPETITIONS=$reps)" || status=1
 exit "$status"

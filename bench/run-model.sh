@@ -9,14 +9,10 @@
 # JOBS (2), PYTHON (an interpreter with matplotlib).
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-build=${BUILD_DIR:-build/bench-core}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_build build/bench-core model
 results="$build/results"
 
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DMESHCAST_BUILD_TOOLS=OFF \
-  -DMESHCAST_BUILD_BENCH=ON >/dev/null
-cmake --build "$build" -j"${JOBS:-2}" --target model
 mkdir -p "$results"
 shopt -s nullglob
 # Not the runs with a NIC per device (*-nic.json): the study predicts every run on
@@ -30,7 +26,6 @@ for f in docs/data/cluster-*.json; do [[ $f == *-nic.json ]] || cluster+=("$f");
   --benchmark_out="$results/model-scale.json" --benchmark_out_format=json \
   --benchmark_color=false | tee "$results/model.txt"
 
-source bench/python.sh
 "$python" bench/model_report.py --cluster "${cluster[@]}" --study "$results/model-study.json" \
   --scale "$results/model-scale.json" --doc docs/model.md --img docs/img \
   --command "bench/run-model.sh"

@@ -17,17 +17,13 @@
 # failed or any element was wrong (the document is written all the same).
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-build=${BUILD_DIR:-build/bench-mpi}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_build build/bench-mpi mpi_reshard
 iters=${ITERS:-5}
 warmup=${WARMUP:-1}
 groups=${GROUPS_TO_RUN:-a b c d}
 results="$build/results-mpi"
 
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DMESHCAST_BUILD_TOOLS=OFF \
-  -DMESHCAST_BUILD_BENCH=ON >/dev/null
-cmake --build "$build" -j"${JOBS:-2}" --target mpi_reshard
 rm -rf "$results"
 mkdir -p "$results"
 
@@ -48,7 +44,6 @@ has b && run 8 b np8-b
 if has c && has d; then run 4 c,d np4-cd; elif has c; then run 4 c np4-c; elif has d; then run 4 d np4-d; fi
 has c && run 8 c np8-c
 
-source bench/python.sh
 "$python" bench/mpi_report.py "$results"/*.json --doc docs/benchmarks-mpi.md --img docs/img \
   --command "bench/run-mpi.sh (ITERS=$iters)" --mpirun "${mpirun[*]}" || status=1
 exit "$status"

@@ -21,12 +21,7 @@
 # matplotlib). Part 1 needs root (namespaces).
 # Exits non-zero if a run failed or any element was wrong.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-# shellcheck source=bench/mpirun-shm.sh
-source bench/mpirun-shm.sh
-# shellcheck source=bench/python.sh
-source bench/python.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 build=${BUILD_DIR:-build/default}
 parts=${PARTS:-emulated shm predict}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null

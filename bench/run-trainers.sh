@@ -13,14 +13,13 @@
 # STEPS (12). Exits non-zero if a run failed.
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 build=${BUILD_DIR:-build/default}
 mc=$root/$build/bin/meshcast
 results=$build/results-trainers
 rm -rf "$results"
 mkdir -p "$results"
-bench/cluster/cluster.sh check >/dev/null || { echo "run-trainers: needs emulated hosts (root, namespaces)" >&2; exit 77; }
+needs_hosts run-trainers
 rounds=${ROUNDS:-2}
 steps=${STEPS:-12}
 
@@ -34,7 +33,6 @@ run() {
     >"$results/$name.json" </dev/null
 }
 
-source bench/mpirun-shm.sh
 # The same 4 U-Transformer stages on one host (shared memory, same plans): the same processes
 # and cores with no network in the way, the floor that hiding transfers can bring a step to.
 shm() {
@@ -77,6 +75,5 @@ cp "$results/out-unet-eager-1/utransformer-steps.png" docs/img/utransformer-step
 cp "$results/out-unet200/utransformer-loss.png" docs/img/utransformer-loss.png
 "$mc" train gpt --steps 300 --json --out "$results/out-gpt300" >"$results/gpt300.json"
 cp "$results/out-gpt300/gpt-loss.png" docs/img/gpt-loss.png
-source bench/python.sh
 "$python" bench/trainers_report.py "$results" --doc docs/training.md \
   --command "bench/run-trainers.sh (ROUNDS=$rounds, STEPS=$steps)"

@@ -9,16 +9,12 @@
 # overlap on and off per configuration). Exits non-zero if a run failed.
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-build=${BUILD_DIR:-build/bench-mpi}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_build build/bench-mpi mpi_training
 results="$build/results-training"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DMESHCAST_BUILD_TOOLS=OFF \
-  -DMESHCAST_BUILD_BENCH=ON >/dev/null
-cmake --build "$build" -j"${JOBS:-2}" --target mpi_training
 mkdir -p "$results"
 rm -f "$results"/*.json
-bench/cluster/cluster.sh check >/dev/null || { echo "run-training: needs emulated hosts (root, namespaces)" >&2; exit 77; }
+needs_hosts run-training
 status=0
 common=(--batch 32 --micro-batches 8 --topology meshes/emulated-2x2.json --rounds "${ROUNDS:-2}")
 # name | options: pipeline across the hosts with data parallelism inside; Megatron inside a
@@ -36,7 +32,6 @@ pp2-tp2-eager|--stages dp=1,tp=2/dp=1,tp=2 --schedule eager-1f1b --sub-batches 2
 dp4|--stages dp=4 --schedule 1f1b
 grid-1x2x2|--stages grid=1x2x2 --schedule 1f1b --sub-batches 2
 CASES
-source bench/python.sh
 "$python" bench/training_report.py "$results"/*.json --doc docs/training-engine.md \
   --command "bench/run-training.sh (ROUNDS=${ROUNDS:-2})" || status=1
 exit "$status"

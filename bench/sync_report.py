@@ -3,11 +3,13 @@
 
     python3 bench/sync_report.py docs/data/sync-*.json
 """
-import json
 import os
 import sys
 
-from report_common import pyplot
+from report import Report, read_json
+
+REPORT = Report("sync", "docs/sync.md", __doc__)
+REPORT.add("json", nargs="+", help="meshcast sync --json files named sync-NAME.json")
 
 # NCCL M2N's published GB200 NVL72 measurements for the same configurations (ms).
 M2N = {
@@ -18,12 +20,7 @@ MODES = ["fused", "per-tensor", "gather"]
 
 
 def load(paths):
-    runs = {}
-    for p in paths:
-        name = os.path.basename(p)[len("sync-"):-len(".json")]
-        with open(p) as f:
-            runs[name] = json.loads(f.read())
-    return runs
+    return {os.path.basename(p)[len("sync-"):-len(".json")]: read_json(p) for p in paths}
 
 
 def ms(s):
@@ -53,7 +50,7 @@ def measured_table(runs, prefix, out):
             out.append(f"| (not verified: {r.get('mismatches')} mismatches) | | | | | | |")
 
 
-def plot_measured(plt, runs, prefix, title, path, bound_label="link bound (f32)"):
+def plot_measured(plt, runs, prefix, title, filename, bound_label="link bound (f32)"):
     names = [n for n in [f"{prefix}-{m}" for m in MODES] + [f"{prefix}-fused-bf16"] if n in runs]
     if not names:
         return
@@ -71,11 +68,10 @@ def plot_measured(plt, runs, prefix, title, path, bound_label="link bound (f32)"
     ax.set_title(title, fontsize=10)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    REPORT.save(fig, filename)
 
 
-def plot_scale(plt, runs, path):
+def plot_scale(plt, runs, filename):
     cases = [("qwen3-235b-a22b", "Qwen3-235B-A22B\n64 -> 64"), ("deepseek-v3", "DeepSeek-V3\n128 -> 128")]
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     width = 0.2
@@ -92,8 +88,7 @@ def plot_scale(plt, runs, path):
     ax.set_title("GB200 NVL72: meshcast's prediction beside NCCL M2N's measurements", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    REPORT.save(fig, filename)
 
 
 def measured_sections():
@@ -139,8 +134,8 @@ def measured_sections():
     ]
 
 
-def main(paths):
-    runs = load(paths)
+def main():
+    runs = load(REPORT.parse().json)
     out = ["# Whole-model sync: measured",
            "",
            "Written by `bench/run-sync.sh` (bench/sync_report.py) from docs/data/sync-*.json. "
@@ -177,19 +172,15 @@ def main(paths):
                                f"{ms(r['predicted_seconds'])} | {ms(r['link_bound_seconds'])} | "
                                f"{r.get('busiest_link', '')} | {r['messages']:,} | "
                                f"{ms(r['plan_seconds'])} |")
-    out += ["", "![prediction beside NCCL M2N](img/sync-scale.png)", ""]
-    plt = pyplot("sync_report")
+    out += ["", REPORT.image("sync-scale.png", "prediction beside NCCL M2N"), ""]
+    plt = REPORT.pyplot()
     if plt:
-        os.makedirs("docs/img", exist_ok=True)
         for prefix, _, _, title, bound in measured_sections():
-            plot_measured(plt, runs, prefix, title, f"docs/img/sync-{prefix}.png", bound)
-        plot_scale(plt, runs, "docs/img/sync-scale.png")
-    with open(os.path.join(os.path.dirname(__file__), "sync_commentary.md")) as f:
-        out.append(f.read().strip())
-    with open("docs/sync.md", "w") as f:
-        f.write("\n".join(out) + "\n")
+            plot_measured(plt, runs, prefix, title, f"sync-{prefix}.png", bound)
+        plot_scale(plt, runs, "sync-scale.png")
+    out.append(REPORT.commentary().strip())
     bad = [n for n, r in runs.items() if "verified" in r and not r["verified"]]
-    return 1 if bad else 0
+    return REPORT.write("\n".join(out) + "\n", failed=bool(bad), summary=f"{len(runs)} runs")
 
 
 def measured_table_block(runs, prefix, out, title, text, image):
@@ -197,8 +188,8 @@ def measured_table_block(runs, prefix, out, title, text, image):
         return
     out += [title, "", text, ""]
     measured_table(runs, prefix, out)
-    out += ["", f"![{prefix}](img/{image})", ""]
+    out += ["", REPORT.image(image, prefix), ""]
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

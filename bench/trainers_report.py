@@ -3,16 +3,15 @@
 
   bench/trainers_report.py RESULTS_DIR --doc docs/training.md [--command TEXT]
 """
-import argparse
 import glob
-import json
 import os
 import statistics
+import sys
 
+from report import Report, read_json
 
-def load(path):
-    with open(path) as f:
-        return json.load(f)
+REPORT = Report("trainers", "docs/training.md", __doc__)
+REPORT.add("results", help="the directory of the runs' JSON (meshcast train --json)")
 
 
 def throughput(run, skip=2):
@@ -27,14 +26,9 @@ def breakdown(run, skip=2):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("results")
-    ap.add_argument("--doc", required=True)
-    ap.add_argument("--command", default="bench/run-trainers.sh")
-    a = ap.parse_args()
-    runs = {}
-    for p in glob.glob(os.path.join(a.results, "*.json")):
-        runs[os.path.basename(p)[:-5]] = load(p)
+    a = REPORT.parse()
+    runs = {os.path.basename(p)[:-5]: read_json(p)
+            for p in glob.glob(os.path.join(a.results, "*.json"))}
 
     def family(prefix):
         return [v for k, v in sorted(runs.items()) if k.rsplit("-", 1)[0] == prefix]
@@ -98,10 +92,8 @@ def main():
                  f"checkpoint resharded by meshcast on load): the largest relative difference "
                  f"between the two loss curves is {worst:.1e} (resumed from step "
                  f"{second['resumed_from']}).\n")
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
+        plt = REPORT.pyplot()
+        if plt:
             fig, ax = plt.subplots(figsize=(7, 4))
             ax.plot(range(1, len(a_l) + 1), a_l, label=f"uninterrupted ({full['stages']})", lw=3, alpha=0.5)
             ax.plot(range(1, len(b_l) + 1), b_l, "--", label=f"{first['stages']} then resumed on {second['stages']}")
@@ -110,10 +102,8 @@ def main():
             ax.set_ylabel("training loss (nats/byte)")
             ax.legend()
             fig.tight_layout()
-            fig.savefig("docs/img/resume.png", dpi=110)
-            d.append("![loss curves, uninterrupted and resumed](img/resume.png)\n")
-        except ImportError:
-            pass
+            REPORT.save(fig, "resume.png")
+            d.append(REPORT.image("resume.png", "loss curves, uninterrupted and resumed") + "\n")
     g = runs.get("gpt300")
     if g:
         last = g["steps"][-1]
@@ -124,7 +114,7 @@ def main():
                  f"{g['unigram_entropy']:.3f} ({100 * (1 - last['eval_loss'] / g['unigram_entropy']):.0f}% "
                  f"below), in {sum(s['seconds'] for s in g['steps']):.0f} s of training. The "
                  "trainer's own chart:\n")
-        d.append("![GPT loss curve](img/gpt-loss.png)\n")
+        d.append(REPORT.image("gpt-loss.png", "GPT loss curve") + "\n")
     u = runs.get("unet200")
     if u:
         d.append("## U-Transformer\n")
@@ -133,13 +123,11 @@ def main():
                  f"{u['steps'][0]['loss']:.2f} to {u['steps'][-1]['loss']:.2f} nats/token "
                  f"(held-out {u['steps'][-1]['eval_loss']:.2f}). The trainer's own charts: this "
                  "run's loss, and the step times of the 4-host eager 1F1B run above:\n")
-        d.append("![U-Transformer loss](img/utransformer-loss.png)\n")
-        d.append("![U-Transformer step time](img/utransformer-steps.png)\n")
-    with open("bench/trainers_commentary.md") as f:
-        d.append(f.read())
-    with open(a.doc, "w") as f:
-        f.write("\n".join(d))
+        d.append(REPORT.image("utransformer-loss.png", "U-Transformer loss") + "\n")
+        d.append(REPORT.image("utransformer-steps.png", "U-Transformer step time") + "\n")
+    d.append(REPORT.commentary())
+    return REPORT.write("\n".join(d), summary=f"{len(runs)} runs")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
