@@ -64,6 +64,25 @@ class Args {
         },
         std::move(help));
   }
+  // A comma-separated list replacing `out`, each item parsed by `item` (which throws
+  // std::exception with the reason when it is bad); an empty item is bad too.
+  template <class T>
+  Args& list(std::string name, std::vector<T>& out, std::string meta,
+             std::function<T(const std::string&)> item, std::string help) {
+    return custom(
+        std::move(name), std::move(meta),
+        [&out, item = std::move(item)](const std::string& v) {
+          std::vector<T> items;
+          for (std::size_t at = 0;;) {
+            const std::size_t comma = v.find(',', at);
+            items.push_back(item(v.substr(at, comma == std::string::npos ? comma : comma - at)));
+            if (comma == std::string::npos) break;
+            at = comma + 1;
+          }
+          out = std::move(items);
+        },
+        std::move(help));
+  }
   // Any other value: `set` parses it, throwing std::exception with the reason when it is bad.
   Args& custom(std::string name, std::string meta, std::function<void(const std::string&)> set,
                std::string help) {

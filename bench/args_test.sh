@@ -50,6 +50,8 @@ fi
 if [[ -x $bin/mpi_collectives ]]; then
   expect mpi_collectives 2 "^mpi_collectives: --sparse-densities: want numbers in (0, 1\], got '2'" \
     --sparse-densities 0.1,2
+  expect mpi_collectives 2 "^mpi_collectives: --sparse-densities: want numbers in (0, 1\], got ''" \
+    --sparse-densities 0.1,
   expect mpi_collectives 2 "^mpi_collectives: --node-kib: want an integer" --node-kib -1
 fi
 if [[ -x $bin/mpi_training ]]; then
@@ -59,6 +61,8 @@ fi
 if [[ -x $bin/cluster_suite ]]; then
   expect cluster_suite 2 "^cluster_suite: --sizes-mib: want an integer in \[1, 4096\], got '0'" \
     --sizes-mib 16,0
+  expect cluster_suite 2 "^cluster_suite: --sizes-mib: want an integer in \[1, 4096\], got ''" \
+    --sizes-mib 16,,64
 fi
 expect model 2 "^model: --json: needs a value" --json
 

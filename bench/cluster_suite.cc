@@ -37,7 +37,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "args.h"
 #include "methods.h"
@@ -378,14 +377,6 @@ void group_2d(Suite& s, Bench& b) {
 }
 #endif
 
-std::vector<std::int64_t> parse_sizes(const std::string& text) {
-  std::vector<std::int64_t> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');)
-    out.push_back(meshcast::bench::Args::integer(item, 1, 4096) * kMiB);
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -405,8 +396,9 @@ int main(int argc, char** argv) {
       .number("--warmup", cfg.warmup, 0, "untimed iterations first")
       .text("--json", cfg.json, "write the rows to FILE", "FILE")
       .text("--filter", cfg.filter, "only the cases whose name contains TEXT")
-      .custom(
-          "--sizes-mib", "A,B", [&](const std::string& v) { sizes = parse_sizes(v); },
+      .list<std::int64_t>(
+          "--sizes-mib", sizes, "A,B",
+          [](const std::string& v) { return meshcast::bench::Args::integer(v, 1, 4096) * kMiB; },
           "1m's tensor sizes in MiB (1..4096)")
       .custom(
           "--chunk-kib", "N",

@@ -34,7 +34,6 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -88,16 +87,12 @@ int main(int argc, char** argv) {
   std::int64_t sparse_rows_arg = smoke ? 4096 : 262144;
   std::string json, ops = "all_reduce,all_gather,reduce_scatter,sparse,overlap", topo_path, where;
   std::vector<double> densities{0.001, 0.01, 0.1};
-  auto parse_densities = [&](const std::string& v) {
-    densities.clear();
-    std::stringstream in(v);
-    for (std::string item; std::getline(in, item, ',');) {
-      char* end = nullptr;
-      const double d = std::strtod(item.c_str(), &end);
-      if (item.empty() || *end || !(d > 0 && d <= 1))
-        throw std::invalid_argument("want numbers in (0, 1], got '" + item + "'");
-      densities.push_back(d);
-    }
+  auto density = [](const std::string& v) {
+    char* end = nullptr;
+    const double d = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end || !(d > 0 && d <= 1))
+      throw std::invalid_argument("want numbers in (0, 1], got '" + v + "'");
+    return d;
   };
   // Read before MPI starts: --node-kib sizes the session's node memory.
   meshcast::bench::Args("mpi_collectives", "mpirun -np N mpi_collectives")
@@ -113,7 +108,7 @@ int main(int argc, char** argv) {
               "node memory per rank in KiB (0: none, so that Auto sends in shared memory too)",
               1024)
       .number("--sparse-rows", sparse_rows_arg, 1, "rows of the sparse test's table")
-      .custom("--sparse-densities", "D,D", parse_densities, "the sparse test's densities")
+      .list<double>("--sparse-densities", densities, "D,D", density, "the sparse test's densities")
       .parse(argc, argv);
   MpiSession mpi(&argc, &argv, mo);
   Communicator& comm = mpi.world();
