@@ -56,8 +56,9 @@ class Report:
 
     def __init__(self, name, doc, docstring):
         self.name = name
+        summary = " ".join(docstring.strip().split("\n\n")[0].split())  # its first paragraph
         self.parser = argparse.ArgumentParser(
-            prog=f"bench/{name}_report.py", description=" ".join(docstring.strip().split("\n\n")[0].split()),
+            prog=f"bench/{name}_report.py", description=summary,
             epilog=f"Writes --doc (default {doc}) and PNG plots under --img.")
         self.parser.add_argument("--doc", default=doc, help="the Markdown file to write")
         self.parser.add_argument("--img", default="docs/img", help="where the PNG plots go")
