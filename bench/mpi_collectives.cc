@@ -58,10 +58,100 @@ struct Row {
 // Rank r's element i: a small integer, so every method's sum is exact.
 float value(int r, std::int64_t i) { return static_cast<float>((r * 7 + i * 3) % 30); }
 
-double factor(const std::string& op, int n) {
-  if (n < 2) return 1;
-  return op == "all_reduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
-}
+// The buffers of one dense case on this rank: `count` f32 elements in and out, this rank's piece
+// [mine.lo, mine.hi) of them, and every rank's piece as MPI's v-collectives take them.
+struct Dense {
+  int me, n;
+  std::int64_t count;
+  Range mine;
+  std::vector<float> in, out;
+  std::vector<int> counts, displs;
+  Dense(int me_, int n_, std::int64_t count_)
+      : me(me_),
+        n(n_),
+        count(count_),
+        mine(shard_range(count, n, me)),
+        in(static_cast<std::size_t>(count)),
+        out(static_cast<std::size_t>(count)) {
+    for (int r = 0; r < n; ++r) {
+      const Range s = shard_range(count, n, r);
+      counts.push_back(static_cast<int>(s.size()));
+      displs.push_back(static_cast<int>(s.lo));
+    }
+  }
+  // Inputs set, the output poisoned: before a verification run.
+  void reset() {
+    for (std::int64_t i = 0; i < count; ++i) in[static_cast<std::size_t>(i)] = value(me, i);
+    std::fill(out.begin(), out.end(), -1.0f);
+  }
+  float sum(std::int64_t g) const {
+    float s = 0;
+    for (int r = 0; r < n; ++r) s += value(r, g);
+    return s;
+  }
+};
+
+// One collective as the suite measures it (nccl-tests' table of tests): its busbw factor (busbw =
+// algbw x factor), how many elements of `out` a rank checks and what each must be, Open MPI's
+// call and meshcast's, and the algorithms meshcast is timed with besides auto (and hierarchical,
+// given a topology).
+struct Coll {
+  const char* name;
+  double (*factor)(int n);
+  std::int64_t (*outputs)(const Dense&);
+  float (*want)(const Dense&, std::int64_t i);
+  void (*mpi)(Dense&);
+  void (*ours)(const Group&, Dense&, const CollectiveOptions&);
+  std::vector<std::pair<const char*, Algorithm>> algorithms;
+};
+
+const Coll kColls[] = {
+    {"all_reduce",
+     [](int n) { return 2.0 * (n - 1) / n; },
+     [](const Dense& d) { return d.count; },
+     [](const Dense& d, std::int64_t i) { return d.sum(i); },
+     [](Dense& d) {
+       MPI_Allreduce(d.in.data(), d.out.data(), static_cast<int>(d.count), MPI_FLOAT, MPI_SUM,
+                     MPI_COMM_WORLD);
+     },
+     [](const Group& g, Dense& d, const CollectiveOptions& o) {
+       all_reduce(g, d.in.data(), d.out.data(), d.count, DType::f32, ReduceOp::Sum, o);
+     },
+     {{"ring", Algorithm::Ring},
+      {"recursive-doubling", Algorithm::RecursiveDoubling},
+      {"halving-doubling", Algorithm::HalvingDoubling}}},
+    {"all_gather",
+     [](int n) { return static_cast<double>(n - 1) / n; },
+     [](const Dense& d) { return d.count; },
+     [](const Dense& d, std::int64_t i) {  // the value of the piece's owner
+       int owner = 0;
+       while (d.displs[static_cast<std::size_t>(owner)] +
+                  d.counts[static_cast<std::size_t>(owner)] <=
+              i)
+         ++owner;
+       return value(owner, i);
+     },
+     [](Dense& d) {
+       MPI_Allgatherv(d.in.data() + d.mine.lo, static_cast<int>(d.mine.size()), MPI_FLOAT,
+                      d.out.data(), d.counts.data(), d.displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
+     },
+     [](const Group& g, Dense& d, const CollectiveOptions& o) {
+       all_gather(g, d.in.data() + d.mine.lo, d.out.data(), d.count, DType::f32, o);
+     },
+     {{"ring", Algorithm::Ring}}},
+    {"reduce_scatter",
+     [](int n) { return static_cast<double>(n - 1) / n; },
+     [](const Dense& d) { return d.mine.size(); },
+     [](const Dense& d, std::int64_t i) { return d.sum(d.mine.lo + i); },
+     [](Dense& d) {
+       MPI_Reduce_scatter(d.in.data(), d.out.data(), d.counts.data(), MPI_FLOAT, MPI_SUM,
+                          MPI_COMM_WORLD);
+     },
+     [](const Group& g, Dense& d, const CollectiveOptions& o) {
+       reduce_scatter(g, d.in.data(), d.out.data(), d.count, DType::f32, ReduceOp::Sum, o);
+     },
+     {{"ring", Algorithm::Ring}}},
+};
 
 // C += A B for n x n matrices, row-major, rows [r0, r1) of C.
 void gemm_rows(const std::vector<float>& a, const std::vector<float>& b, std::vector<float>& c,
@@ -123,78 +213,33 @@ int main(int argc, char** argv) {
         "%-15s %12s %-27s %10s %9s %9s %7s %8s\n",
         n, iters, "# op", "bytes", "method", "time(us)", "algbw", "busbw", "#wrong", "vs MPI");
   long long total_wrong = 0;
-  for (const std::string op : {"all_reduce", "all_gather", "reduce_scatter"}) {
-    if (ops.find(op) == std::string::npos) continue;
+  for (const Coll& coll : kColls) {
+    if (ops.find(coll.name) == std::string::npos) continue;
     for (std::int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
-      const std::int64_t count = std::max<std::int64_t>(1, bytes / 4);
-      const Range mine = shard_range(count, n, me);
-      std::vector<float> in(static_cast<std::size_t>(count)), out(static_cast<std::size_t>(count));
-      std::vector<int> rc(static_cast<std::size_t>(n)), displs(static_cast<std::size_t>(n));
-      for (int r = 0; r < n; ++r) {
-        const Range s = shard_range(count, n, r);
-        rc[static_cast<std::size_t>(r)] = static_cast<int>(s.size());
-        displs[static_cast<std::size_t>(r)] = static_cast<int>(s.lo);
-      }
-      auto fill = [&] {
-        for (std::int64_t i = 0; i < count; ++i) in[static_cast<std::size_t>(i)] = value(me, i);
-        std::fill(out.begin(), out.end(), -1.0f);
-      };
-      // This rank's wrong elements of `out` (all-gather: the owners' values; else sums).
-      auto wrong = [&] {
-        long long bad = 0;
-        const std::int64_t outputs = op == "reduce_scatter" ? mine.size() : count;
-        for (std::int64_t i = 0; i < outputs; ++i) {
-          const std::int64_t g = op == "reduce_scatter" ? mine.lo + i : i;
-          float want = 0;
-          if (op == "all_gather") {
-            int owner = 0;
-            while (shard_range(count, n, owner).hi <= g) ++owner;
-            want = value(owner, g);
-          } else {
-            for (int r = 0; r < n; ++r) want += value(r, g);
-          }
-          bad += out[static_cast<std::size_t>(i)] != want;
-        }
-        return bad;
-      };
+      Dense d(me, n, std::max<std::int64_t>(1, bytes / 4));
       std::vector<mcbench::Method> methods;
       auto add = [&](std::string name, std::function<void()> run) {
-        methods.push_back(
-            {.name = std::move(name), .run = std::move(run), .reset = fill, .wrong = wrong});
+        methods.push_back({.name = std::move(name),
+                           .run = std::move(run),
+                           .reset = [&d] { d.reset(); },
+                           .wrong =
+                               [&d, &coll] {
+                                 long long bad = 0;
+                                 for (std::int64_t i = 0; i < coll.outputs(d); ++i)
+                                   bad += d.out[static_cast<std::size_t>(i)] != coll.want(d, i);
+                                 return bad;
+                               }});
       };
       auto ours = [&](const std::string& label, Algorithm a) {
         CollectiveOptions o;
         o.algorithm = a;
         o.topology = topo.get();
-        add("meshcast " + label, [&, o] {
-          if (op == "all_reduce")
-            all_reduce(group, in.data(), out.data(), count, DType::f32, ReduceOp::Sum, o);
-          else if (op == "reduce_scatter")
-            reduce_scatter(group, in.data(), out.data(), count, DType::f32, ReduceOp::Sum, o);
-          else
-            all_gather(group, in.data() + mine.lo, out.data(), count, DType::f32, o);
-        });
+        add("meshcast " + label, [&group, &d, &coll, o] { coll.ours(group, d, o); });
       };
-      add("MPI", [&] {
-        if (op == "all_reduce")
-          MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
-                        MPI_COMM_WORLD);
-        else if (op == "reduce_scatter")
-          MPI_Reduce_scatter(in.data(), out.data(), rc.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        else
-          MPI_Allgatherv(in.data() + mine.lo, static_cast<int>(mine.size()), MPI_FLOAT, out.data(),
-                         rc.data(), displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
-      });
+      add("MPI", [&d, &coll] { coll.mpi(d); });
       ours("auto", Algorithm::Auto);
-      if (op == "all_reduce") {
-        ours("ring", Algorithm::Ring);
-        ours("recursive-doubling", Algorithm::RecursiveDoubling);
-        ours("halving-doubling", Algorithm::HalvingDoubling);
-        if (topo) ours("hierarchical", Algorithm::Hierarchical);
-      } else {  // all-gather, reduce-scatter
-        ours("ring", Algorithm::Ring);
-        if (topo) ours("hierarchical", Algorithm::Hierarchical);
-      }
+      for (const auto& [label, a] : coll.algorithms) ours(label, a);
+      if (topo) ours("hierarchical", Algorithm::Hierarchical);
       const auto [times, wrongs] = mcbench::measure(MPI_COMM_WORLD, 0, iters, methods);
       double mpi_busbw = 0;
       for (std::size_t k = 0; k < methods.size(); ++k) {
@@ -202,14 +247,14 @@ int main(int argc, char** argv) {
         const double t = times[k];
         const long long w = wrongs[k];
         total_wrong += w;
-        Row r{op, m.name, count * 4, t, 0, 0, 0, w};
+        Row r{coll.name, m.name, d.count * 4, t, 0, 0, 0, w};
         r.algbw = static_cast<double>(r.bytes) / t / 1e9;
-        r.busbw = r.algbw * factor(op, n);
+        r.busbw = r.algbw * (n < 2 ? 1 : coll.factor(n));
         if (m.name == "MPI") mpi_busbw = r.busbw;
         r.vs_mpi = mpi_busbw > 0 ? r.busbw / mpi_busbw : 0;
         rows.push_back(r);
         if (me == 0)
-          std::printf("%-15s %12lld %-27s %10.1f %9.3f %9.3f %7lld %8.2f\n", op.c_str(),
+          std::printf("%-15s %12lld %-27s %10.1f %9.3f %9.3f %7lld %8.2f\n", coll.name,
                       static_cast<long long>(r.bytes), r.method.c_str(), t * 1e6, r.algbw, r.busbw,
                       w, r.vs_mpi);
         std::fflush(stdout);
