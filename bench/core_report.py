@@ -136,20 +136,33 @@ def reshard_md(rows, ctx):
                + ("" if not below else " (" + ", ".join(f"`{r['case']}` {r['strategy']} {r['ratio']:.2f}" for r in below) + ")")
                + f"; #wrong over all rows: {wrong}; failed rows: {len(errors)}.\n")
     out.append("### All rows (nccl-tests style)\n")
-    out.append("| case | strategy | tensor bytes | time (ms) | effGB/s | landed bytes | landGB/s | memcpy GB/s | ratio | best | target | load | #wrong | ops | reps |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        if "ratio" not in r:
-            out.append(f"| `{r['case']}` | {r['strategy']} | ERROR: {r['error']} |" + " |" * 12)
-            continue
-        out.append(f"| `{r['case']}` | {r['strategy']} | {r['bytes']:.0f} | {r['time_ms']:.3f} | {r['eff']:.2f} | "
-                   f"{r['landed']:.0f} | {r['land']:.2f} | {r['memcpy']:.2f} | {r['ratio']:.2f} | {r['best']:.2f} | "
-                   f"{r['target']:.1f} | {r['load']:.1f} | {r['wrong']:.0f} | {r['ops']:.0f} | {r['reps']} |")
-    out.append("")
+    out.extend(all_rows(
+        rows, "ratio",
+        ["case", "strategy", "tensor bytes", "time (ms)", "effGB/s", "landed bytes", "landGB/s",
+         "memcpy GB/s", "ratio", "best", "target", "load", "#wrong", "ops", "reps"],
+        lambda r: [f"`{r['case']}`", r["strategy"], f"{r['bytes']:.0f}", f"{r['time_ms']:.3f}",
+                   f"{r['eff']:.2f}", f"{r['landed']:.0f}", f"{r['land']:.2f}", f"{r['memcpy']:.2f}",
+                   f"{r['ratio']:.2f}", f"{r['best']:.2f}", f"{r['target']:.1f}", f"{r['load']:.1f}",
+                   f"{r['wrong']:.0f}", f"{r['ops']:.0f}", f"{r['reps']}"],
+        lambda r: [f"`{r['case']}`", r["strategy"]]))
     out.append("Layouts of each case (source → target, global shape):\n")
     for c in cases:
         label = next(r["label"] for r in ok if r["case"] == c)
         out.append(f"- `{c}`: `{label}`")
+    out.append("")
+    return out
+
+
+def all_rows(rows, measured, head, cells, error_cells):
+    """The closing table of every row, nccl-tests style: the two key columns left-aligned, the
+    figures right-aligned; a row without its `measured` field (the benchmark failed) shows its
+    error_cells, then ERROR and the message."""
+    out = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
+    for r in rows:
+        if measured in r:
+            out.append("| " + " | ".join(cells(r)) + " |")
+        else:
+            out.append("| " + " | ".join(error_cells(r)) + f" | ERROR: {r['error']} |" + " |" * 12)
     out.append("")
     return out
 
@@ -284,18 +297,17 @@ def planner_md(rows, ctx):
         out.extend(checks)
         out.append("")
     out.append("### All rows\n")
-    out.append("| case | variant | N (per mesh) | tasks | ops | participants | time (ms) | cpu (ms) | µs/op | ns/participant | trunc | same | load | rank (ms) | vs search | reps |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        if "time_ms" not in r:
-            out.append(f"| `{r['case']}` | {r['variant']} | {r['n']} | ERROR: {r['error']} |" + " |" * 12)
-            continue
-        out.append(f"| `{r['case']}` | {r['variant']} | {r['n']:,} | {r['tasks']:.0f} | {r['ops']:.0f} | {r['parts']:.0f} | "
-                   f"{r['time_ms']:.3f} | {r['cpu_ms']:.3f} | {r['us_per_op']:.2f} | {r['ns_per_part']:.0f} | "
-                   f"{r['truncated']:.0f} | {r['same']:.0f} | {r['load']:.1f} | "
-                   f"{'-' if r.get('rank_ms') is None else format(r['rank_ms'], '.3f')} | "
-                   f"{'-' if r.get('vs_search') is None else format(r['vs_search'], '.3f')} | {r['reps']} |")
-    out.append("")
+    out.extend(all_rows(
+        rows, "time_ms",
+        ["case", "variant", "N (per mesh)", "tasks", "ops", "participants", "time (ms)", "cpu (ms)",
+         "µs/op", "ns/participant", "trunc", "same", "load", "rank (ms)", "vs search", "reps"],
+        lambda r: [f"`{r['case']}`", r["variant"], f"{r['n']:,}", f"{r['tasks']:.0f}",
+                   f"{r['ops']:.0f}", f"{r['parts']:.0f}", f"{r['time_ms']:.3f}", f"{r['cpu_ms']:.3f}", f"{r['us_per_op']:.2f}", f"{r['ns_per_part']:.0f}",
+                   f"{r['truncated']:.0f}", f"{r['same']:.0f}", f"{r['load']:.1f}",
+                   "-" if r.get("rank_ms") is None else format(r["rank_ms"], ".3f"),
+                   "-" if r.get("vs_search") is None else format(r["vs_search"], ".3f"),
+                   f"{r['reps']}"],
+        lambda r: [f"`{r['case']}`", r["variant"], f"{r['n']}"]))
     return out
 
 
