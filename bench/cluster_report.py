@@ -11,7 +11,7 @@ iterations. Exits 1 if any row has a wrong element.
 """
 import sys
 
-from report import Report, load
+from report import Report, load, nic_per_device
 
 REPORT = Report("cluster", "docs/benchmarks.md", __doc__)
 REPORT.add("json", nargs="+", help="bench/cluster_suite --json files")
@@ -221,7 +221,7 @@ def main():
     a = REPORT.parse()
     runs, rows = load(a.json)
     # A run on hosts with a NIC per device (cluster.sh --nic-per-rank) is a group of its own.
-    nic = {n for n, j in runs if j["topology"]["links"]["network"].get("nics_per_host", 1) > 1}
+    nic = {n for n, j in runs if nic_per_device(j)}
     for r in rows:
         if r["run"] in nic:
             r["group"] += "-nic"

@@ -40,6 +40,12 @@ def load(paths):
     return runs, rows
 
 
+def nic_per_device(run):
+    """Whether a bench/cluster_suite run (its JSON) ran on hosts with a NIC per device
+    (cluster.sh --nic-per-rank) rather than one per host."""
+    return run["topology"]["links"]["network"].get("nics_per_host", 1) > 1
+
+
 def median(xs):
     return statistics.median(xs)
 

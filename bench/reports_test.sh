@@ -46,9 +46,7 @@ report core --reshard "$tmp/reshard_local.json" --planner "$tmp/planner.json"
 
 "$bin/model" --json "$tmp/study.json" --benchmark_out="$tmp/scale.json" \
   --benchmark_out_format=json >"$tmp/model.txt" 2>&1
-cluster=()
-for f in docs/data/cluster-*.json; do [[ $f == *-nic.json ]] || cluster+=("$f"); done
-report model --cluster "${cluster[@]}" --study "$tmp/study.json" --scale "$tmp/scale.json"
+report model --cluster docs/data/cluster-*.json --study "$tmp/study.json" --scale "$tmp/scale.json"
 
 report cluster docs/data/cluster-*.json
 exit "$failed"

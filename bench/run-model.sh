@@ -15,10 +15,7 @@ results="$build/results"
 
 mkdir -p "$results"
 shopt -s nullglob
-# Not the runs with a NIC per device (*-nic.json): the study predicts every run on
-# meshes/emulated.json, whose hosts have one NIC each.
-cluster=()
-for f in docs/data/cluster-*.json; do [[ $f == *-nic.json ]] || cluster+=("$f"); done
+cluster=(docs/data/cluster-*.json)
 [[ ${#cluster[@]} -gt 0 ]] || { echo "run-model.sh: no docs/data/cluster-*.json: run bench/run-cluster.sh first" >&2; exit 1; }
 
 "$build/bin/model" --json "$results/model-study.json" \
