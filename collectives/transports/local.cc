@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "meshcast/error.h"
+#include "meshcast/limits.h"
 #include "meshcast/reshard.h"
 #include "meshcast/testing.h"
 
@@ -57,7 +58,10 @@ struct LocalWorld::State {
     std::vector<std::shared_ptr<LocalRequest>> ready;  // matched receives, to copy
   };
   State(int n, std::size_t segment_bytes)
-      : inboxes(static_cast<std::size_t>(n)), segment_bytes(segment_bytes) {
+      : inboxes(static_cast<std::size_t>(n)),
+        left(static_cast<std::size_t>(n)),
+        entered(static_cast<std::size_t>(n), 0),
+        segment_bytes(segment_bytes) {
     // Zeroed, on cache lines, as node.cc expects of node memory.
     for (int d = 0; segment_bytes && d < n; ++d) {
       segments.emplace_back(
@@ -80,6 +84,18 @@ struct LocalWorld::State {
     std::lock_guard<std::mutex> g(barrier_m);
     barrier_cv.notify_all();
   }
+  // A device's function has returned and its sends are withdrawn: what waits on it now waits
+  // forever, so it fails at once instead of after the timeout.
+  void leave(int rank) {
+    left[static_cast<std::size_t>(rank)] = true;
+    for (auto& ib : inboxes) {
+      std::lock_guard<std::mutex> g(ib.m);
+      ib.cv.notify_all();
+    }
+    std::lock_guard<std::mutex> g(barrier_m);
+    if (first_left < 0) first_left = rank;
+    barrier_cv.notify_all();
+  }
   void check() {
     if (failed_rank >= 0) {
       std::lock_guard<std::mutex> g(fail_m);
@@ -88,13 +104,17 @@ struct LocalWorld::State {
   }
 
   std::vector<Inbox> inboxes;
+  std::vector<std::atomic<bool>> left;  // per device: its function has returned
   std::atomic<int> failed_rank{-1};
   std::mutex fail_m;
   std::string failure;
   std::mutex barrier_m;
   std::condition_variable barrier_cv;
+  std::vector<int> members;  // the devices running
   int participants = 0, arrived = 0;
-  std::uint64_t generation = 0;
+  int first_left = -1;                 // the first device whose function returned
+  std::uint64_t generation = 0;        // barriers passed
+  std::vector<std::uint64_t> entered;  // per device: barriers it entered
   std::chrono::milliseconds timeout{60000};
   std::size_t segment_bytes;
   struct AlignedDelete {
@@ -184,6 +204,10 @@ class LocalTransport final : public Transport {
     const auto deadline = std::max(since, last_progress_) + s_.timeout;
     const auto* r = static_cast<const LocalRequest*>(waiting);
     if (!r) {
+      for (int p : peers)
+        if (s_.left[static_cast<std::size_t>(p)])
+          throw CommError(p, "returned from its function while device " + std::to_string(rank_) +
+                                 " waits on its node memory");
       if (Clock::now() > deadline)
         throw CommError(peers.empty() ? rank_ : peers.front(),
                         "no progress for " + std::to_string(s_.timeout.count()) +
@@ -193,11 +217,16 @@ class LocalTransport final : public Transport {
     }
     auto& ib = s_.inboxes[static_cast<std::size_t>(rank_)];
     std::unique_lock<std::mutex> l(ib.m);
-    if (!ib.cv.wait_until(l, deadline,
-                          [&] { return r->done || !ib.ready.empty() || s_.failed_rank >= 0; }))
+    const auto& gone = s_.left[static_cast<std::size_t>(r->owner)];
+    if (!ib.cv.wait_until(l, deadline, [&] {
+          return r->done || !ib.ready.empty() || s_.failed_rank >= 0 || gone;
+        }))
       throw CommError(r->owner, "no progress for " + std::to_string(s_.timeout.count()) +
-                                    " ms waiting on device " + std::to_string(rank_) +
-                                    "'s transfer");
+                                    " ms (device " + std::to_string(rank_) +
+                                    " waits on a transfer with it)");
+    if (!r->done && ib.ready.empty() && s_.failed_rank < 0 && gone)
+      throw CommError(r->owner, "returned from its function with a transfer of device " +
+                                    std::to_string(rank_) + " pending");
   }
 
   void cancel(Request::Impl& impl) override {
@@ -227,14 +256,29 @@ class LocalTransport final : public Transport {
   void barrier() override {
     std::unique_lock<std::mutex> l(s_.barrier_m);
     const auto gen = s_.generation;
+    ++s_.entered[static_cast<std::size_t>(rank_)];
     if (++s_.arrived == s_.participants) {
       s_.arrived = 0;
       ++s_.generation;
       s_.barrier_cv.notify_all();
       return;
     }
-    s_.barrier_cv.wait(l, [&] { return s_.generation != gen || s_.failed_rank >= 0; });
+    const bool woken = s_.barrier_cv.wait_until(l, Clock::now() + s_.timeout, [&] {
+      return s_.generation != gen || s_.failed_rank >= 0 || s_.first_left >= 0;
+    });
+    if (s_.generation != gen) return;
     s_.check();
+    // Blame a device that has not entered: the one that returned, if it is one of them.
+    int missing = -1;
+    for (int d : s_.members)
+      if (s_.entered[static_cast<std::size_t>(d)] <= gen && (missing < 0 || d == s_.first_left))
+        missing = d;
+    if (!woken)
+      throw CommError(missing, "did not reach the barrier in " +
+                                   std::to_string(s_.timeout.count()) + " ms (device " +
+                                   std::to_string(rank_) + " waits in it)");
+    throw CommError(missing, "returned from its function before the barrier that device " +
+                                 std::to_string(rank_) + " waits in");
   }
 
  private:
@@ -309,6 +353,7 @@ class LocalTransport final : public Transport {
 
 LocalWorld::LocalWorld(int size, std::size_t node_segment_bytes, double timeout_seconds) {
   if (size < 1) throw ValidationError("size", "a world needs at least one device");
+  check_limit("size", size, limits().devices, "DEVICES");
   if (!(timeout_seconds > 0 && timeout_seconds <= 1e6))
     throw ValidationError("timeout_seconds", "must be in (0, 1e6] seconds");
   state_ = std::make_shared<State>(size, node_segment_bytes);
@@ -327,26 +372,33 @@ void LocalWorld::run(const std::function<void(Communicator&)>& fn,
   for (int r : ranks)
     if (r < 0 || r >= size())
       throw ValidationError("devices", "device " + std::to_string(r) + " is outside the world");
+  // A thread each: bounded before any starts.
+  check_limit("local devices", static_cast<std::int64_t>(ranks.size()), limits().local_threads,
+              "LOCAL_THREADS");
   // A fresh world state for each run: nothing left from a failed one.
   const auto timeout = state_->timeout;
   state_ = std::make_shared<State>(size(), state_->segment_bytes);
   state_->timeout = timeout;
+  state_->members = ranks;
   state_->participants = static_cast<int>(ranks.size());
   std::vector<std::exception_ptr> errors(ranks.size());
   std::vector<std::thread> threads;
   threads.reserve(ranks.size());
   for (std::size_t i = 0; i < ranks.size(); ++i)
     threads.emplace_back([&, i] {
-      Communicator comm(std::make_unique<LocalTransport>(*state_, ranks[i]));
-      try {
-        fn(comm);
-      } catch (const std::exception& e) {
-        errors[i] = std::current_exception();
-        state_->fail(ranks[i], e.what());
-      } catch (...) {
-        errors[i] = std::current_exception();
-        state_->fail(ranks[i], "unknown exception");
-      }
+      {
+        Communicator comm(std::make_unique<LocalTransport>(*state_, ranks[i]));
+        try {
+          fn(comm);
+        } catch (const std::exception& e) {
+          errors[i] = std::current_exception();
+          state_->fail(ranks[i], e.what());
+        } catch (...) {
+          errors[i] = std::current_exception();
+          state_->fail(ranks[i], "unknown exception");
+        }
+      }  // its sends withdrawn
+      state_->leave(ranks[i]);
     });
   for (auto& t : threads) t.join();
   // The failing device's own exception, not the CommErrors it caused elsewhere.

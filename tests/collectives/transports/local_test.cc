@@ -291,6 +291,54 @@ TEST(LocalWorld, FailingDeviceFailsTheOthersWaitsAndRunRethrows) {
   }
 }
 
+// A device whose function returns while others wait on it (in a barrier, on its send, on its
+// receive): they fail at once with a CommError naming it, not after the timeout; a device that
+// never reaches a barrier fails the others' wait after the timeout, named.
+TEST(LocalWorld, WaitsOnADeviceThatReturnedFailAtOnce) {
+  LocalWorld w(4, 0, 30);
+  std::mutex m;
+  std::vector<std::string> seen;
+  const auto t0 = Clock::now();
+  EXPECT_THROW(w.run([&](Communicator& c) {
+    std::vector<int> buf(8, 0);
+    const int me = c.rank();
+    if (me == 3) return;  // leaves at once
+    try {
+      if (me == 0) {
+        c.barrier();
+      } else if (me == 1) {
+        Request r = c.irecv(ints(buf), 3, 0);
+        c.wait(r);
+      } else {
+        Request r = c.isend(ints(buf), 3, 0);
+        c.wait(r);
+      }
+    } catch (const CommError& e) {
+      std::lock_guard<std::mutex> g(m);
+      seen.push_back(e.what());
+      throw;
+    }
+  }),
+               CommError);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);
+  ASSERT_EQ(seen.size(), 3u);
+  for (const auto& what : seen)  // directly, or through the first device that failed so
+    EXPECT_NE(what.find("device 3: returned from its function"), std::string::npos) << what;
+
+  LocalWorld slow(2, 0, 0.2);
+  try {
+    slow.run([&](Communicator& c) {
+      if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+      c.barrier();
+    });
+    ADD_FAILURE() << "run() returned";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("device 1: did not reach the barrier"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(w.run([](Communicator&) {}, std::vector<int>(2000, 0)), ValidationError);
+}
+
 // A device that fails a reshard (here: no source buffer) must not leave peers reading buffers
 // that the others free as they unwind: run under ASan, this was a heap-use-after-free in most
 // runs. The failing device's own ValidationError is what run() rethrows.
