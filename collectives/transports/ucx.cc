@@ -31,9 +31,11 @@ void check(ucs_status_t st, const char* what) {
 }
 
 // A message's UCX tag: the source device in the high 32 bits, the tag in the low 32. Tags are
-// non-negative ints; the highest are reserved: the barrier's, then the control channel's.
+// non-negative ints; the highest are reserved: the barrier's, the control channel's, then the
+// closing barrier's (its own, so that a process that ends is never taken for one in a barrier).
 constexpr int kBarrierTag = INT_MAX;
-constexpr int kMaxDataTag = INT_MAX - 4;  // below the barrier's and the 3 control tags
+constexpr int kClosingTag = INT_MAX - 4;  // below the 3 control tags
+constexpr int kMaxDataTag = INT_MAX - 5;
 
 ucp_tag_t make_tag(int src, int tag) {
   return (static_cast<ucp_tag_t>(static_cast<std::uint32_t>(src)) << 32) |
@@ -210,16 +212,10 @@ class UcxTransport final : public Transport {
     r.handle = nullptr;
   }
 
-  // A dissemination barrier over zero-byte messages on the reserved tag.
-  void barrier() override {
-    for (int step = 1; step < size_; step <<= 1) {
-      const Region none = Region::contiguous(nullptr, 0);
-      const auto s = send(none, (rank_ + step) % size_, kBarrierTag);
-      const auto r = recv(none, (rank_ - step + size_) % size_, kBarrierTag);
-      wait(*s);
-      wait(*r);
-    }
-  }
+  void barrier() override { dissemination(kBarrierTag); }
+  // The session's closing barrier, on a tag of its own: a peer in a barrier of the program's
+  // waits for this process instead of passing it.
+  void closing_barrier() { dissemination(kClosingTag); }
 
   void abort(const Error& why) override {
     watchdog_.abandon(why);
@@ -319,6 +315,17 @@ class UcxTransport final : public Transport {
     return req;
   }
 
+  // A dissemination barrier over zero-byte messages on a reserved tag.
+  void dissemination(int tag) {
+    for (int step = 1; step < size_; step <<= 1) {
+      const Region none = Region::contiguous(nullptr, 0);
+      const auto s = send(none, (rank_ + step) % size_, tag);
+      const auto r = recv(none, (rank_ - step + size_) % size_, tag);
+      wait(*s);
+      wait(*r);
+    }
+  }
+
   // The engine's wait loop, for the barrier's own requests.
   void wait(UcxRequest& r) {
     const auto since = Clock::now();
@@ -391,12 +398,13 @@ UcxSession::UcxSession(Bootstrap& bootstrap, UcxOptions options) : impl_(std::ma
 UcxSession::~UcxSession() {
   // The end is collective, as MPI_Finalize's: without it a process that ended right after its
   // last send was taken for failed by a peer still receiving that send. A barrier of the
-  // session's own transport: bounded by its timeout and failure-aware, so a peer that ended
+  // session's own transport on a tag of its own (a peer still in one of the program's barriers
+  // is not let through by it): bounded by its timeout and failure-aware, so a peer that ended
   // without it (it failed, or threw) costs at most the timeout. Not while an exception unwinds
   // here: the peers may wait on this process for something else, and would time out first.
   if (!impl_->transport->failed() && std::uncaught_exceptions() == 0) {
     try {
-      impl_->world->barrier();
+      impl_->transport->closing_barrier();
     } catch (const std::exception&) {  // a peer failed: the transport knows it (below)
     }
   }

@@ -1,8 +1,9 @@
 """One rank of the MPI / launcher tests: random reshards and collectives, every element checked.
 
-Usage: mpi_worker.py mpi4py|env-ucx|env-mpi CASES SEED. Prints "rank R ok N" on success; any
-mismatch raises (the rank exits non-zero).
+Usage: mpi_worker.py mpi4py|env-ucx|env-mpi CASES SEED [fail|leave]. Prints "rank R ok N" on
+success; any mismatch raises (the rank exits non-zero). WORKER_TIMEOUT: the comm's timeout (s).
 """
+import os
 import sys
 
 import numpy as np
@@ -17,7 +18,8 @@ if how == "mpi4py":
     comm = mc.from_mpi4py(MPI.COMM_WORLD)
     assert comm.rank == MPI.COMM_WORLD.Get_rank() and comm.size == MPI.COMM_WORLD.Get_size()
 else:
-    comm = mc.from_env(backend=how.split("-")[1])
+    comm = mc.from_env(backend=how.split("-")[1],
+                       timeout=float(os.environ.get("WORKER_TIMEOUT", "60")))
 me, n = comm.rank, comm.size
 rng = np.random.default_rng(seed)  # the same cases on every rank
 names = sorted(NUMPY_DTYPES)
@@ -58,3 +60,14 @@ if how == "mpi4py":
         if me == 1:
             raise ValueError("rank 1 gives up")
         mc.all_reduce(quick, x)
+
+if len(sys.argv) > 4 and sys.argv[4] == "leave":
+    # Rank 1 ends without the barrier the others enter: they fail naming it, none passes it.
+    if me == 1:
+        sys.exit(0)
+    try:
+        comm.barrier()
+    except mc.CommError as e:
+        print(f"rank {me} barrier failed: {e}", flush=True)
+        sys.exit(3)
+    print(f"rank {me} passed the barrier without rank 1", flush=True)

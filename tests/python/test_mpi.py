@@ -42,7 +42,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(ranks, variables, how="env-ucx", cases="20"):
+def launch(ranks, variables, how="env-ucx", cases="20", extra=()):
     """Starts `ranks` processes with each one's variables(rank) (as a launcher would)."""
     procs = []
     for k in range(ranks):
@@ -50,7 +50,7 @@ def launch(ranks, variables, how="env-ucx", cases="20"):
         for v in [v for v in env if v.startswith(("OMPI_", "PMIX_", "MESHCAST_"))]:
             if v not in variables(k):
                 del env[v]
-        procs.append(subprocess.Popen([sys.executable, WORKER, how, cases, "7"], env=env,
+        procs.append(subprocess.Popen([sys.executable, WORKER, how, cases, "7", *extra], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=300) for p in procs]
     return [p.returncode for p in procs], outs
@@ -78,3 +78,31 @@ def test_missing_variable_is_named():
     assert codes == [1]
     err = outs[0][1].strip().splitlines()[-1]
     assert "MASTER_PORT" in err and err.startswith("meshcast._meshcast.ValidationError"), err
+
+
+def test_a_rank_that_ends_is_not_taken_for_one_in_a_barrier():
+    # Its session's closing barrier is not the program's: the others' barrier fails, naming it.
+    port = str(free_port())
+    codes, outs = launch(3, lambda k: {"RANK": str(k), "WORLD_SIZE": "3", "LOCAL_RANK": str(k),
+                                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+                                       "WORKER_TIMEOUT": "3"}, cases="1", extra=["leave"])
+    assert codes[0] == 3 and codes[2] == 3, outs
+    for k in (0, 2):
+        assert f"rank {k} barrier failed: device 1" in outs[k][0], outs[k]
+
+
+def test_mpirun_without_a_rendezvous_names_master_addr():
+    codes, outs = launch(1, lambda k: {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+                                       "OMPI_COMM_WORLD_LOCAL_RANK": "0"}, cases="1")
+    assert codes == [1]
+    err = outs[0][1].strip().splitlines()[-1]
+    assert "ValidationError: MASTER_ADDR: not set: openmpi: rank 0 of 2" in err, err
+
+
+def test_the_rendezvous_waits_for_the_timeout_given():
+    codes, outs = launch(1, lambda k: {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                                       "MASTER_PORT": str(free_port()), "WORKER_TIMEOUT": "2"},
+                         cases="1")
+    assert codes == [1]
+    err = outs[0][1].strip().splitlines()[-1]
+    assert "within 2 s" in err, err
