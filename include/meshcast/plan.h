@@ -154,7 +154,8 @@ class Plan {
 
   // Human-readable summary and op list (at most `max_ops` ops listed).
   std::string str(std::size_t max_ops = 32) const;
-  // Device `device`'s part: the ops it takes part in, in plan order, streams kept. O(ops).
+  // Device `device`'s part: the ops it takes part in, in plan order, streams kept (none for a
+  // device outside both meshes). O(ops). Throws ValidationError("device") when device < 0.
   class RankPlan rank(int device) const;
   friend bool operator==(const Plan&, const Plan&) = default;
 

@@ -10,6 +10,7 @@
 #include "lib/plan/strategy_price.h"
 #include "lib/plan/task_ops.h"
 #include "lib/support/text.h"
+#include "meshcast/error.h"
 #include "meshcast/plan.h"
 #include "meshcast/task.h"
 
@@ -46,6 +47,8 @@ std::string RankPlan::str(std::size_t max_ops) const {
 }
 
 RankPlan Plan::rank(int device) const {
+  if (device < 0)
+    throw ValidationError("device", "must be a device id >= 0, got " + std::to_string(device));
   std::vector<Op> mine;
   for (const Op& op : ops_)
     if (takes_part(op, device)) mine.push_back(op);

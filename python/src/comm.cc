@@ -4,7 +4,9 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "meshcast/bootstrap.h"
@@ -135,13 +137,21 @@ Comm from_env(const std::string& backend, double timeout) {
 #ifdef MESHCAST_HAS_UCX
     register_close_at_exit();
     py::gil_scoped_release release;
-    s->bootstrap = TcpBootstrap::from_env();
-    if (!s->bootstrap)
+    std::optional<LaunchEnv> env = LaunchEnv::detect();
+    if (!env)
       throw ValidationError("MESHCAST_RENDEZVOUS",
                             "no launcher variables are set (torchrun's RANK, WORLD_SIZE, "
                             "MASTER_ADDR, MASTER_PORT; Slurm's SLURM_PROCID, SLURM_NTASKS; Open "
                             "MPI's OMPI_COMM_WORLD_*; or MESHCAST_RENDEZVOUS, MESHCAST_RANK, "
                             "MESHCAST_SIZE)");
+    if (!env->has_rendezvous())  // mpirun: MPI would bootstrap, UCX needs a rendezvous
+      throw ValidationError("MASTER_ADDR", "not set: " + env->str() +
+                                               ", and the ucx backend needs a rendezvous (set "
+                                               "MASTER_ADDR and MASTER_PORT, or "
+                                               "MESHCAST_RENDEZVOUS), or use from_env('mpi')");
+    // The rendezvous waits as long as the other waits, unless the environment says otherwise.
+    if (!std::getenv("MESHCAST_RENDEZVOUS_TIMEOUT")) env->timeout_seconds = timeout;
+    s->bootstrap = TcpBootstrap::from_launch(*env);
     UcxOptions o;
     o.timeout_seconds = timeout;
     auto session = std::make_shared<UcxSession>(*s->bootstrap, o);

@@ -1,4 +1,6 @@
 """Bad arguments give ValueError / TypeError naming the argument; no crash, no hang."""
+import time
+
 import numpy as np
 import pytest
 
@@ -105,6 +107,25 @@ def test_exception_in_one_device_is_reraised_and_others_do_not_hang():
         mc.LocalWorld(2, timeout=30).run(step)
 
 
+def test_a_device_that_returns_fails_the_waits_on_it_at_once():
+    # Device 0 waits in a barrier device 1 never reaches: named at once, not after the timeout;
+    # a device that is only late is named after it.
+    def leave(comm):
+        if comm.rank == 0:
+            comm.barrier()
+
+    with pytest.raises(mc.CommError, match="^device 1: returned from its function"):
+        mc.LocalWorld(2, timeout=600).run(leave)
+
+    def late(comm):
+        if comm.rank == 1:
+            time.sleep(0.5)
+        comm.barrier()
+
+    with pytest.raises(mc.CommError, match="^device 1: did not reach the barrier"):
+        mc.LocalWorld(2, timeout=0.1).run(late)
+
+
 def test_comm_used_after_run():
     comms = mc.LocalWorld(1).run(lambda comm: comm)
     with pytest.raises(ValueError, match="^comm: its session has ended"):
@@ -125,6 +146,10 @@ def test_wrong_comm_and_plan_types():
 def test_bad_world_arguments():
     with pytest.raises(ValueError, match="^size"):
         mc.LocalWorld(0)
+    with pytest.raises(ValueError, match="^size: .* exceeds the limit"):
+        mc.LocalWorld(2**31 - 1)
+    with pytest.raises(ValueError, match="^local devices: 2000 exceeds the limit"):
+        mc.LocalWorld(2000).run(lambda comm: None)
     with pytest.raises(ValueError, match="^timeout"):
         mc.LocalWorld(2, timeout=-1)
 
