@@ -141,19 +141,6 @@ void check_backend(const std::string& backend);
 // (execv with the same arguments; throws ValidationError("backend") when it cannot). Does
 // nothing in a program built with the NCCL backend or without a meshcast-nccl.
 void exec_nccl_program(char** argv);
-// Runs a plan on a process backend (mpi, ucx, nccl), one rank per device id, under mpirun or
-// (ucx, nccl) through the TCP rendezvous of MESHCAST_RENDEZVOUS (cli_process.cc). Collective;
-// `root` is true on the rank that reports.
-struct ProcessRun {
-  LocalRun run;
-  bool root = false;
-  std::optional<Plan> plan;  // run_process_discovered: the plan that ran
-};
-ProcessRun run_process(const Plan& plan, const std::string& backend, int iters, bool verify);
-// The same for --topology auto: every rank discovers the job's topology once the backend has
-// started, plans on it (identical on every rank), then runs; the plan comes back in `plan`.
-ProcessRun run_process_discovered(const PlanInputs& in, const std::string& topology,
-                                  const std::string& backend, int iters, bool verify);
 // A started process backend (cli_process.cc): its communicator, its bootstrap, whether that is
 // the TCP rendezvous (else MPI), and the NCCL session when it is nccl.
 struct ProcessSession {
@@ -174,6 +161,25 @@ void agree(Bootstrap& boot, const std::vector<std::pair<std::string, std::string
 // finalizing MPI could wait forever on it.
 void with_process_backend(const std::string& backend,
                           const std::function<void(ProcessSession&)>& fn);
+// A plan run on a started process backend: every rank checks that all planned the same, then
+// runs, times and (verify) checks it together. Collective; `root` is true on the rank that
+// reports.
+struct ProcessRun {
+  LocalRun run;
+  bool root = false;
+};
+ProcessRun run_plan_on(const Plan& plan, ProcessSession& session, int iters, bool verify);
+// Runs this rank's own checks of its input (parsing, loading, planning) once the job has
+// started, and fails every rank alike when any rank's fail: the error of the lowest failing
+// rank, which the others report as "rank R: <its line>" with its exit status. A rank that exited
+// on its own would leave the others waiting in the backend's start forever under a launcher that
+// does not end a job with its first failed rank (srun's default). Collective.
+void checked_together(Bootstrap& boot, const std::function<void()>& checks);
+// Refuses, on every rank alike, a run whose buffers do not fit before any is allocated: a
+// rank's `mine` bytes over limits().buffer_bytes, or the ranks of one host together over
+// usable_memory_bytes() there (each alone may fit while together they would not). The refusal
+// names `field`. Collective.
+void check_job_capacity(Bootstrap& boot, std::int64_t mine, const std::string& field);
 // The topology of a started job for --topology auto[:PRESET] (discover_topology over its
 // world: hosts by MESHCAST_HOSTNAME or gethostname(), links measured or PRESET's); collective,
 // identical on every rank. Refused (ValidationError "topology") on nccl.
@@ -183,6 +189,11 @@ Topology discover_job_topology(ProcessSession& session, const std::string& topol
 void check_local_capacity(const Layout& src, const Layout& dst);
 // The same for the tiles of many layouts (a sync's); the memory refusal names `field`.
 void check_local_capacity(const std::vector<const Layout*>& layouts, const std::string& field);
+// The memory a run's buffers may take on a machine: a share of its physical memory (0 when
+// unknown), and that share on this machine in words ("75% of this machine's 24 GiB memory").
+constexpr double kMemoryShare = 0.75;
+double usable_memory_bytes();
+std::string usable_memory_text();
 // Refuses (IoError naming `field`, the path and the OS reason) an output file that cannot be
 // written, before any work starts; an empty path is no file. Creates it, never truncates it.
 void check_writable(const std::string& path, const std::string& field);

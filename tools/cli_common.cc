@@ -23,8 +23,6 @@ namespace {
 
 // The in-process backend runs one thread per device.
 constexpr int kMaxLocalDeviceId = 65535;
-// Share of the machine's memory that the local backend's buffers may take.
-constexpr double kMemoryShare = 0.75;
 constexpr int kMaxIters = 1000000;
 
 std::string printable(const std::string& s) {
@@ -203,16 +201,23 @@ void check_local_capacity(const std::vector<const Layout*>& layouts, const std::
   }
   check_limit("buffer bytes", static_cast<std::int64_t>(std::min(need, 9e18)),
               limits().buffer_bytes, "BUFFER_BYTES");
+  const double usable = usable_memory_bytes();
+  if (usable > 0 && need > usable)
+    throw ValidationError(field,
+                          "the local backend needs " +
+                              human_bytes(static_cast<std::int64_t>(std::min(need, 9.2e18))) +
+                              " of tile buffers, more than " + usable_memory_text());
+}
+
+double usable_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return;
-  const double have = static_cast<double>(pages) * static_cast<double>(page);
-  if (need > kMemoryShare * have)
-    throw ValidationError(
-        field, "the local backend needs " +
-                   human_bytes(static_cast<std::int64_t>(std::min(need, 9.2e18))) +
-                   " of tile buffers, more than " +
-                   std::to_string(static_cast<int>(kMemoryShare * 100)) + "% of this machine's " +
-                   human_bytes(static_cast<std::int64_t>(have)) + " memory");
+  if (pages <= 0 || page <= 0) return 0;
+  return kMemoryShare * static_cast<double>(pages) * static_cast<double>(page);
+}
+
+std::string usable_memory_text() {
+  return std::to_string(static_cast<int>(kMemoryShare * 100)) + "% of this machine's " +
+         human_bytes(static_cast<std::int64_t>(usable_memory_bytes() / kMemoryShare)) + " memory";
 }
 
 void check_writable(const std::string& path, const std::string& field) {

@@ -1,10 +1,11 @@
-// `meshcast reshard --backend mpi|ucx|nccl`: one process per device, under mpirun or, for ucx
-// and nccl, started by torchrun, srun or by hand with a TCP rendezvous (MESHCAST_RENDEZVOUS,
-// MESHCAST_RANK, MESHCAST_SIZE, or the launcher's variables: TcpBootstrap::from_env; MPI is then
-// never initialised). Every rank parses the same options and plans (with --topology auto, after
-// discovering the job's topology together); the ranks first check that their plans agree (a
-// rank given other options would otherwise hang or corrupt), then run, time and verify together.
-// Only rank 0 prints. Built only when the MPI backend is.
+// The process backends of `meshcast reshard` and `meshcast sync`: one process per device, under
+// mpirun or, for ucx and nccl, started by torchrun, srun or by hand with a TCP rendezvous
+// (MESHCAST_RENDEZVOUS, MESHCAST_RANK, MESHCAST_SIZE, or the launcher's variables:
+// TcpBootstrap::from_env; MPI is then never initialised). Every rank parses the same options and
+// plans once the backend has started (a rank whose input fails fails every rank alike, with
+// --topology auto after discovering the job's topology together); the ranks then check that
+// their plans agree (a rank given other options would otherwise hang or corrupt), and run, time
+// and verify together. Only rank 0 prints. Built only when the MPI backend is.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "meshcast/bootstrap.h"
 #include "meshcast/discover.h"
 #include "meshcast/error.h"
+#include "meshcast/limits.h"
 #include "meshcast/mpi.h"
 #include "meshcast/reshard.h"
 #include "meshcast/testing.h"
@@ -30,10 +33,6 @@
 #endif
 
 namespace meshcast::cli {
-
-namespace {
-ProcessRun run_plan_on(const Plan& p, ProcessSession& session, int iters, bool verify);
-}  // namespace
 
 void agree(Bootstrap& boot, const std::vector<std::pair<std::string, std::string>>& settings) {
   // One short record per rank, a line per setting (values are bounded: numbers, words, hashes).
@@ -78,6 +77,64 @@ void agree(Bootstrap& boot, const std::vector<std::pair<std::string, std::string
                               std::to_string(most->second.size()) +
                               " others (every rank must be given the same options)");
   }
+}
+
+void checked_together(Bootstrap& boot, const std::function<void()>& checks) {
+  // A record per rank: empty, or its exit status, a newline and its error's line (bounded).
+  std::exception_ptr failure;
+  std::string mine;
+  try {
+    checks();
+  } catch (const std::exception& e) {
+    failure = std::current_exception();
+    mine = std::to_string(exit_status(e)) + '\n' + one_line(e.what()).substr(0, 1000);
+  }
+  const auto all = boot.allgather(std::vector<unsigned char>(mine.begin(), mine.end()));
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    if (all[r].empty()) continue;
+    if (static_cast<int>(r) == boot.rank()) std::rethrow_exception(failure);
+    const std::string record(all[r].begin(), all[r].end());
+    const std::size_t nl = record.find('\n');
+    const int status = nl == std::string::npos ? 1 : std::atoi(record.substr(0, nl).c_str());
+    const ErrorKind kind = status == 2   ? ErrorKind::BadInput
+                           : status == 3 ? ErrorKind::PeerFailure
+                           : status == 4 ? ErrorKind::Io
+                                         : ErrorKind::Internal;
+    throw Error(kind, "rank " + std::to_string(r),
+                record.substr(nl == std::string::npos ? 0 : nl + 1));
+  }
+}
+
+void check_job_capacity(Bootstrap& boot, std::int64_t mine, const std::string& field) {
+  // Every rank's record (host name, its bytes, the memory it may use there) to every rank, which
+  // all judge alike: a refusal on some ranks only would leave the others waiting.
+  const std::string record = discover_host_name() + '\n' + std::to_string(mine) + '\n' +
+                             std::to_string(static_cast<std::int64_t>(usable_memory_bytes()));
+  const auto all = boot.allgather(std::vector<unsigned char>(record.begin(), record.end()));
+  struct Host {
+    double need = 0, usable = 0;
+    int ranks = 0;
+  };
+  std::map<std::string, Host> hosts;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    std::istringstream in(std::string(all[r].begin(), all[r].end()));
+    std::string name;
+    std::int64_t bytes = 0, usable = 0;
+    std::getline(in, name);
+    in >> bytes >> usable;
+    check_limit("buffer bytes", bytes, limits().buffer_bytes, "BUFFER_BYTES");
+    Host& h = hosts[name];
+    h.need += static_cast<double>(bytes);
+    h.usable = h.ranks++ == 0 ? static_cast<double>(usable) : std::min(h.usable, double(usable));
+  }
+  for (const auto& [name, h] : hosts)
+    if (h.usable > 0 && h.need > h.usable)
+      throw ValidationError(field, "the " + std::to_string(h.ranks) + " ranks on host " + name +
+                                       " need " + human_bytes(static_cast<std::int64_t>(h.need)) +
+                                       " of tile buffers together, more than the " +
+                                       human_bytes(static_cast<std::int64_t>(h.usable)) + " (" +
+                                       std::to_string(static_cast<int>(kMemoryShare * 100)) +
+                                       "% of its memory) a run may take there");
 }
 
 namespace {
@@ -149,13 +206,6 @@ void with_process_backend(const std::string& backend,
   }
 }
 
-ProcessRun run_process(const Plan& p, const std::string& backend, int iters, bool verify) {
-  ProcessRun result;
-  with_process_backend(backend,
-                       [&](ProcessSession& s) { result = run_plan_on(p, s, iters, verify); });
-  return result;
-}
-
 Topology discover_job_topology(ProcessSession& session, const std::string& topology) {
   std::string preset;
   if (!is_auto_topology(topology, &preset))
@@ -170,24 +220,6 @@ Topology discover_job_topology(ProcessSession& session, const std::string& topol
   return discover_topology(session.comm, o);
 }
 
-ProcessRun run_process_discovered(const PlanInputs& in, const std::string& topology,
-                                  const std::string& backend, int iters, bool verify) {
-  ProcessRun result;
-  with_process_backend(backend, [&](ProcessSession& s) {
-    // First, that every rank discovers: a rank given a file instead would wait in another
-    // collective (its own agree() then sees this record and names the difference).
-    agree(s.boot, {{"topology", "auto " + std::to_string(std::hash<std::string>{}(topology))}});
-    Plan p = plan(in.src, in.dst, discover_job_topology(s, topology), in.options);
-    result = run_plan_on(p, s, iters, verify);
-    result.plan = std::move(p);
-  });
-  return result;
-}
-
-namespace {
-
-// The plan on a started backend: check that every rank planned the same, then run, time and
-// verify together.
 ProcessRun run_plan_on(const Plan& p, ProcessSession& session, int iters, bool verify) {
   Communicator* comm = &session.comm;
   Bootstrap& boot = session.boot;
@@ -215,6 +247,11 @@ ProcessRun run_plan_on(const Plan& p, ProcessSession& session, int iters, bool v
   const Layout& src = p.src();
   const Layout& dst = p.dst();
   const std::size_t elem = dtype_size(src.dtype());
+  check_job_capacity(
+      boot,
+      (src.mesh().contains(me) ? src.local_elements(me) : 0) * std::int64_t(elem) +
+          (dst.mesh().contains(me) ? dst.local_elements(me) : 0) * std::int64_t(elem),
+      "shape");
   std::vector<std::byte> in, out;
   if (src.mesh().contains(me)) {
     in.resize(static_cast<std::size_t>(src.local_elements(me)) * elem);
@@ -252,7 +289,5 @@ ProcessRun run_plan_on(const Plan& p, ProcessSession& session, int iters, bool v
         boot.sum(dst.mesh().contains(me) ? count_mismatches(dst, me, out.data()) : 0);
   return result;
 }
-
-}  // namespace
 
 }  // namespace meshcast::cli

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <tuple>
 
 #include "cli.h"
@@ -419,88 +420,136 @@ void add_sync_options(CLI::App& cmd, SyncArgs& a) {
                "when run also backend, iters, seconds (median), times, verified, mismatches");
 }
 
-int run_sync(const SyncArgs& args) {
-  const SyncArgs a = with_saved_sync(args);
-  check_backend(a.backend);
-  const int iters = parse_iters(a.iters);
-  Loaded l = load(a);
+namespace {
+
+// The bytes `me` holds in a run: its source and target tiles, and the gather mode's scratch.
+std::int64_t rank_buffer_bytes(const Loaded& l, int me) {
+  std::int64_t bytes = 0, largest = 0;
+  for (const TensorMove& t : l.model.moves) {
+    if (t.src.mesh().contains(me)) bytes += t.src.local_elements(me) * dtype_size(t.src.dtype());
+    if (t.dst.mesh().contains(me)) bytes += t.dst.local_elements(me) * dtype_size(t.dst.dtype());
+    largest = std::max(largest, t.src.bytes());
+  }
+  const bool gathers = std::any_of(l.steps.begin(), l.steps.end(),
+                                   [](const Step& s) { return s.from == Buffer::Gathered; });
+  return bytes + (gathers ? 2 * largest : 0);
+}
+
+// One rank's sync (every device's on the local backend, `s` null): its input checked (on a
+// process backend together with every rank's), then saved, priced or run.
+int sync_rank(const SyncArgs& args, ProcessSession* s) {
+  SyncArgs a;
+  int iters = 0;
+  std::optional<Loaded> l;
+  std::vector<int> devices;
+  const auto prepare = [&] {
+    a = with_saved_sync(args);
+    iters = parse_iters(a.iters);
+    l = load(a);
+    devices = sync_devices(l->model.moves);
+    if (!s) return;
+    const int needed = devices.back() + 1;
+    if (!a.system.empty() && s->comm.size() != needed)
+      throw ValidationError("system", "places " + std::to_string(needed) +
+                                          " devices (trainers and generators), but " +
+                                          std::to_string(s->comm.size()) + " ranks started");
+    if (s->comm.size() < needed)
+      throw ValidationError("backend", "the model's meshes use device ids up to " +
+                                           std::to_string(needed - 1) + ", so " +
+                                           std::to_string(needed) + " ranks are needed (" +
+                                           std::to_string(s->comm.size()) + " started)");
+  };
+  if (!s) prepare();
+#ifdef MESHCAST_HAS_MPI  // without it s is null
+  else {
+    checked_together(s->boot, prepare);
+    // A rank given another model, system or option would hang or corrupt: refuse it first.
+    const auto hash_of = [](const std::string& text) {
+      return std::to_string(std::hash<std::string>{}(text));
+    };
+    agree(
+        s->boot,
+        {{"model", hash_of(a.model_text.empty()
+                               ? read_input_file(a.model, "model", limits().input_file_bytes)
+                               : a.model_text)},
+         {"system", a.system.empty()
+                        ? ""
+                        : hash_of(read_input_file(a.system, "system", limits().input_file_bytes))},
+         {"mode", a.mode},
+         {"cast", a.cast},
+         {"strategy", a.strategy},
+         {"max-staging-bytes", std::to_string(l->options.max_staging_bytes)},
+         {"iters", std::to_string(iters)},
+         {"verify", a.verify ? "on" : "off"},
+         {"predict", a.predict ? "on" : "off"},
+         {"save-plan", a.save_plan},
+         {"backend", s->comm.backend()},
+         {"topology", hash_of(is_auto_topology(a.topology) ? a.topology : l->topology.to_json())}});
+  }
+#endif
+  const bool root = !s || s->comm.rank() == 0;  // the rank that writes and prints
   if (!a.save_plan.empty()) {
-    save_sync(a, l);
-    std::cout << "saved " << a.save_plan << ": " << l.model.moves.size() << " tensors, mode "
+    if (!root) return 0;
+    save_sync(a, *l);
+    std::cout << "saved " << a.save_plan << ": " << l->model.moves.size() << " tensors, mode "
               << a.mode << "; run it with meshcast sync --plan " << a.save_plan << '\n';
     return 0;
   }
-  const std::vector<int> devices = sync_devices(l.model.moves);
   if (a.predict) {
-    const SyncStats p = predict_steps(l);
+    if (!root) return 0;
+    const SyncStats p = predict_steps(*l);
     const double plan =
-        std::max(rank_plan_seconds(l, devices.front()), rank_plan_seconds(l, devices.back()));
-    print(a, l, p, nullptr, plan);
+        std::max(rank_plan_seconds(*l, devices.front()), rank_plan_seconds(*l, devices.back()));
+    print(a, *l, p, nullptr, plan);
     return 0;
   }
-  RunResult root;
-  if (a.backend == "local") {
+  RunResult result;
+  if (!s) {
     std::vector<const Layout*> layouts;
-    for (const TensorMove& t : l.model.moves) {
+    for (const TensorMove& t : l->model.moves) {
       layouts.push_back(&t.src);
       layouts.push_back(&t.dst);
     }
     check_local_capacity(layouts, "model");
+    // Ids up to the largest, but a thread only for each device of the model.
     LocalWorld world(devices.back() + 1);
     std::atomic<std::int64_t> wrong{0};
     std::mutex m;
-    world.run([&](Communicator& comm) {  // every id: the barriers span the world
-      RunResult r = run_device(l, comm, iters, a.verify);
-      wrong += r.mismatches;
-      if (comm.rank() == 0) {
-        std::lock_guard lock(m);
-        root = std::move(r);
-      }
-    });
-    root.mismatches = wrong;
+    world.run(
+        [&](Communicator& comm) {
+          RunResult r = run_device(*l, comm, iters, a.verify);
+          wrong += r.mismatches;
+          if (comm.rank() == devices.front()) {
+            std::lock_guard lock(m);
+            result = std::move(r);
+          }
+        },
+        devices);
+    result.mismatches = wrong;
   }
-#ifdef MESHCAST_HAS_MPI  // without it check_backend() refused every other backend
+#ifdef MESHCAST_HAS_MPI
   else {
-    bool report = false;
-    with_process_backend(a.backend, [&](ProcessSession& s) {
-      const int needed = devices.back() + 1;
-      if (!a.system.empty() && s.comm.size() != needed)
-        throw ValidationError("system", "places " + std::to_string(needed) +
-                                            " devices (trainers and generators), but " +
-                                            std::to_string(s.comm.size()) + " ranks started");
-      if (s.comm.size() < needed)
-        throw ValidationError("backend", "the model's meshes use device ids up to " +
-                                             std::to_string(needed - 1) + ", so " +
-                                             std::to_string(needed) + " ranks are needed (" +
-                                             std::to_string(s.comm.size()) + " started)");
-      // A rank given another model, system or mode would hang or corrupt: refuse it first.
-      agree(s.boot,
-            {{"model", std::to_string(std::hash<std::string>{}(
-                           a.model_text.empty()
-                               ? read_input_file(a.model, "model", limits().input_file_bytes)
-                               : a.model_text))},
-             {"system", a.system.empty() ? ""
-                                         : std::to_string(std::hash<std::string>{}(read_input_file(
-                                               a.system, "system", limits().input_file_bytes)))},
-             {"mode", a.mode},
-             {"cast", a.cast},
-             {"iters", std::to_string(iters)},
-             {"verify", a.verify ? "on" : "off"},
-             {"backend", s.comm.backend()},
-             {"topology", std::to_string(std::hash<std::string>{}(
-                              is_auto_topology(a.topology) ? a.topology : l.topology.to_json()))}});
-      // Every rank the same topology: discovered together (identical on every rank).
-      if (is_auto_topology(a.topology)) l.topology = discover_job_topology(s, a.topology);
-      RunResult r = run_device(l, s.comm, iters, a.verify);
-      r.mismatches = s.boot.sum(r.mismatches);
-      report = s.comm.rank() == 0;
-      root = std::move(r);
-    });
-    if (!report) return !a.verify || root.mismatches == 0 ? 0 : 1;
+    check_job_capacity(s->boot, rank_buffer_bytes(*l, s->comm.rank()), "model");
+    // Every rank the same topology: discovered together (identical on every rank).
+    if (is_auto_topology(a.topology)) l->topology = discover_job_topology(*s, a.topology);
+    result = run_device(*l, s->comm, iters, a.verify);
+    result.mismatches = s->boot.sum(result.mismatches);
   }
 #endif
-  print(a, l, predict_steps(l), &root, root.plan_seconds);
-  return !a.verify || root.mismatches == 0 ? 0 : 1;
+  if (root) print(a, *l, predict_steps(*l), &result, result.plan_seconds);
+  return !a.verify || result.mismatches == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int run_sync(const SyncArgs& args) {
+  check_backend(args.backend);
+  if (args.backend == "local") return sync_rank(args, nullptr);
+  int status = 0;
+#ifdef MESHCAST_HAS_MPI  // without it check_backend() refused every other backend
+  with_process_backend(args.backend, [&](ProcessSession& s) { status = sync_rank(args, &s); });
+#endif
+  return status;
 }
 
 }  // namespace meshcast::cli

@@ -187,48 +187,60 @@ int run_plan(const PlanArgs& args) {
 
 int run_reshard(const PlanArgs& args, const RunArgs& run) {
   check_backend(run.backend);
-  const int iters = parse_iters(run.iters);
-  check_writable(args.svg, "svg");
-  const bool saved = !args.plan_file.empty();
-  for (const auto& [field, value] : {std::pair{"shape", &args.shape},
-                                     {"dtype", &args.dtype},
-                                     {"src", &args.src},
-                                     {"dst", &args.dst}})
-    if (!saved && value->empty())
-      throw ValidationError(field,
-                            "required: give --shape, --dtype, --src and --dst, or --plan "
-                            "FILE (a plan saved by meshcast plan --json)");
+  int iters = 0;
   std::optional<PlanInputs> in;
   std::optional<Plan> made;
-  if (saved)
-    made = load_plan_file(args);
-  else
-    in = parse_plan_inputs(args);
-  if (run.backend == "local")
-    check_local_capacity(made ? made->src() : in->src, made ? made->dst() : in->dst);
-  // --topology auto on a process backend: planned once the job has found its topology.
-  const bool discover = !saved && run.backend != "local" && is_auto_topology(args.topology);
-  if (!made && !discover) made = plan(in->src, in->dst, in->topology, in->options);
-  LocalRun r;
-  // The hosts of the topology planned on (a saved plan names its own: plan_svg finds it).
-  const auto draw = [&](const Plan& p) {
-    return in && !discover ? plan_svg(p, in->topology) : plan_svg(p);
+  bool discover = false;  // --topology auto on a process backend: planned once the job found it
+  // This rank's input checked and planned; on a process backend once the job has started, every
+  // rank's failure agreed (checked_together).
+  const auto prepare = [&] {
+    iters = parse_iters(run.iters);
+    check_writable(args.svg, "svg");
+    const bool saved = !args.plan_file.empty();
+    for (const auto& [field, value] : {std::pair{"shape", &args.shape},
+                                       {"dtype", &args.dtype},
+                                       {"src", &args.src},
+                                       {"dst", &args.dst}})
+      if (!saved && value->empty())
+        throw ValidationError(field,
+                              "required: give --shape, --dtype, --src and --dst, or --plan "
+                              "FILE (a plan saved by meshcast plan --json)");
+    if (saved)
+      made = load_plan_file(args);
+    else
+      in = parse_plan_inputs(args);
+    if (run.backend == "local")
+      check_local_capacity(made ? made->src() : in->src, made ? made->dst() : in->dst);
+    discover = !saved && run.backend != "local" && is_auto_topology(args.topology);
+    if (!made && !discover) made = plan(in->src, in->dst, in->topology, in->options);
   };
+  LocalRun r;
+  bool root = true;
   if (run.backend == "local") {
-    if (!args.svg.empty()) write_file(args.svg, draw(*made), "svg");
+    prepare();
     r = run_local(*made, iters, run.verify);
   }
 #ifdef MESHCAST_HAS_MPI  // without it check_backend() refused every other backend
   else {
-    ProcessRun pr = discover
-                        ? run_process_discovered(*in, args.topology, run.backend, iters, run.verify)
-                        : run_process(*made, run.backend, iters, run.verify);
-    if (!pr.root) return !run.verify || pr.run.mismatches == 0 ? 0 : 1;  // rank 0 reports
-    if (discover) made = std::move(pr.plan);
-    if (!args.svg.empty()) write_file(args.svg, draw(*made), "svg");
-    r = std::move(pr.run);
+    with_process_backend(run.backend, [&](ProcessSession& s) {
+      checked_together(s.boot, prepare);
+      if (discover) {
+        // First, that every rank discovers: a rank given a file instead would wait in another
+        // collective (its own agree() in run_plan_on sees this record and names the difference).
+        agree(s.boot,
+              {{"topology", "auto " + std::to_string(std::hash<std::string>{}(args.topology))}});
+        made = plan(in->src, in->dst, discover_job_topology(s, args.topology), in->options);
+      }
+      ProcessRun pr = run_plan_on(*made, s, iters, run.verify);
+      root = pr.root;
+      r = std::move(pr.run);
+    });
   }
 #endif
+  if (!root) return !run.verify || r.mismatches == 0 ? 0 : 1;  // rank 0 reports
+  // The hosts of the topology planned on (a saved plan names its own: plan_svg finds it).
+  if (!args.svg.empty())
+    write_file(args.svg, in && !discover ? plan_svg(*made, in->topology) : plan_svg(*made), "svg");
   const Plan& p = *made;
   const double seconds = median(r.seconds);
   const bool ok = !run.verify || r.mismatches == 0;

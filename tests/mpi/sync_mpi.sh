@@ -2,8 +2,9 @@
 # `meshcast sync` under mpirun, one process per device: the shipped GPT-2-small manifest from a
 # trainer of tp=2 x pp=2 (ranks 0-3) to generators of tp=2 x dp=2 (ranks 4-7), every mode and a
 # bf16 cast, and a sync saved by --save-plan run from the file (--plan), on each process backend,
-# every element checked (--verify). Then the faults: a rank
-# given another model file is refused on every rank naming "model"; a rank killed mid-sync is
+# every element checked (--verify), and --predict reported once. Then the faults, each ended on
+# every rank with one line and no rank left waiting: a rank given another model file, another
+# option or a bad model file; a model too large for the host's memory; a rank killed mid-sync,
 # named by every survivor within 15 s.
 # Usage: BACKENDS="mpi ucx" sync_mpi.sh MESHCAST MPIEXEC
 set -u
@@ -47,6 +48,51 @@ o = json.loads(sys.stdin.readline()); print(o["verified"], o["mismatches"], o["m
   rc=$?
   n=$(grep -c "^meshcast: model: rank 6 was started with a different model" <<<"$out")
   if [[ $rc -ne 124 && $n -eq 8 ]]; then ok; else bad "$backend other model: rc=$rc, $n of 8 refused: $out"; fi
+
+  # Rank 6's model file is bad: it says why and the 7 others say it for it, all exit 2, no
+  # rank waits for it (--enable-recovery: the job is not ended at the first failed rank, as
+  # srun's default does not end it).
+  sed '0,/"F32"/s//"F33"/' models/gpt2-small.json >"$tmp/bad.json"
+  out=$(timeout 60 "${run[@]}" --enable-recovery -np 8 bash -c "m=models/gpt2-small.json
+    [[ \$OMPI_COMM_WORLD_RANK == 6 ]] && m=$tmp/bad.json
+    $mc sync --model \$m --system models/systems/tp2pp2-to-tp2dp2.json --backend $backend
+    echo status \$?" 2>&1)
+  rc=$?
+  n=$(grep -c "^meshcast: rank 6: tensors\..*\.dtype: unknown dtype 'F33'" <<<"$out")
+  own=$(grep -c "^meshcast: tensors\..*\.dtype: unknown dtype 'F33'" <<<"$out")
+  twos=$(grep -c "^status 2$" <<<"$out")
+  if [[ $rc -ne 124 && $n -eq 7 && $own -eq 1 && $twos -eq 8 ]]; then ok
+  else bad "$backend bad model on rank 6: rc=$rc, $n+$own of 8 said it, $twos exited 2: $out"; fi
+
+  # Options every rank must share, each given otherwise to rank 3 alone: refused on every rank,
+  # naming the option.
+  for opt in "--strategy sendrecv" "--max-staging-bytes 1M" "--predict"; do
+    name=${opt%% *}
+    out=$(timeout 60 "${run[@]}" --enable-recovery -np 8 bash -c "o=''
+      [[ \$OMPI_COMM_WORLD_RANK == 3 ]] && o='$opt'
+      exec $mc sync ${model[*]} --backend $backend --iters 1 \$o" 2>&1)
+    rc=$?
+    n=$(grep -c "^meshcast: ${name#--}: rank 3 was started with a different" <<<"$out")
+    if [[ $rc -ne 124 && $n -eq 8 ]]; then ok; else bad "$backend $opt on rank 3: rc=$rc, $n of 8 refused: $out"; fi
+  done
+
+  # --predict on every rank: one report, from rank 0.
+  out=$(timeout 60 "${run[@]}" -np 8 "$mc" sync "${model[@]}" --backend "$backend" --predict \
+        --json 2>&1)
+  rc=$?
+  n=$(grep -c '^{' <<<"$out")
+  if [[ $rc -eq 0 && $n -eq 1 ]]; then ok; else bad "$backend --predict: rc=$rc, $n reports: $out"; fi
+
+  # A model whose tiles fit each rank's limit but not the 8 ranks of this host together (or,
+  # on a machine of over 200 GiB, not one rank's): refused on every rank before any is
+  # allocated, exit 2.
+  echo '{"a.weight": {"shape": [50000000000], "dtype": "F32"}}' >"$tmp/huge.json"
+  out=$(timeout 60 "${run[@]}" --enable-recovery -np 8 bash -c "$mc sync --model $tmp/huge.json \
+    --system models/systems/tp2pp2-to-tp2dp2.json --backend $backend --verify; echo status \$?" 2>&1)
+  rc=$?
+  n=$(grep -cE "^meshcast: (model: the 8 ranks on host .* need|buffer bytes: .* exceeds)" <<<"$out")
+  twos=$(grep -c "^status 2$" <<<"$out")
+  if [[ $rc -ne 124 && $n -eq 8 && $twos -eq 8 ]]; then ok; else bad "$backend huge: rc=$rc, $n of 8 refused: $out"; fi
 
   # A generator killed mid-sync: the 7 survivors name it and exit within the timeout (5 s) plus
   # the liveness check's grace (a dead process is usually named within a second).
