@@ -15,6 +15,11 @@ namespace {
 std::string brief(std::string s) { return s.size() > 64 ? s.substr(0, 61) + "..." : s; }
 std::string brief(const Mesh& m) { return brief(m.str()); }
 
+// Shapes with no dimension are refused: the algebra's boxes, tiles and regions have at least one.
+constexpr const char* kNoDimensions =
+    "a tensor needs at least one dimension (a scalar: give it shape [1], a 0-d array as "
+    "x.reshape(1))";
+
 }  // namespace
 
 Shape parse_shape(std::string_view text, const std::string& field) {
@@ -41,8 +46,7 @@ std::string shape_str(const Shape& shape) {
 
 Layout::Layout(Shape shape, DType dtype, Mesh mesh, ShardingSpec spec, const std::string& field)
     : shape_(std::move(shape)), dtype_(dtype), mesh_(std::move(mesh)), spec_(std::move(spec)) {
-  if (shape_.empty())
-    throw ValidationError(field + ".shape", "a tensor needs at least one dimension");
+  if (shape_.empty()) throw ValidationError(field + ".shape", kNoDimensions);
   for (auto n : shape_)
     if (n < 0) throw ValidationError(field + ".shape", "negative extent");
   // An empty tensor (some extent 0) has 0 bytes whatever its other extents.
@@ -76,6 +80,8 @@ Layout::Layout(Shape shape, DType dtype, Mesh mesh, ShardingSpec spec, const std
 
 Layout Layout::parse(const Shape& shape, DType dtype, std::string_view text,
                      const std::string& field) {
+  // Before the spec, which a scalar's cannot have.
+  if (shape.empty()) throw ValidationError(field + ".shape", kNoDimensions);
   const auto colon = text.rfind(':');
   if (colon == std::string_view::npos)
     throw ParseError(field, "expected MESH:SPEC, got " + detail::quote(text));

@@ -105,11 +105,12 @@ Comm from_mpi4py(py::object comm, double timeout) {
   if (!py::isinstance(comm, mpi.attr("Comm")))
     throw py::type_error("comm: expected an mpi4py.MPI.Comm, got " +
                          py::str(py::type::handle_of(comm).attr("__name__")).cast<std::string>());
-  if (comm.attr("Is_inter")().cast<bool>())
-    throw py::value_error("comm: an intercommunicator; pass an intracommunicator");
   MPI_Comm* handle = PyMPIComm_Get(comm.ptr());
   if (!handle) throw py::error_already_set();
+  // Before asking it anything: MPI refuses every question to MPI_COMM_NULL.
   if (*handle == MPI_COMM_NULL) throw py::value_error("comm: MPI.COMM_NULL");
+  if (comm.attr("Is_inter")().cast<bool>())
+    throw py::value_error("comm: an intercommunicator; pass an intracommunicator");
   register_close_at_exit();
   auto s = std::make_shared<Session>();
   std::shared_ptr<MpiSession> session;

@@ -54,6 +54,11 @@ if how == "mpi4py":
     h = mc.all_reduce(mc.from_mpi4py(MPI.COMM_WORLD), x, async_op=True)
     h.wait()
     assert (x == n * (n + 1) // 2).all()
+    try:
+        mc.from_mpi4py(MPI.COMM_NULL)
+        raise AssertionError("from_mpi4py took MPI.COMM_NULL")
+    except ValueError as e:
+        assert str(e) == "comm: MPI.COMM_NULL", e
     if len(sys.argv) > 4 and sys.argv[4] == "fail":
         # One rank fails before a collective: the other's wait fails, nobody hangs at exit.
         quick = mc.from_mpi4py(MPI.COMM_WORLD, timeout=3)

@@ -143,6 +143,11 @@ def test_wrong_comm_and_plan_types():
     mc.LocalWorld(1).run(step)
 
 
+def test_a_scalar_layout_says_how_to_describe_it():
+    with pytest.raises(ValueError, match=r"^layout.shape: .* a 0-d array as x.reshape\(1\)"):
+        mc.Layout((), "i64", "2@0-1:")
+
+
 def test_bad_world_arguments():
     with pytest.raises(ValueError, match="^size"):
         mc.LocalWorld(0)
