@@ -87,6 +87,15 @@ py::dict prediction_dict(const Prediction& pr) {
   return d;
 }
 
+// Item `i` of a pickled state of `size` items (a ValueError naming `type` otherwise).
+template <typename T>
+T pickled(const py::tuple& state, std::size_t i, std::size_t size, const char* type) {
+  if (state.size() != size)
+    throw py::value_error(std::string(type) + ": a pickled state of " + std::to_string(size) +
+                          " items was expected, got " + std::to_string(state.size()));
+  return state[i].cast<T>();
+}
+
 }  // namespace
 
 Topology topology_arg(py::handle obj) {
@@ -121,7 +130,11 @@ or Mesh(shape=(2, 4), devices=range(8, 16)).
       .def("__str__", &Mesh::str)
       .def("__repr__", [](const Mesh& x) { return "meshcast.Mesh('" + x.str() + "')"; })
       .def(py::self == py::self)
-      .def("__hash__", [](const Mesh& x) { return py::hash(py::str(x.str())); });
+      .def("__hash__", [](const Mesh& x) { return py::hash(py::str(x.str())); })
+      .def(py::pickle([](const Mesh& x) { return py::make_tuple(x.str()); },
+                      [](const py::tuple& t) {
+                        return Mesh::parse(pickled<std::string>(t, 0, 1, "Mesh"), "mesh");
+                      }));
 
   py::class_<Layout>(m, "Layout", R"doc(
 A sharded tensor: global shape, dtype and "MESH:SPEC", e.g.
@@ -178,9 +191,19 @@ addends' tiles); None when it is not in the mesh.
                     to_string(l.dtype()) + "', '" + l.str() + "')";
            })
       .def(py::self == py::self)
-      .def("__hash__", [](const Layout& l) {
-        return py::hash(py::make_tuple(to_tuple(l.shape()), to_string(l.dtype()), l.str()));
-      });
+      .def("__hash__",
+           [](const Layout& l) {
+             return py::hash(py::make_tuple(to_tuple(l.shape()), to_string(l.dtype()), l.str()));
+           })
+      .def(py::pickle(
+          [](const Layout& l) {
+            return py::make_tuple(to_tuple(l.shape()), to_string(l.dtype()), l.str());
+          },
+          [](const py::tuple& t) {
+            return Layout::parse(shape_arg(pickled<py::object>(t, 0, 3, "Layout")),
+                                 to_dtype(t[1], "dtype"), pickled<std::string>(t, 2, 3, "Layout"),
+                                 "layout");
+          }));
 
   py::class_<Topology>(m, "Topology", R"doc(
 Where devices live: hosts and the link classes between them. Topology("dgx-a100") (a preset
@@ -219,7 +242,11 @@ short ping-pong probe of probe_bytes (probe=False: placement only).
       .def("host_of", &Topology::host_of, py::arg("device"))
       .def("host_name", &Topology::host_name, py::arg("host"))
       .def("json", &Topology::to_json)
-      .def("__repr__", [](const Topology& t) { return "<meshcast.Topology '" + t.name() + "'>"; });
+      .def("__repr__", [](const Topology& t) { return "<meshcast.Topology '" + t.name() + "'>"; })
+      .def(py::pickle([](const Topology& t) { return py::make_tuple(t.to_json()); },
+                      [](const py::tuple& t) {
+                        return Topology::from_json(pickled<std::string>(t, 0, 1, "Topology"));
+                      }));
 
   py::class_<RankPlan>(m, "RankPlan", R"doc(
 One device's part of a plan, computed alone (meshcast.plan_rank): what each rank of a large job
@@ -279,7 +306,14 @@ bound_seconds (the busiest link's bytes / bandwidth) and links (busiest first).
                     to_string(p.plan.strategy()) + ", " + std::to_string(p.plan.ops().size()) +
                     " ops>";
            })
-      .def("__eq__", [](const PyPlan& a, const PyPlan& b) { return a.plan == b.plan; });
+      .def("__eq__", [](const PyPlan& a, const PyPlan& b) { return a.plan == b.plan; })
+      // Pickled as its JSON and its topology's (mpi4py's bcast of a plan made on one rank).
+      .def(py::pickle(
+          [](const PyPlan& p) { return py::make_tuple(p.plan.to_json(), p.topology.to_json()); },
+          [](const py::tuple& t) {
+            return PyPlan{Plan::from_json(pickled<std::string>(t, 0, 2, "Plan")),
+                          Topology::from_json(pickled<std::string>(t, 1, 2, "Plan"))};
+          }));
 
   m.def(
       "plan",

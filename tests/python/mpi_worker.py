@@ -30,6 +30,8 @@ for i in range(cases):
     addends = [values(rng, src.shape, dt) for _ in range(src.addends)]
     full = addend_sum(addends, dt)
     p = mc.plan_rank(src, dst, me) if i % 2 else mc.plan(src, dst)
+    if how == "mpi4py" and i % 4 == 0:  # planned once, sent to every rank (pickled)
+        p = MPI.COMM_WORLD.bcast(p if me == 0 else None, root=0)
     a = tiles(src, full, addends).get(me)
     b = np.zeros(dst.local_shape(me), dt) if me in dst.mesh else None
     if i % 3 == 2:

@@ -133,6 +133,26 @@ def test_discover_groups_by_host_name():
         mc.LocalWorld(1).run(lambda c: mc.Topology.discover(c, preset="no-such"))
 
 
+def test_values_pickle(rng):
+    # Property: random layouts, their meshes and plans (with a topology) come back equal, as
+    # mpi4py's bcast of a plan made on one rank needs; a wrong state is a ValueError.
+    import pickle
+
+    for _ in range(50):
+        shape = tuple(int(x) for x in rng.integers(1, 9, int(rng.integers(1, 4))))
+        src = random_layout(rng, shape, "bf16", 8, partial=True)
+        dst = random_layout(rng, shape, "bf16", 8, partial=False)
+        for v in (src, src.mesh, dst):
+            assert pickle.loads(pickle.dumps(v)) == v
+        p = mc.plan(src, dst, topology="dgx-a100")
+        back = pickle.loads(pickle.dumps(p))
+        assert back == p and back.predict() == p.predict() and str(back) == str(p)
+    topo = mc.Topology("h100-cluster")
+    assert pickle.loads(pickle.dumps(topo)).json() == topo.json()
+    with pytest.raises(ValueError, match="^Layout: a pickled state of 3 items"):
+        mc.Layout.__new__(mc.Layout).__setstate__(("2@0-1:R",))
+
+
 def test_stubs_match_the_module():
     # Every public name has a stub and every stub a name: the .pyi cannot drift from the module.
     import ast
