@@ -167,7 +167,8 @@ void check_local_capacity(const Layout& src, const Layout& dst) {
   check_local_capacity(std::vector<const Layout*>{&src, &dst}, "shape");
 }
 
-void check_local_capacity(const std::vector<const Layout*>& layouts, const std::string& field) {
+void check_local_capacity(const std::vector<const Layout*>& layouts, const std::string& field,
+                          const std::function<std::string(std::size_t)>& name) {
   // The union of the meshes' devices (when one mesh alone is over the bound, its size).
   const std::int64_t bound = limits().local_threads;
   std::int64_t largest = 0, biggest_mesh = 0;
@@ -193,12 +194,27 @@ void check_local_capacity(const std::vector<const Layout*>& layouts, const std::
                                          std::to_string(kMaxLocalDeviceId) + " (largest id " +
                                          std::to_string(largest) + ")");
   // Every device holds its tiles (sums in double: no overflow).
-  double need = 0;
-  for (const Layout* l : layouts) {
+  double need = 0, most = -1;
+  std::size_t biggest = 0;  // the layout whose tiles take the most
+  for (std::size_t k = 0; k < layouts.size(); ++k) {
+    const Layout* l = layouts[k];
     const double elem = static_cast<double>(dtype_size(l->dtype()));
+    double bytes = 0;
     for (std::int64_t i = 0; i < l->mesh().size(); ++i)
-      need += static_cast<double>(l->tile_at(i).volume()) * elem;
+      bytes += static_cast<double>(l->tile_at(i).volume()) * elem;
+    need += bytes;
+    if (bytes > most) {
+      most = bytes;
+      biggest = k;
+    }
   }
+  if (need > static_cast<double>(limits().buffer_bytes) && name)
+    throw ValidationError(
+        "buffer bytes",
+        human_bytes(static_cast<std::int64_t>(std::min(need, 9e18))) +
+            " of tile buffers exceed the limit of " + human_bytes(limits().buffer_bytes) +
+            " (raise it with MESHCAST_MAX_BUFFER_BYTES); the largest: " + name(biggest) + ", " +
+            human_bytes(static_cast<std::int64_t>(std::min(most, 9e18))));
   check_limit("buffer bytes", static_cast<std::int64_t>(std::min(need, 9e18)),
               limits().buffer_bytes, "BUFFER_BYTES");
   const double usable = usable_memory_bytes();

@@ -510,7 +510,9 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
       layouts.push_back(&t.src);
       layouts.push_back(&t.dst);
     }
-    check_local_capacity(layouts, "model");
+    check_local_capacity(layouts, "model", [&](std::size_t k) {
+      return "tensors." + l->model.moves[k / 2].name + (k % 2 ? " (target)" : " (source)");
+    });
     // Ids up to the largest, but a thread only for each device of the model.
     LocalWorld world(devices.back() + 1);
     std::atomic<std::int64_t> wrong{0};

@@ -118,6 +118,7 @@ printf '{"a": {"shape": [4], "dtype": "F32", "src": "1@0:R", "dst": "1@1:R"}, "b
 printf '{"train": {"num_gpus": 4, "tp_size": 3}, "generation": {"num_gpus": 2}}' >"$TMP/degrees.json"
 printf '{"a": {"shape": [4], "dtype": "F32", "src": "1@0:S0S0", "dst": "1@1:R"}}' >"$TMP/layout.json"
 printf '{"a": {"shape": [4], "dtype": "F32"}, "a": {"shape": [4], "dtype": "F32"}}' >"$TMP/dup.json"
+printf '{"b": {"shape": [8], "dtype": "F32", "src": "2@0-1:S0", "dst": "2@2-3:R"}, "big": {"shape": [3000000000], "dtype": "F32", "src": "2@0-1:S0", "dst": "2@2-3:S0"}}' >"$TMP/big.json"
 while IFS='|' read -r want args; do
   [[ -z $want ]] && continue
   # shellcheck disable=SC2086
@@ -134,6 +135,7 @@ system|--model models/gpt2-small.json
 cast|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --cast f64
 mode|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --mode bogus
 max-staging-bytes|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --max-staging-bytes 0
+buffer bytes: .* the largest: tensors.big (source)|--model $TMP/big.json
 EOF2
 
 run --model "$TMP/missing.json"  # I/O: exit 4, the path and the reason
