@@ -79,6 +79,12 @@ done <<'EOF2'
 explicit --model $TMP/explicit.json --mode gather
 config --model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --cast bf16 --strategy sendrecv --topology dgx-a100
 EOF2
+# Device ids far apart: the local backend runs a thread per device of the model, not per id up
+# to the largest (60,001 threads before).
+printf '{"t": {"shape": [8, 8], "dtype": "F32", "src": "2@[0,1]:S0R", "dst": "2@[1,60000]:RS0"}}' >"$TMP/far.json"
+run --model "$TMP/far.json" --iters 1 --verify --json
+if [[ $rc -eq 0 && $(field verified mismatches) == "true 0" ]]; then ok; else
+  bad "far ids: rc=$rc $(field verified mismatches) $(head -c 300 "$TMP/err")"; fi
 # bench/uneven_model.py, the planner's hard case in docs/sync.md, still writes a model that plans.
 python3 bench/uneven_model.py --partial >"$TMP/uneven.json"
 run --model "$TMP/uneven.json" --predict --json
