@@ -192,10 +192,9 @@ void check_local_capacity(const Layout& src, const Layout& dst);
 void check_local_capacity(const std::vector<const Layout*>& layouts, const std::string& field,
                           const std::function<std::string(std::size_t)>& name = {});
 // The memory a run's buffers may take on a machine: a share of its physical memory (0 when
-// unknown), and that share on this machine in words ("75% of this machine's 24 GiB memory").
+// unknown).
 constexpr double kMemoryShare = 0.75;
 double usable_memory_bytes();
-std::string usable_memory_text();
 // Refuses (IoError naming `field`, the path and the OS reason) an output file that cannot be
 // written, before any work starts; an empty path is no file. Creates it, never truncates it.
 void check_writable(const std::string& path, const std::string& field);

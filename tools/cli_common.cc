@@ -219,21 +219,18 @@ void check_local_capacity(const std::vector<const Layout*>& layouts, const std::
               limits().buffer_bytes, "BUFFER_BYTES");
   const double usable = usable_memory_bytes();
   if (usable > 0 && need > usable)
-    throw ValidationError(field,
-                          "the local backend needs " +
-                              human_bytes(static_cast<std::int64_t>(std::min(need, 9.2e18))) +
-                              " of tile buffers, more than " + usable_memory_text());
+    throw ValidationError(
+        field, "the local backend needs " +
+                   human_bytes(static_cast<std::int64_t>(std::min(need, 9.2e18))) +
+                   " of tile buffers, more than " +
+                   std::to_string(static_cast<int>(kMemoryShare * 100)) + "% of this machine's " +
+                   human_bytes(static_cast<std::int64_t>(usable / kMemoryShare)) + " memory");
 }
 
 double usable_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page <= 0) return 0;
   return kMemoryShare * static_cast<double>(pages) * static_cast<double>(page);
-}
-
-std::string usable_memory_text() {
-  return std::to_string(static_cast<int>(kMemoryShare * 100)) + "% of this machine's " +
-         human_bytes(static_cast<std::int64_t>(usable_memory_bytes() / kMemoryShare)) + " memory";
 }
 
 void check_writable(const std::string& path, const std::string& field) {
