@@ -22,8 +22,10 @@ std::string shape_str(const Shape& shape);
 
 class Layout {
  public:
-  // Validates: ndim >= 1, extents >= 0, total bytes fit in int64, spec ndim == shape ndim,
-  // spec axes < mesh.ndim(), each axis used once. Throws ValidationError naming `field`.
+  // Validates: extents >= 0, total bytes fit in int64, spec ndim == shape ndim, spec axes <
+  // mesh.ndim(), each axis used once. Throws ValidationError naming `field`. A 0-d tensor
+  // (shape {}, spec "" or "R", maybe "+P<axes>") is planned as shape {1} with spec "R":
+  // shape() and spec() give those, scalar() says it was 0-d.
   Layout(Shape shape, DType dtype, Mesh mesh, ShardingSpec spec,
          const std::string& field = "layout");
   // "MESH:SPEC", e.g. "2x4@8-15:S0R".
@@ -31,6 +33,7 @@ class Layout {
                       const std::string& field = "layout");
 
   const Shape& shape() const { return shape_; }
+  bool scalar() const { return scalar_; }
   DType dtype() const { return dtype_; }
   const Mesh& mesh() const { return mesh_; }
   const ShardingSpec& spec() const { return spec_; }
@@ -62,7 +65,8 @@ class Layout {
   // "2x4@0-7:S0R"
   std::string str() const;
   friend bool operator==(const Layout& a, const Layout& b) {
-    return a.shape_ == b.shape_ && a.dtype_ == b.dtype_ && a.mesh_ == b.mesh_ && a.spec_ == b.spec_;
+    return a.shape_ == b.shape_ && a.scalar_ == b.scalar_ && a.dtype_ == b.dtype_ &&
+           a.mesh_ == b.mesh_ && a.spec_ == b.spec_;
   }
 
  private:
@@ -70,6 +74,7 @@ class Layout {
   DType dtype_;
   Mesh mesh_;
   ShardingSpec spec_;
+  bool scalar_ = false;
 };
 
 std::ostream& operator<<(std::ostream& os, const Layout& l);

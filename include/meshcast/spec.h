@@ -1,5 +1,5 @@
 // A sharding spec in Alpa's notation: one token per tensor dimension, R or S<axes>, and an
-// optional pending sum "+P<axes>". "S0R", "RS1", "S01R", "S0R+P1".
+// optional pending sum "+P<axes>". "S0R", "RS1", "S01R", "S0R+P1"; "" and "+P0" (a 0-d tensor's).
 #pragma once
 
 #include <ostream>

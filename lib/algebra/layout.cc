@@ -15,11 +15,6 @@ namespace {
 std::string brief(std::string s) { return s.size() > 64 ? s.substr(0, 61) + "..." : s; }
 std::string brief(const Mesh& m) { return brief(m.str()); }
 
-// Shapes with no dimension are refused: the algebra's boxes, tiles and regions have at least one.
-constexpr const char* kNoDimensions =
-    "a tensor needs at least one dimension (a scalar: give it shape [1], a 0-d array as "
-    "x.reshape(1))";
-
 }  // namespace
 
 Shape parse_shape(std::string_view text, const std::string& field) {
@@ -46,7 +41,17 @@ std::string shape_str(const Shape& shape) {
 
 Layout::Layout(Shape shape, DType dtype, Mesh mesh, ShardingSpec spec, const std::string& field)
     : shape_(std::move(shape)), dtype_(dtype), mesh_(std::move(mesh)), spec_(std::move(spec)) {
-  if (shape_.empty()) throw ValidationError(field + ".shape", kNoDimensions);
+  if (shape_.empty()) {
+    // A 0-d tensor is planned as its one element: shape [1], whole. The algebra's boxes, tiles
+    // and regions all have at least one dimension.
+    if (spec_.ndim() > 1 || (spec_.ndim() == 1 && !spec_.axes(0).empty()))
+      throw ValidationError(field + ".spec", "spec " + detail::quote(spec_.str()) +
+                                                 " for a 0-d tensor: its spec is empty or R, "
+                                                 "with +P<axes> for a pending sum");
+    scalar_ = true;
+    shape_ = {1};
+    spec_ = ShardingSpec({{}}, spec_.partial());
+  }
   for (auto n : shape_)
     if (n < 0) throw ValidationError(field + ".shape", "negative extent");
   // An empty tensor (some extent 0) has 0 bytes whatever its other extents.
@@ -60,9 +65,10 @@ Layout::Layout(Shape shape, DType dtype, Mesh mesh, ShardingSpec spec, const std
     }
   }
   if (spec_.ndim() != shape_.size())
-    throw ValidationError(field + ".spec",
-                          "spec " + brief(spec_.str()) + " has " + std::to_string(spec_.ndim()) +
-                              " dimensions but the tensor has " + std::to_string(shape_.size()));
+    throw ValidationError(field + ".spec", "spec " + detail::quote(spec_.str()) + " has " +
+                                               std::to_string(spec_.ndim()) +
+                                               " dimensions but the tensor has " +
+                                               std::to_string(shape_.size()));
   std::vector<bool> used(mesh_.ndim(), false);
   auto use = [&](int a) {
     if (a < 0 || static_cast<std::size_t>(a) >= mesh_.ndim())
@@ -80,8 +86,6 @@ Layout::Layout(Shape shape, DType dtype, Mesh mesh, ShardingSpec spec, const std
 
 Layout Layout::parse(const Shape& shape, DType dtype, std::string_view text,
                      const std::string& field) {
-  // Before the spec, which a scalar's cannot have.
-  if (shape.empty()) throw ValidationError(field + ".shape", kNoDimensions);
   const auto colon = text.rfind(':');
   if (colon == std::string_view::npos)
     throw ParseError(field, "expected MESH:SPEC, got " + detail::quote(text));

@@ -34,7 +34,6 @@ ShardingSpec ShardingSpec::parse(std::string_view text, const std::string& field
       throw ParseError(field, "unexpected " + detail::quote(std::string_view(&c, 1)) + " in spec " +
                                   detail::quote(text) + " (expected R, S<axes> or +P<axes>)");
   }
-  if (dims.empty()) throw ParseError(field, "spec " + detail::quote(text) + " has no dimensions");
   if (i < text.size()) {  // "+P<axes>"
     ++i;
     if (i >= text.size() || text[i] != 'P')

@@ -248,7 +248,8 @@ void Plan::write_json(std::ostream& os) const {
     w.begin_object();
     w.key("shape");
     w.begin_array();
-    for (const std::int64_t e : l.shape()) w.value(e);
+    if (!l.scalar())  // read back as 0-d
+      for (const std::int64_t e : l.shape()) w.value(e);
     w.end_array();
     w.member("dtype", to_string(l.dtype()));
     w.member("layout", l.str());

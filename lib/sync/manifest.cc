@@ -186,7 +186,6 @@ Entry entry_from(JsonReader& r, std::string name) {
   });
   if (!e.has_shape) throw ValidationError(f + ".shape", "missing");
   if (!e.has_dtype) throw ValidationError(f + ".dtype", "missing");
-  if (e.shape.empty()) e.shape = {1};  // a scalar: one element
   return e;
 }
 
@@ -517,6 +516,7 @@ ModelManifest read_config(std::vector<Entry>& entries, const SystemConfig& syste
       }
       shape.insert(shape.begin(), static_cast<std::int64_t>(t.experts.size()));
     }
+    if (shape.empty()) shape = {1};  // a scalar, placed as its one element
     const Entry& e = expert ? entries[t.experts[0]] : first;
     const DType dtype = storage_dtype(e.dtype, tensor_field(e.name) + ".dtype");
     const DType dst_dtype = dst_dtype_of(e, dtype, cast, f).value_or(dtype);

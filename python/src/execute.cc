@@ -39,7 +39,7 @@ Prepared prepare(const P& plan, py::handle comm, py::handle src, py::handle dst,
   if (shapes) {
     auto [at, fresh] = shapes->tiles.try_emplace(me);
     const auto extents = [&](const Layout& l) {
-      return l.mesh().contains(me) ? l.tile_of(me).extents() : std::vector<std::int64_t>{};
+      return l.mesh().contains(me) ? tile_shape(l, me) : std::vector<std::int64_t>{};
     };
     if (fresh) at->second = {extents(plan.src()), extents(plan.dst())};
     tiles = &at->second;

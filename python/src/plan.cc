@@ -11,6 +11,7 @@
 #include "meshcast/error.h"
 #include "python/src/array.h"
 #include "python/src/comm.h"
+#include "python/src/tile.h"
 
 namespace meshcast::python {
 namespace {
@@ -108,8 +109,11 @@ Topology topology_arg(py::handle obj) {
 
 py::object local_shape(const Layout& layout, int device) {
   if (!layout.mesh().contains(device)) return py::none();
-  return to_tuple(layout.tile_of(device).extents());
+  return to_tuple(tile_shape(layout, device));
 }
+
+// The shape the user gave: () for a 0-d tensor.
+py::tuple shape_of(const Layout& l) { return l.scalar() ? py::tuple() : to_tuple(l.shape()); }
 
 void bind_plan(py::module_& m) {
   py::class_<Mesh>(m, "Mesh", R"doc(
@@ -140,13 +144,14 @@ or Mesh(shape=(2, 4), devices=range(8, 16)).
 A sharded tensor: global shape, dtype and "MESH:SPEC", e.g.
 Layout((1024, 1024), "f32", "2x4@0-7:S0R"). dtype: "f16", "bf16", "f32", "f64", "i8" ...
 "c128", a numpy dtype or a torch dtype. A spec has one token per dimension: R (whole) or S
-and the mesh axes splitting it (S0, S01); "+P1" marks a pending sum over axis 1.
+and the mesh axes splitting it (S0, S01); "+P1" marks a pending sum over axis 1. A 0-d
+tensor: shape (), spec "" or "R" (every device holds its one element).
 )doc")
       .def(py::init([](py::object shape, py::object dtype, const std::string& text) {
              return Layout::parse(shape_arg(shape), to_dtype(dtype, "dtype"), text, "layout");
            }),
            py::arg("shape"), py::arg("dtype"), py::arg("layout"))
-      .def_property_readonly("shape", [](const Layout& l) { return to_tuple(l.shape()); })
+      .def_property_readonly("shape", &shape_of)
       .def_property_readonly("dtype", [](const Layout& l) { return to_string(l.dtype()); })
       .def_property_readonly(
           "numpy_dtype", [](const Layout& l) { return numpy_dtype(l.dtype()); },
@@ -162,6 +167,7 @@ and the mesh axes splitting it (S0, S01); "+P1" marks a pending sum over axis 1.
           [](const Layout& l, int device) -> py::object {
             if (!l.mesh().contains(device)) return py::none();
             const Box b = l.tile_of(device);
+            if (l.scalar()) return py::tuple();
             py::tuple t(b.ndim());
             for (std::size_t i = 0; i < b.ndim(); ++i)
               t[i] = py::slice(py::int_(b[i].lo), py::int_(b[i].hi), py::none());
@@ -187,17 +193,17 @@ addends' tiles); None when it is not in the mesh.
       .def("__str__", &Layout::str)
       .def("__repr__",
            [](const Layout& l) {
-             return "meshcast.Layout(" + py::repr(to_tuple(l.shape())).cast<std::string>() + ", '" +
+             return "meshcast.Layout(" + py::repr(shape_of(l)).cast<std::string>() + ", '" +
                     to_string(l.dtype()) + "', '" + l.str() + "')";
            })
       .def(py::self == py::self)
       .def("__hash__",
            [](const Layout& l) {
-             return py::hash(py::make_tuple(to_tuple(l.shape()), to_string(l.dtype()), l.str()));
+             return py::hash(py::make_tuple(shape_of(l), to_string(l.dtype()), l.str()));
            })
       .def(py::pickle(
           [](const Layout& l) {
-            return py::make_tuple(to_tuple(l.shape()), to_string(l.dtype()), l.str());
+            return py::make_tuple(shape_of(l), to_string(l.dtype()), l.str());
           },
           [](const py::tuple& t) {
             return Layout::parse(shape_arg(pickled<py::object>(t, 0, 3, "Layout")),

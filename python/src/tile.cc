@@ -10,6 +10,23 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return s + (shape.size() == 1 ? ",)" : ")");
 }
 
+std::vector<std::int64_t> tile_shape(const Layout& layout, int device) {
+  const Box tile = layout.tile_of(device);  // throws for a device outside the mesh
+  return layout.scalar() ? std::vector<std::int64_t>{} : tile.extents();
+}
+
+namespace {
+
+// A one-element tile may come as a 0-d array or as shape (1,): the same element either way.
+bool same_tile(const std::vector<std::int64_t>& got, const std::vector<std::int64_t>& want) {
+  const auto one = [](const std::vector<std::int64_t>& s) {
+    return s.empty() || (s.size() == 1 && s[0] == 1);
+  };
+  return got == want || (one(got) && one(want));
+}
+
+}  // namespace
+
 Array tile_array(py::handle obj, const Layout& layout, int device, const std::string& arg,
                  bool writable, std::vector<py::object>& keep,
                  const std::vector<std::int64_t>* tile) {
@@ -21,15 +38,15 @@ Array tile_array(py::handle obj, const Layout& layout, int device, const std::st
   }
   if (obj.is_none())
     throw py::value_error(arg + ": device " + std::to_string(device) + " holds a tile of " +
-                          layout.str() + " (shape " + shape_text(layout.tile_of(device).extents()) +
+                          layout.str() + " (shape " + shape_text(tile_shape(layout, device)) +
                           "); got None");
   Array a = view_array(obj, arg, writable);
   if (a.dtype != layout.dtype())
     throw py::type_error(arg + ": expected " + to_string(layout.dtype()) +
                          " elements (the layout's dtype), got " + to_string(a.dtype));
   std::vector<std::int64_t> computed;
-  const auto& want = tile ? *tile : (computed = layout.tile_of(device).extents());
-  if (a.shape != want)
+  const auto& want = tile ? *tile : (computed = tile_shape(layout, device));
+  if (!same_tile(a.shape, want))
     throw py::value_error(arg + ": expected shape " + shape_text(want) + " (device " +
                           std::to_string(device) + "'s tile of " + layout.str() + "), got " +
                           shape_text(a.shape));

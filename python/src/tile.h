@@ -42,4 +42,8 @@ Array collective_array(py::handle obj, const std::string& arg, bool writable,
 
 std::string shape_text(const std::vector<std::int64_t>& shape);
 
+// The shape of `device`'s tile of `layout` as Python sees it: () for a 0-d tensor's (planned as
+// shape (1,)). The device must be in the mesh.
+std::vector<std::int64_t> tile_shape(const Layout& layout, int device);
+
 }  // namespace meshcast::python

@@ -60,7 +60,8 @@ def random_layout(rng, shape, dtype, world, partial):
 
 
 def random_pair(rng, dtype="f32", world=6, partial=True):
-    shape = tuple(int(x) for x in rng.integers(1, 8, int(rng.integers(1, 4))))
+    ndim = 0 if rng.random() < 0.1 else int(rng.integers(1, 4))  # now and then a 0-d tensor
+    shape = tuple(int(x) for x in rng.integers(1, 8, ndim))
     src = random_layout(rng, shape, dtype, world, partial)
     dst = random_layout(rng, shape, dtype, world, partial)
     return src, dst

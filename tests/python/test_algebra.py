@@ -153,6 +153,25 @@ def test_values_pickle(rng):
         mc.Layout.__new__(mc.Layout).__setstate__(("2@0-1:R",))
 
 
+def test_zero_dimensional_layouts():
+    # A 0-d tensor: its one element whole on every device (spec "" or "R"), maybe a pending sum.
+    import pickle
+
+    for text in ("2@3-4:", "2@3-4:R", "2x2@3-6:+P1", "2x2@3-6:R+P01"):
+        lay = mc.Layout((), "i64", text)
+        assert lay.shape == () and lay.nbytes == 8
+        assert lay.local_shape(3) == () and lay.local_box(3) == ()
+        assert lay.local_shape(0) is None and lay.local_box(0) is None
+        assert eval(repr(lay), {"meshcast": mc}) == lay
+        assert pickle.loads(pickle.dumps(lay)) == lay
+        assert lay != mc.Layout((1,), "i64", str(lay))  # the same element, another shape
+        full = np.array(5)
+        assert full[lay.local_box(4)] == full
+    p = mc.plan(mc.Layout((), "f32", "2@0-1:+P0"), mc.Layout((), "f32", "3@1-3:"))
+    assert p.src.shape == () and pickle.loads(pickle.dumps(p)).dst.shape == ()
+    assert mc.Plan.from_json(p.json()) == p
+
+
 def test_stubs_match_the_module():
     # Every public name has a stub and every stub a name: the .pyi cannot drift from the module.
     import ast

@@ -143,9 +143,13 @@ def test_wrong_comm_and_plan_types():
     mc.LocalWorld(1).run(step)
 
 
-def test_a_scalar_layout_says_how_to_describe_it():
-    with pytest.raises(ValueError, match=r"^layout.shape: .* a 0-d array as x.reshape\(1\)"):
-        mc.Layout((), "i64", "2@0-1:")
+def test_a_scalar_layout_cannot_be_split():
+    with pytest.raises(ValueError, match=r"^layout.spec: spec 'S0' for a 0-d tensor: its spec is "
+                                         r"empty or R"):
+        mc.Layout((), "i64", "2@0-1:S0")
+    with pytest.raises(ValueError, match=r"^layout.spec: spec '' has 0 dimensions but the tensor "
+                                         r"has 1"):
+        mc.Layout((3,), "i64", "2@0-1:")
 
 
 def test_bad_world_arguments():

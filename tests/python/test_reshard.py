@@ -120,3 +120,26 @@ def test_groups_and_several_transfers_in_flight():
         for b in bs:
             if b is not None:
                 np.testing.assert_array_equal(b, full[dst.local_box(d)])
+
+
+def test_zero_dimensional_tensors():
+    # A 0-d loss summed over 4 addends into every device of another mesh: its tile is passed as
+    # a 0-d array or as shape (1,) (the same element); any other shape is refused by name.
+    torch = pytest.importorskip("torch")
+    p = mc.plan(mc.Layout((), "bf16", "2x2@0-3:+P01"), mc.Layout((), "bf16", "3@2-4:"))
+
+    def step(comm):
+        me = comm.rank
+        a = torch.tensor(0.5 * (me + 1), dtype=torch.bfloat16) if me < 4 else None
+        b = torch.zeros((), dtype=torch.bfloat16) if me >= 2 else None
+        mc.reshard(p, comm, a, b)
+        one = torch.zeros((1,), dtype=torch.bfloat16) if me >= 2 else None
+        mc.reshard(p, comm, a, one)
+        if me >= 2:  # refused before anything moves: devices 0 and 1 do not take part
+            with pytest.raises(ValueError, match=r"^dst: expected shape \(\) .* got \(2,\)"):
+                mc.reshard(p, comm, a, torch.zeros((2,), dtype=torch.bfloat16))
+        return b, one
+
+    for d, (b, one) in enumerate(mc.LocalWorld(5).run(step)):
+        if d >= 2:
+            assert b.shape == () and float(b) == 5.0 and float(one[0]) == 5.0

@@ -109,3 +109,23 @@ def test_predict_sync():
                           ROOT + "/models/systems/tp2pp2-to-tp2dp2.json")
     pred = mc.predict_sync(moves, topology="dgx-a100")
     assert pred["predicted_seconds"] > 0 and pred["bytes_moved"] > 0 and pred["busiest_link"]
+
+
+def test_state_dict_with_zero_dimensional_buffers():
+    # BatchNorm's num_batches_tracked is a 0-d int64 buffer: a real state_dict syncs whole.
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16),
+                                torch.nn.Linear(16, 4))
+    for _ in range(3):
+        model(torch.randn(5, 8)).sum().backward()
+    state = {k: v.detach() for k, v in model.state_dict().items()}
+    assert state["1.num_batches_tracked"].shape == ()
+    moves = [(k, mc.Layout(v.shape, v.dtype, "2@0-1:" + ("S0" + "R" * (v.dim() - 1) if v.dim()
+                                                         else "")),
+              mc.Layout(v.shape, v.dtype, "2x2@2-5:" + "R" * v.dim())) for k, v in state.items()]
+    dtypes = {"f32": torch.float32, "i64": torch.int64}
+    got = run_sync(moves, state, 6,
+                   lambda d, me: torch.empty(d.local_shape(me), dtype=dtypes[d.dtype]))
+    for me in range(2, 6):
+        for k, v in state.items():
+            assert torch.equal(got[me][k], v), (me, k)

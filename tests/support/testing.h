@@ -176,6 +176,7 @@ struct Limits {
   int pool = 16;  // device ids are drawn from [0, pool)
   bool partial_src = true;
   bool partial_dst = true;
+  bool scalars = true;  // random_case: occasionally a 0-d tensor
 };
 
 inline Shape random_shape(Rng& rng, const Limits& lim) {
@@ -234,7 +235,7 @@ inline ShardingSpec random_spec(Rng& rng, std::size_t ndim, std::size_t mesh_ndi
     if (r < 2) continue;  // replicated along a
     if (r < 4 && partial)
       p.push_back(a);
-    else
+    else if (ndim > 0)  // a 0-d tensor has no dimension to split
       dims[static_cast<std::size_t>(rng.below(static_cast<std::int64_t>(ndim)))].push_back(a);
   }
   return ShardingSpec(std::move(dims), std::move(p));
@@ -317,8 +318,9 @@ struct Case {
   // "shape 3,5 f32 2x2@[1,0,3,2]:S0R -> 4@4-7:RS0 (disjoint)"
   std::string str() const {
     std::ostringstream os;
-    os << "shape " << shape_str(src.shape()) << ' ' << meshcast::to_string(src.dtype()) << ' '
-       << src.str() << " -> " << dst.str() << " (" << to_string(rel) << " devices)";
+    os << "shape " << (src.scalar() ? "[] (0-d)" : shape_str(src.shape())) << ' '
+       << meshcast::to_string(src.dtype()) << ' ' << src.str() << " -> " << dst.str() << " ("
+       << to_string(rel) << " devices)";
     return os.str();
   }
 };
@@ -330,7 +332,7 @@ inline DType dtype_at(std::int64_t i) {
 }
 
 inline Case random_case(Rng& rng, const Limits& lim, DType dtype) {
-  const Shape shape = random_shape(rng, lim);
+  const Shape shape = lim.scalars && rng.chance(1, 40) ? Shape{} : random_shape(rng, lim);
   const auto rel = static_cast<Devices>(rng.below(4));
   auto [sm, dm] = random_meshes(rng, lim, rel);
   auto s_spec = random_spec(rng, shape.size(), sm.ndim(), lim.partial_src && rng.chance(1, 2));

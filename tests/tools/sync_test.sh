@@ -50,7 +50,7 @@ cat >"$TMP/explicit.json" <<'EOF2'
 {"embed": {"shape": [50257, 64], "dtype": "F32", "src": "4@0-3:S0R", "dst": "2x3@2-7:RS1", "dst_dtype": "bf16"},
  "grad": {"shape": [7, 9, 5], "dtype": "f64", "src": "2x2@0-3:S0RR+P1", "dst": "3@5-7:RS0R"},
  "norm": {"shape": [64], "dtype": "BF16", "src": "4@0-3:R", "dst": "6@2-7:R"},
- "step": {"shape": [], "dtype": "I64", "src": "1@0:R", "dst": "8@0-7:R"}}
+ "step": {"shape": [], "dtype": "I64", "src": "1@0:", "dst": "8@0-7:R"}}
 EOF2
 for mode in fused per-tensor gather; do
   run --model "$TMP/explicit.json" --mode "$mode" --verify --json --iters 1

@@ -175,7 +175,9 @@ TEST(Layout, ValidationNamesTheField) {
        DType::i8,
        spec(Dims{{0}, {}}),
        "2^64 elements"},
-      {{}, DType::f32, spec(Dims{}), "ndim 0"},
+      {{}, DType::f32, spec(Dims{{0}}), "a 0-d tensor split"},
+      {{}, DType::f32, spec(Dims{{}, {}}), "a 0-d tensor with 2 spec dimensions"},
+      {{}, DType::f32, spec(Dims{}, {2}), "a 0-d tensor's partial axis 2 on a 2-D mesh"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.why);
@@ -208,6 +210,28 @@ TEST(Layout, EmptyTensorsWithHugeExtentsAreAccepted) {
     } catch (const Error& e) {
       ADD_FAILURE() << "refused: " << e.what();
     }
+  }
+}
+
+// A 0-d tensor is planned as shape [1], whole on every device, and remembers it was 0-d; its
+// spec is "" or "R", with a pending sum or not.
+TEST(Layout, ZeroDimensionalTensorsArePlannedAsOneElement) {
+  for (const char* text : {"2x4@8-15:", "2x4@8-15:R", "2x4@8-15:+P1", "2x4@8-15:R+P01"}) {
+    SCOPED_TRACE(text);
+    const Layout l = Layout::parse({}, DType::i64, text, "dst");
+    EXPECT_TRUE(l.scalar());
+    EXPECT_EQ(l.shape(), Shape{1});
+    EXPECT_EQ(l.ndim(), 1u);
+    EXPECT_EQ(l.elements(), 1);
+    EXPECT_EQ(l.bytes(), 8);
+    const auto partial = ShardingSpec::parse(std::string_view(text).substr(9)).partial();
+    EXPECT_EQ(l.spec(), spec(Dims{{}}, partial));
+    for (int d = 8; d < 16; ++d) EXPECT_EQ(l.tile_of(d), Box({{0, 1}}));
+    EXPECT_EQ(Layout::parse({}, DType::i64, l.str()), l);  // str() reads back as 0-d
+    const Layout one = Layout::parse({1}, DType::i64, l.str());
+    EXPECT_FALSE(one.scalar());
+    EXPECT_NE(one, l);  // the same element, not the same shape
+    EXPECT_EQ(one.replica_groups(), l.replica_groups());
   }
 }
 

@@ -29,6 +29,8 @@ TEST(Spec, RoundTrips) {
       {"S0S1", {{0}, {1}}, {}},
       {"RS2RS0R+P1", {{}, {2}, {}, {0}, {}}, {1}},
       {"S9876543210", {{9, 8, 7, 6, 5, 4, 3, 2, 1, 0}}, {}},
+      {"", {}, {}},  // a 0-d tensor's
+      {"+P1", {}, {1}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.text);
@@ -57,9 +59,9 @@ TEST(Spec, RandomSpecsRoundTrip) {
 }
 
 TEST(Spec, BadSpecsNameTheFieldInOneLine) {
-  for (const char* bad :
-       {"Q0R",     "S",   "S0S0", "S0R+P0", "S0R+", "S0R+Q1",   "+P1", "",   "S0R+P", "S0R+P1+P2",
-        "S0R+P1R", "s0R", "S0 R", "RR+P11", "S00",  "S0R+P1S2", "S-1", "R+", "+",     "S0R\n"}) {
+  for (const char* bad : {"Q0R", "S",        "S0S0",      "S0R+P0",  "S0R+", "S0R+Q1", "+Q1",
+                          "+P",  "S0R+P",    "S0R+P1+P2", "S0R+P1R", "s0R",  "S0 R",   "RR+P11",
+                          "S00", "S0R+P1S2", "S-1",       "R+",      "+",    "S0R\n",  "+P1R"}) {
     SCOPED_TRACE(std::string("spec '") + bad + "'");
     try {
       const ShardingSpec s = ShardingSpec::parse(bad, "src.spec");

@@ -326,14 +326,15 @@ TEST(ManifestExplicit, PartialSumsUnevenAndCasts) {
     "w": {"shape": [10, 6], "dtype": "f32", "src": "2x2@0-3:S0R+P1", "dst": "3@4-6:RS0",
           "dst_dtype": "bf16"},
     "b": {"shape": [7], "dtype": "F32", "src": "2@0-1:S0", "dst": "4@3-6:S0"},
-    "s": {"shape": [], "dtype": "I64", "src": "1@0:R", "dst": "1@8:R"}})",
+    "s": {"shape": [], "dtype": "I64", "src": "1@0:", "dst": "1@8:R"}})",
                             nullptr, DType::f16);
   ASSERT_EQ(m.moves.size(), 3u);
   EXPECT_TRUE(m.moves[0].src.spec().is_partial());
   EXPECT_EQ(m.moves[0].dst.dtype(), DType::bf16);  // its own dst_dtype wins
   EXPECT_EQ(m.moves[1].dst.dtype(), DType::f16);   // the cast option
   EXPECT_EQ(m.moves[2].dst.dtype(), DType::i64);
-  EXPECT_EQ(m.moves[2].src.shape(), Shape{1});
+  EXPECT_EQ(m.moves[2].src.shape(), Shape{1});  // a 0-d tensor, planned as its one element
+  EXPECT_TRUE(m.moves[2].src.scalar() && m.moves[2].dst.scalar());
   EXPECT_EQ(range(m.moves[1].dst, 6, 0), "5:7");
   EXPECT_EQ(m.dtype_names, (std::vector<std::string>{"f32", "F32", "I64"}));
   EXPECT_EQ(m.trainer_devices, 4);    // 0-3
