@@ -3,6 +3,7 @@
 #include <pybind11/operators.h>
 #include <pybind11/stl.h>
 
+#include <climits>
 #include <filesystem>
 #include <sstream>
 
@@ -130,7 +131,16 @@ or Mesh(shape=(2, 4), devices=range(8, 16)).
       .def_property_readonly("devices", [](const Mesh& x) { return x.devices(); })
       .def_property_readonly("size", &Mesh::size)
       .def_property_readonly("ndim", &Mesh::ndim)
-      .def("__contains__", &Mesh::contains)
+      .def("__contains__",
+           [](const Mesh& x, py::handle id) {
+             // Any object: one that is not an integer, or out of int's range, is not there.
+             if (!PyIndex_Check(id.ptr())) return false;
+             const auto i = py::reinterpret_steal<py::object>(PyNumber_Index(id.ptr()));
+             int overflow = 0;
+             const long long v = i ? PyLong_AsLongLongAndOverflow(i.ptr(), &overflow) : -1;
+             if (!i || overflow || (v == -1 && PyErr_Occurred())) return PyErr_Clear(), false;
+             return v >= INT_MIN && v <= INT_MAX && x.contains(static_cast<int>(v));
+           })
       .def("__str__", &Mesh::str)
       .def("__repr__", [](const Mesh& x) { return "meshcast.Mesh('" + x.str() + "')"; })
       .def(py::self == py::self)

@@ -13,6 +13,8 @@ def test_mesh_forms_agree():
     m = mc.Mesh("2x4@8-15")
     assert m.shape == (2, 4) and m.devices == list(range(8, 16)) and m.size == 8
     assert 9 in m and 3 not in m
+    assert np.int64(9) in m  # any integer; anything else is simply not in it
+    assert 2**40 + 9 not in m and -2**70 not in m and "9" not in m and None not in m
     assert str(m) == "2x4@8-15" and eval(repr(m), {"meshcast": mc}) == m
 
 
