@@ -174,9 +174,16 @@ void Watchdog::diagnose(const std::vector<int>& peers) {
     return rest.empty() ? std::string() : std::string(what) + rank_list(rest) + ")";
   };
   if (!silent.empty())
-    throw CommError(silent[0], "failed: " + after + " and no answer to a liveness check" +
+    throw CommError(silent[0], after +
+                                   " and no answer to a liveness check (stopped, stuck, or "
+                                   "busy outside meshcast)" +
                                    also(std::span(silent).subspan(1), " (also silent: devices "));
-  const std::string alive = after + " although every device is alive (plans disagree?)";
+  // Every peer answers, so the one waited on runs but not this transfer: it skipped or failed the
+  // call before starting it (a bad argument), or it runs another plan.
+  const std::string alive =
+      after +
+      " although every device is alive: the device waited on is not in this transfer "
+      "(it failed or skipped the call before starting it, or runs another plan)";
   if (peers.empty()) throw CommError("wait", alive);
   throw CommError(peers[0],
                   alive + also(std::span(peers).subspan(1), " (also waited on: devices "));

@@ -1,6 +1,6 @@
 """One rank of the MPI / launcher tests: random reshards and collectives, every element checked.
 
-Usage: mpi_worker.py mpi4py|env-ucx|env-mpi CASES SEED [fail|leave]. Prints "rank R ok N" on
+Usage: mpi_worker.py mpi4py|env-ucx|env-mpi CASES SEED [fail|leave|refuse]. Prints "rank R ok N" on
 success; any mismatch raises (the rank exits non-zero). WORKER_TIMEOUT: the comm's timeout (s).
 """
 import os
@@ -78,3 +78,18 @@ if len(sys.argv) > 4 and sys.argv[4] == "leave":
         print(f"rank {me} barrier failed: {e}", flush=True)
         sys.exit(3)
     print(f"rank {me} passed the barrier without rank 1", flush=True)
+
+if len(sys.argv) > 4 and sys.argv[4] == "refuse":
+    # Rank 1's reshard is refused before it starts (a destination of the wrong shape) and the
+    # rank goes on to a barrier: rank 0 fails naming it as alive but not in the transfer.
+    p = mc.plan(mc.Layout((4,), "f32", f"{n}:S0"), mc.Layout((4,), "f32", f"{n}:R"))
+    try:
+        try:
+            mc.reshard(p, comm, np.ones(p.src.local_shape(me), np.float32),
+                       np.zeros(3 if me == 1 else 4, np.float32))
+        except ValueError as e:
+            print(f"rank {me} refused: {e}", flush=True)
+        comm.barrier()
+    except mc.CommError as e:
+        print(f"rank {me} failed: {e}", flush=True)
+        sys.exit(3)

@@ -91,6 +91,19 @@ def test_a_rank_that_ends_is_not_taken_for_one_in_a_barrier():
         assert f"rank {k} barrier failed: device 1" in outs[k][0], outs[k]
 
 
+def test_a_rank_whose_call_was_refused_is_named_as_alive():
+    # Rank 1's reshard is refused before it starts and it goes on to a barrier: rank 0's wait
+    # names it as alive but not in the transfer, not as failed.
+    port = str(free_port())
+    codes, outs = launch(2, lambda k: {"RANK": str(k), "WORLD_SIZE": "2", "LOCAL_RANK": str(k),
+                                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+                                       "WORKER_TIMEOUT": "2"}, cases="1", extra=["refuse"])
+    assert codes == [3, 3], outs
+    assert "rank 1 refused: dst: expected shape (4,)" in outs[1][0], outs[1]
+    assert re.search(r"rank 0 failed: device 1: no progress for 2 s although every device is "
+                     r"alive: the device waited on is not in this transfer", outs[0][0]), outs[0]
+
+
 def test_mpirun_without_a_rendezvous_names_master_addr():
     codes, outs = launch(1, lambda k: {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
                                        "OMPI_COMM_WORLD_LOCAL_RANK": "0"}, cases="1")
