@@ -20,7 +20,8 @@ namespace {
 
 constexpr std::size_t kLine = 64;  // one writer per cache line
 constexpr std::size_t kMaxMembers = 64;
-// Line 0: the stamp; line 1: the owner's record (stamp, readers, its position); lines 2-5: the
+// Line 0: the stamp; line 1: the owner's record (stamp, readers, its position, its collective's
+// signature word, which a reader checks against its own before it uses the data); lines 2-5: the
 // readers' devices (for errors); then one acknowledgement line per reader position.
 constexpr std::size_t kRecord = kLine, kDevices = 2 * kLine, kAcks = 6 * kLine;
 constexpr std::size_t kHeader = kAcks + kLine * kMaxMembers;
@@ -50,8 +51,12 @@ void spin_until(Communicator& comm, std::span<const int> peers, Ready&& ready) {
 // One member's publications and reads within one collective.
 class Exchange {
  public:
-  Exchange(const Group& group, std::size_t me)
-      : comm_(group.comm()), group_(group.devices()), me_(me), id_((group.next_id() >> 1) + 1) {}
+  Exchange(const Group& group, std::size_t me, const Signature& sig)
+      : comm_(group.comm()),
+        group_(group.devices()),
+        me_(me),
+        id_((group.next_id() >> 1) + 1),
+        sig_(sig) {}
 
   std::size_t capacity() const { return detail::capacity(comm_); }
   // This member's data area (what it published last).
@@ -60,7 +65,8 @@ class Exchange {
   template <class Write>
   void publish(std::uint64_t step, Write&& write) {
     std::byte* seg = comm_.node_segment(group_[me_]);
-    auto* last = reinterpret_cast<std::uint64_t*>(seg + kRecord);  // stamp, readers, position
+    // stamp, readers, position, signature
+    auto* last = reinterpret_cast<std::uint64_t*>(seg + kRecord);
     auto* devices = reinterpret_cast<int*>(seg + kDevices);
     if (last[0] != 0)
       for (std::size_t i = 0; i < last[1]; ++i)
@@ -71,6 +77,7 @@ class Exchange {
     last[0] = stamp(step);
     last[1] = group_.size();
     last[2] = me_;
+    last[3] = sig_.word();
     std::copy(group_.begin(), group_.end(), devices);
     word(seg).store(last[0], std::memory_order_release);
   }
@@ -81,6 +88,8 @@ class Exchange {
     const std::uint64_t s = stamp(step);
     spin_until(comm_, group_.subspan(j, 1),
                [&] { return word(seg).load(std::memory_order_acquire) == s; });
+    // The owner rewrites its record only once every reader acknowledged: still this one's.
+    sig_.check(reinterpret_cast<const std::uint64_t*>(seg + kRecord)[3], group_[j]);
     read(static_cast<const std::byte*>(seg + kHeader));
     word(ack(seg, me_)).store(s, std::memory_order_release);
   }
@@ -96,6 +105,7 @@ class Exchange {
   std::span<const int> group_;
   std::size_t me_;
   std::uint64_t id_;
+  Signature sig_;
 };
 
 std::size_t bytes_of(const Span& s, std::size_t elem) {
@@ -184,22 +194,22 @@ bool node_capable(const Group& group) {
 }
 
 void node_all_gatherv(const Group& group, std::size_t me, const void* send, void* recv,
-                      const std::vector<Span>& pieces, std::size_t elem) {
-  Exchange ex(group, me);
+                      const std::vector<Span>& pieces, DType dtype) {
+  Exchange ex(group, me, {Signature::Kind::AllGather, dtype});
   gather(ex, 0, me, static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), pieces,
-         elem);
+         dtype_size(dtype));
 }
 
 void node_reduce_scatter(const Group& group, std::size_t me, const void* send, void* recv,
                          const std::vector<Span>& pieces, DType dtype, ReduceOp op) {
-  Exchange ex(group, me);
+  Exchange ex(group, me, {Signature::Kind::ReduceScatter, dtype, op});
   reduce(ex, 0, me, static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), pieces,
          dtype, op);
 }
 
 void node_all_reduce(const Group& group, std::size_t me, const void* send, void* recv,
                      std::int64_t count, DType dtype, ReduceOp op) {
-  Exchange ex(group, me);
+  Exchange ex(group, me, {Signature::Kind::AllReduce, dtype, op});
   auto* out = static_cast<std::byte*>(recv);
   const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
   if (bytes <= std::min(kWholeBytes, ex.capacity())) {

@@ -17,10 +17,10 @@ namespace meshcast::detail {
 // minimal chunk for each member (the same answer on every member).
 bool node_capable(const Group& group);
 
-// all-gatherv of member pieces (elements of `elem` bytes): the caller's piece from `send` to
-// every member's recv at pieces[me] (send may be there already).
+// all-gatherv of member pieces (elements of `dtype`): the caller's piece from `send` to every
+// member's recv at pieces[me] (send may be there already).
 void node_all_gatherv(const Group& group, std::size_t me, const void* send, void* recv,
-                      const std::vector<Span>& pieces, std::size_t elem);
+                      const std::vector<Span>& pieces, DType dtype);
 // recv (the caller's piece, pieces[me].size() elements) = op over the group of send's
 // pieces[me]. recv may be that piece of send (in place).
 void node_reduce_scatter(const Group& group, std::size_t me, const void* send, void* recv,

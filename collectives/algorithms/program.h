@@ -13,6 +13,7 @@
 
 #include "meshcast/collectives.h"
 #include "meshcast/topology.h"
+#include "signature.h"
 
 namespace meshcast::detail {
 
@@ -21,6 +22,7 @@ struct Message {
   int peer = -1;  // device id
   std::byte* ptr = nullptr;
   std::size_t bytes = 0;
+  bool signed_ = false;  // its first 8 bytes are the sender's signature word (signature.h)
 };
 
 // to = base op from (base may be to).
@@ -40,7 +42,8 @@ struct LocalCopy {
 struct Round {
   std::vector<LocalCopy> copies;  // before posting
   std::vector<Message> sends, recvs;
-  std::vector<Combine> combines;  // once every message of the round completed
+  std::vector<LocalCopy> arrivals;  // once every message completed (out of signed messages)
+  std::vector<Combine> combines;    // then
 };
 
 // A contiguous piece of a buffer: elements [lo, hi).
@@ -51,9 +54,10 @@ struct Span {
 
 class Program {
  public:
-  Program(DType dtype, ReduceOp op) : dtype_(dtype), op_(op), elem_(dtype_size(dtype)) {}
-  DType dtype() const { return dtype_; }
-  ReduceOp op() const { return op_; }
+  explicit Program(Signature sig = {}) : sig_(sig), elem_(dtype_size(sig.dtype)) {}
+  const Signature& signature() const { return sig_; }
+  DType dtype() const { return sig_.dtype; }
+  ReduceOp op() const { return sig_.op; }
   std::size_t elem() const { return elem_; }
   std::vector<Round>& rounds() { return rounds_; }
   const std::vector<Round>& rounds() const { return rounds_; }
@@ -64,10 +68,19 @@ class Program {
     return static_cast<std::byte*>(base) + static_cast<std::size_t>(element) * elem_;
   }
 
+  // The signature exchange (signature.h): this member's signature goes to each peer it sends
+  // data to, in front of its first message to it (copied in) when that is small, else alone,
+  // with the first round, on a tag of its own (signature_sends/recvs). check_signatures(round)
+  // checks what round `round` received (for the lone ones: once they completed, any round).
+  void exchange_signatures();
+  const std::vector<Message>& signature_sends() const { return sig_sends_; }
+  const std::vector<Message>& signature_recvs() const { return sig_recvs_; }
+  void check_signatures(const std::vector<Message>& received) const;
+
  private:
-  DType dtype_;
-  ReduceOp op_;
+  Signature sig_;
   std::size_t elem_;
+  std::vector<Message> sig_sends_, sig_recvs_;
   std::vector<Round> rounds_;
   std::vector<std::unique_ptr<std::byte[]>> scratch_;
 };

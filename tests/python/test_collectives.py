@@ -1,4 +1,6 @@
 """Collectives on numpy arrays and torch tensors against numpy references."""
+import re
+
 import numpy as np
 import pytest
 
@@ -152,3 +154,24 @@ def test_collective_errors():
         return True
 
     assert mc.LocalWorld(2).run(step) == [True, True]
+
+
+@pytest.mark.parametrize("count", [4, 5000])  # its signature carried by a message, or alone
+def test_members_of_another_dtype_fail_by_name(count):
+    # Device 1 passes i32 where device 0 passes f32, the same bytes: refused naming the dtype and
+    # the other device, not summed as bits of the other type.
+    def step(comm):
+        x = np.ones(count, np.float32 if comm.rank == 0 else np.int32)
+        try:
+            mc.all_reduce(comm, x)
+        except ValueError as e:
+            return str(e)
+        except mc.CommError as e:
+            return "CommError: " + str(e)
+        return "returned"
+
+    outcomes = mc.LocalWorld(2, timeout=10).run(step)
+    assert "returned" not in outcomes, outcomes
+    assert any(re.match(r"dtype: device [01] calls all_reduce \(sum\) of (i32|f32) where this "
+                        r"device calls all_reduce \(sum\) of (f32|i32)", o)
+               for o in outcomes), outcomes

@@ -338,6 +338,66 @@ TEST(Collectives, BadArgumentsNameTheField) {
   EXPECT_THROW(parse_reduce_op("min"), ParseError);
 }
 
+// Members that disagree on the dtype, the reduction or the collective itself, with the same
+// bytes (f32 and i32 alike are 4): a member that receives from one of another kind is refused
+// naming the field and the other device, on the transports' path and through node memory; no
+// member returns from the all-reduce (each would hold bytes of the other kind), and nothing
+// hangs. The member that deviates may learn it from a peer that failed first. Another
+// collective exchanges other messages: a member may then wait on one that never comes, and the
+// timeout (2 s here) names the device instead.
+TEST(Collectives, MembersThatDisagreeFailNamingTheField) {
+  enum class Deviate { DType, Op, Kind };
+  struct Case {
+    Deviate how;
+    Algorithm algorithm;
+    const char* field;  // named by some member (another collective: "device", by the timeout)
+  };
+  for (const Case c :
+       {Case{Deviate::DType, Algorithm::Auto, "dtype"},
+        Case{Deviate::DType, Algorithm::Ring, "dtype"},
+        Case{Deviate::DType, Algorithm::SharedMemory, "dtype"},
+        Case{Deviate::Op, Algorithm::Auto, "op"}, Case{Deviate::Op, Algorithm::SharedMemory, "op"},
+        Case{Deviate::Kind, Algorithm::Auto, "device"}}) {
+    SCOPED_TRACE(std::string(c.field) + " on " + to_string(c.algorithm));
+    LocalWorld w(3, c.algorithm == Algorithm::SharedMemory ? kSmallSegment : 0, 2.0);
+    std::mutex m;
+    std::vector<std::string> outcome(3);
+    EXPECT_ANY_THROW(w.run([&](Communicator& comm) {
+      const bool odd = comm.rank() == 2;
+      std::vector<float> x(3000, 1.0f);
+      CollectiveOptions o;
+      o.algorithm = c.algorithm;
+      std::string got = "returned";
+      try {
+        if (odd && c.how == Deviate::Kind)  // all-gather of 1000 per member: 3000 in all
+          all_gather(comm.world(), x.data(), x.data(), 1000, DType::f32, o);
+        else
+          all_reduce(comm.world(), x.data(), x.data(), 3000,
+                     odd && c.how == Deviate::DType ? DType::i32 : DType::f32,
+                     odd && c.how == Deviate::Op ? ReduceOp::Max : ReduceOp::Sum, o);
+      } catch (const ValidationError& e) {
+        got = e.what();
+      } catch (const CommError& e) {
+        got = std::string("CommError: ") + e.what();
+      }
+      {
+        std::lock_guard<std::mutex> lock(m);
+        outcome[static_cast<std::size_t>(comm.rank())] = got;
+      }
+      if (got != "returned") throw std::runtime_error(got);
+    }));
+    const std::string named = std::string(c.field) + (c.how == Deviate::Kind ? " " : ": device ");
+    int refused = 0;
+    for (const auto& o : outcome) {
+      EXPECT_NE(o.find(named), std::string::npos) << o;
+      refused += o.rfind(named, 0) == 0;
+    }
+    if (c.how != Deviate::Kind) {
+      EXPECT_GE(refused, 1) << outcome[0] << "\n" << outcome[1] << "\n" << outcome[2];
+    }
+  }
+}
+
 // A null buffer that must hold elements, an unknown dtype or reduction, counts whose bytes
 // overflow: refused before anything is sent, naming the argument (all_reduce(nullptr, nullptr,
 // 4) used to crash); null buffers of zero elements are fine.

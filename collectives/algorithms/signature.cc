@@ -1,0 +1,64 @@
+#include "signature.h"
+
+#include "meshcast/error.h"
+
+namespace meshcast::detail {
+namespace {
+
+constexpr std::uint64_t kMark = 0x4D43;  // "MC": a word that is not a signature is told apart
+
+const char* name(Signature::Kind k) {
+  switch (k) {
+    case Signature::Kind::AllReduce:
+      return "all_reduce";
+    case Signature::Kind::ReduceScatter:
+      return "reduce_scatter";
+    case Signature::Kind::AllGather:
+      return "all_gather";
+    case Signature::Kind::Broadcast:
+      return "broadcast";
+    case Signature::Kind::AllToAll:
+      return "all_to_all";
+  }
+  return "?";
+}
+
+bool reduces(Signature::Kind k) {
+  return k == Signature::Kind::AllReduce || k == Signature::Kind::ReduceScatter;
+}
+
+}  // namespace
+
+std::uint64_t Signature::word() const {
+  return kMark << 48 | std::uint64_t{static_cast<std::uint8_t>(kind)} << 16 |
+         std::uint64_t{static_cast<std::uint8_t>(dtype)} << 8 | static_cast<std::uint8_t>(op);
+}
+
+std::string Signature::str() const {
+  return std::string(name(kind)) + (reduces(kind) ? " (" + to_string(op) + ")" : "") + " of " +
+         to_string(dtype);
+}
+
+void Signature::check(std::uint64_t theirs, int device) const {
+  if (theirs == word()) return;
+  const std::string who = "device " + std::to_string(device);
+  const auto byte = [&](int shift) { return static_cast<std::uint8_t>(theirs >> shift); };
+  if (theirs >> 48 != kMark || byte(16) > static_cast<std::uint8_t>(Kind::AllToAll) ||
+      byte(16) != static_cast<std::uint8_t>(kind))
+    throw ValidationError("collective", who + " runs another collective than this device's " +
+                                            str() +
+                                            " (members call the same collectives in "
+                                            "the same order)");
+  Signature other = *this;
+  other.dtype = static_cast<DType>(byte(8));
+  other.op = static_cast<ReduceOp>(byte(0));
+  const bool dtype_differs = other.dtype != dtype;
+  const bool known = byte(8) <= static_cast<std::uint8_t>(DType::c128) &&
+                     byte(0) <= static_cast<std::uint8_t>(ReduceOp::Max);
+  const std::string theirs_text = known ? other.str() : "an unknown dtype or op";
+  throw ValidationError(dtype_differs ? "dtype" : "op",
+                        who + " calls " + theirs_text + " where this device calls " + str() +
+                            ": every member passes the same " + (dtype_differs ? "dtype" : "op"));
+}
+
+}  // namespace meshcast::detail
