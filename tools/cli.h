@@ -155,6 +155,8 @@ struct ProcessSession {
 // order on every rank; collective. Throws ValidationError naming the first setting that differs
 // and the ranks that differ from the majority.
 void agree(Bootstrap& boot, const std::vector<std::pair<std::string, std::string>>& settings);
+// A short digest of a text (a file's contents) for agree(): the same on every rank of one build.
+std::string digest(const std::string& text);
 // Starts `backend` (mpi under mpirun; ucx, nccl also by TCP rendezvous), runs fn, shuts down.
 // If starting or fn fails, the error is reported at once and the process exits with its status
 // (exit_status) without shutting the backend down: after a peer failed, freeing windows or

@@ -34,6 +34,10 @@
 
 namespace meshcast::cli {
 
+std::string digest(const std::string& text) {
+  return std::to_string(std::hash<std::string>{}(text));
+}
+
 void agree(Bootstrap& boot, const std::vector<std::pair<std::string, std::string>>& settings) {
   // One short record per rank, a line per setting (values are bounded: numbers, words, hashes).
   std::string mine;

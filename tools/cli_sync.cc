@@ -464,17 +464,14 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
   else {
     checked_together(s->boot, prepare);
     // A rank given another model, system or option would hang or corrupt: refuse it first.
-    const auto hash_of = [](const std::string& text) {
-      return std::to_string(std::hash<std::string>{}(text));
-    };
     agree(
         s->boot,
-        {{"model", hash_of(a.model_text.empty()
-                               ? read_input_file(a.model, "model", limits().input_file_bytes)
-                               : a.model_text)},
+        {{"model",
+          digest(a.model_text.empty() ? read_input_file(a.model, "model", limits().input_file_bytes)
+                                      : a.model_text)},
          {"system", a.system.empty()
                         ? ""
-                        : hash_of(read_input_file(a.system, "system", limits().input_file_bytes))},
+                        : digest(read_input_file(a.system, "system", limits().input_file_bytes))},
          {"mode", a.mode},
          {"cast", a.cast},
          {"strategy", a.strategy},
@@ -484,7 +481,7 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
          {"predict", a.predict ? "on" : "off"},
          {"save-plan", a.save_plan},
          {"backend", s->comm.backend()},
-         {"topology", hash_of(is_auto_topology(a.topology) ? a.topology : l->topology.to_json())}});
+         {"topology", digest(is_auto_topology(a.topology) ? a.topology : l->topology.to_json())}});
   }
 #endif
   const bool root = !s || s->comm.rank() == 0;  // the rank that writes and prints

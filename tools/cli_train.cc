@@ -713,48 +713,67 @@ void add_train_options(CLI::App& cmd, TrainArgs& a, const std::string& model) {
 }
 
 int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& cmd) {
-  const TrainArgs a = with_config(given, cmd);
+  // The backend comes from the command line or the config file. Under mpi, a rank that cannot
+  // read its config reports it with the others (below) when the command line says mpi.
+  TrainArgs a = given;
+  std::exception_ptr unread;
+  try {
+    a = with_config(given, cmd);
+  } catch (const std::exception&) {
+    if (given.backend != "mpi") throw;
+    unread = std::current_exception();
+  }
   if (a.backend != "local" && a.backend != "mpi")
     throw ValidationError("backend", "expected local or mpi, got '" + a.backend + "'");
   check_backend(a.backend);
-  Run r = parse(a, kind);
-  if (a.plan) return run_config_search(a, r);
-  const int devices = r.parallel.devices();
-  if (a.backend == "local" && devices > 256)
-    throw ValidationError("stages", "the local backend runs at most 256 device threads");
-  check_train_memory(r, a.backend);
-  // Before any work: the outputs, and what the checkpoint directory holds.
-  require_writable_dir(a.out, "out");
-  if (!a.checkpoint_dir.empty()) require_writable_dir(a.checkpoint_dir, "checkpoint-dir");
-  nlohmann::json description = model_identity(kind, r.model);
-  const tr::SavedCheckpoint saved = check_checkpoints(a, description);
+  std::optional<Run> run;
+  nlohmann::json description;
+  tr::SavedCheckpoint saved;
+  // This process's checks of its input, before any work. Under mpi every rank runs them once
+  // the job started and all fail alike when one does (checked_together): a rank that exited on
+  // its own would leave the others waiting in MPI's start under srun.
+  const auto prepare = [&] {
+    if (unread) std::rethrow_exception(unread);
+    run = parse(a, kind);
+    if (a.plan) return;
+    if (a.backend == "local" && run->parallel.devices() > 256)
+      throw ValidationError("stages", "the local backend runs at most 256 device threads");
+    check_train_memory(*run, a.backend);
+    // The outputs, and what the checkpoint directory holds.
+    require_writable_dir(a.out, "out");
+    if (!a.checkpoint_dir.empty()) require_writable_dir(a.checkpoint_dir, "checkpoint-dir");
+    description = model_identity(kind, run->model);
+    saved = check_checkpoints(a, description);
+    if (!run->batches) read_corpus(*run, a);
+  };
+  if (a.plan) {  // trains nothing: no backend
+    prepare();
+    return run_config_search(a, *run);
+  }
   const std::string run_json = a.out + "/" + kind + "-run.json";
-  if (!r.batches) read_corpus(r, a);
-  const double tokens = static_cast<double>(r.train.batch) * r.model.seq;
-  tr::RunOptions opts;
-  opts.held_out = &r.held_out;
-  opts.eval_every = r.eval_every;
-  opts.checkpoint_dir = a.checkpoint_dir;
-  opts.checkpoint_every = r.checkpoint_every;
-  opts.resume = a.resume;
-  opts.description = [&] {
-    nlohmann::json d = description;
-    d["stages"] = stages_text(r.parallel);
-    return d.dump();
-  }();
   tr::TrainResult result;
   std::vector<tr::StepStats> earlier;
   Outcome outcome;
   bool root = true;
   const auto t0 = std::chrono::steady_clock::now();
-  auto body = [&](Communicator& comm) {
+  auto body = [&](Communicator& comm) {  // once prepare() ran
+    const Run& r = *run;
     const bool me = comm.rank() == 0;
-    tr::RunOptions mine = opts;
+    const double tokens = static_cast<double>(r.train.batch) * r.model.seq;
+    tr::RunOptions mine;
+    mine.held_out = &r.held_out;
+    mine.eval_every = r.eval_every;
+    mine.checkpoint_dir = a.checkpoint_dir;
+    mine.checkpoint_every = r.checkpoint_every;
+    mine.resume = a.resume;
+    nlohmann::json stated = description;
+    stated["stages"] = stages_text(r.parallel);
+    mine.description = stated.dump();
     std::optional<Progress> progress;
     if (me) say_resume(a, saved);
     if (me && !a.json && says(LogLevel::Info)) {
       progress.emplace(r.train.steps, tokens);
-      std::cout << kind << ": " << detail::counted(devices, "device") << " ("
+      std::cout << kind << ": " << detail::counted(r.parallel.devices(), "device") << " ("
                 << stages_text(r.parallel) << "), " << tr::to_string(r.parallel.schedule) << " x"
                 << r.parallel.micro_batches << ", on " << r.data << '\n';
       if (r.corpus)
@@ -787,18 +806,44 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
     }
   };
   if (a.backend == "local") {
-    LocalWorld world(devices);
+    prepare();
+    LocalWorld world(run->parallel.devices());
     world.run(body);
   }
 #ifdef MESHCAST_HAS_MPI
   else {
     with_process_backend(a.backend, [&](ProcessSession& s) {
+      checked_together(s.boot, prepare);
+      // A rank given other options, another config or other training text would hang or train
+      // another model: refuse it first.
+      const Run& r = *run;
+      agree(s.boot, {{"model", kind},
+                     {"stages", a.stages},
+                     {"chunks", a.chunks},
+                     {"micro-batches", a.micro_batches},
+                     {"schedule", a.schedule},
+                     {"sub-batches", a.sub_batches},
+                     {"overlap", a.no_overlap ? "off" : "on"},
+                     {"reshard", a.reshard},
+                     {"topology", digest(r.topology.to_json())},
+                     {"model dimensions", digest(description.dump())},
+                     {"batch", a.batch},
+                     {"steps", a.steps},
+                     {"lr", a.lr},
+                     {"seed", a.seed},
+                     {"data", digest(r.data + a.noise)},
+                     {"eval-every", std::to_string(r.eval_every)},
+                     {"checkpoint-dir", digest(a.checkpoint_dir)},
+                     {"checkpoint-every", std::to_string(r.checkpoint_every)},
+                     {"resume", a.resume ? "on" : "off"},
+                     {"checkpoint", std::to_string(saved.step)}});
       root = s.comm.rank() == 0;
       body(s.comm);
     });
   }
 #endif
   if (!root) return 0;
+  const Run& r = *run;
   outcome.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (result.steps.empty()) {

@@ -37,5 +37,41 @@ out=$(timeout 120 "${run[@]}" -np 2 "$mc" train gpt --stages dp=4 --backend mpi 
 rc=$?
 [[ $rc -ne 0 && $out == *devices* ]] && ok || bad "too few ranks: rc=$rc $out"
 
+# Rank 2's option is bad: it says why and the 3 others say it for it, all exit 2, no rank waits
+# for it (--enable-recovery: the job is not ended at its first failed rank, as srun's default
+# does not end it).
+small=(train gpt --stages dp=1,tp=2/dp=2 --steps 2 --batch 8 --seq 16 --d-model 32 --layers 2
+       --heads 4 --json --out "$tmp" --backend mpi)
+out=$(timeout 120 "${run[@]}" --enable-recovery -np 4 bash -c "o=''
+  [[ \$OMPI_COMM_WORLD_RANK == 2 ]] && o='--lr x'
+  $mc ${small[*]} \$o
+  echo status \$?" 2>&1)
+rc=$?
+n=$(grep -c "^meshcast: rank 2: lr: " <<<"$out")
+own=$(grep -c "^meshcast: lr: " <<<"$out")
+twos=$(grep -c "^status 2$" <<<"$out")
+if [[ $rc -ne 124 && $n -eq 3 && $own -eq 1 && $twos -eq 4 ]]; then ok
+else bad "bad --lr on rank 2: rc=$rc, $n+$own of 4 said it, $twos exited 2: $out"; fi
+
+# Rank 1 given other settings (valid alone): every rank refuses, naming the setting, before
+# training; a config file that rank 3 cannot read, with --backend mpi on the command line, the
+# same way as a bad option.
+for opt in "--micro-batches 2" "--seed 2" "--schedule eager-1f1b" "--config $tmp/missing.json"; do
+  name=${opt%% *}
+  who=1; [[ $name == --config ]] && who=3
+  out=$(timeout 120 "${run[@]}" --enable-recovery -np 4 bash -c "o=''
+    [[ \$OMPI_COMM_WORLD_RANK == $who ]] && o='$opt'
+    exec $mc ${small[*]} \$o" 2>&1)
+  rc=$?
+  if [[ $name == --config ]]; then
+    n=$(grep -c "^meshcast: rank 3: config: " <<<"$out")
+    want=3
+  else
+    n=$(grep -c "^meshcast: ${name#--}: rank 1 was started with a different" <<<"$out")
+    want=4
+  fi
+  if [[ $rc -ne 124 && $n -eq $want ]]; then ok; else bad "$opt on rank $who: rc=$rc, $n of 4 refused: $out"; fi
+done
+
 echo "train_mpi: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
