@@ -178,6 +178,7 @@ struct Collective::State : InFlight {
   std::size_t next = 0;  // the next round to post
   bool posted = false;   // round next - 1 is in flight
   std::vector<Request> reqs, signature_reqs;
+  bool lone_arrived = false;  // the lone signatures arrived and are not checked yet
   std::int64_t sent = 0;
 
   bool done() const override { return !posted && next == program.rounds().size(); }
@@ -231,14 +232,18 @@ struct Collective::State : InFlight {
   bool run(bool block) {
     for (;;) {
       if (posted) {
-        // The signatures first: a peer of another dtype is named before its data, of another
-        // size, fails a receive.
+        // Every request of the round completes before any check may throw: none is left
+        // writing into memory that the unwinding frees.
         if (!signature_reqs.empty()) {
           if (!settle(signature_reqs, block)) return false;
           signature_reqs.clear();
-          program.check_signatures(program.signature_recvs());
+          lone_arrived = true;
         }
         if (!settle(reqs, block)) return false;
+        if (lone_arrived) {
+          lone_arrived = false;
+          program.check_signatures(program.signature_recvs());
+        }
         finish_round();
       }
       if (next == program.rounds().size()) return true;
@@ -529,10 +534,11 @@ namespace detail {
 
 void Program::exchange_signatures() {
   constexpr std::size_t kWord = sizeof(std::uint64_t);
-  // Up to this a first message carries the signature: two copies of it cost less than a
-  // message of its own (0.9 us per all-reduce of 8 bytes under Open MPI's shared memory);
-  // beyond it the signature travels alone.
-  constexpr std::size_t kCarried = std::size_t{8} << 10;
+  // Up to this many elements a first message carries the signature: two copies of it cost less
+  // than a message of its own (0.9 us per all-reduce of 8 bytes under Open MPI's shared memory);
+  // beyond it the signature travels alone. Elements, not bytes: both sides choose alike when
+  // they disagree on the dtype's width.
+  constexpr std::size_t kCarried = 2048;  // 8 KiB of f32
   const auto first = [](std::vector<int>& seen, int peer) {
     if (std::find(seen.begin(), seen.end(), peer) != seen.end()) return false;
     seen.push_back(peer);
@@ -555,10 +561,10 @@ void Program::exchange_signatures() {
     for (Round& r : rounds_) {
       for (Message& m : r.sends) {
         if (!m.bytes || !first(to, m.peer)) continue;
-        const bool carried = m.bytes <= kCarried;
+        const bool carries = m.bytes / elem_ <= kCarried;
         if (!lay) {
-          bytes += carried ? kWord + m.bytes : 0;
-        } else if (!carried) {
+          bytes += carries ? kWord + m.bytes : 0;
+        } else if (!carries) {
           sig_sends_.push_back({m.peer, mine, kWord});
         } else {
           std::memcpy(at, mine, kWord);
@@ -569,10 +575,10 @@ void Program::exchange_signatures() {
       }
       for (Message& m : r.recvs) {
         if (!m.bytes || !first(from, m.peer)) continue;
-        const bool carried = m.bytes <= kCarried;
+        const bool carries = m.bytes / elem_ <= kCarried;
         if (!lay) {
-          bytes += kWord + (carried ? m.bytes : 0);
-        } else if (!carried) {
+          bytes += kWord + (carries ? m.bytes : 0);
+        } else if (!carries) {
           sig_recvs_.push_back({m.peer, at, kWord});
           at += kWord;
         } else {

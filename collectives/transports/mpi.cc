@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "meshcast/error.h"
 #include "watchdog.h"
@@ -40,6 +41,7 @@ struct MpiRequest : Request::Impl {
   MPI_Datatype type = MPI_DATATYPE_NULL;  // owned, when not a predefined type
   std::vector<int> peers;                 // for error messages
   bool collective = false;                // MPI cannot cancel these
+  std::int64_t expect = -1;               // a receive's bytes: MPI takes a shorter message silently
   ~MpiRequest() override {
     if (type != MPI_DATATYPE_NULL) (void)MPI_Type_free(&type);  // a destructor reports nothing
   }
@@ -212,8 +214,19 @@ class MpiTransport final : public Transport {
   bool test(Request::Impl& impl) override {
     auto& r = static_cast<MpiRequest&>(impl);
     int done = 0;
-    const int rc = MPI_Test(&r.req, &done, MPI_STATUS_IGNORE);
-    if (rc == MPI_SUCCESS) return done != 0;
+    MPI_Status st;
+    const int rc = MPI_Test(&r.req, &done, r.expect >= 0 ? &st : MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS) {
+      if (done && r.expect >= 0) {  // once: a completed request reads back as an empty one
+        MPI_Count got = 0;
+        check(MPI_Get_elements_x(&st, MPI_BYTE, &got), "MPI_Get_elements_x");
+        const std::int64_t want = std::exchange(r.expect, -1);
+        if (got != want)
+          throw CommError(r.peers.front(), "sent " + std::to_string(got) + " bytes where " +
+                                               std::to_string(want) + " were expected");
+      }
+      return done != 0;
+    }
     // A transfer MPI failed (a peer left, or sent more than was expected): the peer's doing.
     const std::string why = "transfer failed: " + error_string(rc);
     if (r.peers.empty()) throw CommError("mpi", why);
@@ -315,12 +328,14 @@ class MpiTransport final : public Transport {
       throw ValidationError("peer", "device " + std::to_string(peer) +
                                         " is outside the MPI world of " + std::to_string(size_) +
                                         " ranks");
-    return start(r, peer, [&](const Wire& w, MPI_Request* q) {
+    Request q = start(r, peer, [&](const Wire& w, MPI_Request* q) {
       if (send)
         check(MPI_Isend(w.ptr, w.count, w.type, peer, tag, comm_, q), "MPI_Isend");
       else
         check(MPI_Irecv(w.ptr, w.count, w.type, peer, tag, comm_, q), "MPI_Irecv");
     });
+    if (!send) static_cast<MpiRequest*>(q.get())->expect = static_cast<std::int64_t>(r.bytes());
+    return q;
   }
 
   // Sub-communicators are created once per device set; every member creates them in plan

@@ -1,6 +1,6 @@
 """One rank of the MPI / launcher tests: random reshards and collectives, every element checked.
 
-Usage: mpi_worker.py mpi4py|env-ucx|env-mpi CASES SEED [fail|leave|refuse]. Prints "rank R ok N" on
+Usage: mpi_worker.py mpi4py|env-ucx|env-mpi CASES SEED [fail|leave|refuse|short]. Prints "rank R ok N" on
 success; any mismatch raises (the rank exits non-zero). WORKER_TIMEOUT: the comm's timeout (s).
 """
 import os
@@ -61,6 +61,16 @@ if how == "mpi4py":
         raise AssertionError("from_mpi4py took MPI.COMM_NULL")
     except ValueError as e:
         assert str(e) == "comm: MPI.COMM_NULL", e
+    if len(sys.argv) > 4 and sys.argv[4] == "short":
+        # Rank 1 passes one element more than rank 0 (the transports' path: async_op): MPI takes
+        # the shorter message into the larger receive silently; refused by its length instead.
+        y = np.ones(1000 + me, np.float32)
+        try:
+            mc.all_reduce(mc.from_mpi4py(MPI.COMM_WORLD, timeout=10), y, async_op=True).wait()
+            print(f"rank {me} returned", flush=True)
+        except mc.CommError as e:
+            print(f"rank {me} failed: {e}", flush=True)
+        sys.exit(0)
     if len(sys.argv) > 4 and sys.argv[4] == "fail":
         # One rank fails before a collective: the other's wait fails, nobody hangs at exit.
         quick = mc.from_mpi4py(MPI.COMM_WORLD, timeout=3)

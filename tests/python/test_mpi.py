@@ -36,6 +36,15 @@ def test_one_rank_failing_ends_the_job():
     assert "rank 1 gives up" in r.stderr and "CommError" in r.stderr, r.stderr[-2000:]
 
 
+def test_a_shorter_message_than_expected_is_refused():
+    pytest.importorskip("mpi4py")
+    r = mpirun(2, WORKER, "mpi4py", "1", "3", "short", env=env_with_path(), timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "returned" not in r.stdout, r.stdout
+    assert re.search(r"failed: device \d: sent \d+ bytes where \d+ were expected", r.stdout), \
+        r.stdout
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
