@@ -95,9 +95,11 @@ Plan load_plan_file(const PlanArgs& args) {
     differs("shape", args.shape, shape_str(p.src().shape()));
   if (!args.dtype.empty() && parse_dtype(args.dtype, "dtype") != p.src().dtype())
     differs("dtype", args.dtype, to_string(p.src().dtype()));
+  // The shape as given: a 0-d tensor's is {} (planned as {1}).
+  const Shape shape = p.src().scalar() ? Shape{} : p.src().shape();
   for (const auto& [field, text, saved] :
        {std::tuple{"src", &args.src, &p.src()}, std::tuple{"dst", &args.dst, &p.dst()}})
-    if (!text->empty() && Layout::parse(p.src().shape(), p.src().dtype(), *text, field) != *saved)
+    if (!text->empty() && Layout::parse(shape, p.src().dtype(), *text, field) != *saved)
       differs(field, *text, saved->str());
   // A saved plan's senders and ops are fixed: options that would choose them again are refused.
   const auto fixed = [&](const std::string& field, const std::string& saved) {

@@ -755,8 +755,8 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
   std::vector<tr::StepStats> earlier;
   Outcome outcome;
   bool root = true;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto body = [&](Communicator& comm) {  // once prepare() ran
+  std::chrono::steady_clock::time_point t0;  // once the input is checked
+  auto body = [&](Communicator& comm) {      // once prepare() ran
     const Run& r = *run;
     const bool me = comm.rank() == 0;
     const double tokens = static_cast<double>(r.train.batch) * r.model.seq;
@@ -807,6 +807,7 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
   };
   if (a.backend == "local") {
     prepare();
+    t0 = std::chrono::steady_clock::now();
     LocalWorld world(run->parallel.devices());
     world.run(body);
   }
@@ -838,6 +839,7 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
                      {"resume", a.resume ? "on" : "off"},
                      {"checkpoint", std::to_string(saved.step)}});
       root = s.comm.rank() == 0;
+      t0 = std::chrono::steady_clock::now();
       body(s.comm);
     });
   }

@@ -451,6 +451,8 @@ ModelManifest read_config(std::vector<Entry>& entries, const SystemConfig& syste
   constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
   std::vector<Tensor> tensors;
   std::unordered_map<std::string, std::size_t> by_name;  // output name -> index in tensors
+  for (Entry& e : entries)
+    if (e.shape.empty()) e.shape = {1};  // a scalar, placed as its one element (dims to split)
   int layers = 0;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
@@ -516,7 +518,6 @@ ModelManifest read_config(std::vector<Entry>& entries, const SystemConfig& syste
       }
       shape.insert(shape.begin(), static_cast<std::int64_t>(t.experts.size()));
     }
-    if (shape.empty()) shape = {1};  // a scalar, placed as its one element
     const Entry& e = expert ? entries[t.experts[0]] : first;
     const DType dtype = storage_dtype(e.dtype, tensor_field(e.name) + ".dtype");
     const DType dst_dtype = dst_dtype_of(e, dtype, cast, f).value_or(dtype);
