@@ -177,8 +177,7 @@ struct Collective::State : InFlight {
   Program program;
   std::size_t next = 0;  // the next round to post
   bool posted = false;   // round next - 1 is in flight
-  std::vector<Request> reqs, signature_reqs;
-  bool lone_arrived = false;  // the lone signatures arrived and are not checked yet
+  std::vector<Request> reqs;
   std::int64_t sent = 0;
 
   bool done() const override { return !posted && next == program.rounds().size(); }
@@ -194,13 +193,11 @@ struct Collective::State : InFlight {
     // Zero-byte messages are skipped on both sides (both know the sizes). A round is one batch:
     // a batching transport (NCCL) must issue both sides of an exchange together.
     comm->begin_batch();
-    if (next == 1) {  // the first round
+    if (next == 1) {  // the first round: the lone signatures, checked once it completed
       for (const auto& m : program.signature_recvs())
-        signature_reqs.push_back(
-            comm->irecv(Region::contiguous(m.ptr, m.bytes), m.peer, signature_tag));
+        reqs.push_back(comm->irecv(Region::contiguous(m.ptr, m.bytes), m.peer, signature_tag));
       for (const auto& m : program.signature_sends())
-        signature_reqs.push_back(
-            comm->isend(Region::contiguous(m.ptr, m.bytes), m.peer, signature_tag));
+        reqs.push_back(comm->isend(Region::contiguous(m.ptr, m.bytes), m.peer, signature_tag));
     }
     for (const auto& m : r.recvs)
       if (m.bytes) reqs.push_back(comm->irecv(Region::contiguous(m.ptr, m.bytes), m.peer, tag));
@@ -214,36 +211,26 @@ struct Collective::State : InFlight {
   }
   void finish_round() {
     const detail::Round& r = program.rounds()[next - 1];
+    if (next == 1) program.check_signatures(program.signature_recvs());
     program.check_signatures(r.recvs);  // before anything received is used
     for (const auto& c : r.arrivals) std::memcpy(c.to, c.from, c.bytes);
     for (const auto& c : r.combines)
       reduce_into(c.from, c.base, c.to, c.count, program.dtype(), program.op());
     posted = false;
   }
-  // Completes `rs` (wait) or says whether they all completed (test); complete, they are released.
-  bool settle(std::vector<Request>& rs, bool block) {
-    if (!block)
-      for (Request& q : rs)
-        if (!comm->test(q)) return false;
-    comm->wait_all(rs);
-    return true;
-  }
   // Runs rounds until one would block (test) or all are done (wait).
   bool run(bool block) {
     for (;;) {
       if (posted) {
-        // Every request of the round completes before any check may throw: none is left
-        // writing into memory that the unwinding frees.
-        if (!signature_reqs.empty()) {
-          if (!settle(signature_reqs, block)) return false;
-          signature_reqs.clear();
-          lone_arrived = true;
+        if (block) {
+          comm->wait_all(reqs);
+        } else {
+          for (Request& q : reqs)
+            if (!comm->test(q)) return false;
+          comm->wait_all(reqs);  // all complete: releases them
         }
-        if (!settle(reqs, block)) return false;
-        if (lone_arrived) {
-          lone_arrived = false;
-          program.check_signatures(program.signature_recvs());
-        }
+        // Every request of the round completed before a check may throw: none is left writing
+        // into memory that the unwinding frees.
         finish_round();
       }
       if (next == program.rounds().size()) return true;
