@@ -62,11 +62,12 @@ if how == "mpi4py":
     except ValueError as e:
         assert str(e) == "comm: MPI.COMM_NULL", e
     if len(sys.argv) > 4 and sys.argv[4] == "short":
-        # Rank 1 passes one element more than rank 0 (the transports' path: async_op): MPI takes
-        # the shorter message into the larger receive silently; refused by its length instead.
+        # Rank 1 expects one element more than rank 0 broadcasts (the transports' path:
+        # async_op): MPI takes the shorter message into the larger receive silently; refused by
+        # its length instead. The root, which receives nothing, returns.
         y = np.ones(1000 + me, np.float32)
         try:
-            mc.all_reduce(mc.from_mpi4py(MPI.COMM_WORLD, timeout=10), y, async_op=True).wait()
+            mc.broadcast(mc.from_mpi4py(MPI.COMM_WORLD, timeout=10), y, 0, async_op=True).wait()
             print(f"rank {me} returned", flush=True)
         except mc.CommError as e:
             print(f"rank {me} failed: {e}", flush=True)
