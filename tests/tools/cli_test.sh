@@ -314,6 +314,16 @@ bad "dst: .*moves 4@4-7:RS0, not 4@4-7:S0R" --plan "$TMP/saved.json" --dst 4@4-7
 bad "strategy: the saved plan" --plan "$TMP/saved.json" --strategy broadcast
 bad "topology: the saved plan" --plan "$TMP/saved.json" --topology dgx-a100
 bad "shape: required" --dtype f32 --src 2x2@0-3:S0S1 --dst 4@4-7:RS0
+# A 0-d tensor's saved plan (shape [], as Python writes it) runs with its own layouts, in either
+# spelling of its spec.
+run plan --shape 1 --dtype f32 --src 2@0-1:R --dst 3@0-2:R --json
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["src"]["shape"]=j["dst"]["shape"]=[]
+json.dump(j, open(sys.argv[2], "w"))' "$TMP/out" "$TMP/scalar.json"
+for src in 2@0-1: 2@0-1:R; do
+  run reshard --plan "$TMP/scalar.json" --src "$src" --dst 3@0-2: --verify
+  if [ "$rc" -eq 0 ] && grep -q "yes, 0 mismatches" "$TMP/out"; then ok
+  else bad_result "reshard --plan of a 0-d tensor --src $src: rc=$rc $(head -c 300 "$TMP/err")"; fi
+done
 printf '{"src": "2@0-1:S0"}' >"$TMP/notaplan.json"
 bad "plan" --plan "$TMP/notaplan.json"
 STATUS=4 bad "plan: cannot read" --plan "$TMP/absent.json"
