@@ -43,8 +43,7 @@ void Signature::check(std::uint64_t theirs, int device) const {
   if (theirs == word()) return;
   const std::string who = "device " + std::to_string(device);
   const auto byte = [&](int shift) { return static_cast<std::uint8_t>(theirs >> shift); };
-  if (theirs >> 48 != kMark || byte(16) > static_cast<std::uint8_t>(Kind::AllToAll) ||
-      byte(16) != static_cast<std::uint8_t>(kind))
+  if (theirs >> 48 != kMark || byte(16) != static_cast<std::uint8_t>(kind))
     throw ValidationError("collective", who + " runs another collective than this device's " +
                                             str() +
                                             " (members call the same collectives in "
