@@ -220,10 +220,7 @@ class MpiTransport final : public Transport {
       if (done && r.expect >= 0) {  // once: a completed request reads back as an empty one
         MPI_Count got = 0;
         check(MPI_Get_elements_x(&st, MPI_BYTE, &got), "MPI_Get_elements_x");
-        const std::int64_t want = std::exchange(r.expect, -1);
-        if (got != want)
-          throw CommError(r.peers.front(), "sent " + std::to_string(got) + " bytes where " +
-                                               std::to_string(want) + " were expected");
+        detail::check_arrived(r.peers.front(), got, std::exchange(r.expect, -1));
       }
       return done != 0;
     }

@@ -552,6 +552,45 @@ struct Case {
   void (*run)(Communicator&);
 };
 
+// A message shorter than its receive fails the receive, naming its sender (MPI and UCX take one
+// without an error); the send completes and the communicator goes on. Eager and rendezvous
+// sizes, contiguous and strided receives.
+inline void short_message(Communicator& comm) {
+  const int n = comm.size(), me = comm.rank();
+  if (n < 2) return;
+  const TagBlock tags = comm.world().reserve(3);
+  const int to = (me + 1) % n, from = (me - 1 + n) % n;
+  std::vector<Boxed> out, in;
+  out.push_back(Boxed::contiguous(4000));
+  in.push_back(Boxed::contiguous(4008));
+  out.push_back(Boxed::contiguous(300000));
+  in.push_back(Boxed::contiguous(300004));
+  out.push_back(Boxed::contiguous(4000));
+  in.push_back(Boxed(4, {6, 40, 50}, {1, 3, 2}, {5, 20, 11}));  // 4,400 bytes
+  std::vector<Request> sends, recvs;
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    const int tag = tags.tag(static_cast<int>(k));
+    out[k].fill(seed_of(12, me, to, static_cast<int>(k)));
+    sends.push_back(comm.isend(out[k].region, to, tag));
+    recvs.push_back(comm.irecv(in[k].region, from, tag));
+  }
+  for (std::size_t k = 0; k < recvs.size(); ++k) {
+    const std::string want = "device " + std::to_string(from) + ": sent " +
+                             std::to_string(out[k].region.bytes()) + " bytes where " +
+                             std::to_string(in[k].region.bytes()) + " were expected";
+    try {
+      comm.wait(recvs[k]);
+      fail(comm, "a receive of " + std::to_string(in[k].region.bytes()) + " bytes took a " +
+                     std::to_string(out[k].region.bytes()) + "-byte message");
+    } catch (const CommError& e) {
+      if (std::string(e.what()).find(want) == std::string::npos)
+        fail(comm, "a short message: '" + std::string(e.what()) + "', expected '" + want + "'");
+    }
+  }
+  comm.wait_all(sends);
+  comm.barrier();
+}
+
 inline const std::vector<Case>& cases() {
   static const std::vector<Case> all{
       {"send_recv_contiguous", &send_recv_contiguous},
@@ -565,6 +604,7 @@ inline const std::vector<Case>& cases() {
       {"local_memory", &local_memory},
       {"barrier", &barrier},
       {"node_memory", &node_memory},
+      {"short_message", &short_message},
   };
   return all;
 }
