@@ -225,12 +225,16 @@ class LocalTransport final : public Transport {
     auto& ib = s_.inboxes[static_cast<std::size_t>(rank_)];
     std::unique_lock<std::mutex> l(ib.m);
     const auto& gone = s_.left[static_cast<std::size_t>(r->owner)];
-    if (!ib.cv.wait_until(l, deadline, [&] {
+    // Back every 10 ms while nothing happens: the waiter's checks run meanwhile
+    // (Communicator::while_waiting_, every 64 polls).
+    if (!ib.cv.wait_until(l, std::min(deadline, Clock::now() + std::chrono::milliseconds(10)), [&] {
           return r->done || !ib.ready.empty() || s_.failed_rank >= 0 || gone;
-        }))
+        })) {
+      if (Clock::now() < deadline) return;
       throw CommError(r->owner, "no progress for " + std::to_string(s_.timeout.count()) +
                                     " ms (device " + std::to_string(rank_) +
                                     " waits on a transfer with it)");
+    }
     if (!r->done && ib.ready.empty() && s_.failed_rank < 0 && gone)
       throw CommError(r->owner, "returned from its function with a transfer of device " +
                                     std::to_string(rank_) + " pending");

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -20,6 +21,9 @@
 namespace meshcast {
 
 class Communicator;
+namespace detail {
+class WaitHook;
+}
 
 // An operation in flight on a group (a reshard, a collective), as the engine sees it: when a
 // later operation on the group needs the tags this one still holds, the engine finishes it first.
@@ -171,6 +175,11 @@ class Communicator {
   bool advance_chains();
   void wait_request(Request::Impl& r);
   void init_groups();
+
+  friend class detail::WaitHook;
+  // Run now and then while a wait blocks (detail::WaitHook, lib/exec/signatures.h): a check
+  // that may end the wait by throwing.
+  std::function<void()> while_waiting_;
 
   std::unique_ptr<Transport> transport_;
   TransportCaps caps_;

@@ -3,6 +3,7 @@
 #include "meshcast/communicator.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "lib/exec/chain.h"
 
@@ -78,6 +79,14 @@ void Communicator::wait_request(Request::Impl& r) {
       since = Clock::now();
     }
     transport_->idle(&r, {}, ++polls, since);
+    if ((polls & 63) == 0 && while_waiting_) {  // a wait longer than a spin (per poll: 2 us a call)
+      struct Kept {  // out of the slot while it runs (no recursion), back however it ends
+        std::function<void()>& slot;
+        std::function<void()> check;
+        ~Kept() { slot = std::move(check); }
+      } kept{while_waiting_, std::exchange(while_waiting_, nullptr)};
+      kept.check();
+    }
   }
 }
 

@@ -6,12 +6,104 @@
 
 #include <algorithm>
 #include <exception>
+#include <tuple>
+#include <vector>
 
 #include "lib/exec/executor.h"
+#include "lib/exec/signatures.h"
+#include "lib/support/fnv.h"
 #include "meshcast/error.h"
 
 namespace meshcast {
 namespace {
+
+// The layout's digest: its shape, mesh and spec (16 bits).
+std::uint64_t layout_bits(const Layout& l) {
+  detail::Fnv f;
+  for (auto d : l.shape()) f.add(d);
+  f.add(l.str());
+  return f.h & 0xffff;
+}
+
+// The signature words (lib/exec/signatures.h) this device sends and expects, per peer: the
+// dtype (the top 8 bits), the source and target layouts (16 bits each) and the ops the two take
+// part in together, in plan order (24 bits): what both compute alike from plans that agree.
+std::pair<detail::PeerSignatures::Words, detail::PeerSignatures::Words> signature_words(
+    const RankPlan& plan, int me) {
+  struct Link {
+    int peer;
+    std::uint32_t op;  // index in the plan
+    bool sends;        // this device sends to the peer in it
+  };
+  std::vector<Link> links;  // one sort, not a map: a 4 KiB reshard's time is a few us
+  const auto& ops = plan.ops();
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    const auto at = static_cast<std::uint32_t>(i);
+    const bool peer = std::find(op.peers.begin(), op.peers.end(), me) != op.peers.end();
+    if (op.kind == OpKind::Multicast) {
+      if (op.root == me)
+        for (int p : op.peers) links.push_back({p, at, true});
+      else if (peer)
+        links.push_back({op.root, at, false});
+    } else if (op.kind == OpKind::Reduce) {
+      if (op.root == me) {
+        for (int c : op.peers)
+          if (c != me) links.push_back({c, at, false});
+      } else if (peer) {
+        links.push_back({op.root, at, true});
+      }
+    }
+  }
+  std::sort(links.begin(), links.end(), [](const Link& a, const Link& b) {
+    return std::tie(a.peer, a.op) < std::tie(b.peer, b.op);
+  });
+  const std::uint64_t common = static_cast<std::uint64_t>(plan.src().dtype()) << 56 |
+                               layout_bits(plan.src()) << 40 | layout_bits(plan.dst()) << 24;
+  detail::PeerSignatures::Words to, from;
+  for (std::size_t k = 0; k < links.size();) {
+    const int peer = links[k].peer;
+    detail::Fnv f;
+    bool sends = false, receives = false;
+    for (; k < links.size() && links[k].peer == peer; ++k) {
+      const Op& op = ops[links[k].op];
+      (links[k].sends ? sends : receives) = true;
+      f.add(static_cast<std::int64_t>(op.kind)).add(op.phase).add(op.root).add(op.stream);
+      f.add(op.group).add(op.from_dst ? 1 : 0);
+      for (int p : op.peers) f.add(p);
+      for (const auto& r : op.box.ranges()) f.add(r.lo).add(r.hi);
+    }
+    const std::uint64_t word = common | (f.h & 0xffffff);
+    if (sends) to.emplace_back(peer, word);
+    if (receives) from.emplace_back(peer, word);
+  }
+  return {std::move(to), std::move(from)};
+}
+
+// A peer's word that is not this device's: names the first part that differs.
+[[noreturn]] void differ_from(const RankPlan& plan, int device, std::uint64_t theirs,
+                              std::uint64_t mine) {
+  const std::string who = "device " + std::to_string(device);
+  if ((theirs ^ mine) >> 56) {
+    const auto t = static_cast<std::uint8_t>(theirs >> 56);
+    if (t > static_cast<std::uint8_t>(DType::c128))
+      throw ValidationError("plan", who + " runs another operation than this device's reshard");
+    throw ValidationError("dtype", who + " reshards " + to_string(static_cast<DType>(t)) +
+                                       " where this device reshards " +
+                                       to_string(plan.src().dtype()));
+  }
+  const auto layout = [&](int shift, const char* field, const char* what, const Layout& mine_l) {
+    if (((theirs ^ mine) >> shift) & 0xffff)
+      throw ValidationError(field, who + " has another " + what + " layout than this device's " +
+                                       mine_l.str() + " of shape " + shape_str(mine_l.shape()));
+  };
+  layout(40, "src", "source", plan.src());
+  layout(24, "dst", "target", plan.dst());
+  throw ValidationError("plan", who +
+                                    " exchanges other messages with this device than this "
+                                    "device's plan says (a plan made with other options or "
+                                    "another topology)");
+}
 
 struct PendingReduce {
   const Op* op;
@@ -48,6 +140,7 @@ class ReshardExecutor final : public Transfer::Executor {
 
  private:
   void cancel_all() override {
+    signatures_.cancel(comm_);
     for (auto& r : reqs_) comm_.cancel(r);
     for (auto& p : reduces_)
       for (auto& r : p.reqs) comm_.cancel(r);
@@ -57,21 +150,37 @@ class ReshardExecutor final : public Transfer::Executor {
   // True once every op of the plan completed.
   bool advance(bool block) override {
     const auto& ops = plan_.ops();
+    const auto differ = [&](int d, std::uint64_t theirs, std::uint64_t mine) {
+      differ_from(plan_, d, theirs, mine);
+    };
     while (true) {
       if (started_) {
-        if (!block && !phase_complete()) return false;
+        // A sender's word as it arrives: a sender with another plan is named at once, also
+        // where its data would never come (other tags).
+        if (!block && !(signatures_.test(comm_, differ), phase_complete())) return false;
+        const detail::WaitHook check(comm_, [&] { signatures_.test(comm_, differ); });
         for (auto& r : reduces_) sum(r);
         comm_.wait_all(reqs_);
         reqs_.clear();
         reduces_.clear();
       }
-      if (next_ == ops.size()) return true;
+      if (next_ == ops.size()) {
+        if (!block) return signatures_.test(comm_, differ);
+        signatures_.wait_all(comm_, differ);
+        return true;
+      }
+      const bool first = !started_;
       started_ = true;
       const int phase = ops[next_].phase;
       comm_.begin_batch();
       for (; next_ < ops.size() && ops[next_].phase == phase; ++next_)
-        post(ops[next_], tags_.tag(static_cast<std::size_t>(ops[next_].stream)), reqs_, reduces_);
+        post(ops[next_], tags_.tag(static_cast<std::size_t>(ops[next_].stream) + 1), reqs_,
+             reduces_);
       comm_.end_batch();
+      if (first) {  // the words, on the first tag (the data's are the next ones)
+        auto [to, from] = signature_words(plan_, me_);
+        signatures_.post(comm_, tags_.tag(0), std::move(to), std::move(from));
+      }
     }
   }
 
@@ -165,6 +274,7 @@ class ReshardExecutor final : public Transfer::Executor {
   bool started_ = false;  // a phase is posted (reqs_ and reduces_ belong to it)
   std::vector<Request> reqs_;
   std::vector<PendingReduce> reduces_;
+  detail::PeerSignatures signatures_;
   void* src_;
   void* dst_;
   std::size_t elem_;
@@ -264,8 +374,9 @@ Transfer ireshard(const RankPlan& plan, const Group& group, const void* src_loca
     comm.abandon_for(e);
     throw;
   }
+  // One tag more than the plan's streams: the signatures'.
   return Transfer::Executor::start(std::move(exec), group,
-                                   static_cast<std::size_t>(plan.streams()));
+                                   static_cast<std::size_t>(plan.streams()) + 1);
 }
 
 Transfer ireshard(const Plan& plan, const Group& group, const void* src_local, void* dst_local) {

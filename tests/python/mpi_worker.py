@@ -104,3 +104,21 @@ if len(sys.argv) > 4 and sys.argv[4] == "refuse":
     except mc.CommError as e:
         print(f"rank {me} failed: {e}", flush=True)
         sys.exit(3)
+
+if len(sys.argv) > 4 and sys.argv[4] == "disagree":  # (mpi4py)
+    # Rank 1 runs another plan than rank 0 with messages of the same sizes: i32 for f32 (the
+    # same tags), then source and target swapped (other tags). Each fails naming what differs
+    # (or the other's failure), at once, not after the timeout (WORKER_TIMEOUT is long).
+    f32 = (mc.Layout((8, 8), "f32", "2:S0R"), mc.Layout((8, 8), "f32", "2:RS0"))
+    cases = {"dtype": [f32, (mc.Layout((8, 8), "i32", "2:S0R"), mc.Layout((8, 8), "i32", "2:RS0"))],
+             "swapped": [f32, f32[::-1]]}
+    for name, pairs in cases.items():
+        src, dst = pairs[me]
+        dt = {"f32": np.float32, "i32": np.int32}[src.dtype]
+        try:  # a communicator of its own: a failed reshard leaves its communicator failed
+            mc.reshard(mc.plan(src, dst), mc.from_mpi4py(MPI.COMM_WORLD),
+                       np.zeros(src.local_shape(me), dt), np.zeros(dst.local_shape(me), dt))
+            print(f"rank {me} {name} returned", flush=True)
+        except (ValueError, mc.CommError) as e:
+            print(f"rank {me} {name} failed: {type(e).__name__}: {e}", flush=True)
+    sys.exit(0)

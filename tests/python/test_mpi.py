@@ -44,6 +44,20 @@ def test_a_shorter_message_than_expected_is_refused():
         r.stdout
 
 
+def test_ranks_that_run_different_plans_fail_naming_what_differs():
+    pytest.importorskip("mpi4py")
+    r = mpirun(2, WORKER, "mpi4py", "1", "3", "disagree", env=env_with_path(), timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # Each case: both ranks fail, one of them (whichever checked first) naming the difference.
+    assert "dtype: device 1 reshards i32 where this device reshards f32" in r.stdout or \
+        "dtype: device 0 reshards f32 where this device reshards i32" in r.stdout, r.stdout
+    assert "src: device 1 has another source layout than this device's 2@0-1:S0R" in r.stdout or \
+        "src: device 0 has another source layout than this device's 2@0-1:RS0" in r.stdout, r.stdout
+    for k in (0, 1):
+        for case in ("dtype", "swapped"):
+            assert f"rank {k} {case} failed" in r.stdout, r.stdout
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -371,6 +371,76 @@ TEST(Reshard, PlanNamingADeviceForDataItLacksIsRefused) {
   }
 }
 
+// What each device of a 2-device world ends with when device d runs plans[d]: "" (it
+// returned) or its error.
+std::vector<std::string> run_apart(const std::vector<Plan>& plans) {
+  std::vector<std::string> out(2);
+  std::vector<std::vector<std::byte>> src(2), dst(2);
+  LocalWorld world(2);
+  world.run([&](Communicator& comm) {
+    const auto me = static_cast<std::size_t>(comm.rank());
+    const Plan& p = plans[me];
+    src[me].resize(static_cast<std::size_t>(p.src().tile_of(comm.rank()).volume()) * 8);
+    dst[me].resize(static_cast<std::size_t>(p.dst().tile_of(comm.rank()).volume()) * 8);
+    try {
+      reshard(p, comm, src[me].data(), dst[me].data());
+    } catch (const Error& e) {
+      out[me] = e.what();
+    }
+  });
+  return out;
+}
+
+// Both devices failed, and one of them (whichever checked first; the other may hear of it as
+// the first one's failure) with `why[d]`.
+void expect_named(const std::vector<std::string>& out, const std::vector<std::string>& why) {
+  EXPECT_TRUE(out[0] == why[0] || out[1] == why[1]) << out[0] << "\n" << out[1];
+  EXPECT_NE(out[0], "");
+  EXPECT_NE(out[1], "");
+}
+
+// Devices whose plans differ fail naming what differs, at once: where their messages have the
+// same sizes and tags (which the transports' checks cannot tell) instead of leaving wrong data,
+// and where their tags differ instead of waiting for the timeout. Plans that agree pass however
+// they were asked for.
+TEST(Reshard, DevicesThatRunDifferentPlansFailNamingWhatDiffers) {
+  const auto l = [](DType t, const char* text) { return Layout::parse({8, 8}, t, text); };
+  const Plan f32 = plan(l(DType::f32, "2@0-1:S0R"), l(DType::f32, "2@0-1:RS0"));
+  const Plan i32 = plan(l(DType::i32, "2@0-1:S0R"), l(DType::i32, "2@0-1:RS0"));
+  expect_named(run_apart({f32, i32}),
+               {"dtype: device 1 reshards i32 where this device reshards f32",
+                "dtype: device 0 reshards f32 where this device reshards i32"});
+
+  // Source and target swapped on one device: the same pairs and sizes, other boxes and tags.
+  const Plan back = plan(f32.dst(), f32.src());
+  expect_named(
+      run_apart({f32, back}),
+      {"src: device 1 has another source layout than this device's 2@0-1:S0R of shape 8,8",
+       "src: device 0 has another source layout than this device's 2@0-1:RS0 of shape 8,8"});
+  // The target mesh's devices in another order on one device.
+  const Plan swapped = plan(f32.src(), l(DType::f32, "2@[1,0]:RS0"));
+  expect_named(
+      run_apart({f32, swapped}),
+      {"dst: device 1 has another target layout than this device's 2@0-1:RS0 of shape 8,8",
+       "dst: device 0 has another target layout than this device's 2@[1,0]:RS0 of shape 8,8"});
+
+  // The same messages in another phase: the plans disagree on the ops (here harmlessly).
+  std::vector<Op> later = f32.ops();
+  for (Op& op : later) op.phase += op.kind == OpKind::Multicast;
+  const Plan other(f32.src(), f32.dst(), f32.strategy(), f32.balance(), f32.topology(), later,
+                   f32.stats(), f32.streams());
+  const std::string why =
+      "plan: device 0 exchanges other messages with this device than this "
+      "device's plan says (a plan made with other options or another topology)";
+  expect_named(run_apart({f32, other}), {"plan: device 1" + why.substr(14), why});
+
+  // Plans that agree: one asked for auto, the other for the strategy auto chose.
+  PlanOptions o;
+  o.strategy = f32.strategy();
+  const Plan chosen = plan(f32.src(), f32.dst(), Topology::single_host(), o);
+  EXPECT_EQ(run_apart({f32, chosen}), (std::vector<std::string>{"", ""}));
+}
+
 TEST(Reshard, DeviceOutsideBothMeshesReturnsAtOnce) {
   const auto src = Layout::parse({8, 8}, DType::f32, "2@0-1:S0R");
   const auto dst = Layout::parse({8, 8}, DType::f32, "2@2-3:RS0");
