@@ -6,6 +6,7 @@
 #include <functional>
 #include <iosfwd>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,9 @@ struct SyncArgs {
   std::string strategy = "auto", max_staging = std::to_string(std::int64_t{64} << 20);
   std::string plan_file, save_plan;  // --plan, --save-plan
   bool verify = false, json = false, predict = false;
+  // The options given, of those that have defaults or may be empty: --plan refuses the ones its
+  // file fixes even at their default values, and none may be given empty.
+  std::set<std::string> given;
   // From --plan's file (run_sync fills them): the tensors (explicit form) and the topology.
   std::string model_text, topology_text;
 };

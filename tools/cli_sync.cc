@@ -83,8 +83,9 @@ std::int64_t parse_size(const std::string& text, const std::string& field) {
   }
   const std::string unit = text.substr(std::min(used, text.size()));
   const int shift = unit.empty() ? 0 : unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : -1;
-  if (v < 1 || shift < 0 || v > (std::int64_t{1} << (40 - shift)))
-    throw ValidationError(field, "expected a size from 1 byte to 1 TiB (K, M, G suffixes), got '" +
+  // (8 bytes: the least a sync packs, SyncOptions::max_staging_bytes)
+  if (v < 1 || shift < 0 || v > (std::int64_t{1} << (40 - shift)) || (v << shift) < 8)
+    throw ValidationError(field, "expected a size from 8 bytes to 1 TiB (K, M, G suffixes), got '" +
                                      text.substr(0, 32) + "'");
   return static_cast<std::int64_t>(v) << shift;
 }
@@ -104,6 +105,11 @@ struct Loaded {
 };
 
 Loaded load(const SyncArgs& a) {
+  for (const auto& [flag, value] : {std::pair{"cast", &a.cast}, std::pair{"topology", &a.topology}})
+    if (a.given.count(flag) && value->empty())
+      throw ValidationError(flag, "given empty; leave it out for the default");
+  if (a.predict && a.verify)
+    throw ValidationError("verify", "--predict runs nothing to verify; leave one of them out");
   if (a.mode != "fused" && a.mode != "per-tensor" && a.mode != "gather")
     throw ValidationError("mode", "expected fused, per-tensor or gather, got '" + a.mode + "'");
   std::optional<DType> cast;
@@ -328,12 +334,11 @@ SyncArgs with_saved_sync(const SyncArgs& a) {
       throw ValidationError(std::string("plan.") + key, "missing or not a string");
     return j[key].get<std::string>();
   };
-  for (const auto& [flag, given, dflt, key] :
-       {std::tuple{"mode", &a.mode, SyncArgs{}.mode, "mode"},
-        std::tuple{"cast", &a.cast, SyncArgs{}.cast, "cast"},
-        std::tuple{"strategy", &a.strategy, SyncArgs{}.strategy, "strategy"}}) {
+  for (const auto& [flag, given, key] :
+       {std::tuple{"mode", &a.mode, "mode"}, std::tuple{"cast", &a.cast, "cast"},
+        std::tuple{"strategy", &a.strategy, "strategy"}}) {
     const std::string saved = text_of(key);
-    if (*given != dflt && *given != saved)
+    if (a.given.count(flag) && *given != saved)
       throw ValidationError(flag, "the saved plan " + a.plan_file + " was made with --" + flag +
                                       " " + (saved.empty() ? "unset" : saved) + "; leave --" +
                                       flag + " out to run it");
@@ -344,7 +349,8 @@ SyncArgs with_saved_sync(const SyncArgs& a) {
   if (!j.contains("max_staging_bytes") || !j["max_staging_bytes"].is_number_integer())
     throw ValidationError("plan.max_staging_bytes", "missing or not an integer");
   s.max_staging = std::to_string(j["max_staging_bytes"].get<std::int64_t>());
-  if (a.max_staging != SyncArgs{}.max_staging && a.max_staging != s.max_staging)
+  if (a.given.count("max-staging-bytes") &&
+      parse_size(a.max_staging, "max-staging-bytes") != j["max_staging_bytes"].get<std::int64_t>())
     throw ValidationError("max-staging-bytes", "the saved plan " + a.plan_file + " was made with " +
                                                    s.max_staging + "; leave it out to run it");
   for (const auto& [flag, given] : {std::pair{"model", &a.model}, std::pair{"system", &a.system},
@@ -364,6 +370,9 @@ SyncArgs with_saved_sync(const SyncArgs& a) {
 }  // namespace
 
 void add_sync_options(CLI::App& cmd, SyncArgs& a) {
+  const auto noted = [&a](const char* flag) {
+    return [&a, flag](const std::string&) { a.given.insert(flag); };
+  };
   cmd.add_option("--model", a.model,
                  "model file (unless --plan): NCCL M2N's model config ({\"name\": {\"shape\", "
                  "\"dtype\"}}, with --system) or the explicit form ({\"name\": {\"shape\", "
@@ -378,7 +387,8 @@ void add_sync_options(CLI::App& cmd, SyncArgs& a) {
                  "mpi|ucx: discovered from the job's host names and measured links; "
                  "auto:PRESET takes PRESET's links; one host with the local backend and "
                  "--predict); default: one host")
-      ->type_name("FILE|NAME|auto");
+      ->type_name("FILE|NAME|auto")
+      ->each(noted("topology"));
   cmd.add_option("--backend", a.backend, "communicator: local (threads), mpi, ucx, nccl")
       ->type_name("NAME")
       ->capture_default_str();
@@ -387,18 +397,22 @@ void add_sync_options(CLI::App& cmd, SyncArgs& a) {
                  "other) or gather (each tensor gathered on the first trainer of its stage, then "
                  "broadcast whole to every generator)")
       ->type_name("MODE")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each(noted("mode"));
   cmd.add_option("--cast", a.cast,
                  "bf16 or f16: f32 tensors cross as this dtype (cast by the sender, round to "
                  "nearest even)")
-      ->type_name("DTYPE");
+      ->type_name("DTYPE")
+      ->each(noted("cast"));
   cmd.add_option("--strategy", a.strategy, "per tensor: auto, broadcast, sendrecv, allgather")
       ->type_name("NAME")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each(noted("strategy"));
   cmd.add_option("--max-staging-bytes", a.max_staging,
                  "packing memory in flight per device (K/M/G suffixes)")
       ->type_name("BYTES")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each(noted("max-staging-bytes"));
   cmd.add_option("--iters", a.iters, "timed iterations after one warm-up (>= 1)")
       ->type_name("N")
       ->capture_default_str();

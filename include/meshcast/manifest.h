@@ -20,7 +20,11 @@
 //
 // System config: `{"train": {...}, "generation": {...}}`, each with "num_gpus" (required) and
 // "tp_size", "pp_size", "dp_size", "cp_size", "ep_size", "fsdp_size", "etp_size" (default 1,
-// etp_size see below); other keys are ignored. Trainer ranks are [0, T), generator ranks
+// etp_size see below). Other keys are skipped (batch sizes, ...), except those that ask for a
+// placement meshcast does not make, refused by name: one with "parallel" in it (an interleaved
+// pipeline, Megatron's long spellings; sequence_parallel, which splits activations only, is
+// skipped), one ending in "p_size" (vpp_size) or one about colocating the sides. Trainer ranks
+// are [0, T), generator ranks
 // [T, T + G) (T, G = the sides' num_gpus). Both sides are placed by the same rule:
 //
 // Rank order (Megatron-Core's "tp-cp-ep-dp-pp"): within a side, rank = ((p·dp + d)·cp + c)·tp + t

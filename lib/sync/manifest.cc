@@ -64,9 +64,15 @@ void validate_side(ParallelConfig& c, const std::string& f) {
   // Each factor is <= num_gpus <= 2^20: the products below fit in int64.
   const std::int64_t n = c.num_gpus;
   const std::int64_t others = std::int64_t{c.tp} * c.cp * c.pp;
+  // The degree to blame: the first of tp, cp, pp whose product with those before it does not
+  // divide num_gpus, else dp (the others fit, dp does not).
+  const char* blamed = n % c.tp                          ? "tp_size"
+                       : n % (std::int64_t{c.tp} * c.cp) ? "cp_size"
+                       : n % others                      ? "pp_size"
+                                                         : "dp_size";
   if (others * c.dp != n)
     throw ValidationError(
-        field("dp_size"),
+        field(blamed),
         "tp_size x cp_size x dp_size x pp_size = " + std::to_string(others * c.dp) +
             " differs from num_gpus = " + std::to_string(n) +
             (n % others == 0 ? " (dp_size " + std::to_string(n / others) + " would fit)" : ""));
@@ -89,6 +95,19 @@ void validate_side(ParallelConfig& c, const std::string& f) {
                                                   "size " + std::to_string(stage / experts));
 }
 
+// A key of a system config that asks for a placement meshcast does not make (an interleaved
+// pipeline, another spelling of a degree, colocated sides): refused, where skipping it would
+// place the tensors otherwise than asked. Sequence parallelism splits activations only.
+void refuse_unsupported(std::string_view key, const std::string& f) {
+  const bool placement =
+      (key.find("parallel") != std::string_view::npos && key != "sequence_parallel") ||
+      key.ends_with("p_size") || key.find("coloc") != std::string_view::npos;
+  if (placement)
+    throw ValidationError(f + "." + std::string(key),
+                          "not supported: meshcast places by num_gpus, tp_size, pp_size, dp_size, "
+                          "cp_size, ep_size, etp_size and fsdp_size (trainers, then generators)");
+}
+
 ParallelConfig side_from(JsonReader& r, const std::string& f) {
   ParallelConfig c;
   c.etp = 0;
@@ -104,6 +123,7 @@ ParallelConfig side_from(JsonReader& r, const std::string& f) {
         has_gpus |= s.member == &ParallelConfig::num_gpus;
         return;
       }
+    refuse_unsupported(key, f);
     r.skip();  // other keys (batch sizes, sequence lengths, ...) are not ours
   });
   if (!has_gpus) throw ValidationError(f + ".num_gpus", "missing");
@@ -554,6 +574,7 @@ SystemConfig parse_system_config(std::string_view json) {
       s.generation = side_from(r, "system.generation");
       has_generation = true;
     } else {
+      refuse_unsupported(key, "system");
       r.skip();
     }
   });

@@ -92,6 +92,8 @@ if [[ $rc -eq 0 && $(field tensors boxes) == "1000 536320" ]]; then ok; else
   bad "uneven model: rc=$rc $(field tensors boxes) $(head -c 300 "$TMP/err")"; fi
 # The saved plan fixes what it was made with; a file of something else is refused.
 run --model "$TMP/explicit.json" --save-plan "$TMP/saved.json"
+run --model "$TMP/explicit.json" --mode gather --strategy sendrecv --max-staging-bytes 1M \
+  --save-plan "$TMP/saved2.json"
 printf '{"a": 1}' >"$TMP/notsaved.json"
 while IFS='|' read -r want args; do
   [[ -z $want ]] && continue
@@ -101,6 +103,9 @@ while IFS='|' read -r want args; do
     bad "saved plan '$args': want exit 2 naming '$want', got rc=$rc: $(cat "$TMP/err")"; fi
 done <<'EOF2'
 mode|--plan $TMP/saved.json --mode per-tensor
+mode|--plan $TMP/saved2.json --mode fused
+strategy|--plan $TMP/saved2.json --strategy auto
+max-staging-bytes|--plan $TMP/saved2.json --max-staging-bytes 64M
 model|--plan $TMP/saved.json --model models/gpt2-small.json
 topology|--plan $TMP/saved.json --topology dgx-a100
 save-plan|--plan $TMP/saved.json --save-plan $TMP/again.json
@@ -108,6 +113,9 @@ plan|--plan $TMP/notsaved.json
 topology|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --topology auto --save-plan $TMP/auto.json
 model|--iters 1
 EOF2
+run --plan "$TMP/saved2.json" --max-staging-bytes 1024K --iters 1 --verify --json  # its value
+if [[ $rc -eq 0 && $(field mode verified) == '"gather" true' ]]; then ok; else
+  bad "saved plan, its own staging bound respelled: rc=$rc $(cat "$TMP/err")"; fi
 
 # --predict: any size, nothing run.
 run --model models/qwen2.5-0.5b.json --system models/systems/tp2pp2-to-tp2dp2.json \
@@ -124,6 +132,7 @@ printf '{"a": {"shape": [4], "dtype": "F32", "src": "1@0:R", "dst": "1@1:R"}, "b
 printf '{"train": {"num_gpus": 4, "tp_size": 3}, "generation": {"num_gpus": 2}}' >"$TMP/degrees.json"
 printf '{"a": {"shape": [4], "dtype": "F32", "src": "1@0:S0S0", "dst": "1@1:R"}}' >"$TMP/layout.json"
 printf '{"a": {"shape": [4], "dtype": "F32"}, "a": {"shape": [4], "dtype": "F32"}}' >"$TMP/dup.json"
+printf '{"train": {"num_gpus": 4, "tp_size": 2, "pp_size": 2, "vpp_size": 2}, "generation": {"num_gpus": 2}}' >"$TMP/vpp.json"
 printf '{"b": {"shape": [8], "dtype": "F32", "src": "2@0-1:S0", "dst": "2@2-3:R"}, "big": {"shape": [3000000000], "dtype": "F32", "src": "2@0-1:S0", "dst": "2@2-3:S0"}}' >"$TMP/big.json"
 while IFS='|' read -r want args; do
   [[ -z $want ]] && continue
@@ -134,8 +143,10 @@ while IFS='|' read -r want args; do
 done <<EOF2
 tensors.a.dtype|--model $TMP/dtype.json --system models/systems/tp2pp2-to-tp2dp2.json
 tensors.b|--model $TMP/mixed.json
-system.train|--model models/gpt2-small.json --system $TMP/degrees.json
+system.train.tp_size|--model models/gpt2-small.json --system $TMP/degrees.json
 tensors.a.src|--model $TMP/layout.json
+system.train.vpp_size: not supported|--model models/gpt2-small.json --system $TMP/vpp.json
+verify|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --predict --verify
 model|--model $TMP/dup.json --system models/systems/tp2pp2-to-tp2dp2.json
 system|--model models/gpt2-small.json
 cast|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --cast f64
@@ -143,6 +154,12 @@ mode|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.jso
 max-staging-bytes|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --max-staging-bytes 0
 buffer bytes: .* the largest: tensors.big (source)|--model $TMP/big.json
 EOF2
+
+for flag in cast topology; do  # given empty: refused, not taken for the default
+  run --model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --$flag ''
+  if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q -- "^meshcast: $flag: given empty" "$TMP/err"
+  then ok; else bad "empty --$flag: rc=$rc $(cat "$TMP/err")"; fi
+done
 
 run --model "$TMP/missing.json"  # I/O: exit 4, the path and the reason
 if [[ $rc -eq 4 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q "missing.json" "$TMP/err"; then ok; else

@@ -98,7 +98,21 @@ TEST(ManifestSystem, ErrorsNameTheField) {
               parse_system_config(R"({"train": {"num_gpus": 4, "tp_size": 2}, )" + gen + "}");
             }).find("dp_size 2 would fit"),
             std::string::npos);
-  EXPECT_EQ(f(R"({"train": {"num_gpus": 4, "tp_size": 3}, )" + gen + "}"), "system.train.dp_size");
+  // The degree that does not divide the GPU count is named, not the dp_size left over.
+  EXPECT_EQ(f(R"({"train": {"num_gpus": 4, "tp_size": 3}, )" + gen + "}"), "system.train.tp_size");
+  EXPECT_EQ(f(R"({"train": {"num_gpus": 4, "tp_size": 2, "cp_size": 3}, )" + gen + "}"),
+            "system.train.cp_size");
+  EXPECT_EQ(f(R"({"train": {"num_gpus": 6, "tp_size": 2, "pp_size": 2}, )" + gen + "}"),
+            "system.train.pp_size");
+  // A placement meshcast does not make is refused, not skipped; other keys are skipped.
+  for (const char* key : {"vpp_size", "virtual_pipeline_model_parallel_size",
+                          "expert_tensor_parallel_size", "enable_expert_parallel"})
+    EXPECT_EQ(f(std::string(R"({"train": {"num_gpus": 1, ")") + key + R"(": 2}, )" + gen + "}"),
+              std::string("system.train.") + key);
+  EXPECT_EQ(f(R"({"colocate": true, "train": {"num_gpus": 1}, )" + gen + "}"), "system.colocate");
+  EXPECT_NO_THROW(parse_system_config(
+      R"({"train": {"num_gpus": 1, "sequence_parallel": true, "micro_batch_size": 4}, )" + gen +
+      "}"));
   // EP carved out of a stage's 4 ranks: 3 does not divide them.
   EXPECT_EQ(f(R"({"train": {"num_gpus": 4, "dp_size": 4, "ep_size": 3}, )" + gen + "}"),
             "system.train.ep_size");
