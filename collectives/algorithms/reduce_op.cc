@@ -1,5 +1,7 @@
 // The reduction operators of the collectives, per element type.
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -10,6 +12,22 @@
 namespace meshcast {
 namespace {
 
+// max for floats, the same bits whichever operand comes first, since members combine the same
+// values in different orders (recursive doubling's partners compute a ∘ b and b ∘ a): a NaN
+// wins (numpy's maximum; std::max kept the first operand, so members disagreed), of two NaNs
+// the one of larger bits, and +0 over -0.
+template <class T>
+T float_max(T x, T y) {
+  using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  if (x != x || y != y) {
+    if (x == x) return y;
+    if (y == y) return x;
+    return std::bit_cast<Bits>(x) > std::bit_cast<Bits>(y) ? x : y;
+  }
+  if (x == y) return std::signbit(x) ? y : x;
+  return x > y ? x : y;
+}
+
 template <class T>
 void combine(const void* from, const void* base, void* to, std::int64_t n, ReduceOp op) {
   const T* a = static_cast<const T*>(from);
@@ -17,6 +35,8 @@ void combine(const void* from, const void* base, void* to, std::int64_t n, Reduc
   T* c = static_cast<T*>(to);
   if (op == ReduceOp::Sum)
     for (std::int64_t i = 0; i < n; ++i) c[i] = static_cast<T>(b[i] + a[i]);
+  else if constexpr (std::is_floating_point_v<T>)
+    for (std::int64_t i = 0; i < n; ++i) c[i] = float_max(b[i], a[i]);
   else
     for (std::int64_t i = 0; i < n; ++i) c[i] = std::max(b[i], a[i]);
 }
@@ -50,7 +70,7 @@ void combine_half(const void* from, const void* base, void* to, std::int64_t n, 
   auto* c = static_cast<unsigned short*>(to);
   for (std::int64_t i = 0; i < n; ++i) {
     const float x = ToFloat(a[i]), y = ToFloat(b[i]);
-    c[i] = FromFloat(op == ReduceOp::Sum ? y + x : std::max(y, x));
+    c[i] = FromFloat(op == ReduceOp::Sum ? y + x : float_max(y, x));
   }
 }
 

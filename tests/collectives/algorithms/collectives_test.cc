@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -191,6 +193,69 @@ TEST(Collectives, SharedMemoryAllReduceGivesEveryMemberTheSameBits) {
       EXPECT_EQ(0, std::memcmp(r.data(), results[0].data(), r.size() * sizeof(float)))
           << count << " elements";
   }
+}
+
+// max over NaNs and signed zeros: a NaN on any member wins (numpy's maximum), +0 beats -0, and
+// every member ends with the same bits whatever order its algorithm combined them in (two NaNs
+// of different payloads included).
+TEST(Collectives, MaxWithNaNsAndSignedZerosGivesEveryMemberTheSameBits) {
+  constexpr std::int64_t kCount = 1001;
+  const auto value = [](int r, std::int64_t i) {
+    const auto nan = [](std::uint32_t payload) {
+      return std::bit_cast<float>(0x7fc00000u | payload);
+    };
+    switch (i % 5) {
+      case 0:
+        return r == i % 3 ? nan(static_cast<std::uint32_t>(r) + 1) : 1.0f;
+      case 1:
+        return (r + i) % 2 ? -0.0f : 0.0f;
+      case 2:
+        return r < 2 ? nan(static_cast<std::uint32_t>(r) + 7) : 2.0f;
+      case 3:
+        return -0.0f;
+      default:
+        return static_cast<float>((r * 3 + i) % 11) - 5.0f;
+    }
+  };
+  for (Algorithm a : {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling,
+                      Algorithm::SharedMemory})
+    for (int n : {2, 3, 4, 5}) {
+      std::mutex m;
+      std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
+      LocalWorld w(n, kLargeSegment);
+      w.run([&](Communicator& comm) {
+        std::vector<float> x(static_cast<std::size_t>(kCount));
+        for (std::int64_t i = 0; i < kCount; ++i)
+          x[static_cast<std::size_t>(i)] = value(comm.rank(), i);
+        CollectiveOptions o;
+        o.algorithm = a;
+        all_reduce(comm.world(), x.data(), x.data(), kCount, DType::f32, ReduceOp::Max, o);
+        std::lock_guard<std::mutex> lock(m);
+        results[static_cast<std::size_t>(comm.rank())] = std::move(x);
+      });
+      const std::string ctx = to_string(a) + ", " + std::to_string(n) + " devices";
+      for (int r = 1; r < n; ++r)
+        ASSERT_EQ(0, std::memcmp(results[static_cast<std::size_t>(r)].data(), results[0].data(),
+                                 kCount * sizeof(float)))
+            << ctx << ": device " << r << "'s bits differ from device 0's";
+      for (std::int64_t i = 0; i < kCount; ++i) {
+        bool nan = false, plus_zero = false;
+        float most = -std::numeric_limits<float>::infinity();
+        for (int r = 0; r < n; ++r) {
+          const float v = value(r, i);
+          nan |= std::isnan(v);
+          plus_zero |= v == 0 && !std::signbit(v);
+          most = std::max(most, v);
+        }
+        const float got = results[0][static_cast<std::size_t>(i)];
+        if (nan)
+          EXPECT_TRUE(std::isnan(got)) << ctx << ", element " << i;
+        else if (most == 0)
+          EXPECT_EQ(std::signbit(got), !plus_zero) << ctx << ", element " << i;
+        else
+          EXPECT_EQ(got, most) << ctx << ", element " << i;
+      }
+    }
 }
 
 TEST(Collectives, SubGroupsInAnyOrder) {
