@@ -251,6 +251,13 @@ void Life::track(const std::shared_ptr<Pending>& p) {
 }
 
 void Life::end(Communicator& comm) {
+  {
+    // The lock without the GIL: a thread that enters a call waits for the lock holding it.
+    py::gil_scoped_release release;
+    std::unique_lock lock(call_mutex_);
+    closing_ = true;
+    call_done_.wait(lock, [&] { return !busy_; });
+  }
   std::vector<std::shared_ptr<Pending>> live;
   {
     std::lock_guard lock(mutex_);
@@ -277,6 +284,26 @@ void Life::end(Communicator& comm) {
     p->collective.reset();
   }
   alive_.store(false);
+}
+
+void Life::enter() {
+  std::lock_guard lock(call_mutex_);
+  if (closing_)
+    throw py::value_error(
+        "comm: its session is ending (a LocalWorld communicator is valid only "
+        "inside run())");
+  if (busy_)
+    throw py::value_error(
+        "comm: in use by another thread (a communicator serves one call at a time)");
+  busy_ = true;
+}
+
+void Life::leave() {
+  {
+    std::lock_guard lock(call_mutex_);
+    busy_ = false;
+  }
+  call_done_.notify_all();
 }
 
 Communicator& Comm::get() const {
@@ -314,14 +341,15 @@ from_env (torchrun, Slurm, Open MPI launchers; UCX). Device ids are ranks 0..siz
       .def(
           "barrier",
           [](const Comm& c) {
-            Communicator& comm = c.get();
+            const Busy call(c);
             py::gil_scoped_release release;
-            comm.barrier();
+            c.get().barrier();
           },
           "Returns once every device of the job called it.")
       .def(
           "group",
           [](const Comm& c, std::vector<int> devices) {
+            const Busy call(c);
             return PyGroup{c.get().group(std::move(devices)), c};
           },
           py::arg("devices"), R"doc(

@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -34,15 +35,25 @@ class Life {
  public:
   bool alive() const { return alive_.load(); }
   void track(const std::shared_ptr<Pending>& p);
-  // Unfinished operations are abandoned (their peers fail with an error naming this device),
-  // every operation is destroyed while `comm` exists, and the communicator is marked gone.
-  // Called with the GIL held.
+  // A call on the communicator, which serves one thread: throws ValueError while another
+  // thread's call is in flight (two threads' barriers would count as two devices') or once the
+  // session is ending. With the GIL held.
+  void enter();
+  void leave();
+  // New calls are refused, a call still in flight on another thread is waited for (the GIL
+  // released: it ends by completing or failing, within the transport's timeout), unfinished
+  // operations are abandoned (their peers fail with an error naming this device), every
+  // operation is destroyed while `comm` exists, and the communicator is marked gone. Called
+  // with the GIL held.
   void end(Communicator& comm);
 
  private:
   std::atomic<bool> alive_{true};
   std::mutex mutex_;
   std::vector<std::weak_ptr<Pending>> pending_;
+  std::mutex call_mutex_;
+  std::condition_variable call_done_;
+  bool busy_ = false, closing_ = false;
 };
 
 class Comm {
@@ -60,6 +71,22 @@ class Comm {
   Communicator* comm_;
   std::shared_ptr<void> session_;  // keeps an MPI / UCX session alive while a handle exists
   std::shared_ptr<Life> life_;
+};
+
+// One call on a communicator for the scope (Life::enter, leave); taken with the GIL held, before
+// releasing it.
+class Busy {
+ public:
+  explicit Busy(const Comm& c) : life_(c.life()) {
+    c.get();
+    life_.enter();
+  }
+  ~Busy() { life_.leave(); }
+  Busy(const Busy&) = delete;
+  Busy& operator=(const Busy&) = delete;
+
+ private:
+  Life& life_;
 };
 
 struct PyGroup {

@@ -71,6 +71,7 @@ auto with_plan(py::handle plan, F&& f) {
 void reshard_py(py::object plan, py::object comm, py::object src, py::object dst) {
   with_plan(plan, [&](const auto& pl, const PyPlan* py_plan) {
     Prepared p = prepare(pl, comm, src, dst, py_plan);
+    const Busy call(p.group.comm);
     py::gil_scoped_release release;
     reshard(pl, p.group.group, p.src, p.dst);
   });
@@ -81,6 +82,7 @@ Handle ireshard_py(py::object plan, py::object comm, py::object src, py::object 
     Prepared p = prepare(pl, comm, src, dst, py_plan);
     Handle h(p.group, std::move(p.keep));
     {
+      const Busy call(p.group.comm);
       py::gil_scoped_release release;
       h.op->transfer = ireshard(pl, p.group.group, p.src, p.dst);
     }
@@ -142,6 +144,7 @@ py::object finish(Setup& s, Collective c, bool async_op) {
     return py::cast(std::move(h));
   }
   {
+    const Busy call(s.group.comm);
     py::gil_scoped_release release;
     c.wait();
   }
@@ -159,6 +162,7 @@ py::object all_reduce_py(py::object comm, py::object send, py::object recv, cons
   if (a.data != b.data) check_disjoint(a, "send", b, "recv");
   Collective c;
   {
+    const Busy call(s.group.comm);
     py::gil_scoped_release release;
     c = iall_reduce(s.group.group, a.data, b.data, a.elements(), a.dtype, rop, s.options);
   }
@@ -179,6 +183,7 @@ py::object reduce_scatter_py(py::object comm, py::object send, py::object recv,
   check_disjoint(a, "send", b, "recv");
   Collective c;
   {
+    const Busy call(s.group.comm);
     py::gil_scoped_release release;
     c = ireduce_scatter(s.group.group, a.data, b.data, a.elements(), a.dtype, rop, s.options);
   }
@@ -200,6 +205,7 @@ py::object all_gather_py(py::object comm, py::object send, py::object recv,
   if (a.data != own) check_disjoint(a, "send", b, "recv");
   Collective c;
   {
+    const Busy call(s.group.comm);
     py::gil_scoped_release release;
     c = iall_gather(s.group.group, a.data, b.data, b.elements(), a.dtype, s.options);
   }
@@ -213,6 +219,7 @@ py::object broadcast_py(py::object comm, py::object buf, int root, bool async_op
   Array a = collective_array(buf, "buf", root != s.group.comm.rank(), s.keep);
   Collective c;
   {
+    const Busy call(s.group.comm);
     py::gil_scoped_release release;
     c = ibroadcast(s.group.group, root, a.data, a.elements(), a.dtype, s.options);
   }
@@ -254,6 +261,7 @@ py::object all_to_all_py(py::object comm, py::object send, py::object recv, py::
   auto rc = counts_arg(recv_counts, b, s.n, "recv_counts", "recv");
   Collective c;
   {
+    const Busy call(s.group.comm);
     py::gil_scoped_release release;
     c = iall_to_allv(s.group.group, a.data, sc, b.data, rc, a.dtype, s.options);
   }
@@ -273,6 +281,7 @@ std::string sparse_all_reduce_py(py::object comm, py::object grad, py::object ou
                           ", got " + to_string(o.dtype) + " of shape " + shape_text(o.shape));
   check_disjoint(g, "grad", o, "out");
   const SparseMethod m = parse_sparse_method(method, "method");
+  const Busy call(s.group.comm);
   py::gil_scoped_release release;
   const auto* values = static_cast<const float*>(g.data);
   SparseRows rows = SparseRows::from_dense({values, static_cast<std::size_t>(g.elements())},
@@ -288,6 +297,7 @@ double reshard_loop(py::object plan, py::object comm, py::object src, py::object
   if (iters < 1) throw py::value_error("iters: must be >= 1");
   return with_plan(plan, [&](const auto& pl, const PyPlan* py_plan) {
     Prepared p = prepare(pl, comm, src, dst, py_plan);
+    const Busy call(p.group.comm);
     py::gil_scoped_release release;
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) reshard(pl, p.group.group, p.src, p.dst);
@@ -316,13 +326,13 @@ Handle::~Handle() {
 }
 
 bool Handle::test() {
-  group->comm.get();  // raises once the communicator ended
+  const Busy call(group->comm);  // raises once the communicator ended
   py::gil_scoped_release release;
   return (!op->transfer || op->transfer->test()) && (!op->collective || op->collective->test());
 }
 
 void Handle::wait() {
-  group->comm.get();
+  const Busy call(group->comm);  // raises once the communicator ended
   py::gil_scoped_release release;
   if (op->transfer) op->transfer->wait();
   if (op->collective) op->collective->wait();

@@ -242,6 +242,7 @@ Topology.single_host().
             o.probe = probe;
             o.probe_bytes = probe_bytes;
             Communicator& c = comm.get();
+            const Busy call(comm);
             py::gil_scoped_release release;
             return discover_topology(c, o);
           },

@@ -181,6 +181,7 @@ flight stays under max_staging_bytes per device.
       "sync",
       [](const SyncPlan& plan, py::object comm, py::object src, py::object dst) {
         Bound b = bind_buffers(plan, comm, src, dst);
+        const Busy call(b.group.comm);
         py::gil_scoped_release release;
         sync(plan, b.group.group, b.src, b.dst);
       },
@@ -196,6 +197,7 @@ of the layout's dtype and local shape. Every device of the sync calls it.
         Bound b = bind_buffers(plan, comm, src, dst);
         Handle h(b.group, std::move(b.keep));
         {
+          const Busy call(b.group.comm);
           py::gil_scoped_release release;
           h.op->transfer = isync(plan, b.group.group, b.src, b.dst);
         }

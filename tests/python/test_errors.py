@@ -1,4 +1,5 @@
 """Bad arguments give ValueError / TypeError naming the argument; no crash, no hang."""
+import threading
 import time
 
 import numpy as np
@@ -130,6 +131,60 @@ def test_comm_used_after_run():
     comms = mc.LocalWorld(1).run(lambda comm: comm)
     with pytest.raises(ValueError, match="^comm: its session has ended"):
         comms[0].rank
+
+
+def test_one_comm_serves_one_call_at_a_time():
+    # Two threads of device 0 in a barrier at once would count as two devices: the second is
+    # refused, and no barrier passes before device 1 calls one.
+    t0 = time.monotonic()
+
+    def fn(comm):
+        if comm.rank == 1:
+            time.sleep(0.5)
+            comm.barrier()
+            return None
+        errors, passed = [], []
+
+        def call():
+            try:
+                comm.barrier()
+                passed.append(time.monotonic() - t0)
+            except ValueError as e:
+                errors.append(str(e))
+
+        threads = [threading.Thread(target=call) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return errors, passed
+
+    errors, passed = mc.LocalWorld(2, timeout=10).run(fn)[0]
+    assert errors == ["comm: in use by another thread (a communicator serves one call at a time)"]
+    assert len(passed) == 1 and passed[0] >= 0.5, passed
+
+
+def test_a_call_in_flight_on_another_thread_when_run_returns():
+    # The session waits for it (it ends, failing) instead of freeing the communicator under it.
+    ended = []
+
+    def loop(comm):
+        try:
+            while True:
+                comm.barrier()
+        except (ValueError, mc.CommError) as e:
+            ended.append(type(e).__name__)
+
+    def fn(comm):
+        t = threading.Thread(target=loop, args=(comm,), daemon=True)
+        t.start()
+        time.sleep(0.05)
+        return comm.rank, t
+
+    threads = [t for _, t in mc.LocalWorld(2, timeout=5).run(fn)]
+    for t in threads:
+        t.join(10)
+    assert len(ended) == 2, ended
 
 
 def test_wrong_comm_and_plan_types():
