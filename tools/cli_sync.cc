@@ -328,6 +328,9 @@ SyncArgs with_saved_sync(const SyncArgs& a) {
   if (!j.is_object() || !j.contains(kSavedSync))
     throw ValidationError("plan",
                           a.plan_file + " is not a sync saved by meshcast sync --save-plan");
+  if (j[kSavedSync] != 1)
+    throw ValidationError("plan", a.plan_file + " is a sync saved in format " +
+                                      j[kSavedSync].dump().substr(0, 16) + "; this build reads 1");
   SyncArgs s = a;
   const auto text_of = [&](const char* key) {
     if (!j.contains(key) || !j[key].is_string())

@@ -46,7 +46,8 @@
 //   (the largest N + 1), stage s owns layers [⌊s·L/pp⌋, ⌊(s+1)·L/pp⌋) (uneven splits are
 //   fine). A tensor of no layer goes to the last stage when its name has "lm_head",
 //   "output_layer", "embed_out", "norm" or "ln_f" (the head and final norm), else the first
-//   (embeddings).
+//   (embeddings, and an embedding's norm: a name with "embed" but not "embed_out"). A layer or
+//   expert index of more than 9 digits is refused.
 // * column-parallel, dim 0 over tp (and a column layer's bias with it, as Megatron's
 //   ColumnParallelLinear): q/k/v/qkv projections (q_proj k_proj v_proj qkv_proj
 //   query_key_value c_attn linear_qkv wq wk wv q_b_proj kv_b_proj), gate/up (gate_proj up_proj

@@ -315,6 +315,12 @@ NameInfo name_info(std::string_view name, std::size_t ndim) {
   const auto parts = split_name(name);
   std::size_t expert_at = parts.size();
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    const std::string_view next = parts[i + 1];
+    if ((one_of(parts[i], kLayerWords) || parts[i] == "experts") && next.size() > 9 &&
+        std::all_of(next.begin(), next.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      throw ValidationError("tensors." + std::string(name), "index " + detail::quote(next) +
+                                                                " after '" + std::string(parts[i]) +
+                                                                "' has more than 9 digits");
     if (info.layer < 0 && one_of(parts[i], kLayerWords) && is_index(parts[i + 1]))
       info.layer = index_of(parts[i + 1]);
     if (info.expert < 0 && parts[i] == "experts" && is_index(parts[i + 1])) {
@@ -339,7 +345,12 @@ NameInfo name_info(std::string_view name, std::size_t ndim) {
   return info;
 }
 
+// A norm of the embedding (BLOOM's word_embeddings_layernorm) stays with it on the first stage;
+// GPT-NeoX's embed_out is the output layer.
 bool on_last_stage(std::string_view name) {
+  if (name.find("embed") != std::string_view::npos &&
+      name.find("embed_out") == std::string_view::npos)
+    return false;
   return std::any_of(kLastStage.begin(), kLastStage.end(),
                      [&](std::string_view w) { return name.find(w) != std::string_view::npos; });
 }

@@ -95,6 +95,7 @@ run --model "$TMP/explicit.json" --save-plan "$TMP/saved.json"
 run --model "$TMP/explicit.json" --mode gather --strategy sendrecv --max-staging-bytes 1M \
   --save-plan "$TMP/saved2.json"
 printf '{"a": 1}' >"$TMP/notsaved.json"
+sed 's/"meshcast_sync_plan": *1/"meshcast_sync_plan": 2/' "$TMP/saved.json" >"$TMP/v2.json"
 while IFS='|' read -r want args; do
   [[ -z $want ]] && continue
   # shellcheck disable=SC2086
@@ -110,6 +111,7 @@ model|--plan $TMP/saved.json --model models/gpt2-small.json
 topology|--plan $TMP/saved.json --topology dgx-a100
 save-plan|--plan $TMP/saved.json --save-plan $TMP/again.json
 plan|--plan $TMP/notsaved.json
+plan: .* format 2|--plan $TMP/v2.json
 topology|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --topology auto --save-plan $TMP/auto.json
 model|--iters 1
 EOF2

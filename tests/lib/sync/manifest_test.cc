@@ -180,6 +180,30 @@ TEST(ManifestPlacement, MegatronKindsAndStages) {
   EXPECT_EQ(m.bytes(), 2 * (10 * 4 + 4 + 32 + 8 + 32 + 4 + 24 + 4 + 40) + 4 * 24 + 24);
 }
 
+// An embedding's norm stays with the embedding on the first stage (BLOOM); GPT-NeoX's embed_out
+// is the head, on the last; an index of more than 9 digits is refused, not taken for no layer.
+TEST(ManifestPlacement, EmbeddingNormsAndHugeIndices) {
+  const auto sys = system_of(R"({"train": {"num_gpus": 2, "pp_size": 2},
+                                 "generation": {"num_gpus": 1}})");
+  const auto m =
+      read_model(R"({"transformer.word_embeddings.weight": {"shape": [8, 4], "dtype": "F32"},
+      "transformer.word_embeddings_layernorm.weight": {"shape": [4], "dtype": "F32"},
+      "transformer.h.0.mlp.dense_4h_to_h.weight": {"shape": [4, 4], "dtype": "F32"},
+      "transformer.h.1.mlp.dense_4h_to_h.weight": {"shape": [4, 4], "dtype": "F32"},
+      "transformer.ln_f.weight": {"shape": [4], "dtype": "F32"},
+      "embed_out.weight": {"shape": [8, 4], "dtype": "F32"}})",
+                 &sys);
+  EXPECT_EQ(move(m, "transformer.word_embeddings_layernorm.weight").src.str(), "1@0:R");
+  EXPECT_EQ(move(m, "transformer.ln_f.weight").src.str(), "1@1:R");
+  EXPECT_EQ(move(m, "embed_out.weight").src.str(), "1@1:RR");
+  EXPECT_EQ(field_of<ValidationError>([&] {
+              read_model(R"({"model.layers.12345678901.mlp.up_proj.weight": {"shape": [4, 4],
+                             "dtype": "F32"}})",
+                         &sys);
+            }),
+            "tensors.model.layers.12345678901.mlp.up_proj.weight");
+}
+
 TEST(ManifestPlacement, CastAppliesToF32Only) {
   const auto sys = system_of(kTp2Pp2ToTp2Dp2);
   const auto m = read_model(kLlama, &sys, DType::bf16);
