@@ -97,6 +97,9 @@ class SyncPlan {
   const SyncOptions& options() const { return options_; }
   SyncStats stats() const;  // this device's messages (as root or peer)
   std::string str(std::size_t max_messages = 32) const;
+  // A digest of the tensors (names, shapes, dtypes, layouts), the same on every device of a sync
+  // planned from the same model: sync() checks its peers' against it.
+  std::uint64_t model_digest() const { return model_digest_; }
 
  private:
   std::vector<TensorMove> tensors_;
@@ -105,6 +108,7 @@ class SyncPlan {
   std::vector<Message> messages_;
   std::int64_t streams_;
   SyncOptions options_;
+  std::uint64_t model_digest_ = 0;
 };
 
 // Every device of the tensors' meshes, sorted: the devices a sync involves.

@@ -6,12 +6,10 @@
 
 #include <algorithm>
 #include <exception>
-#include <tuple>
 #include <vector>
 
 #include "lib/exec/executor.h"
 #include "lib/exec/signatures.h"
-#include "lib/support/fnv.h"
 #include "meshcast/error.h"
 
 namespace meshcast {
@@ -27,57 +25,17 @@ std::uint64_t layout_bits(const Layout& l) {
 
 // The signature words (lib/exec/signatures.h) this device sends and expects, per peer: the
 // dtype (the top 8 bits), the source and target layouts (16 bits each) and the ops the two take
-// part in together, in plan order (24 bits): what both compute alike from plans that agree.
+// part in together (24 bits): what both compute alike from plans that agree.
 std::pair<detail::PeerSignatures::Words, detail::PeerSignatures::Words> signature_words(
     const RankPlan& plan, int me) {
-  struct Link {
-    int peer;
-    std::uint32_t op;  // index in the plan
-    bool sends;        // this device sends to the peer in it
-  };
-  std::vector<Link> links;  // one sort, not a map: a 4 KiB reshard's time is a few us
-  const auto& ops = plan.ops();
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    const Op& op = ops[i];
-    const auto at = static_cast<std::uint32_t>(i);
-    const bool peer = std::find(op.peers.begin(), op.peers.end(), me) != op.peers.end();
-    if (op.kind == OpKind::Multicast) {
-      if (op.root == me)
-        for (int p : op.peers) links.push_back({p, at, true});
-      else if (peer)
-        links.push_back({op.root, at, false});
-    } else if (op.kind == OpKind::Reduce) {
-      if (op.root == me) {
-        for (int c : op.peers)
-          if (c != me) links.push_back({c, at, false});
-      } else if (peer) {
-        links.push_back({op.root, at, true});
-      }
-    }
-  }
-  std::sort(links.begin(), links.end(), [](const Link& a, const Link& b) {
-    return std::tie(a.peer, a.op) < std::tie(b.peer, b.op);
-  });
   const std::uint64_t common = static_cast<std::uint64_t>(plan.src().dtype()) << 56 |
                                layout_bits(plan.src()) << 40 | layout_bits(plan.dst()) << 24;
-  detail::PeerSignatures::Words to, from;
-  for (std::size_t k = 0; k < links.size();) {
-    const int peer = links[k].peer;
-    detail::Fnv f;
-    bool sends = false, receives = false;
-    for (; k < links.size() && links[k].peer == peer; ++k) {
-      const Op& op = ops[links[k].op];
-      (links[k].sends ? sends : receives) = true;
-      f.add(static_cast<std::int64_t>(op.kind)).add(op.phase).add(op.root).add(op.stream);
-      f.add(op.group).add(op.from_dst ? 1 : 0);
-      for (int p : op.peers) f.add(p);
-      for (const auto& r : op.box.ranges()) f.add(r.lo).add(r.hi);
-    }
-    const std::uint64_t word = common | (f.h & 0xffffff);
-    if (sends) to.emplace_back(peer, word);
-    if (receives) from.emplace_back(peer, word);
-  }
-  return {std::move(to), std::move(from)};
+  return detail::signature_words(plan.ops(), me, common, [](detail::Fnv& f, const Op& op) {
+    f.add(static_cast<std::int64_t>(op.kind)).add(op.phase).add(op.root).add(op.stream);
+    f.add(op.group).add(op.from_dst ? 1 : 0);
+    for (int p : op.peers) f.add(p);
+    for (const auto& r : op.box.ranges()) f.add(r.lo).add(r.hi);
+  });
 }
 
 // A peer's word that is not this device's: names the first part that differs.

@@ -8,12 +8,16 @@
 // memory (NCCL), whose buffers cannot take host words. Internal to lib/exec/.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "lib/support/fnv.h"
 #include "meshcast/communicator.h"
+#include "meshcast/plan.h"
 
 namespace meshcast::detail {
 
@@ -39,6 +43,56 @@ class PeerSignatures {
   std::vector<char> checked_;           // per from_ entry
   std::vector<Request> sends_, recvs_;
 };
+
+// The words `me` sends and expects over a plan's items (ops, messages: anything with kind, root
+// and peers, in plan order): per peer, `common` (its top 40 bits) and 24 bits of the digest of
+// the items the two take part in together, in plan order, each fed by add(digest, item).
+// Multicast: the root sends to each peer; Reduce: each contributor but the root sends to it.
+template <class Item, class Add>
+std::pair<PeerSignatures::Words, PeerSignatures::Words> signature_words(
+    const std::vector<Item>& items, int me, std::uint64_t common, Add add) {
+  struct Link {
+    int peer;
+    std::uint32_t item;
+    bool sends;  // this device sends the peer data in it
+  };
+  std::vector<Link> links;  // one sort, not a map: a 4 KiB reshard takes a few us
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const Item& x = items[i];
+    const auto at = static_cast<std::uint32_t>(i);
+    const bool peer = std::find(x.peers.begin(), x.peers.end(), me) != x.peers.end();
+    if (x.kind == OpKind::Multicast) {
+      if (x.root == me)
+        for (int p : x.peers) links.push_back({p, at, true});
+      else if (peer)
+        links.push_back({x.root, at, false});
+    } else if (x.kind == OpKind::Reduce) {
+      if (x.root == me) {
+        for (int c : x.peers)
+          if (c != me) links.push_back({c, at, false});
+      } else if (peer) {
+        links.push_back({x.root, at, true});
+      }
+    }
+  }
+  std::sort(links.begin(), links.end(), [](const Link& a, const Link& b) {
+    return std::tie(a.peer, a.item) < std::tie(b.peer, b.item);
+  });
+  PeerSignatures::Words to, from;
+  for (std::size_t k = 0; k < links.size();) {
+    const int peer = links[k].peer;
+    Fnv f;
+    bool sends = false, receives = false;
+    for (; k < links.size() && links[k].peer == peer; ++k) {
+      (links[k].sends ? sends : receives) = true;
+      add(f, items[links[k].item]);
+    }
+    const std::uint64_t word = common | (f.h & 0xffffff);
+    if (sends) to.emplace_back(peer, word);
+    if (receives) from.emplace_back(peer, word);
+  }
+  return {std::move(to), std::move(from)};
+}
 
 // Sets a communicator's check while its waits block (Communicator::while_waiting_), for one
 // scope; the one before is restored.

@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "lib/exec/executor.h"
+#include "lib/exec/signatures.h"
 #include "meshcast/error.h"
 
 namespace meshcast {
@@ -139,10 +140,35 @@ class SyncExecutor final : public Transfer::Executor {
 
   bool advance(bool block) override {
     const auto& msgs = plan_.messages();
+    const auto differ = [&](int d, std::uint64_t theirs, std::uint64_t mine) {
+      differ_from(d, theirs, mine);
+    };
+    if (!signed_) {  // the words, on the first tag (the messages' are the next ones)
+      signed_ = true;
+      auto [to, from] = detail::signature_words(
+          msgs, me_, plan_.model_digest() << 24, [](detail::Fnv& f, const SyncPlan::Message& m) {
+            f.add(m.phase).add(static_cast<std::int64_t>(m.kind)).add(m.root).add(m.group);
+            f.add(m.stream).add(m.packed ? 1 : 0).add(m.bytes);
+            for (int p : m.peers) f.add(p);
+            for (const auto& s : m.segments) {
+              f.add(s.tensor).add(s.from_dst ? 1 : 0);
+              for (const auto& r : s.box.ranges()) f.add(r.lo).add(r.hi);
+            }
+          });
+      signatures_.post(comm_, tags_.tag(0), std::move(to), std::move(from));
+      busy_tags_.insert(tags_.tag(0));  // no message on the words' tag while they travel
+    }
+    // A sender's word as it arrives (also while a wait blocks): another plan is named at once.
+    const detail::WaitHook check(comm_, [&] { words_arrived(differ); });
     while (true) {
       bool moved = retire();
+      words_arrived(differ);
       if (!phase_started_) {
-        if (next_ == msgs.size() && next_local_ == plan_.locals().size()) return true;
+        if (next_ == msgs.size() && next_local_ == plan_.locals().size()) {
+          if (!block) return words_done_;
+          signatures_.wait_all(comm_, differ);
+          return true;
+        }
         start_phase();
         moved = true;
       }
@@ -160,13 +186,39 @@ class SyncExecutor final : public Transfer::Executor {
       }
       if (moved) continue;
       if (!block) return false;
+      if (pending_.empty()) {  // only the words' tag holds the next message back
+        signatures_.wait_all(comm_, differ);
+        words_arrived(differ);
+        continue;
+      }
       Pending& p = pending_.front();  // the oldest: the first to free what the next one needs
       for (auto& r : p.reqs)
         if (r.valid()) comm_.wait(r);
     }
   }
 
+  // Checks the words that arrived; once all did, their tag is free for messages.
+  void words_arrived(const detail::PeerSignatures::Differ& differ) {
+    if (words_done_ || !signatures_.test(comm_, differ)) return;
+    words_done_ = true;
+    busy_tags_.erase(tags_.tag(0));
+  }
+
+  // A peer's word that is not this device's: names the model or the plan.
+  [[noreturn]] void differ_from(int device, std::uint64_t theirs, std::uint64_t mine) const {
+    const std::string who = "device " + std::to_string(device);
+    if ((theirs ^ mine) >> 24)
+      throw ValidationError("model", who + " syncs another model than this device's " +
+                                         std::to_string(plan_.tensors().size()) +
+                                         " tensors (their names, shapes, dtypes or layouts)");
+    throw ValidationError("plan", who +
+                                      " exchanges other messages with this device than this "
+                                      "device's sync plan says (a plan made with other "
+                                      "options or another topology)");
+  }
+
   void cancel_all() override {
+    signatures_.cancel(comm_);
     for (auto& p : pending_)
       for (auto& r : p.reqs)
         if (r.valid()) comm_.cancel(r);
@@ -219,7 +271,7 @@ class SyncExecutor final : public Transfer::Executor {
   // message's staging within the bound), so the window cannot stall.
   bool fits(const SyncPlan::Message& m) const {
     if (pending_.size() >= kMaxInFlight) return false;
-    if (busy_tags_.count(tags_.tag(static_cast<std::size_t>(m.stream)))) return false;
+    if (busy_tags_.count(tags_.tag(static_cast<std::size_t>(m.stream) + 1))) return false;
     return pending_.empty() || in_flight_ + aligned(staging_of(m)) + chain_staging_of(m) <=
                                    aligned(plan_.options().max_staging_bytes);
   }
@@ -256,7 +308,7 @@ class SyncExecutor final : public Transfer::Executor {
               0,
               aligned(staging_of(m)),
               chain_staging_of(m),
-              tags_.tag(static_cast<std::size_t>(m.stream))};
+              tags_.tag(static_cast<std::size_t>(m.stream) + 1)};
     if (p.staged > 0) {
       if (!arena_buf_) {
         arena_buf_ = comm_.kept_scratch(static_cast<std::size_t>(arena_bytes_));
@@ -390,6 +442,8 @@ class SyncExecutor final : public Transfer::Executor {
   Arena arena_;
   std::deque<Pending> pending_;
   std::unordered_set<int> busy_tags_;
+  detail::PeerSignatures signatures_;
+  bool signed_ = false, words_done_ = false;  // the words posted; all arrived and checked
   std::size_t next_ = 0, next_local_ = 0;
   int phase_ = 0;
   bool phase_started_ = false;
@@ -415,8 +469,9 @@ Transfer isync(const SyncPlan& plan, const Group& group, std::span<const void* c
     comm.abandon_for(e);
     throw;
   }
+  // One tag more than the plan's streams: the signatures' (lib/exec/signatures.h).
   return Transfer::Executor::start(std::move(exec), group,
-                                   static_cast<std::size_t>(plan.streams()));
+                                   static_cast<std::size_t>(plan.streams()) + 1);
 }
 
 void sync(const SyncPlan& plan, const Group& group, std::span<const void* const> src,

@@ -10,6 +10,7 @@
 #include "lib/plan/links.h"
 #include "lib/plan/op_text.h"
 #include "lib/plan/task_ops.h"
+#include "lib/support/fnv.h"
 #include "meshcast/cost.h"
 #include "meshcast/error.h"
 #include "meshcast/plan_size.h"
@@ -255,7 +256,16 @@ SyncPlan::SyncPlan(std::vector<TensorMove> tensors, int device, std::vector<Loca
       locals_(std::move(locals)),
       messages_(std::move(messages)),
       streams_(streams),
-      options_(std::move(options)) {}
+      options_(std::move(options)) {
+  detail::Fnv f;
+  for (const TensorMove& t : tensors_) {
+    f.add(t.name).add(static_cast<std::int64_t>(t.src.dtype()));
+    f.add(static_cast<std::int64_t>(t.dst.dtype()));
+    for (auto d : t.src.shape()) f.add(d);
+    f.add(t.src.str()).add(t.dst.str());
+  }
+  model_digest_ = f.h;
+}
 
 int SyncPlan::index(std::string_view name) const {
   for (std::size_t i = 0; i < tensors_.size(); ++i)

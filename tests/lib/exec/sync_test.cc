@@ -190,6 +190,47 @@ TEST(Sync, ManySmallTensorsCoalesce) {
   EXPECT_GE(whole.predicted_seconds, whole.link_bound_seconds);
 }
 
+// Devices that plan from different models (a tensor's dtype, f32 against i32: the same bytes),
+// or whose plans differ, fail naming it, instead of leaving wrong data.
+TEST(Sync, DevicesThatRunDifferentPlansFailNamingWhatDiffers) {
+  const auto model = [](DType t) {
+    return std::vector<TensorMove>{
+        {"a", Layout::parse({8, 8}, DType::f32, "2@0-1:S0R"),
+         Layout::parse({8, 8}, DType::f32, "2@0-1:RS0")},
+        {"b", Layout::parse({6, 4}, t, "2@0-1:S0R"), Layout::parse({6, 4}, t, "2@0-1:RS0")}};
+  };
+  const auto run = [&](const std::vector<SyncPlan>& plans) {
+    std::vector<std::string> out(2);
+    std::vector<std::vector<std::byte>> bytes(8, std::vector<std::byte>(256));
+    LocalWorld world(2);
+    world.run([&](Communicator& comm) {
+      const auto me = static_cast<std::size_t>(comm.rank());
+      std::vector<const void*> src{bytes[4 * me].data(), bytes[4 * me + 1].data()};
+      std::vector<void*> dst{bytes[4 * me + 2].data(), bytes[4 * me + 3].data()};
+      try {
+        sync(plans[me], comm.world(), src, dst);
+      } catch (const Error& e) {
+        out[me] = e.what();
+      }
+    });
+    return out;
+  };
+  const SyncOptions o;
+  auto out = run({plan_sync(model(DType::f32), 0, Topology::single_host(), o),
+                  plan_sync(model(DType::i32), 1, Topology::single_host(), o)});
+  EXPECT_TRUE(out[0].rfind("model: device 1 syncs another model than this device's 2 tensors", 0) ==
+                  0 ||
+              out[1].rfind("model: device 0 syncs another model", 0) == 0)
+      << out[0] << "\n"
+      << out[1];
+  EXPECT_NE(out[0], "");
+  EXPECT_NE(out[1], "");
+  // The same model: both return.
+  out = run({plan_sync(model(DType::f32), 0, Topology::single_host(), o),
+             plan_sync(model(DType::f32), 1, Topology::single_host(), o)});
+  EXPECT_EQ(out, (std::vector<std::string>{"", ""}));
+}
+
 TEST(Sync, BadInputNamesTheField) {
   const Layout a = Layout::parse({8}, DType::f32, "2@0-1:S0");
   const Layout b = Layout::parse({8}, DType::f32, "2@2-3:R");
