@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "meshcast/bootstrap.h"
 #include "meshcast/local.h"
 #include "python/src/instance.h"
+#include "python/src/ints.h"
 #ifdef MESHCAST_HAS_MPI
 #include "meshcast/mpi.h"
 #endif
@@ -377,10 +379,12 @@ device of the job creates its groups in the same order, members or not (as MPI_C
 A world of `size` devices in this process, one thread each (for notebooks and tests).
 A wait that sees no progress for `timeout` seconds fails with CommError.
 )doc")
-      .def(py::init([](int size, double timeout) {
-             if (size < 1) throw py::value_error("size: a world needs at least one device");
+      .def(py::init([](py::object size, double timeout) {
+             const auto n = int_arg(size, "size", std::numeric_limits<int>::min(),
+                                    std::numeric_limits<int>::max());
+             if (n < 1) throw py::value_error("size: a world needs at least one device");
              check_timeout(timeout);
-             return std::make_unique<LocalWorld>(size, 0, timeout);
+             return std::make_unique<LocalWorld>(static_cast<int>(n), 0, timeout);
            }),
            py::arg("size"), py::arg("timeout") = 60.0)
       .def_property_readonly("size", &LocalWorld::size)

@@ -5,6 +5,7 @@
 
 #include <climits>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include "meshcast/cost.h"
@@ -12,6 +13,7 @@
 #include "meshcast/error.h"
 #include "python/src/array.h"
 #include "python/src/comm.h"
+#include "python/src/ints.h"
 #include "python/src/tile.h"
 
 namespace meshcast::python {
@@ -47,13 +49,8 @@ py::tuple to_tuple(const std::vector<std::int64_t>& v) {
 }
 
 Shape shape_arg(py::handle obj) {
-  if (py::isinstance<py::int_>(obj)) return {obj.cast<std::int64_t>()};
-  try {
-    return obj.cast<Shape>();
-  } catch (py::cast_error&) {
-    throw py::type_error("shape: expected a sequence of ints, got " +
-                         py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
-  }
+  return ints_arg(obj, "shape", std::numeric_limits<std::int64_t>::min(),
+                  std::numeric_limits<std::int64_t>::max());
 }
 
 Strategy strategy_arg(const std::string& s) { return parse_strategy(s, "strategy"); }
@@ -123,8 +120,14 @@ or Mesh(shape=(2, 4), devices=range(8, 16)).
 )doc")
       .def(py::init([](const std::string& text) { return Mesh::parse(text, "mesh"); }),
            py::arg("text"))
-      .def(py::init([](std::vector<std::int64_t> shape, std::vector<int> devices) {
-             return Mesh(std::move(shape), std::move(devices), "mesh");
+      .def(py::init([](py::object shape, py::object devices) {
+             auto shape_v = ints_arg(shape, "shape", std::numeric_limits<std::int64_t>::min(),
+                                     std::numeric_limits<std::int64_t>::max());
+             std::vector<int> ids;
+             for (auto d : ints_arg(devices, "devices", std::numeric_limits<int>::min(),
+                                    std::numeric_limits<int>::max()))
+               ids.push_back(static_cast<int>(d));
+             return Mesh(std::move(shape_v), std::move(ids), "mesh");
            }),
            py::arg("shape"), py::arg("devices"))
       .def_property_readonly("shape", [](const Mesh& x) { return to_tuple(x.shape()); })

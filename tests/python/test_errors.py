@@ -218,6 +218,21 @@ def test_bad_world_arguments():
         mc.LocalWorld(2, timeout=-1)
 
 
+@pytest.mark.parametrize("make, exc, message", [
+    (lambda: mc.LocalWorld(2**40), ValueError, "size: 1099511627776 is out of range"),
+    (lambda: mc.LocalWorld("2"), TypeError, "size: expected an int, got str"),
+    (lambda: mc.Mesh((2,), [2**31, 1]), ValueError, "devices[0]: 2147483648 is out of range"),
+    (lambda: mc.Mesh((2,), [0.5, 1]), TypeError, "devices[0]: expected an int, got float"),
+    (lambda: mc.Layout((2**63,), "u8", "1:R"), ValueError, "shape[0]: 9223372036854775808 is out"),
+    (lambda: mc.Layout("8", "f32", "1:R"), TypeError, "shape: expected a sequence of ints, got str"),
+])
+def test_out_of_range_ints_are_named_in_one_line(make, exc, message):
+    # pybind11's own conversion failed with a multi-line list of overloads.
+    with pytest.raises(exc) as e:
+        make()
+    assert str(e.value).startswith(message) and "\n" not in str(e.value), str(e.value)
+
+
 def test_handles_outliving_their_world_raise_instead_of_crashing():
     a = np.ones(64, np.float32)
 

@@ -1,0 +1,49 @@
+// Integer arguments read by hand: pybind11 turns an int out of the C++ type's range into a
+// multi-line "incompatible function arguments" TypeError listing every overload; these name the
+// argument in one line instead.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meshcast::python {
+
+namespace py = pybind11;
+
+// An int in [lo, hi]: TypeError for a non-integer, ValueError out of range, naming `arg`.
+inline std::int64_t int_arg(py::handle obj, const std::string& arg, std::int64_t lo,
+                            std::int64_t hi) {
+  if (!PyIndex_Check(obj.ptr()) || PyBool_Check(obj.ptr()))
+    throw py::type_error(arg + ": expected an int, got " +
+                         py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+  const auto i = py::reinterpret_steal<py::object>(PyNumber_Index(obj.ptr()));
+  if (!i) throw py::error_already_set();
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (overflow || v < lo || v > hi)
+    throw py::value_error(arg + ": " + py::str(i).cast<std::string>().substr(0, 40) +
+                          " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                          "]");
+  return v;
+}
+
+// An int, or a sequence of ints, each in [lo, hi] (argument `arg`, elements `arg[i]`).
+inline std::vector<std::int64_t> ints_arg(py::handle obj, const std::string& arg, std::int64_t lo,
+                                          std::int64_t hi) {
+  if (PyIndex_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) return {int_arg(obj, arg, lo, hi)};
+  if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj) ||
+      py::isinstance<py::bytes>(obj))
+    throw py::type_error(arg + ": expected a sequence of ints, got " +
+                         py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+  const auto seq = py::reinterpret_borrow<py::sequence>(obj);
+  std::vector<std::int64_t> out;
+  out.reserve(seq.size());
+  for (std::size_t k = 0; k < seq.size(); ++k)
+    out.push_back(int_arg(seq[k], arg + "[" + std::to_string(k) + "]", lo, hi));
+  return out;
+}
+
+}  // namespace meshcast::python
