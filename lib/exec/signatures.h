@@ -2,10 +2,11 @@
 // a device that runs another plan than its peer (another dtype, layout or op) fails by name,
 // where it would otherwise leave wrong data (messages of the same sizes, which the transports'
 // length checks cannot tell) or wait for a message the peer never sends until the timeout.
-// Words travel on the transfer's first tag, posted after the first phase's data (ahead of it
-// they cost a 64 KiB reshard 40% more); a receiver checks each as it arrives, also while a wait
-// for data blocks (WaitHook), and waits for the rest at the end. Not on a transport of device
-// memory (NCCL), whose buffers cannot take host words. Internal to lib/exec/.
+// Words travel on the transfer's first tag: a reshard posts them after its first phase's data
+// (ahead of it, and waited on first, they cost a 64 KiB reshard 40% more); a sync before its
+// messages, which keep off that tag until the words arrived. A receiver checks each as it
+// arrives, also while a wait for data blocks (WaitHook), and waits for the rest at the end. Not on
+// a transport of device memory (NCCL), whose buffers cannot take host words. Internal to lib/exec/.
 #pragma once
 
 #include <algorithm>
