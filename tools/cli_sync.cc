@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "cli.h"
+#include "lib/support/json_text.h"
 #include "meshcast/bootstrap.h"
 #include "meshcast/cost.h"
 #include "meshcast/error.h"
@@ -319,12 +320,7 @@ SyncArgs with_saved_sync(const SyncArgs& a) {
   if (a.plan_file.empty()) return a;
   if (!a.save_plan.empty()) throw ValidationError("save-plan", "cannot be given with --plan");
   const std::string text = read_input_file(a.plan_file, "plan", limits().input_file_bytes);
-  nlohmann::ordered_json j;
-  try {
-    j = nlohmann::ordered_json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw ParseError("plan", a.plan_file + " is not JSON: " + e.what());
-  }
+  const auto j = detail::parse_json<nlohmann::ordered_json>(text, "plan");
   if (!j.is_object() || !j.contains(kSavedSync))
     throw ValidationError("plan",
                           a.plan_file + " is not a sync saved by meshcast sync --save-plan");

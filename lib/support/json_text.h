@@ -23,10 +23,11 @@ namespace meshcast::detail {
 
 // nlohmann's DOM builder, watching each object's keys. (Its callback parser would do the same
 // in time quadratic in an array's objects: it rescans the parent after every object.)
-class StrictJsonBuilder : public nlohmann::detail::json_sax_dom_parser<nlohmann::json> {
+template <class Json>
+class StrictJsonBuilder : public nlohmann::detail::json_sax_dom_parser<Json> {
  public:
-  using Base = nlohmann::detail::json_sax_dom_parser<nlohmann::json>;
-  explicit StrictJsonBuilder(nlohmann::json& j) : Base(j, true) {}
+  using Base = nlohmann::detail::json_sax_dom_parser<Json>;
+  explicit StrictJsonBuilder(Json& j) : Base(j, true) {}
   bool start_object(std::size_t n) {
     keys_.emplace_back();
     return Base::start_object(n);
@@ -46,14 +47,20 @@ class StrictJsonBuilder : public nlohmann::detail::json_sax_dom_parser<nlohmann:
   std::string duplicate_;
 };
 
-inline nlohmann::json parse_json(const std::string& text, const std::string& field) {
+// `Json`: nlohmann::ordered_json where the order of an object's members is kept.
+template <class Json = nlohmann::json>
+Json parse_json(const std::string& text, const std::string& field) {
   const auto brief = [](std::string s) {
     for (char& c : s)
       if (c < 32 || c >= 127) c = '?';
     return s.size() > 120 ? s.substr(0, 117) + "..." : s;
   };
-  nlohmann::json j;
-  StrictJsonBuilder builder(j);
+  // nlohmann's lexer takes a NUL byte for the end of the text and ignores what follows it; JSON
+  // has no raw NUL anywhere (inside a string it is escaped).
+  if (const auto nul = text.find('\0'); nul != std::string::npos)
+    throw ParseError(field, "not valid JSON: a NUL byte at byte " + std::to_string(nul));
+  Json j;
+  StrictJsonBuilder<Json> builder(j);
   try {
     nlohmann::json::sax_parse(text, &builder);
   } catch (const nlohmann::json::exception& e) {

@@ -96,6 +96,9 @@ run --model "$TMP/explicit.json" --mode gather --strategy sendrecv --max-staging
   --save-plan "$TMP/saved2.json"
 printf '{"a": 1}' >"$TMP/notsaved.json"
 sed 's/"meshcast_sync_plan": *1/"meshcast_sync_plan": 2/' "$TMP/saved.json" >"$TMP/v2.json"
+sed 's/"meshcast_sync_plan": *1/"meshcast_sync_plan": 1, "meshcast_sync_plan": 1/' \
+  "$TMP/saved.json" >"$TMP/twice.json"
+{ cat "$TMP/saved.json"; printf '\0{"tensors": {}}'; } >"$TMP/nul.json"
 while IFS='|' read -r want args; do
   [[ -z $want ]] && continue
   # shellcheck disable=SC2086
@@ -112,6 +115,8 @@ topology|--plan $TMP/saved.json --topology dgx-a100
 save-plan|--plan $TMP/saved.json --save-plan $TMP/again.json
 plan|--plan $TMP/notsaved.json
 plan: .* format 2|--plan $TMP/v2.json
+plan: .*appears twice|--plan $TMP/twice.json
+plan: .*NUL byte|--plan $TMP/nul.json
 topology|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --topology auto --save-plan $TMP/auto.json
 model|--iters 1
 EOF2

@@ -78,6 +78,7 @@ TEST(PlanJson, MalformedInputThrowsParseError) {
   bad.push_back(text.substr(0, text.size() - 1) + ",\"ops\":[]}");     // a key twice
   bad.push_back(std::string(100000, '[') + std::string(100000, ']'));  // nested too deep
   bad.push_back(text + " {}");
+  bad.push_back(text + std::string(1, '\0'));
   for (const std::string& text : bad) {
     SCOPED_TRACE(text.substr(0, 200));
     try {

@@ -181,6 +181,15 @@ TEST(TopologyJson, DuplicateKeysAreRefused) {
     const std::string what = e.what();
     EXPECT_EQ(what.rfind("topology: not valid JSON: parse error", 0), 0u) << what;
     EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }  // nlohmann stops at a NUL byte: what follows it must not be ignored.
+  for (const std::string& tail : {std::string(1, '\0'), std::string("\0garbage{{", 10)}) {
+    try {
+      (void)Topology::from_json(good + tail);
+      ADD_FAILURE() << "accepted text after a NUL byte";
+    } catch (const ParseError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "topology: not valid JSON: a NUL byte at byte " + std::to_string(good.size()));
+    }
   }
 }
 
