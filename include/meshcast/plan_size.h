@@ -32,6 +32,15 @@ struct PlanSize {
 PlanSize estimate_plan_size(const Layout& src, const Layout& dst, Strategy strategy,
                             Balance balance = Balance::Search);
 
+// The largest part of that plan any one device computes alone (plan_rank(), a device's part of
+// a sync), under Local (or None): the tasks meeting one tile of each layout (the most any tile
+// meets), and per task the ops the device takes part in and their peer lists (a chain lists
+// every receiver; allgather's receivers each take part in every receiver's forward). plan_rank()
+// checks it before any op is built: a broadcast to n receivers of n boxes lists n^2 peers at
+// every device, where sendrecv's part is 2n ops. Auto: the smallest over the three strategies.
+PlanSize estimate_part_size(const Layout& src, const Layout& dst, Strategy strategy,
+                            Balance balance = Balance::Local);
+
 // Planning two moves in one process, one after the other, keeping both (a sync's tensors): boxes,
 // ops and their bytes add up, the process's own memory counts once.
 PlanSize combined(const PlanSize& a, const PlanSize& b);

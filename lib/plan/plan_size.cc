@@ -31,6 +31,25 @@ double pieces(std::int64_t n, std::int64_t p, std::int64_t q) {
   return static_cast<double>(count);
 }
 
+// The most distinct non-empty pieces of [0, n) cut as pieces() does that one shard of the
+// p-way split holds: the tasks meeting one tile, along one dimension. O(p + q).
+double pieces_in_shard(std::int64_t n, std::int64_t p, std::int64_t q) {
+  std::int64_t most = 0, j = 1;  // j: the next cut of the q-way split
+  for (std::int64_t k = 0; k < p; ++k) {
+    const Range shard = shard_range(n, p, k);
+    if (shard.empty()) continue;
+    while (j < q && shard_range(n, q, j - 1).hi <= shard.lo) ++j;
+    std::int64_t inside = 1, last = shard.lo;  // distinct cuts inside the shard, plus one
+    for (std::int64_t c = j; c < q; ++c) {
+      const std::int64_t cut = shard_range(n, q, c - 1).hi;
+      if (cut >= shard.hi) break;
+      if (cut > last) ++inside, last = cut;
+    }
+    most = std::max(most, inside);
+  }
+  return static_cast<double>(most);
+}
+
 double tiles(const Layout& l) {
   double t = 1;
   for (std::size_t d = 0; d < l.ndim(); ++d) t *= static_cast<double>(l.splits(d));
@@ -108,6 +127,51 @@ PlanSize estimate_plan_size(const Layout& src, const Layout& dst, Strategy strat
   // and the process itself.
   const auto devices = static_cast<double>(src.mesh().size() + dst.mesh().size());
   e.bytes = e.ops * per_op + e.boxes * ints * per_int + devices * 448 + kProcessBytes;
+  return e;
+}
+
+PlanSize estimate_part_size(const Layout& src, const Layout& dst, Strategy strategy,
+                            Balance balance) {
+  if (strategy == Strategy::Auto) {
+    PlanSize best;
+    for (Strategy s : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
+      const PlanSize e = estimate_part_size(src, dst, s, balance);
+      if (s == Strategy::Broadcast || e.bytes < best.bytes) best = e;
+    }
+    return best;
+  }
+  PlanSize e;
+  e.strategy = strategy;
+  e.balance = balance == Balance::None ? Balance::None : Balance::Local;  // a part's rules
+  // The tasks meeting one source tile (a device holds them) and one destination tile (it
+  // receives them): the most of any device.
+  double held = 1, received = 1;
+  for (std::size_t d = 0; d < src.ndim(); ++d) {
+    held *= pieces_in_shard(src.shape()[d], src.splits(d), dst.splits(d));
+    received *= pieces_in_shard(src.shape()[d], dst.splits(d), src.splits(d));
+  }
+  const auto groups = static_cast<double>(src.partial_groups());
+  const double r = static_cast<double>(dst.mesh().size()) / tiles(dst) /
+                   static_cast<double>(dst.partial_groups());
+  // Per task a device sends from, and per task it receives: its ops and their peers. Broadcast:
+  // the chain (every receiver listed in each); sendrecv: a send per receiver; allgather: a slice
+  // per receiver, and at a receiver its slice, its forward and the others' forwards.
+  double serve_ops = 1, serve_ints = r, recv_ops = 1, recv_ints = r;
+  if (strategy == Strategy::SendRecv) serve_ops = r, recv_ints = 1;
+  if (strategy == Strategy::AllGather) serve_ops = r, recv_ops = 1 + r, recv_ints = 1 + r * r;
+  double ints = 0;
+  if (groups > 1) {  // holders send addends to a reduce, whose root (a target) then serves
+    e.ops = held + received * (1 + serve_ops + recv_ops);
+    ints = held * groups + received * (groups + serve_ints + recv_ints);
+  } else {  // and copy what they also receive
+    e.ops = held * (serve_ops + 1) + received * recv_ops;
+    ints = held * serve_ints + received * recv_ints;
+  }
+  e.ops += dst.spec().is_partial() ? 1 : 0;  // its zero-fill
+  e.boxes = held + received;
+  const auto devices = static_cast<double>(src.mesh().size() + dst.mesh().size());
+  e.bytes = e.ops * (192 + 32 * static_cast<double>(src.ndim())) + ints * 8 + devices * 448 +
+            kProcessBytes;
   return e;
 }
 

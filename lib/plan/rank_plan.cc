@@ -12,6 +12,7 @@
 #include "lib/support/text.h"
 #include "meshcast/error.h"
 #include "meshcast/plan.h"
+#include "meshcast/plan_size.h"
 #include "meshcast/task.h"
 
 namespace meshcast {
@@ -57,15 +58,36 @@ RankPlan Plan::rank(int device) const {
 
 namespace detail {
 
-TensorOps tensor_ops(const Layout& src, const Layout& dst, int device, const Topology& topology,
-                     const PlanOptions& options, std::int64_t key_offset) {
+namespace {
+
+PlanOptions local_rule(const PlanOptions& options) {
   PlanOptions o = options;
   if (o.balance != Balance::None) o.balance = Balance::Local;
+  return o;
+}
+
+}  // namespace
+
+Strategy tensor_strategy(const Layout& src, const Layout& dst, const Topology& topology,
+                         const PlanOptions& options) {
+  if (options.strategy != Strategy::Auto) return options.strategy;
+  const PlanOptions o = local_rule(options);
   const TaskGrid grid(src, dst);
   const LinkTimeline s(topology, union_devices(src, dst), dtype_size(src.dtype()), o.chunk_bytes);
-  // Auto is priced from the task structure (strategy_price.h), the same on every device.
+  return auto_strategy(grid, s, o).strategy;
+}
+
+TensorOps tensor_ops(const Layout& src, const Layout& dst, int device, const Topology& topology,
+                     const PlanOptions& options, std::int64_t key_offset) {
+  PlanOptions o = local_rule(options);
+  o.strategy = tensor_strategy(src, dst, topology, o);
+  // A device's part is bounded before any op is built (the whole plan's bound is plan()'s).
+  if (device >= 0)
+    check_plan_size(estimate_part_size(src, dst, o.strategy, o.balance), o.max_plan_bytes);
+  const TaskGrid grid(src, dst);
+  const LinkTimeline s(topology, union_devices(src, dst), dtype_size(src.dtype()), o.chunk_bytes);
   TensorOps r;
-  r.strategy = o.strategy == Strategy::Auto ? auto_strategy(grid, s, o).strategy : o.strategy;
+  r.strategy = o.strategy;
   r.balance = o.balance;
   r.tasks = grid.size();
   TaskOps t(grid, s, r.strategy, o.balance, key_offset);

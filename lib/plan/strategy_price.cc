@@ -1042,8 +1042,11 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
       best_price = price;
     }
   }
-  // plan() checked that the smallest estimate fits, so there was a candidate.
-  return best.value_or(AutoChoice{Strategy::Broadcast, Balance::Local});
+  if (best) return *best;
+  // No whole plan fits (plan() refuses it before this): a device planning its part alone takes
+  // the strategy of the smallest part, the same on every device.
+  const PlanSize part = estimate_part_size(grid.src(), grid.dst(), Strategy::Auto);
+  return {part.strategy, Balance::Local};
 }
 
 }  // namespace meshcast::detail

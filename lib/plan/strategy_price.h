@@ -37,8 +37,9 @@ bool priced_by_class(const TaskGrid& grid, const LinkTimeline& s, Balance rule);
 // (plan_size.h) fits the limits and options.max_plan_bytes under options.balance, or else under
 // Local, which it is then built with (greedy and search keep every holder as a candidate per
 // transfer: holders x receivers). Where no box goes to more than one receiver the strategies
-// build the same ops: the first candidate at once. A function of its arguments alone, so every
-// device resolves Auto alike.
+// build the same ops: the first candidate at once. Where no whole plan fits (a device planning
+// its part alone; plan() refuses first), the strategy of the smallest part (estimate_part_size).
+// A function of its arguments alone, so every device resolves Auto alike.
 struct AutoChoice {
   Strategy strategy;
   Balance balance;

@@ -78,8 +78,13 @@ struct TensorOps {
   std::int64_t streams = 0;
   std::int64_t tasks = 0;
 };
+// (device >= 0: refused first, a ValidationError, if estimate_part_size() exceeds the bounds.)
 TensorOps tensor_ops(const Layout& src, const Layout& dst, int device, const Topology& topology,
                      const PlanOptions& options, std::int64_t key_offset = 0);
+// The strategy tensor_ops() builds with: options.strategy, or Auto priced from the task
+// structure (strategy_price.h), the same on every device.
+Strategy tensor_strategy(const Layout& src, const Layout& dst, const Topology& topology,
+                         const PlanOptions& options);
 
 class TaskOps {
  public:

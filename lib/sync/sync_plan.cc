@@ -2,6 +2,7 @@
 // task-local sender rule, then the transfers of each (phase, sender, receivers) coalesced into
 // messages of at most a bucket's bytes.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -84,6 +85,54 @@ void split_box(const Box& box, std::int64_t max_elems, std::vector<Box>& out) {
   }
 }
 
+// `e` with the pieces a cast splits boxes into (each at most a bucket, a message of its own to
+// every receiver of the box): those of the whole tensor, or of one source tile and
+// one destination tile (the most a device sends and receives).
+PlanSize with_cast_pieces(PlanSize e, const TensorMove& m, bool whole, std::int64_t bucket) {
+  const auto wire = static_cast<double>(dtype_size(m.dst.dtype()));
+  const auto receivers = static_cast<double>(detail::holders_per_tile(m.dst));
+  const auto tile = [&](const Layout& l) {
+    double v = 1;
+    for (std::size_t d = 0; d < l.ndim(); ++d)
+      v *= std::ceil(static_cast<double>(l.shape()[d]) / static_cast<double>(l.splits(d)));
+    return v;
+  };
+  double elements = tile(m.src) + tile(m.dst);
+  if (whole) {
+    elements = 1;
+    for (std::int64_t n : m.src.shape()) elements *= static_cast<double>(n);
+  }
+  // A chain carries a piece to all receivers; sendrecv and allgather send one per receiver.
+  const bool chain = e.strategy == Strategy::Broadcast;
+  const double messages = elements * wire / static_cast<double>(bucket) * (chain ? 1 : receivers);
+  e.ops += messages;
+  // Per message: its segment, and its receivers in the message and its key.
+  e.bytes +=
+      messages * (256 + 32 * static_cast<double>(m.src.ndim()) + 8 * (chain ? receivers : 1));
+  return e;
+}
+
+// The size of a sync before any work, tensor t built with strategy[t] (as `planned` targets
+// it): a prediction's whole plan, or the largest part of any device for every tensor (alike on
+// every device, so that all refuse or none).
+template <class Planned>
+PlanSize sync_size(const std::vector<TensorMove>& tensors, bool whole,
+                   const std::vector<Strategy>& strategy, Planned&& planned, std::int64_t bucket) {
+  PlanSize size;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const Layout& src = tensors[t].src;
+    PlanSize e = whole ? estimate_plan_size(src, planned(t), strategy[t], Balance::Local)
+                       : estimate_part_size(src, planned(t), strategy[t]);
+    if (src.dtype() != tensors[t].dst.dtype()) e = with_cast_pieces(e, tensors[t], whole, bucket);
+    size = t == 0 ? e : combined(size, e);
+  }
+  // A prediction (every device's messages) keeps each message's receivers twice more than a
+  // plan's ops do (in its key and its chain order): its peak was 2.06x the plans' estimate on
+  // gpt2-small synced between meshes of 8,192 and of 16,384 devices (broadcasts to thousands).
+  if (whole) size.bytes *= 2.25;
+  return size;
+}
+
 // The sync's ops, coalesced. `device` < 0: every device's (a prediction).
 struct Built {
   std::vector<SyncPlan::Local> locals;
@@ -114,19 +163,22 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
     key[t + 1] = key[t] + grid.size();
   }
   const std::int64_t total = std::max<std::int64_t>(1, offset.back());
-  // The whole sync's size, before any work: the bound a single plan has, for all tensors at once
-  // (a device's part is smaller; the whole is what predict_sync builds).
-  PlanSize size;
-  for (std::size_t t = 0; t < tensors.size(); ++t) {
-    const PlanSize e =
-        estimate_plan_size(tensors[t].src, planned(t), options.plan.strategy, Balance::Local);
-    size = t == 0 ? e : combined(size, e);
-  }
-  // A prediction (every device's messages) keeps each message's receivers twice more than a
-  // plan's ops do (in its key and its chain order): its peak was 2.06x the plans' estimate on
-  // gpt2-small synced between meshes of 8,192 and of 16,384 devices (broadcasts to thousands).
-  if (device < 0) size.bytes *= 2.25;
-  if (!tensors.empty()) check_plan_size(size, options.plan.max_plan_bytes);
+  // Bounded before any work by the strategies built (auto priced per tensor, alike on every
+  // device).
+  // If auto's choices, each priced alone, do not fit together in a device's part, every tensor
+  // takes the strategy of its smallest part instead (allgather's receivers each take part in
+  // every other's forward: a sync to 512 replicas planned 1.5 M messages and 7 GB at each
+  // generator). Decided by parts, so that a prediction models what the devices build.
+  std::vector<Strategy> strategy(tensors.size());
+  for (std::size_t t = 0; t < tensors.size(); ++t)
+    strategy[t] = detail::tensor_strategy(tensors[t].src, planned(t), topology, options.plan);
+  const std::int64_t bound = options.plan.max_plan_bytes;
+  if (options.plan.strategy == Strategy::Auto &&
+      !within_limits(sync_size(tensors, false, strategy, planned, bucket), bound))
+    for (std::size_t t = 0; t < tensors.size(); ++t)
+      strategy[t] = estimate_part_size(tensors[t].src, planned(t), Strategy::Auto).strategy;
+  if (!tensors.empty())
+    check_plan_size(sync_size(tensors, device < 0, strategy, planned, bucket), bound);
 
   // phase, root, receivers (sorted): a chain's order differs from box to box (rotate_chain),
   // a message takes its first box's.
@@ -145,7 +197,9 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
     const TensorMove& m = tensors[t];
     if (device >= 0 && !m.src.mesh().contains(device) && !m.dst.mesh().contains(device)) continue;
     const Layout dst = planned(t);
-    kept.push_back(detail::tensor_ops(m.src, dst, device, topology, options.plan, key[t]).ops);
+    PlanOptions chosen = options.plan;
+    chosen.strategy = strategy[t];
+    kept.push_back(detail::tensor_ops(m.src, dst, device, topology, chosen, key[t]).ops);
     const auto wire = static_cast<std::int64_t>(dtype_size(m.dst.dtype()));
     const auto src_elem = static_cast<std::int64_t>(dtype_size(m.src.dtype()));
     const bool cast = m.src.dtype() != m.dst.dtype();

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "meshcast/meshcast.h"
+#include "meshcast/plan_size.h"
 #include "support/tensor_data.h"
 #include "support/testing.h"
 
@@ -229,6 +230,33 @@ TEST(Sync, DevicesThatRunDifferentPlansFailNamingWhatDiffers) {
   out = run({plan_sync(model(DType::f32), 0, Topology::single_host(), o),
              plan_sync(model(DType::f32), 1, Topology::single_host(), o)});
   EXPECT_EQ(out, (std::vector<std::string>{"", ""}));
+}
+
+// Auto prices each tensor alone; where its choices do not fit together in a device's part, every
+// tensor takes the strategy of its smallest part. Here allgather (each of 64 replicas takes part
+// in every other's forward of every box) against broadcast's chain per box.
+TEST(Sync, AutoTakesTheSmallestPartsWhereItsChoicesDoNotFitTogether) {
+  const Layout src = Layout::parse({std::int64_t{1} << 24}, DType::f32, "8@0-7:S0");
+  const Layout dst = Layout::parse({std::int64_t{1} << 24}, DType::f32, "64@8-71:R");
+  ASSERT_EQ(plan(src, dst).strategy(), Strategy::AllGather);
+  std::vector<TensorMove> ts;
+  for (int i = 0; i < 64; ++i) ts.push_back({"t" + std::to_string(i), src, dst});
+  SyncOptions o;
+  const SyncStats free = plan_sync(ts, 8, Topology::single_host(), o).stats();
+  o.plan.max_plan_bytes = std::int64_t{24} << 20;  // one tensor's whole plan fits, 64 parts not
+  ASSERT_LT(estimate_plan_size(src, dst, Strategy::AllGather, Balance::Local).bytes,
+            static_cast<double>(o.plan.max_plan_bytes));
+  const SyncStats bounded = plan_sync(ts, 8, Topology::single_host(), o).stats();
+  EXPECT_EQ(bounded.messages, 64 * 8);  // a chain per box, every one through device 8
+  EXPECT_GT(free.messages, 64 * 64);    // its slice, its forward and the others' per tensor
+  EXPECT_EQ(bounded.bytes_moved, free.bytes_moved);
+  o.plan.strategy = Strategy::AllGather;  // asked for: refused, not changed
+  try {
+    (void)plan_sync(ts, 8, Topology::single_host(), o);
+    ADD_FAILURE() << "allgather's parts were built past the bound";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.field(), "plan memory") << e.what();
+  }
 }
 
 TEST(Sync, BadInputNamesTheField) {

@@ -7,6 +7,7 @@
 
 #include "meshcast/error.h"
 #include "meshcast/plan.h"
+#include "meshcast/plan_size.h"
 #include "support/testing.h"
 
 namespace meshcast {
@@ -46,8 +47,15 @@ TEST(RankPlan, EqualsTheDevicesPartOfTheWholePlan) {
     std::vector<int> devices = whole.devices();
     devices.push_back(99);
     std::size_t listed = 0;
+    // The bound plan_rank checks first holds every device's part: its ops, and its peer lists
+    // at 8 bytes each within the bytes.
+    const PlanSize part = estimate_part_size(c.src, c.dst, whole.strategy(), opt.balance);
     for (int d : devices) {
       const RankPlan mine = plan_rank(c.src, c.dst, d, topo, opt);
+      double peers = 0;
+      for (const Op& op : mine.ops()) peers += static_cast<double>(op.peers.size());
+      ASSERT_LE(static_cast<double>(mine.ops().size()), part.ops) << ctx << " device " << d;
+      ASSERT_LE(8 * peers, part.bytes) << ctx << " device " << d;
       const RankPlan cut = whole.rank(d);
       ASSERT_TRUE(mine == cut) << ctx << "\ndevice " << d << " alone:\n"
                                << mine.str(64) << "cut from the whole plan:\n"
@@ -58,6 +66,36 @@ TEST(RankPlan, EqualsTheDevicesPartOfTheWholePlan) {
     // Each op has a root among the devices, so the parts cover the plan.
     ASSERT_EQ(listed, whole.ops().size()) << ctx;
   }
+}
+
+// A device's part is bounded before it is built: gathering a tensor on every one of n devices
+// is a chain of n - 1 receivers per box under broadcast, n^2 peers at each device (at 65,536
+// devices that ran out of memory), while sendrecv's part is two sends per box. Auto, whose whole
+// plans fit no bound here, takes the smallest part. (4,096 devices under a 64 MiB bound stand
+// in for 65,536 under 8 GiB.)
+TEST(RankPlan, APartTooLargeIsRefusedBeforeItIsBuilt) {
+  const int n = 4096;
+  const std::string mesh = std::to_string(n) + "@0-" + std::to_string(n - 1);
+  const Layout src = Layout::parse({std::int64_t{4} * n}, DType::f32, mesh + ":S0");
+  const Layout dst = Layout::parse({std::int64_t{4} * n}, DType::f32, mesh + ":R");
+  PlanOptions o;
+  o.max_plan_bytes = std::int64_t{64} << 20;
+  PlanOptions broadcast = o;
+  broadcast.strategy = Strategy::Broadcast;
+  try {
+    (void)plan_rank(src, dst, 5, Topology::single_host(), broadcast);
+    ADD_FAILURE() << "a broadcast part of n^2 peers was built";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.field(), "plan memory") << e.what();
+    EXPECT_NE(std::string(e.what()).find("strategy broadcast"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)plan(src, dst, Topology::single_host(), o), ValidationError);
+  const RankPlan mine = plan_rank(src, dst, 5, Topology::single_host(), o);
+  EXPECT_EQ(mine.strategy(), Strategy::SendRecv);
+  std::size_t peers = 0;
+  for (const Op& op : mine.ops()) peers += op.peers.size();
+  EXPECT_LE(peers, 2u * n);
+  EXPECT_EQ(mine.ops().size(), 2u * n - 1);  // a send to each other, a receive from each, a copy
 }
 
 // Greedy and search need the whole plan: a device alone uses the local rule, and says so.
