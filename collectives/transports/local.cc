@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "arrived.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
 #include "meshcast/reshard.h"
@@ -42,9 +43,9 @@ struct LocalRequest : Request::Impl {
   std::atomic<bool> done{false};
   std::atomic<SendState> state{SendState::Posted};  // sends only
   std::shared_ptr<LocalRequest> send;               // a matched receive: its send
-  // A receive whose message had another length: it completes, as MPI's and UCX's do, and its
-  // test() fails once, naming the sender.
-  std::string refused;
+  // A receive whose message had another length (what was sent; else -1): it completes, as MPI's
+  // and UCX's do, and its test() fails once, naming the sender.
+  std::int64_t wrong_length = -1;
 };
 
 std::uint64_t key(int peer, int tag) {
@@ -197,7 +198,9 @@ class LocalTransport final : public Transport {
     progress();
     s_.check();
     auto& r = static_cast<LocalRequest&>(impl);
-    if (r.done && !r.refused.empty()) throw CommError(r.owner, std::exchange(r.refused, {}));
+    if (r.done && r.wrong_length >= 0)
+      detail::check_arrived(r.owner, std::exchange(r.wrong_length, -1),
+                            static_cast<std::int64_t>(r.region.bytes()));
     return r.done;
   }
 
@@ -326,8 +329,7 @@ class LocalTransport final : public Transport {
       if (!r->send->state.compare_exchange_strong(posted, SendState::Copying))
         continue;  // its sender gave up: the failure it reports ends this wait
       if (r->send->region.bytes() != r->region.bytes()) {
-        r->refused = "sent " + std::to_string(r->send->region.bytes()) + " bytes where " +
-                     std::to_string(r->region.bytes()) + " were expected";
+        r->wrong_length = static_cast<std::int64_t>(r->send->region.bytes());
       } else if (r->send->region.count == r->region.count &&
                  r->send->region.elem_size == r->region.elem_size) {
         copy_region(r->send->region, r->region);

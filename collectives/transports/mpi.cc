@@ -18,6 +18,7 @@
 #include <optional>
 #include <utility>
 
+#include "arrived.h"
 #include "meshcast/error.h"
 #include "watchdog.h"
 

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "arrived.h"
 #include "meshcast/error.h"
 #include "watchdog.h"
 

@@ -106,12 +106,6 @@ void Watchdog::check_processes() {
   }
 }
 
-void check_arrived(int peer, std::int64_t got, std::int64_t want) {
-  if (got != want)
-    throw CommError(peer, "sent " + std::to_string(got) + " bytes where " + std::to_string(want) +
-                              " were expected");
-}
-
 void linger(const std::function<bool()>& drained) {
   const auto start = Clock::now();
   const auto least = start + std::chrono::milliseconds(500), most = start + std::chrono::seconds(1);

@@ -44,10 +44,6 @@ ProcessId this_process();
 // end and take it for the device that failed.
 void linger(const std::function<bool()>& drained);
 
-// A receive that completed with `got` bytes where `want` were posted fails, naming its sender:
-// MPI and UCX both complete a receive of a shorter message without an error.
-void check_arrived(int peer, std::int64_t got, std::int64_t want);
-
 class Watchdog {
  public:
   Watchdog(ControlChannel& channel, int rank, int size, double timeout_seconds)
