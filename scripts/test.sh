@@ -10,6 +10,7 @@
 #    checks), which Release runs; tsan builds no CLI; the sanitizer and fuzz presets build no
 #    NCCL backend (its tests skip without a GPU; Release compiles it); both sanitizer presets run
 #    the randomized sweeps at MESHCAST_TEST_SCALE 0.5 (debug) and 0.25 (tsan) of Release's counts;
+#    tsan and fuzz keep line tables only (-g1: reports name file and line; a third less to compile);
 #    after the Release ctest (whose python.pytest runs the Python suite on the build tree), the
 #    Python package is installed twice outside the tree and imported from elsewhere:
 #    `cmake --install --component python` (staged with DESTDIR) and
