@@ -90,6 +90,13 @@ python3 bench/uneven_model.py --partial >"$TMP/uneven.json"
 run --model "$TMP/uneven.json" --predict --json
 if [[ $rc -eq 0 && $(field tensors boxes) == "1000 536320" ]]; then ok; else
   bad "uneven model: rc=$rc $(field tensors boxes) $(head -c 300 "$TMP/err")"; fi
+# DeepSeek-V3 from 4,096 trainers to 4,096 generators predicts within the plan bounds (auto's
+# choices, each priced alone, did not fit together: it ran out of memory after 45 s).
+printf '{"train": {"num_gpus": 4096, "tp_size": 1, "dp_size": 1024, "ep_size": 16, "pp_size": 4},
+ "generation": {"num_gpus": 4096, "tp_size": 8, "dp_size": 512}}' >"$TMP/ds4096.json"
+run --model models/deepseek-v3.json --system "$TMP/ds4096.json" --predict --json
+if [[ $rc -eq 0 && $(field tensors) == 1025 ]]; then ok; else
+  bad "4096 -> 4096 predict: rc=$rc $(field tensors) $(head -c 300 "$TMP/err")"; fi
 # The saved plan fixes what it was made with; a file of something else is refused.
 run --model "$TMP/explicit.json" --save-plan "$TMP/saved.json"
 run --model "$TMP/explicit.json" --mode gather --strategy sendrecv --max-staging-bytes 1M \
