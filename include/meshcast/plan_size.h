@@ -14,7 +14,9 @@ namespace meshcast {
 struct PlanSize {
   double boxes = 0;                    // pieces of the tensor the move splits into (tasks)
   double ops = 0;                      // operations of the plan
+  double peers = 0;                    // entries of their peer lists (receivers, contributors)
   double bytes = 0;                    // the planner's working memory
+  double transient = 0;                // of bytes: what only planning holds (per device, process)
   Strategy strategy = Strategy::Auto;  // the one estimated (for Auto: the smallest)
   Balance balance = Balance::Search;
 };
@@ -42,7 +44,8 @@ PlanSize estimate_part_size(const Layout& src, const Layout& dst, Strategy strat
                             Balance balance = Balance::Local);
 
 // Planning two moves in one process, one after the other, keeping both (a sync's tensors): boxes,
-// ops and their bytes add up, the process's own memory counts once.
+// ops and their bytes add up; the transient bytes (the per-device arrays of one planning, the
+// process's own memory) count once, the larger. The strategy is Auto where the two differ.
 PlanSize combined(const PlanSize& a, const PlanSize& b);
 // The memory bound in force: `max_bytes` (PlanOptions::max_plan_bytes) if > 0, else
 // limits().plan_memory_bytes.

@@ -30,6 +30,8 @@ struct TensorMove {
 struct SyncOptions {
   // Per tensor: the strategy (auto by default), the chunk; senders by Balance::Local (none
   // keeps the first holder). Greedy and search need a tensor's whole plan and give way to local.
+  // Where auto's choices would make a device's part of the sync exceed 256 MiB (or the plan
+  // bounds), the tensors that save the most take the strategy of their smallest part.
   PlanOptions plan{.balance = Balance::Local};
   // Packing memory in flight per device and sync (send and receive staging together, each
   // message's rounded up to 64 bytes, and the chain engine's own staging of a strided box sent

@@ -126,7 +126,9 @@ PlanSize estimate_plan_size(const Layout& src, const Layout& dst, Strategy strat
   // Per device: the schedule's and the cost model's link arrays, pricing's, the byte accounts;
   // and the process itself.
   const auto devices = static_cast<double>(src.mesh().size() + dst.mesh().size());
-  e.bytes = e.ops * per_op + e.boxes * ints * per_int + devices * 448 + kProcessBytes;
+  e.transient = devices * 448 + kProcessBytes;
+  e.peers = e.boxes * (peers + groups);
+  e.bytes = e.ops * per_op + e.boxes * ints * per_int + e.transient;
   return e;
 }
 
@@ -163,15 +165,17 @@ PlanSize estimate_part_size(const Layout& src, const Layout& dst, Strategy strat
   if (groups > 1) {  // holders send addends to a reduce, whose root (a target) then serves
     e.ops = held + received * (1 + serve_ops + recv_ops);
     ints = held * groups + received * (groups + serve_ints + recv_ints);
-  } else {  // and copy what they also receive
-    e.ops = held * (serve_ops + 1) + received * recv_ops;
+  } else {  // and copy what they also receive (where the meshes share devices)
+    const double copy = shared_devices(src.mesh(), dst.mesh()) > 0 ? 1 : 0;
+    e.ops = held * (serve_ops + copy) + received * recv_ops;
     ints = held * serve_ints + received * recv_ints;
   }
   e.ops += dst.spec().is_partial() ? 1 : 0;  // its zero-fill
   e.boxes = held + received;
   const auto devices = static_cast<double>(src.mesh().size() + dst.mesh().size());
-  e.bytes = e.ops * (192 + 32 * static_cast<double>(src.ndim())) + ints * 8 + devices * 448 +
-            kProcessBytes;
+  e.transient = devices * 448 + kProcessBytes;
+  e.peers = ints;
+  e.bytes = e.ops * (192 + 32 * static_cast<double>(src.ndim())) + ints * 8 + e.transient;
   return e;
 }
 
@@ -179,7 +183,10 @@ PlanSize combined(const PlanSize& a, const PlanSize& b) {
   PlanSize c = a;
   c.boxes += b.boxes;
   c.ops += b.ops;
-  c.bytes += b.bytes - kProcessBytes;  // one process plans both
+  c.peers += b.peers;
+  c.bytes = a.bytes + b.bytes - std::min(a.transient, b.transient);  // one planning at a time
+  c.transient = std::max(a.transient, b.transient);
+  if (a.strategy != b.strategy) c.strategy = Strategy::Auto;  // each its own
   return c;
 }
 

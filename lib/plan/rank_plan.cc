@@ -81,8 +81,10 @@ TensorOps tensor_ops(const Layout& src, const Layout& dst, int device, const Top
                      const PlanOptions& options, std::int64_t key_offset) {
   PlanOptions o = local_rule(options);
   o.strategy = tensor_strategy(src, dst, topology, o);
-  // A device's part is bounded before any op is built (the whole plan's bound is plan()'s).
-  if (device >= 0)
+  // A device's part is bounded before any op is built where the whole plan would not fit (a
+  // part of a plan that fits does too, and plan_rank() then builds what plan() would).
+  if (device >= 0 &&
+      !within_limits(estimate_plan_size(src, dst, o.strategy, o.balance), o.max_plan_bytes))
     check_plan_size(estimate_part_size(src, dst, o.strategy, o.balance), o.max_plan_bytes);
   const TaskGrid grid(src, dst);
   const LinkTimeline s(topology, union_devices(src, dst), dtype_size(src.dtype()), o.chunk_bytes);

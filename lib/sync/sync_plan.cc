@@ -85,11 +85,12 @@ void split_box(const Box& box, std::int64_t max_elems, std::vector<Box>& out) {
   }
 }
 
-// `e` with the pieces a cast splits boxes into (each at most a bucket, a message of its own to
-// every receiver of the box): those of the whole tensor, or of one source tile and
-// one destination tile (the most a device sends and receives).
+// `e` with the pieces a cast splits boxes into (each at most a bucket, a message of its own):
+// those of the whole tensor, or of one source tile sent and one destination tile received (the
+// most of any device). split_box() cuts slabs of whole rows, at least half a bucket each.
 PlanSize with_cast_pieces(PlanSize e, const TensorMove& m, bool whole, std::int64_t bucket) {
-  const auto wire = static_cast<double>(dtype_size(m.dst.dtype()));
+  const double per_bucket =
+      2 * static_cast<double>(dtype_size(m.dst.dtype())) / static_cast<double>(bucket);
   const auto receivers = static_cast<double>(detail::holders_per_tile(m.dst));
   const auto tile = [&](const Layout& l) {
     double v = 1;
@@ -97,19 +98,30 @@ PlanSize with_cast_pieces(PlanSize e, const TensorMove& m, bool whole, std::int6
       v *= std::ceil(static_cast<double>(l.shape()[d]) / static_cast<double>(l.splits(d)));
     return v;
   };
-  double elements = tile(m.src) + tile(m.dst);
-  if (whole) {
-    elements = 1;
-    for (std::int64_t n : m.src.shape()) elements *= static_cast<double>(n);
-  }
-  // A chain carries a piece to all receivers; sendrecv and allgather send one per receiver.
+  // A chain carries a piece to every receiver; sendrecv and allgather send one per receiver.
   const bool chain = e.strategy == Strategy::Broadcast;
-  const double messages = elements * wire / static_cast<double>(bucket) * (chain ? 1 : receivers);
+  const double sends = chain ? 1 : receivers;
+  double messages = (tile(m.src) * sends + tile(m.dst)) * per_bucket;
+  if (whole) {
+    double elements = 1;
+    for (std::int64_t n : m.src.shape()) elements *= static_cast<double>(n);
+    messages = elements * sends * per_bucket;
+  }
   e.ops += messages;
+  e.peers += messages * (chain ? receivers : 1);
   // Per message: its segment, and its receivers in the message and its key.
   e.bytes +=
       messages * (256 + 32 * static_cast<double>(m.src.ndim()) + 8 * (chain ? receivers : 1));
   return e;
+}
+
+// One tensor's share of a sync's size, built with `strategy` (to the layout `planned`): of a
+// prediction's whole plan, or of the largest part of any device.
+PlanSize tensor_size(const TensorMove& m, const Layout& planned, Strategy strategy, bool whole,
+                     std::int64_t bucket) {
+  PlanSize e = whole ? estimate_plan_size(m.src, planned, strategy, Balance::Local)
+                     : estimate_part_size(m.src, planned, strategy);
+  return m.src.dtype() != m.dst.dtype() ? with_cast_pieces(e, m, whole, bucket) : e;
 }
 
 // The size of a sync before any work, tensor t built with strategy[t] (as `planned` targets
@@ -120,17 +132,57 @@ PlanSize sync_size(const std::vector<TensorMove>& tensors, bool whole,
                    const std::vector<Strategy>& strategy, Planned&& planned, std::int64_t bucket) {
   PlanSize size;
   for (std::size_t t = 0; t < tensors.size(); ++t) {
-    const Layout& src = tensors[t].src;
-    PlanSize e = whole ? estimate_plan_size(src, planned(t), strategy[t], Balance::Local)
-                       : estimate_part_size(src, planned(t), strategy[t]);
-    if (src.dtype() != tensors[t].dst.dtype()) e = with_cast_pieces(e, tensors[t], whole, bucket);
+    const PlanSize e = tensor_size(tensors[t], planned(t), strategy[t], whole, bucket);
     size = t == 0 ? e : combined(size, e);
   }
   // A prediction (every device's messages) keeps each message's receivers twice more than a
-  // plan's ops do (in its key and its chain order): its peak was 2.06x the plans' estimate on
-  // gpt2-small synced between meshes of 8,192 and of 16,384 devices (broadcasts to thousands).
-  if (whole) size.bytes *= 2.25;
+  // plan's ops do (in its key and its chain order), and prices every hop: its peak above the
+  // loaded model was 1.19x and 1.20x of 2.25 times the plans' estimate on gpt2-small synced
+  // between meshes of 8,192 and of 16,384 devices (sends to thousands), and 144 bytes per
+  // receiver listed between meshes of 65,536 (17 M in chains of 16,384).
+  if (whole) size.bytes = 3 * size.bytes + 160 * size.peers;
   return size;
+}
+
+// What auto's choices may make a device's part of a sync hold before the tensors that save the
+// most take the strategy of their smallest part: planning memory is taken from the host that
+// trains, per rank. DeepSeek-V3 from 4,096 to 4,096 devices: auto's allgather for the tensors
+// replicated on 512 generators planned 1.43 M messages in 6.5 GB and 22 s at each generator,
+// its smallest parts 3,635 in 216 MB and 1.8 s (predicted sync 14.78 s against 14.64 s).
+constexpr double kPartBudget = double(std::int64_t{256} << 20);
+
+// Auto's choices, where their parts exceed kPartBudget (or the bounds), give way tensor by
+// tensor to each tensor's smallest part, the largest saving first (ties: the earlier tensor):
+// alike on every device, and a prediction models what the devices build.
+template <class Planned>
+void fit_parts(const std::vector<TensorMove>& tensors, std::vector<Strategy>& strategy,
+               Planned&& planned, std::int64_t bucket, std::int64_t bound) {
+  PlanSize size = sync_size(tensors, false, strategy, planned, bucket);
+  const double budget = std::min(kPartBudget, static_cast<double>(plan_memory_bound(bound)));
+  if (size.bytes <= budget && within_limits(size, bound)) return;
+  struct Saving {
+    double bytes, ops;
+    std::size_t t;
+    Strategy smallest;
+  };
+  std::vector<Saving> savings;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const PlanSize now = tensor_size(tensors[t], planned(t), strategy[t], false, bucket);
+    Saving best{0, 0, t, strategy[t]};
+    for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
+      const PlanSize e = tensor_size(tensors[t], planned(t), st, false, bucket);
+      if (now.bytes - e.bytes > best.bytes) best = {now.bytes - e.bytes, now.ops - e.ops, t, st};
+    }
+    if (best.smallest != strategy[t]) savings.push_back(best);
+  }
+  std::stable_sort(savings.begin(), savings.end(),
+                   [](const Saving& a, const Saving& b) { return a.bytes > b.bytes; });
+  for (const Saving& s : savings) {
+    if (size.bytes <= budget && within_limits(size, bound)) return;
+    strategy[s.t] = s.smallest;
+    size.bytes -= s.bytes;
+    size.ops -= s.ops;
+  }
 }
 
 // The sync's ops, coalesced. `device` < 0: every device's (a prediction).
@@ -165,18 +217,12 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
   const std::int64_t total = std::max<std::int64_t>(1, offset.back());
   // Bounded before any work by the strategies built (auto priced per tensor, alike on every
   // device).
-  // If auto's choices, each priced alone, do not fit together in a device's part, every tensor
-  // takes the strategy of its smallest part instead (allgather's receivers each take part in
-  // every other's forward: a sync to 512 replicas planned 1.5 M messages and 7 GB at each
-  // generator). Decided by parts, so that a prediction models what the devices build.
+  // Auto priced per tensor (alike on every device), within a budget for a device's part.
   std::vector<Strategy> strategy(tensors.size());
   for (std::size_t t = 0; t < tensors.size(); ++t)
     strategy[t] = detail::tensor_strategy(tensors[t].src, planned(t), topology, options.plan);
   const std::int64_t bound = options.plan.max_plan_bytes;
-  if (options.plan.strategy == Strategy::Auto &&
-      !within_limits(sync_size(tensors, false, strategy, planned, bucket), bound))
-    for (std::size_t t = 0; t < tensors.size(); ++t)
-      strategy[t] = estimate_part_size(tensors[t].src, planned(t), Strategy::Auto).strategy;
+  if (options.plan.strategy == Strategy::Auto) fit_parts(tensors, strategy, planned, bucket, bound);
   if (!tensors.empty())
     check_plan_size(sync_size(tensors, device < 0, strategy, planned, bucket), bound);
 

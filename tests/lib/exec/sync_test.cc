@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <tuple>
 
@@ -232,24 +233,32 @@ TEST(Sync, DevicesThatRunDifferentPlansFailNamingWhatDiffers) {
   EXPECT_EQ(out, (std::vector<std::string>{"", ""}));
 }
 
-// Auto prices each tensor alone; where its choices do not fit together in a device's part, every
-// tensor takes the strategy of its smallest part. Here allgather (each of 64 replicas takes part
-// in every other's forward of every box) against broadcast's chain per box.
+// Auto prices each tensor alone; where its choices do not fit together in a device's part, the
+// tensors that save the most take the strategy of their smallest part. Here allgather (each of
+// 64 replicas takes part in every other's forward of every box) against broadcast's chain per box.
 TEST(Sync, AutoTakesTheSmallestPartsWhereItsChoicesDoNotFitTogether) {
   const Layout src = Layout::parse({std::int64_t{1} << 24}, DType::f32, "8@0-7:S0");
   const Layout dst = Layout::parse({std::int64_t{1} << 24}, DType::f32, "64@8-71:R");
   ASSERT_EQ(plan(src, dst).strategy(), Strategy::AllGather);
   std::vector<TensorMove> ts;
-  for (int i = 0; i < 64; ++i) ts.push_back({"t" + std::to_string(i), src, dst});
+  for (int i = 0; i < 128; ++i) ts.push_back({"t" + std::to_string(i), src, dst});
   SyncOptions o;
   const SyncStats free = plan_sync(ts, 8, Topology::single_host(), o).stats();
-  o.plan.max_plan_bytes = std::int64_t{24} << 20;  // one tensor's whole plan fits, 64 parts not
+  EXPECT_GT(free.messages, 128 * 64);  // its slice, its forward and the others' per tensor
+  // A bound that 128 broadcast parts just fit, and one tensor's whole allgather plan too.
+  const PlanSize chain = estimate_part_size(src, dst, Strategy::Broadcast);
+  o.plan.max_plan_bytes =
+      static_cast<std::int64_t>(std::ceil(128 * (chain.bytes - chain.transient) + chain.transient));
   ASSERT_LT(estimate_plan_size(src, dst, Strategy::AllGather, Balance::Local).bytes,
             static_cast<double>(o.plan.max_plan_bytes));
   const SyncStats bounded = plan_sync(ts, 8, Topology::single_host(), o).stats();
-  EXPECT_EQ(bounded.messages, 64 * 8);  // a chain per box, every one through device 8
-  EXPECT_GT(free.messages, 64 * 64);    // its slice, its forward and the others' per tensor
+  EXPECT_EQ(bounded.messages, 128 * 8);  // a chain per box, every one through device 8
   EXPECT_EQ(bounded.bytes_moved, free.bytes_moved);
+  // Twice that: only some tensors give way.
+  o.plan.max_plan_bytes *= 2;
+  const SyncStats some = plan_sync(ts, 8, Topology::single_host(), o).stats();
+  EXPECT_GT(some.messages, bounded.messages);
+  EXPECT_LT(some.messages, free.messages);
   o.plan.strategy = Strategy::AllGather;  // asked for: refused, not changed
   try {
     (void)plan_sync(ts, 8, Topology::single_host(), o);

@@ -3,6 +3,7 @@
 // layouts, meshes, strategies and topologies; and the whole plan under the local rule is valid.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 
 #include "meshcast/error.h"
@@ -37,6 +38,10 @@ TEST(RankPlan, EqualsTheDevicesPartOfTheWholePlan) {
     PlanOptions opt;
     opt.strategy = strategies[rng.below(4)];
     opt.balance = rng.chance(1, 3) ? Balance::None : Balance::Local;
+    // A bound the whole plan just fits: no device's part may be refused under it.
+    if (opt.strategy != Strategy::Auto && rng.chance(1, 2))
+      opt.max_plan_bytes = static_cast<std::int64_t>(
+          std::ceil(estimate_plan_size(c.src, c.dst, opt.strategy, opt.balance).bytes));
     const Plan whole = plan(c.src, c.dst, topo, opt);
     const std::string ctx = "case " + std::to_string(i) + ": " + c.str() + " strategy " +
                             to_string(opt.strategy) + " balance " + to_string(opt.balance) +
