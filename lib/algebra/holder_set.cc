@@ -59,7 +59,7 @@ int HolderSet::operator[](std::int64_t k) const {
   return m.device(index);
 }
 
-bool HolderSet::contains(int id) const {
+std::int64_t HolderSet::position(int id) const {
   std::int64_t index = -1;
   if (index_) {
     if (id >= 0 && static_cast<std::size_t>(id) < index_->size())
@@ -67,11 +67,13 @@ bool HolderSet::contains(int id) const {
   } else if (const auto i = layout_->mesh().index_of(id)) {
     index = *i;
   }
-  if (index < 0) return false;
+  if (index < 0) return -1;
   const Mesh& m = layout_->mesh();
   for (std::size_t a = 0; a < fixed_.size(); ++a)
-    if (fixed_[a] >= 0 && (index / stride_[a]) % m.extent(a) != fixed_[a]) return false;
-  return true;
+    if (fixed_[a] >= 0 && (index / stride_[a]) % m.extent(a) != fixed_[a]) return -1;
+  std::int64_t k = 0;  // row-major over the free axes, as operator[] counts
+  for (std::size_t a : free_) k = k * m.extent(a) + (index / stride_[a]) % m.extent(a);
+  return k;
 }
 
 }  // namespace meshcast::detail

@@ -22,7 +22,9 @@ class HolderSet {
   // The k-th holder's device id, 0 <= k < size().
   int operator[](std::int64_t k) const;
   // Whether device `id` is one of them.
-  bool contains(int id) const;
+  bool contains(int id) const { return position(id) >= 0; }
+  // Its k (operator[](k) == id), or -1 where it is not one of them.
+  std::int64_t position(int id) const;
 
  private:
   const Layout* layout_;

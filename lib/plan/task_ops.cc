@@ -221,6 +221,10 @@ void TaskOps::task(std::int64_t i, int device, OpSink& out) {
   const Box box = grid_->box(i);
   receivers_.clear();
   if (holders_.size() == 1) {
+    if (device >= 0 && strategy_ == Strategy::SendRecv && !holders_[0].contains(device)) {
+      receive_alone(box, i, device, out);
+      return;
+    }
     // Devices holding the data in both layouts copy it locally; the others receive it.
     for (std::int64_t k = 0; k < targets_.size(); ++k) {
       const int d = targets_[k];
@@ -255,6 +259,29 @@ void TaskOps::task(std::int64_t i, int device, OpSink& out) {
   for (std::int64_t k = 0; k < targets_.size(); ++k)
     if (targets_[k] != root) receivers_.push_back(targets_[k]);
   serve(box, root, 1, true, i, device, out);
+}
+
+void TaskOps::receive_alone(const Box& box, std::int64_t i, int device, OpSink& out) {
+  // Its index among the targets, less the targets before it that hold the box (they copy it).
+  const std::int64_t k = targets_.position(device);
+  std::int64_t j = k, copies = 0;
+  if (shared_hosts_)  // else no holder is a target
+    for (std::int64_t h = 0; h < holders_[0].size(); ++h) {
+      const std::int64_t p = targets_.position(holders_[0][h]);
+      copies += p >= 0;
+      j -= p >= 0 && p < k;
+    }
+  if (targets_.size() - copies > 1) fans_out_ = true;
+  Op& op = op_;  // as serve() builds sendrecv's transfer j
+  op.kind = OpKind::Multicast;
+  op.phase = 0;
+  op.box = box;
+  op.from_dst = false;
+  op.group = 0;
+  op.root = choose(holders_[0], device, i + j);
+  op.peers.assign(1, device);
+  op.stream = i * slots_ + 1 + j;
+  out(op);
 }
 
 void TaskOps::serve(const Box& box, int root, int phase, bool from_dst, std::int64_t i, int device,

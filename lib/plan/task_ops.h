@@ -132,6 +132,10 @@ class TaskOps {
   // The sender for receiver `to` among `holders`: under Local a holder on `to`'s host if there
   // is one, else one of all; in rotation by `key` either way. Under None the first holder.
   int choose(const HolderSet& holders, int to, std::int64_t key);
+  // Sendrecv's one transfer of task i to `device`, which only receives it: from its index among
+  // the receivers, without listing them (a gather to n devices listed n per task at every
+  // device: n^2 each).
+  void receive_alone(const Box& box, std::int64_t i, int device, OpSink& out);
   // Moves `box` from `root` (or, root < 0, from one of holders_[0]) to `receivers`.
   void serve(const Box& box, int root, int phase, bool from_dst, std::int64_t i, int device,
              OpSink& out);

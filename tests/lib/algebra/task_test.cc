@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
+#include "lib/algebra/holder_set.h"
 #include "meshcast/error.h"
 #include "support/testing.h"
 
@@ -94,6 +97,36 @@ TEST(Tasks, EveryElementInExactlyOneTaskWithTheRightDevices) {
   for (int i = 0; i < n; ++i) {
     const auto c = testing::random_case(rng, lim);
     ASSERT_TRUE(check_tasks(c)) << "case " << i;
+  }
+}
+
+// The holders of a task's tiles as a view (lib/algebra/holder_set.h): position() inverts the k-th
+// holder, and no other device of either mesh has one.
+TEST(Tasks, HolderPositionsInvertTheKthHolder) {
+  Rng rng(0x4f1d);
+  testing::Limits lim;
+  lim.max_mesh_size = 12;
+  const int n = testing::scaled(2000);
+  for (int c_i = 0; c_i < n; ++c_i) {
+    const auto c = testing::random_case(rng, lim);
+    const TaskGrid grid(c.src, c.dst);
+    std::vector<int> all = c.src.mesh().devices();
+    all.insert(all.end(), c.dst.mesh().devices().begin(), c.dst.mesh().devices().end());
+    std::vector<std::int64_t> s, d;
+    for (std::int64_t i = 0; i < grid.size(); ++i) {
+      grid.shards(i, s, d);
+      for (const auto& [layout, shard] : {std::pair{&c.src, &s}, std::pair{&c.dst, &d}})
+        for (std::int64_t g = 0; g < layout->partial_groups(); ++g) {
+          detail::HolderSet h(*layout);
+          h.select(*shard, g);
+          for (std::int64_t k = 0; k < h.size(); ++k)
+            ASSERT_EQ(h.position(h[k]), k) << "case " << c_i << ": " << c.str();
+          std::int64_t found = 0;
+          for (int dev : std::set<int>(all.begin(), all.end())) found += h.position(dev) >= 0;
+          found += h.position(-1) >= 0 || h.position(1 << 30) >= 0;
+          ASSERT_EQ(found, h.size()) << "case " << c_i << ": " << c.str();
+        }
+    }
   }
 }
 
