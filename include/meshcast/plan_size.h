@@ -38,8 +38,9 @@ PlanSize estimate_plan_size(const Layout& src, const Layout& dst, Strategy strat
 // a sync), under Local (or None): the tasks meeting one tile of each layout (the most any tile
 // meets), and per task the ops the device takes part in and their peer lists (a chain lists
 // every receiver; allgather's receivers each take part in every receiver's forward). plan_rank()
-// checks it before any op is built: a broadcast to n receivers of n boxes lists n^2 peers at
-// every device, where sendrecv's part is 2n ops. Auto: the smallest over the three strategies.
+// checks it before any op is built where the whole plan would not fit: a broadcast to n
+// receivers of n boxes lists n^2 peers at every device, where sendrecv's part is 2n ops. Auto:
+// the smallest over the three strategies.
 PlanSize estimate_part_size(const Layout& src, const Layout& dst, Strategy strategy,
                             Balance balance = Balance::Local);
 
