@@ -80,14 +80,15 @@ Strategy tensor_strategy(const Layout& src, const Layout& dst, const Topology& t
 TensorOps tensor_ops(const Layout& src, const Layout& dst, int device, const Topology& topology,
                      const PlanOptions& options, std::int64_t key_offset) {
   PlanOptions o = local_rule(options);
-  o.strategy = tensor_strategy(src, dst, topology, o);
+  const TaskGrid grid(src, dst);
+  const LinkTimeline s(topology, union_devices(src, dst), dtype_size(src.dtype()), o.chunk_bytes);
+  // Auto is priced from the task structure (strategy_price.h), the same on every device.
+  if (o.strategy == Strategy::Auto) o.strategy = auto_strategy(grid, s, o).strategy;
   // A device's part is bounded before any op is built where the whole plan would not fit (a
   // part of a plan that fits does too, and plan_rank() then builds what plan() would).
   if (device >= 0 &&
       !within_limits(estimate_plan_size(src, dst, o.strategy, o.balance), o.max_plan_bytes))
     check_plan_size(estimate_part_size(src, dst, o.strategy, o.balance), o.max_plan_bytes);
-  const TaskGrid grid(src, dst);
-  const LinkTimeline s(topology, union_devices(src, dst), dtype_size(src.dtype()), o.chunk_bytes);
   TensorOps r;
   r.strategy = o.strategy;
   r.balance = o.balance;

@@ -261,6 +261,15 @@ void TaskOps::task(std::int64_t i, int device, OpSink& out) {
   serve(box, root, 1, true, i, device, out);
 }
 
+Op& TaskOps::transfer(const Box& box, int phase, bool from_dst) {
+  op_.kind = OpKind::Multicast;
+  op_.phase = phase;
+  op_.box = box;
+  op_.from_dst = from_dst;
+  op_.group = 0;
+  return op_;
+}
+
 void TaskOps::receive_alone(const Box& box, std::int64_t i, int device, OpSink& out) {
   // Its index among the targets, less the targets before it that hold the box (they copy it).
   const std::int64_t k = targets_.position(device);
@@ -272,12 +281,7 @@ void TaskOps::receive_alone(const Box& box, std::int64_t i, int device, OpSink& 
       j -= p >= 0 && p < k;
     }
   if (targets_.size() - copies > 1) fans_out_ = true;
-  Op& op = op_;  // as serve() builds sendrecv's transfer j
-  op.kind = OpKind::Multicast;
-  op.phase = 0;
-  op.box = box;
-  op.from_dst = false;
-  op.group = 0;
+  Op& op = transfer(box, 0, false);  // as serve() builds sendrecv's transfer j
   op.root = choose(holders_[0], device, i + j);
   op.peers.assign(1, device);
   op.stream = i * slots_ + 1 + j;
@@ -293,13 +297,7 @@ void TaskOps::serve(const Box& box, int root, int phase, bool from_dst, std::int
     return root >= 0 ? root : choose(holders_[0], to[j], i + static_cast<std::int64_t>(j));
   };
   const std::int64_t base = i * slots_ + 1;
-  // The transfers are built in op_, whose vectors keep their capacity from op to op.
-  Op& op = op_;
-  op.kind = OpKind::Multicast;
-  op.phase = phase;
-  op.box = box;
-  op.from_dst = from_dst;
-  op.group = 0;
+  Op& op = transfer(box, phase, from_dst);
   if (strategy_ == Strategy::SendRecv) {
     for (std::size_t j = 0; j < to.size(); ++j) {
       op.root = sender(j);

@@ -132,6 +132,9 @@ class TaskOps {
   // The sender for receiver `to` among `holders`: under Local a holder on `to`'s host if there
   // is one, else one of all; in rotation by `key` either way. Under None the first holder.
   int choose(const HolderSet& holders, int to, std::int64_t key);
+  // op_ made a multicast of `box` (a chain, group 0) in `phase`: the caller sets its sender,
+  // receivers and stream. Its vectors keep their capacity from op to op.
+  Op& transfer(const Box& box, int phase, bool from_dst);
   // Sendrecv's one transfer of task i to `device`, which only receives it: from its index among
   // the receivers, without listing them (a gather to n devices listed n per task at every
   // device: n^2 each).
