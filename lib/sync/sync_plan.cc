@@ -17,6 +17,7 @@
 #include "meshcast/plan_size.h"
 #include "meshcast/sync.h"
 #include "meshcast/task.h"
+#include "meshcast/units.h"
 
 namespace meshcast {
 namespace {
@@ -85,6 +86,14 @@ void split_box(const Box& box, std::int64_t max_elems, std::vector<Box>& out) {
   }
 }
 
+// The elements of a tile of `l`, at most (the first, where splits are uneven).
+double tile_elements(const Layout& l) {
+  double v = 1;
+  for (std::size_t d = 0; d < l.ndim(); ++d)
+    v *= std::ceil(static_cast<double>(l.shape()[d]) / static_cast<double>(l.splits(d)));
+  return v;
+}
+
 // `e` with the pieces a cast splits boxes into (each at most a bucket, a message of its own):
 // those of the whole tensor, or of one source tile sent and one destination tile received (the
 // most of any device). split_box() cuts slabs of whole rows, at least half a bucket each.
@@ -92,16 +101,10 @@ PlanSize with_cast_pieces(PlanSize e, const TensorMove& m, bool whole, std::int6
   const double per_bucket =
       2 * static_cast<double>(dtype_size(m.dst.dtype())) / static_cast<double>(bucket);
   const auto receivers = static_cast<double>(detail::holders_per_tile(m.dst));
-  const auto tile = [&](const Layout& l) {
-    double v = 1;
-    for (std::size_t d = 0; d < l.ndim(); ++d)
-      v *= std::ceil(static_cast<double>(l.shape()[d]) / static_cast<double>(l.splits(d)));
-    return v;
-  };
   // A chain carries a piece to every receiver; sendrecv and allgather send one per receiver.
   const bool chain = e.strategy == Strategy::Broadcast;
   const double sends = chain ? 1 : receivers;
-  double messages = (tile(m.src) * sends + tile(m.dst)) * per_bucket;
+  double messages = (tile_elements(m.src) * sends + tile_elements(m.dst)) * per_bucket;
   if (whole) {
     double elements = 1;
     for (std::int64_t n : m.src.shape()) elements *= static_cast<double>(n);
@@ -115,13 +118,51 @@ PlanSize with_cast_pieces(PlanSize e, const TensorMove& m, bool whole, std::int6
   return e;
 }
 
+// A partial source's reduces split into messages (build() keeps each piece's addends, one per
+// contributor, within a bucket together): `e` with them, their contributors listed and their
+// bytes. Per message a prediction held 8 bytes per contributor and 350 others (in its plan and
+// as an op to price), a device's part 4 and 160 (sums over 128 and 1,024 contributors);
+// split_box() cuts slabs of whole rows, at least half a piece each.
+PlanSize with_reduce_pieces(PlanSize e, const TensorMove& m, bool whole, std::int64_t bucket) {
+  const auto groups = static_cast<double>(m.src.partial_groups());
+  if (groups <= 1) return e;
+  const double one = groups * static_cast<double>(dtype_size(m.src.dtype()));
+  const double per_piece = std::floor(std::max(static_cast<double>(bucket), one) / one);
+  // Every element is summed once; a device sums at most one target tile's and adds to at most
+  // one source tile's (both only where it is in both meshes).
+  const auto& from = m.src.mesh().devices();
+  const bool both =
+      std::any_of(from.begin(), from.end(), [&](int d) { return m.dst.mesh().contains(d); });
+  const double a = tile_elements(m.src), b = tile_elements(m.dst);
+  const double elements = whole  ? static_cast<double>(m.src.elements())
+                          : both ? a + b
+                                 : std::max(a, b);
+  const double messages = 2 * elements / per_piece;
+  e.ops += messages;
+  e.peers += messages * groups;
+  e.bytes += messages * ((whole ? 480 : 320) + 32 * static_cast<double>(m.src.ndim()) +
+                         (whole ? 12 : 6) * groups);
+  return e;
+}
+
 // One tensor's share of a sync's size, built with `strategy` (to the layout `planned`): of a
 // prediction's whole plan, or of the largest part of any device.
 PlanSize tensor_size(const TensorMove& m, const Layout& planned, Strategy strategy, bool whole,
                      std::int64_t bucket) {
   PlanSize e = whole ? estimate_plan_size(m.src, planned, strategy, Balance::Local)
                      : estimate_part_size(m.src, planned, strategy);
-  return m.src.dtype() != m.dst.dtype() ? with_cast_pieces(e, m, whole, bucket) : e;
+  if (m.src.dtype() != m.dst.dtype()) e = with_cast_pieces(e, m, whole, bucket);
+  // A prediction (every device's messages) keeps each message's receivers twice more than a
+  // plan's ops do (in its key and its chain order), and prices every hop: its peak above the
+  // loaded model was 1.19x and 1.20x of 2.25 times the plans' estimate on gpt2-small synced
+  // between meshes of 8,192 and of 16,384 devices (sends to thousands), and 144 bytes per
+  // receiver listed between meshes of 65,536 (17 M in chains of 16,384).
+  if (whole) {
+    e.bytes = 3 * e.bytes + 160 * e.peers;
+    e.transient *= 3;
+  }
+  // A reduce's message prices no chain: its pieces were measured on their own.
+  return with_reduce_pieces(e, m, whole, bucket);
 }
 
 // The size of a sync before any work, tensor t built with strategy[t] (as `planned` targets
@@ -135,13 +176,33 @@ PlanSize sync_size(const std::vector<TensorMove>& tensors, bool whole,
     const PlanSize e = tensor_size(tensors[t], planned(t), strategy[t], whole, bucket);
     size = t == 0 ? e : combined(size, e);
   }
-  // A prediction (every device's messages) keeps each message's receivers twice more than a
-  // plan's ops do (in its key and its chain order), and prices every hop: its peak above the
-  // loaded model was 1.19x and 1.20x of 2.25 times the plans' estimate on gpt2-small synced
-  // between meshes of 8,192 and of 16,384 devices (sends to thousands), and 144 bytes per
-  // receiver listed between meshes of 65,536 (17 M in chains of 16,384).
-  if (whole) size.bytes = 3 * size.bytes + 160 * size.peers;
   return size;
+}
+
+// Throws check_plan_size()'s error where the sync exceeds the bounds, naming the tensor that
+// takes the most of what is refused (ops or memory): what the user would change.
+template <class Planned>
+void check_sync_size(const std::vector<TensorMove>& tensors, bool whole,
+                     const std::vector<Strategy>& strategy, Planned&& planned, std::int64_t bucket,
+                     std::int64_t bound) {
+  const PlanSize size = sync_size(tensors, whole, strategy, planned, bucket);
+  if (tensors.empty() || within_limits(size, bound)) return;
+  try {
+    check_plan_size(size, bound);
+  } catch (const ValidationError& e) {
+    const bool ops = e.field() == "plan ops";
+    std::size_t largest = 0;
+    double most = -1;
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      const PlanSize one = tensor_size(tensors[t], planned(t), strategy[t], whole, bucket);
+      if ((ops ? one.ops : one.bytes) > most) largest = t, most = ops ? one.ops : one.bytes;
+    }
+    std::ostringstream os;
+    os << e.cause() << "; the largest: tensors." << tensors[largest].name << ", "
+       << (ops ? std::to_string(static_cast<std::int64_t>(most)) + " ops"
+               : human_bytes(static_cast<std::int64_t>(most)));
+    throw ValidationError(e.field(), os.str());
+  }
 }
 
 // What auto's choices may make a device's part of a sync hold before the tensors that save the
@@ -216,16 +277,14 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
     key[t + 1] = key[t] + grid.size();
   }
   const std::int64_t total = std::max<std::int64_t>(1, offset.back());
-  // Bounded before any work by the strategies built (auto priced per tensor, alike on every
-  // device).
-  // Auto priced per tensor (alike on every device), within a budget for a device's part.
+  // Auto priced per tensor (alike on every device), within a budget for a device's part; then
+  // bounded before any work by the strategies built.
   std::vector<Strategy> strategy(tensors.size());
   for (std::size_t t = 0; t < tensors.size(); ++t)
     strategy[t] = detail::tensor_strategy(tensors[t].src, planned(t), topology, options.plan);
   const std::int64_t bound = options.plan.max_plan_bytes;
   if (options.plan.strategy == Strategy::Auto) fit_parts(tensors, strategy, planned, bucket, bound);
-  if (!tensors.empty())
-    check_plan_size(sync_size(tensors, device < 0, strategy, planned, bucket), bound);
+  check_sync_size(tensors, device < 0, strategy, planned, bucket, bound);
 
   // phase, root, receivers (sorted): a chain's order differs from box to box (rotate_chain),
   // a message takes its first box's.

@@ -241,7 +241,8 @@ TEST(Sync, AutoTakesTheSmallestPartsWhereItsChoicesDoNotFitTogether) {
   const Layout dst = Layout::parse({std::int64_t{1} << 24}, DType::f32, "64@8-71:R");
   ASSERT_EQ(plan(src, dst).strategy(), Strategy::AllGather);
   std::vector<TensorMove> ts;
-  for (int i = 0; i < 128; ++i) ts.push_back({"t" + std::to_string(i), src, dst});
+  for (int i = 0; i < 128; ++i)
+    ts.push_back({std::string("t").append(std::to_string(i)), src, dst});
   SyncOptions o;
   const SyncStats free = plan_sync(ts, 8, Topology::single_host(), o).stats();
   EXPECT_GT(free.messages, 128 * 64);  // its slice, its forward and the others' per tensor
@@ -266,6 +267,41 @@ TEST(Sync, AutoTakesTheSmallestPartsWhereItsChoicesDoNotFitTogether) {
   } catch (const ValidationError& e) {
     EXPECT_EQ(e.field(), "plan memory") << e.what();
   }
+}
+
+// A partial sum's reduce splits into pieces whose addends fit a bucket together, each a message
+// listing every contributor: a device's part and a prediction count them before any is built.
+// Here 64 contributors in pieces of 16 elements: 2^24 elements make 2^20 messages listing 64
+// devices each, 256 MiB of lists alone, refused under a bound of 200 MiB that the tensor's
+// tasks fit many times over; 2^16 elements make 4,096 and are built.
+TEST(Sync, APartialSumsPiecesAreBoundedBeforeTheyAreBuilt) {
+  const auto sum = [](std::int64_t n) {
+    return std::vector<TensorMove>{{"w", Layout::parse({n}, DType::f32, "64@0-63:R+P0"),
+                                    Layout::parse({n}, DType::f32, "64@64-127:S0")}};
+  };
+  SyncOptions o;
+  o.bucket_bytes = 4096;  // 16 elements of each of 64 addends
+  o.plan.max_plan_bytes = std::int64_t{200} << 20;
+  const Topology topo = Topology::uniform("two", 2, 64, LinkClass{"intra", 50e9, 1e-6},
+                                          LinkClass{"network", 1e9, 2e-5});
+  const auto big = sum(std::int64_t{1} << 24);
+  ASSERT_LT(estimate_part_size(big[0].src, big[0].dst, Strategy::Auto).bytes, 50 << 20);
+  for (int device : {0, -1}) {
+    try {
+      if (device < 0)
+        (void)predict_sync(big, topo, o);
+      else
+        (void)plan_sync(big, device, topo, o);
+      ADD_FAILURE() << "device " << device << ": 2^20 reduce pieces were built past the bound";
+    } catch (const ValidationError& e) {
+      EXPECT_EQ(e.field(), "plan memory") << e.what();
+      EXPECT_NE(std::string(e.what()).find("the largest: tensors.w"), std::string::npos)
+          << e.what();
+    }
+  }
+  const SyncPlan small = plan_sync(sum(std::int64_t{1} << 16), 0, topo, o);
+  EXPECT_EQ(small.stats().messages, 4096);
+  for (const auto& m : small.messages()) EXPECT_EQ(m.peers.size(), 64u);
 }
 
 TEST(Sync, BadInputNamesTheField) {
