@@ -252,18 +252,7 @@ Topology Topology::uniform(std::string name, int hosts, int devices_per_host, Li
 
 Topology Topology::from_json(std::string_view text, const std::string& field) {
   // Strict: malformed text and a key repeated in one object are ParseErrors naming the field.
-  json doc;
-  try {
-    doc = detail::parse_json(std::string(text), field);
-  } catch (const ParseError& e) {
-    // "not valid JSON: [json.exception.parse_error.101] parse error at ..." -> without the tag.
-    std::string what = e.cause();
-    const auto tag = what.find("[json.exception");
-    if (const auto end = what.find("] ", tag); tag != std::string::npos && end != std::string::npos)
-      what.erase(tag, end + 2 - tag);
-    if (what.size() > 200) what = what.substr(0, 197) + "...";  // a long token read before it
-    throw ParseError(e.field(), what);
-  }
+  const json doc = detail::parse_json(std::string(text), field);
   object_at(doc, field);
   only_keys(doc, field, {"name", "description", "links", "single_host", "uniform", "hosts"});
 

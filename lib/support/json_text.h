@@ -53,7 +53,7 @@ Json parse_json(const std::string& text, const std::string& field) {
   const auto brief = [](std::string s) {
     for (char& c : s)
       if (c < 32 || c >= 127) c = '?';
-    return s.size() > 120 ? s.substr(0, 117) + "..." : s;
+    return s.size() > 160 ? s.substr(0, 157) + "..." : s;
   };
   // nlohmann's lexer takes a NUL byte for the end of the text and ignores what follows it; JSON
   // has no raw NUL anywhere (inside a string it is escaped).
@@ -64,7 +64,11 @@ Json parse_json(const std::string& text, const std::string& field) {
   try {
     nlohmann::json::sax_parse(text, &builder);
   } catch (const nlohmann::json::exception& e) {
-    throw ParseError(field, "not valid JSON: " + brief(e.what()));
+    // Without nlohmann's "[json.exception.parse_error.101] ": the cause must fit the line.
+    std::string_view what = e.what();
+    if (what.starts_with('[') && what.find("] ") != std::string_view::npos)
+      what.remove_prefix(what.find("] ") + 2);
+    throw ParseError(field, "not valid JSON: " + brief(std::string(what)));
   }
   if (!builder.duplicate().empty())
     throw ParseError(field, "key '" + brief(builder.duplicate()) + "' appears twice in one object");

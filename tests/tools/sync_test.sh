@@ -106,6 +106,7 @@ sed 's/"meshcast_sync_plan": *1/"meshcast_sync_plan": 2/' "$TMP/saved.json" >"$T
 sed 's/"meshcast_sync_plan": *1/"meshcast_sync_plan": 1, "meshcast_sync_plan": 1/' \
   "$TMP/saved.json" >"$TMP/twice.json"
 { cat "$TMP/saved.json"; printf '\0{"tensors": {}}'; } >"$TMP/nul.json"
+head -c 100 "$TMP/saved.json" >"$TMP/cut.json"
 while IFS='|' read -r want args; do
   [[ -z $want ]] && continue
   # shellcheck disable=SC2086
@@ -124,6 +125,7 @@ plan|--plan $TMP/notsaved.json
 plan: .* format 2|--plan $TMP/v2.json
 plan: .*appears twice|--plan $TMP/twice.json
 plan: .*NUL byte|--plan $TMP/nul.json
+plan: not valid JSON: parse error at line 1, column 101: syntax error|--plan $TMP/cut.json
 topology|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --topology auto --save-plan $TMP/auto.json
 model|--iters 1
 EOF2
