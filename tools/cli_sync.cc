@@ -17,6 +17,7 @@
 
 #include "cli.h"
 #include "lib/support/json_text.h"
+#include "lib/support/text.h"
 #include "meshcast/bootstrap.h"
 #include "meshcast/cost.h"
 #include "meshcast/error.h"
@@ -74,21 +75,12 @@ std::vector<Step> steps_of(const ModelManifest& m, const std::string& mode) {
   return steps;
 }
 
-// "65536", "64K", "64M", "1G" (binary units), 1 byte .. 1 TiB.
+// "65536", "64K", "64M", "1G" (binary units), 8 bytes (the least a sync packs,
+// SyncOptions::max_staging_bytes) .. 1 TiB.
 std::int64_t parse_size(const std::string& text, const std::string& field) {
-  std::size_t used = 0;
-  long long v = -1;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-  }
-  const std::string unit = text.substr(std::min(used, text.size()));
-  const int shift = unit.empty() ? 0 : unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : -1;
-  // (8 bytes: the least a sync packs, SyncOptions::max_staging_bytes)
-  if (v < 1 || shift < 0 || v > (std::int64_t{1} << (40 - shift)) || (v << shift) < 8)
-    throw ValidationError(field, "expected a size from 8 bytes to 1 TiB (K, M, G suffixes), got '" +
-                                     text.substr(0, 32) + "'");
-  return static_cast<std::int64_t>(v) << shift;
+  const std::int64_t v = detail::parse_bytes(text, std::int64_t{1} << 40, field);
+  if (v < 8) throw ValidationError(field, "must be at least 8 bytes, got " + detail::quote(text));
+  return v;
 }
 
 SyncOptions sync_options(const SyncArgs& a) {
@@ -408,7 +400,7 @@ void add_sync_options(CLI::App& cmd, SyncArgs& a) {
       ->capture_default_str()
       ->each(noted("strategy"));
   cmd.add_option("--max-staging-bytes", a.max_staging,
-                 "packing memory in flight per device (K/M/G suffixes)")
+                 "packing memory in flight per device (K/M/G/T suffixes; 8 bytes to 1 TiB)")
       ->type_name("BYTES")
       ->capture_default_str()
       ->each(noted("max-staging-bytes"));

@@ -14,11 +14,14 @@
 namespace meshcast {
 namespace {
 
+// A bound in bytes (a name ending in _BYTES) takes K, M, G or T.
 void override_from_env(std::int64_t& value, const char* name) {
-  const char* text = std::getenv((std::string("MESHCAST_MAX_") + name).c_str());
+  const std::string var = std::string("MESHCAST_MAX_") + name;
+  const char* text = std::getenv(var.c_str());
   if (text == nullptr) return;
-  value =
-      detail::parse_uint(text, std::int64_t{1} << 62, std::string("MESHCAST_MAX_") + name, "value");
+  constexpr std::int64_t kMax = std::int64_t{1} << 62;
+  value = var.ends_with("_BYTES") ? detail::parse_bytes(text, kMax, var)
+                                  : detail::parse_uint(text, kMax, var, "value");
 }
 
 Limits from_env() {

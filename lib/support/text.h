@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "meshcast/error.h"
+#include "meshcast/units.h"
 
 namespace meshcast::detail {
 
@@ -37,6 +38,30 @@ inline std::int64_t parse_uint(std::string_view s, std::int64_t max, const std::
     v = v * 10 + d;
   }
   return v;
+}
+
+// Parses a size in bytes: decimal digits and an optional binary unit K, M, G or T ("64K" is
+// 65536), at most `max`; throws ParseError(field) saying the form.
+inline std::int64_t parse_bytes(std::string_view s, std::int64_t max, const std::string& field) {
+  const std::string_view units = "KMGT";
+  const std::size_t unit = s.empty() ? std::string_view::npos : units.find(s.back());
+  const int shift = unit == std::string_view::npos ? 0 : 10 * static_cast<int>(unit + 1);
+  const std::string_view digits = shift > 0 ? s.substr(0, s.size() - 1) : s;
+  const std::int64_t limit = max >> shift;
+  std::int64_t v = 0;
+  bool ok = !digits.empty();
+  for (char c : digits) {
+    const int d = c - '0';
+    if (d < 0 || d > 9 || d > limit || v > (limit - d) / 10) {
+      ok = false;
+      break;
+    }
+    v = v * 10 + d;
+  }
+  if (!ok)
+    throw ParseError(field, "expected bytes as digits with an optional K, M, G or T, at most " +
+                                human_bytes(max) + ", got " + quote(s));
+  return v << shift;
 }
 
 }  // namespace meshcast::detail

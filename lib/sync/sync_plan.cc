@@ -195,7 +195,8 @@ void check_sync_size(const std::vector<TensorMove>& tensors, bool whole,
     double most = -1;
     for (std::size_t t = 0; t < tensors.size(); ++t) {
       const PlanSize one = tensor_size(tensors[t], planned(t), strategy[t], whole, bucket);
-      if ((ops ? one.ops : one.bytes) > most) largest = t, most = ops ? one.ops : one.bytes;
+      const double its = ops ? one.ops : one.bytes - one.transient;  // of the process: shared
+      if (its > most) largest = t, most = its;
     }
     std::ostringstream os;
     os << e.cause() << "; the largest: tensors." << tensors[largest].name << ", "

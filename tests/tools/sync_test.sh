@@ -174,7 +174,19 @@ system|--model models/gpt2-small.json
 cast|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --cast f64
 mode|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --mode bogus
 max-staging-bytes|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --max-staging-bytes 0
+max-staging-bytes: .*at most 1.00 TiB, got '2T'|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --max-staging-bytes 2T
 buffer bytes: .* the largest: tensors.big (source)|--model $TMP/big.json
+EOF2
+
+# A bound in bytes from the environment takes a binary unit; the refusal names the tensor.
+while IFS='|' read -r value want; do
+  MESHCAST_MAX_PLAN_MEMORY_BYTES=$value run --model models/gpt2-small.json \
+    --system models/systems/tp2pp2-to-tp2dp2.json --predict
+  if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q -- "$want" "$TMP/err"; then ok; else
+    bad "MESHCAST_MAX_PLAN_MEMORY_BYTES=$value: want exit 2 naming '$want', got rc=$rc: $(cat "$TMP/err")"; fi
+done <<'EOF2'
+1K|^meshcast: plan memory: .* exceeds the limit of 1.00 KiB .*; the largest: tensors.model.embed_tokens.weight
+1.5G|^meshcast: MESHCAST_MAX_PLAN_MEMORY_BYTES: expected bytes as digits with an optional K, M, G or T
 EOF2
 
 for flag in cast topology; do  # given empty: refused, not taken for the default
