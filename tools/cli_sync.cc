@@ -63,8 +63,9 @@ std::vector<Step> steps_of(const ModelManifest& m, const std::string& mode) {
       continue;
     }
     const std::string replicated(t.src.shape().size(), 'R');
+    // A cast happens at the senders of the gather, as fused casts at its senders.
     const Layout one =
-        Layout::parse(t.src.shape(), t.src.dtype(),
+        Layout::parse(t.src.shape(), t.dst.dtype(),
                       "1@" + std::to_string(t.src.mesh().devices().front()) + ":" + replicated);
     const Layout every(t.dst.shape(), t.dst.dtype(), t.dst.mesh(),
                        ShardingSpec(std::vector<std::vector<int>>(t.dst.shape().size())));
