@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 #include <tuple>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "lib/plan/links.h"
@@ -280,9 +281,17 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
   const std::int64_t total = std::max<std::int64_t>(1, offset.back());
   // Auto priced per tensor (alike on every device), within a budget for a device's part; then
   // bounded before any work by the strategies built.
+  // A model's layers repeat their layouts: each distinct pair is priced once.
   std::vector<Strategy> strategy(tensors.size());
-  for (std::size_t t = 0; t < tensors.size(); ++t)
-    strategy[t] = detail::tensor_strategy(tensors[t].src, planned(t), topology, options.plan);
+  std::unordered_map<std::string, Strategy> priced;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const Layout& src = tensors[t].src;
+    const std::string pair = shape_str(src.shape()) + ' ' + to_string(src.dtype()) + ' ' +
+                             src.str() + ' ' + tensors[t].dst.str();
+    const auto [it, fresh] = priced.try_emplace(pair);
+    if (fresh) it->second = detail::tensor_strategy(src, planned(t), topology, options.plan);
+    strategy[t] = it->second;
+  }
   const std::int64_t bound = options.plan.max_plan_bytes;
   if (options.plan.strategy == Strategy::Auto) fit_parts(tensors, strategy, planned, bucket, bound);
   check_sync_size(tensors, device < 0, strategy, planned, bucket, bound);
