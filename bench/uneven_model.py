@@ -4,13 +4,18 @@
 Every tensor is 1-, 2- or 3-D with extents that no mesh axis divides, split over an 8x16 mesh of
 devices 0-127 and wanted on a 16x8 mesh of devices 128-255 with the split axes transposed, so
 that each source tile meets many target tiles. With --partial the 2-D tensors also carry a
-pending sum over the source mesh's second axis. Deterministic (seeded): the same file each run.
+pending sum over the source mesh's second axis. With --random every tensor draws its own meshes
+(1-, 2- and 3-D: 128, 2x64, 8x16, 4x4x8 -> 8x16, 16x8, 4x32, 2x4x16), its splits (several axes
+on one dimension, in any order) and its pending sums, at most 2^28 elements each: no two
+tensors alike, so nothing a model's repeated layers share helps. Deterministic (seeded): the same
+file each run.
 
-    python3 bench/uneven_model.py [--partial] > uneven.json
+    python3 bench/uneven_model.py [--partial | --random] > uneven.json
     meshcast sync --model uneven.json --predict --json   # plan_seconds: one device's planning
 """
 import argparse
 import json
+import math
 import random
 import sys
 
@@ -34,11 +39,49 @@ def model(partial):
     return tensors
 
 
+def spec(rng, ndim, axes, partial):
+    """A random spec: each mesh axis splits a dimension, stays replicated or (partial) sums."""
+    order = list(range(axes))
+    rng.shuffle(order)
+    splits, pending = [[] for _ in range(ndim)], []
+    for axis in order:
+        r = rng.random()
+        if r < 0.6:
+            splits[rng.randrange(ndim)].append(axis)
+        elif r < 0.75 and partial:
+            pending.append(axis)
+    text = "".join("S" + "".join(map(str, s)) if s else "R" for s in splits)
+    return text + ("+P" + "".join(map(str, sorted(pending))) if pending else "")
+
+
+def random_model():
+    rng = random.Random(2)
+    sources = [("4x4x8@0-127", 3), ("8x16@0-127", 2), ("128@0-127", 1), ("2x64@0-127", 2)]
+    targets = [("8x16@128-255", 2), ("16x8@128-255", 2), ("4x32@128-255", 2),
+               ("2x4x16@128-255", 3)]
+    tensors = {}
+    for i in range(1000):
+        ndim = rng.choice([1, 2, 2, 3])
+        while True:
+            shape = [rng.choice([7, 63, 100, 257, 1000, 1023, 4096, 5003]) for _ in range(ndim)]
+            if math.prod(shape) <= 1 << 28:
+                break
+        (src, a), (dst, b) = rng.choice(sources), rng.choice(targets)
+        tensors[f"t{i}"] = {"shape": shape, "dtype": rng.choice(["F32", "BF16"]),
+                            "src": src + ":" + spec(rng, ndim, a, True),
+                            "dst": dst + ":" + spec(rng, ndim, b, False)}
+    return tensors
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--partial", action="store_true",
-                        help="the 2-D tensors' sources hold pending sums")
-    json.dump(model(parser.parse_args().partial), sys.stdout)
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("--partial", action="store_true",
+                      help="the 2-D tensors' sources hold pending sums")
+    kind.add_argument("--random", action="store_true",
+                      help="every tensor its own random meshes, splits and sums")
+    args = parser.parse_args()
+    json.dump(random_model() if args.random else model(args.partial), sys.stdout)
     sys.stdout.write("\n")
 
 

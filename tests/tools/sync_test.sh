@@ -90,6 +90,10 @@ python3 bench/uneven_model.py --partial >"$TMP/uneven.json"
 run --model "$TMP/uneven.json" --predict --json
 if [[ $rc -eq 0 && $(field tensors boxes) == "1000 536320" ]]; then ok; else
   bad "uneven model: rc=$rc $(field tensors boxes) $(head -c 300 "$TMP/err")"; fi
+python3 bench/uneven_model.py --random >"$TMP/random.json"  # no two layouts alike
+run --model "$TMP/random.json" --predict --json
+if [[ $rc -eq 0 && $(field tensors boxes) == "1000 1883655" ]]; then ok; else
+  bad "random model: rc=$rc $(field tensors boxes) $(head -c 300 "$TMP/err")"; fi
 # DeepSeek-V3 from 4,096 trainers to 4,096 generators predicts within the plan bounds (auto's
 # choices, each priced alone, did not fit together: it ran out of memory after 45 s).
 printf '{"train": {"num_gpus": 4096, "tp_size": 1, "dp_size": 1024, "ep_size": 16, "pp_size": 4},
