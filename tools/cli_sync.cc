@@ -491,19 +491,25 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
   }
 #endif
   const bool root = !s || s->comm.rank() == 0;  // the rank that writes and prints
-  if (!a.save_plan.empty()) {
-    if (!root) return 0;
-    save_sync(a, *l);
-    std::cout << "saved " << a.save_plan << ": " << l->model.moves.size() << " tensors, mode "
-              << a.mode << "; run it with meshcast sync --plan " << a.save_plan << '\n';
-    return 0;
-  }
-  if (a.predict) {
-    if (!root) return 0;
-    const SyncStats p = predict_steps(*l);
-    const double plan =
-        std::max(rank_plan_seconds(*l, devices.front()), rank_plan_seconds(*l, devices.back()));
-    print(a, *l, p, nullptr, plan);
+  if (!a.save_plan.empty() || a.predict) {
+    const auto report = [&] {
+      if (!root) return;
+      if (!a.save_plan.empty()) {
+        save_sync(a, *l);
+        std::cout << "saved " << a.save_plan << ": " << l->model.moves.size() << " tensors, mode "
+                  << a.mode << "; run it with meshcast sync --plan " << a.save_plan << '\n';
+        return;
+      }
+      const SyncStats p = predict_steps(*l);
+      const double plan =
+          std::max(rank_plan_seconds(*l, devices.front()), rank_plan_seconds(*l, devices.back()));
+      print(a, *l, p, nullptr, plan);
+    };
+    if (!s) report();
+#ifdef MESHCAST_HAS_MPI
+    else  // the others wait for rank 0's outcome: its failure is theirs, none left waiting
+      checked_together(s->boot, report);
+#endif
     return 0;
   }
   RunResult result;

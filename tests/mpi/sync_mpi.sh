@@ -83,6 +83,21 @@ o = json.loads(sys.stdin.readline()); print(o["verified"], o["mismatches"], o["m
   n=$(grep -c '^{' <<<"$out")
   if [[ $rc -eq 0 && $n -eq 1 ]]; then ok; else bad "$backend --predict: rc=$rc, $n reports: $out"; fi
 
+  # What rank 0 alone does (save, predict) fails on every rank: the others wait for its
+  # outcome instead of leaving it, and wait on none that has ended.
+  for opt in "--save-plan $tmp/missing/saved.json|4|save-plan: cannot write" \
+    "--predict|2|plan ops: .* exceeds the limit of 300"; do
+    IFS='|' read -r args want what <<<"$opt"
+    out=$(timeout 60 "${run[@]}" --enable-recovery -np 8 -x MESHCAST_MAX_PLAN_OPS=300 bash -c \
+      "$mc sync ${model[*]} --backend $backend $args; echo status \$?" 2>&1)
+    rc=$?
+    n=$(grep -c "^meshcast: rank 0: $what" <<<"$out")
+    own=$(grep -c "^meshcast: $what" <<<"$out")
+    st=$(grep -c "^status $want$" <<<"$out")
+    if [[ $rc -ne 124 && $n -eq 7 && $own -eq 1 && $st -eq 8 ]]; then ok
+    else bad "$backend $args failing on rank 0: rc=$rc, $n+$own of 8 said it, $st exited $want: $out"; fi
+  done
+
   # A model whose tiles fit each rank's limit but not the 8 ranks of this host together (or,
   # on a machine of over 200 GiB, not one rank's): refused on every rank before any is
   # allocated, exit 2.
