@@ -193,10 +193,13 @@ Topology discover_job_topology(ProcessSession& session, const std::string& topol
 // Refuses, before planning, a move the in-process backend cannot run on this machine: too many
 // device threads, or buffers over limits().buffer_bytes or most of the machine's memory.
 void check_local_capacity(const Layout& src, const Layout& dst);
-// The same for the tiles of many layouts (a sync's); the memory refusal names `field`, and the
-// refusal over limits().buffer_bytes the layout whose tiles take the most by name(its index).
+// The same for the tiles of many layouts (a sync's) and `scratch` bytes held besides them (its
+// gather mode's); the memory refusal names `field`, and the refusal over limits().buffer_bytes
+// what takes the most: a layout's tiles by name(its index), or name(layouts.size()) for the
+// scratch.
 void check_local_capacity(const std::vector<const Layout*>& layouts, const std::string& field,
-                          const std::function<std::string(std::size_t)>& name = {});
+                          const std::function<std::string(std::size_t)>& name = {},
+                          double scratch = 0);
 // The memory a run's buffers may take on a machine: a share of its physical memory (0 when
 // unknown).
 constexpr double kMemoryShare = 0.75;

@@ -170,7 +170,7 @@ void check_local_capacity(const Layout& src, const Layout& dst) {
 }
 
 void check_local_capacity(const std::vector<const Layout*>& layouts, const std::string& field,
-                          const std::function<std::string(std::size_t)>& name) {
+                          const std::function<std::string(std::size_t)>& name, double scratch) {
   // The union of the meshes' devices (when one mesh alone is over the bound, its size).
   const std::int64_t bound = limits().local_threads;
   std::int64_t largest = 0, biggest_mesh = 0;
@@ -195,9 +195,9 @@ void check_local_capacity(const std::vector<const Layout*>& layouts, const std::
     throw ValidationError("backend", "the local backend runs one thread per device id up to " +
                                          std::to_string(kMaxLocalDeviceId) + " (largest id " +
                                          std::to_string(largest) + ")");
-  // Every device holds its tiles (sums in double: no overflow).
-  double need = 0, most = -1;
-  std::size_t biggest = 0;  // the layout whose tiles take the most
+  // Every device holds its tiles, and the scratch (sums in double: no overflow).
+  double need = scratch, most = scratch > 0 ? scratch : -1;
+  std::size_t biggest = layouts.size();  // the layout whose tiles take the most (or the scratch)
   for (std::size_t k = 0; k < layouts.size(); ++k) {
     const Layout* l = layouts[k];
     const double elem = static_cast<double>(dtype_size(l->dtype()));

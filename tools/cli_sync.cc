@@ -428,17 +428,24 @@ void add_sync_options(CLI::App& cmd, SyncArgs& a) {
 
 namespace {
 
-// The bytes `me` holds in a run: its source and target tiles, and the gather mode's scratch.
+// The gather mode's two scratch buffers of a rank, each as large as the largest tensor (none in
+// the other modes).
+std::int64_t scratch_bytes(const Loaded& l) {
+  const bool gathers = std::any_of(l.steps.begin(), l.steps.end(),
+                                   [](const Step& s) { return s.from == Buffer::Gathered; });
+  std::int64_t largest = 0;
+  for (const TensorMove& t : l.model.moves) largest = std::max(largest, t.src.bytes());
+  return gathers ? 2 * largest : 0;
+}
+
+// The bytes `me` holds in a run: its source and target tiles, and the scratch.
 std::int64_t rank_buffer_bytes(const Loaded& l, int me) {
-  std::int64_t bytes = 0, largest = 0;
+  std::int64_t bytes = scratch_bytes(l);
   for (const TensorMove& t : l.model.moves) {
     if (t.src.mesh().contains(me)) bytes += t.src.local_elements(me) * dtype_size(t.src.dtype());
     if (t.dst.mesh().contains(me)) bytes += t.dst.local_elements(me) * dtype_size(t.dst.dtype());
-    largest = std::max(largest, t.src.bytes());
   }
-  const bool gathers = std::any_of(l.steps.begin(), l.steps.end(),
-                                   [](const Step& s) { return s.from == Buffer::Gathered; });
-  return bytes + (gathers ? 2 * largest : 0);
+  return bytes;
 }
 
 // One rank's sync (every device's on the local backend, `s` null): its input checked (on a
@@ -519,9 +526,17 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
       layouts.push_back(&t.src);
       layouts.push_back(&t.dst);
     }
-    check_local_capacity(layouts, "model", [&](std::size_t k) {
-      return "tensors." + l->model.moves[k / 2].name + (k % 2 ? " (target)" : " (source)");
-    });
+    // Every device's scratch, as a process backend's rank counts its own (rank_buffer_bytes).
+    const double scratch =
+        static_cast<double>(devices.size()) * static_cast<double>(scratch_bytes(*l));
+    check_local_capacity(
+        layouts, "model",
+        [&](std::size_t k) {
+          return k == layouts.size() ? std::string("the gather mode's whole-tensor buffers")
+                                     : "tensors." + l->model.moves[k / 2].name +
+                                           (k % 2 ? " (target)" : " (source)");
+        },
+        scratch);
     // Ids up to the largest, but a thread only for each device of the model.
     LocalWorld world(devices.back() + 1);
     std::atomic<std::int64_t> wrong{0};

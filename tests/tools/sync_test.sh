@@ -193,6 +193,14 @@ done <<'EOF2'
 1.5G|^meshcast: MESHCAST_MAX_PLAN_MEMORY_BYTES: expected bytes as digits with an optional K, M, G or T
 EOF2
 
+# The gather mode's whole-tensor buffers count on the local backend too: 32 generators of a
+# 256 MiB tensor need 16.5 GiB of them beside 0.5 GiB of tiles.
+printf '{"w": {"shape": [67108864], "dtype": "F32", "src": "1@0:S0", "dst": "32@1-32:S0"}}' >"$TMP/g32.json"
+MESHCAST_MAX_BUFFER_BYTES=1G run --model "$TMP/g32.json" --mode gather --iters 1
+if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] &&
+  grep -q "^meshcast: buffer bytes: .* the largest: the gather mode's whole-tensor buffers" "$TMP/err"
+then ok; else bad "gather scratch on the local backend: rc=$rc $(cat "$TMP/err")"; fi
+
 for flag in cast topology; do  # given empty: refused, not taken for the default
   run --model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --$flag ''
   if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q -- "^meshcast: $flag: given empty" "$TMP/err"
