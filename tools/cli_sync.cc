@@ -570,10 +570,19 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
 
 int run_sync(const SyncArgs& args) {
   check_backend(args.backend);
-  if (args.backend == "local") return sync_rank(args, nullptr);
+  // The library names SyncOptions' fields; here they were given as options.
+  const auto as_options = [&](ProcessSession* s) {
+    try {
+      return sync_rank(args, s);
+    } catch (const ValidationError& e) {
+      if (e.field() != "max_staging_bytes") throw;
+      throw ValidationError("max-staging-bytes", e.cause());
+    }
+  };
+  if (args.backend == "local") return as_options(nullptr);
   int status = 0;
 #ifdef MESHCAST_HAS_MPI  // without it check_backend() refused every other backend
-  with_process_backend(args.backend, [&](ProcessSession& s) { status = sync_rank(args, &s); });
+  with_process_backend(args.backend, [&](ProcessSession& s) { status = as_options(&s); });
 #endif
   return status;
 }

@@ -119,6 +119,8 @@ ParallelConfig side_from(JsonReader& r, const std::string& f) {
         const auto v = r.integer<std::int64_t>(field);
         if (v < 0 || v > std::numeric_limits<int>::max())
           throw ValidationError(field, std::to_string(v) + " is out of range");
+        if (v == 0)  // (etp's 0 means its default inside meshcast, not in a file)
+          throw ValidationError(field, "must be >= 1, got 0");
         c.*s.member = static_cast<int>(v);
         has_gpus |= s.member == &ParallelConfig::num_gpus;
         return;
@@ -206,6 +208,13 @@ Entry entry_from(JsonReader& r, std::string name) {
   });
   if (!e.has_shape) throw ValidationError(f + ".shape", "missing");
   if (!e.has_dtype) throw ValidationError(f + ".dtype", "missing");
+  // Named here, as the tensor's shape (a layout would name its own): no dtype is under a byte.
+  if (std::find(e.shape.begin(), e.shape.end(), 0) == e.shape.end()) {
+    double elements = 1;
+    for (std::int64_t n : e.shape) elements *= static_cast<double>(n);
+    if (elements > static_cast<double>(kMaxTotalBytes))
+      throw ValidationError(f + ".shape", "more than 2^50 elements, the bytes a model may have");
+  }
   return e;
 }
 

@@ -46,6 +46,13 @@ void check(const std::vector<TensorMove>& tensors, const SyncOptions& o) {
       throw ValidationError(tensor_field(i, "dst.shape"), t.name + ": " + shape_str(t.dst.shape()) +
                                                               " differs from the source's " +
                                                               shape_str(t.src.shape()));
+    // A reduce stages one element of each addend at least: refused alike on every device.
+    if (const std::int64_t one = t.src.partial_groups() * dtype_size(t.src.dtype());
+        t.src.partial_groups() > 1 && one > o.max_staging_bytes)
+      throw ValidationError("max_staging_bytes",
+                            "must be at least " + std::to_string(one) + ": " + t.name + " sums " +
+                                std::to_string(t.src.partial_groups()) +
+                                " addends, staged together, of at least one element each");
     const DType a = t.src.dtype(), b = t.dst.dtype();
     if (a != b && !(a == DType::f32 && (b == DType::bf16 || b == DType::f16)))
       throw ValidationError(tensor_field(i, "dst.dtype"), t.name + ": cannot cast " + to_string(a) +
@@ -332,11 +339,6 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
         // The root stages every addend of a piece: keep them within a bucket together, or at
         // least within the bound.
         const std::int64_t one = static_cast<std::int64_t>(op.peers.size()) * src_elem;
-        if (one > options.max_staging_bytes)
-          throw ValidationError("max_staging_bytes",
-                                "must be at least " + std::to_string(one) + ": " + m.name +
-                                    " sums " + std::to_string(op.peers.size()) +
-                                    " addends, staged together, of at least one element each");
         split_box(op.box, std::max<std::int64_t>(1, std::max(bucket, one) / one), pieces);
         for (std::size_t k = 0; k < pieces.size(); ++k)
           out.messages.push_back({op.phase,

@@ -334,6 +334,13 @@ TEST(Sync, BadInputNamesTheField) {
                     Layout::parse({8}, DType::f64, "2@4-5:R")}},
                   o),
             "max_staging_bytes");
+  // Alike on a device that takes no part in the sum (device 0 only moves `v`): none is left
+  // waiting for the others' refusal.
+  EXPECT_EQ(field({{"v", a, b},
+                   {"w", Layout::parse({8}, DType::f64, "2x2@4-7:R+P01"),
+                    Layout::parse({8}, DType::f64, "2@8-9:R")}},
+                  o),
+            "max_staging_bytes");
 }
 
 }  // namespace

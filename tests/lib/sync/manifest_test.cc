@@ -119,6 +119,9 @@ TEST(ManifestSystem, ErrorsNameTheField) {
   EXPECT_EQ(
       f(R"({"train": {"num_gpus": 4, "tp_size": 2, "dp_size": 2, "etp_size": 3}, )" + gen + "}"),
       "system.train.etp_size");
+  // 0 is no degree, etp's neither (its default is asked for by leaving it out).
+  EXPECT_EQ(f(R"({"train": {"num_gpus": 4, "dp_size": 4, "etp_size": 0}, )" + gen + "}"),
+            "system.train.etp_size");
   EXPECT_EQ(f(R"({"train": {"num_gpus": 6, "dp_size": 6, "fsdp_size": 4}, )" + gen + "}"),
             "system.train.fsdp_size");
   EXPECT_EQ(f(R"({"train": {"tp_size": 1}, )" + gen + "}"), "system.train.num_gpus");
@@ -445,8 +448,13 @@ TEST(ManifestModel, Errors) {
   EXPECT_EQ(f(R"({"a": {"shape": [4], "dtype": 4}})", &sys), "tensors.a.dtype");
   EXPECT_EQ(f(R"({"a": {"shape": [4], "dtype": "F32", "dst_dtype": "bf16"}})", &sys),
             "tensors.a.dst_dtype");
+  // The tensor's shape, in either form (its layouts do not overflow before it does).
   EXPECT_EQ(f(R"({"a": {"shape": [4611686018427387904, 4], "dtype": "F32"}})", &sys),
-            "tensors.a.src.shape");
+            "tensors.a.shape");
+  EXPECT_EQ(f(R"({"a": {"shape": [4611686018427387904, 4], "dtype": "U8", "src": "1@0:RR",
+                  "dst": "1@1:RR"}})",
+              nullptr),
+            "tensors.a.shape");
   EXPECT_EQ(f(R"({"a": {"shape": [1125899906842624], "dtype": "F32"}})", &sys), "model");
   EXPECT_EQ(f(R"({})", &sys), "model");
   EXPECT_EQ(f(R"([])", &sys), "model");
