@@ -114,8 +114,13 @@ Loaded load(const SyncArgs& a) {
   }
   Loaded l;
   l.options = sync_options(a);
-  if (!a.model_text.empty()) {  // a saved plan: the targets' dtypes are explicit
-    l.model = read_model(a.model_text, nullptr);
+  if (!a.model_text.empty()) {  // a saved plan: explicit layouts, the targets' dtypes written out
+    try {  // its cast as given to --save-plan (a no-op on the tensors it wrote)
+      l.model = read_model(a.model_text, nullptr, cast);
+    } catch (const ValidationError& e) {
+      if (e.field() != "system") throw;  // it wants a system config: the file has no layouts
+      throw ValidationError("plan.tensors", "every tensor needs its src and dst layouts");
+    }
     l.topology = Topology::from_json(a.topology_text);
   } else {
     if (a.model.empty())

@@ -133,6 +133,29 @@ plan: not valid JSON: parse error at line 1, column 101: syntax error|--plan $TM
 topology|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --topology auto --save-plan $TMP/auto.json
 model|--iters 1
 EOF2
+# A saved plan's cast is applied to its f32 tensors whose target dtype was edited out, as the
+# report says; one whose layouts were edited out is refused as the saved plan's fault.
+run --model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --cast bf16 \
+  --save-plan "$TMP/cast.json"
+python3 - "$TMP" <<'PY'
+import json, sys
+d = sys.argv[1]
+p = json.load(open(d + "/cast.json"))
+for t in p["tensors"].values():
+    t.pop("dst_dtype", None)
+json.dump(p, open(d + "/cast-nodtype.json", "w"))
+for t in p["tensors"].values():
+    t.pop("src"), t.pop("dst")
+json.dump(p, open(d + "/nolayouts.json", "w"))
+PY
+run --plan "$TMP/cast.json" --predict --json
+want=$(field cast bytes_moved)
+run --plan "$TMP/cast-nodtype.json" --predict --json
+if [[ $rc -eq 0 && $(field cast bytes_moved) == "$want" && $want == '"bf16" 501132288' ]]; then ok; else
+  bad "saved cast without target dtypes: rc=$rc $(field cast bytes_moved) (want $want)"; fi
+run --plan "$TMP/nolayouts.json" --predict
+if [[ $rc -eq 2 && $(cat "$TMP/err") == "meshcast: plan.tensors: every tensor needs its src and dst layouts" ]]
+then ok; else bad "saved plan without layouts: rc=$rc $(cat "$TMP/err")"; fi
 run --plan "$TMP/saved2.json" --max-staging-bytes 1024K --iters 1 --verify --json  # its value
 if [[ $rc -eq 0 && $(field mode verified) == '"gather" true' ]]; then ok; else
   bad "saved plan, its own staging bound respelled: rc=$rc $(cat "$TMP/err")"; fi
