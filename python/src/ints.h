@@ -1,6 +1,6 @@
-// Integer arguments read by hand: pybind11 turns an int out of the C++ type's range into a
-// multi-line "incompatible function arguments" TypeError listing every overload; these name the
-// argument in one line instead.
+// Integer and text arguments read by hand: pybind11 turns an int out of the C++ type's range into
+// a multi-line "incompatible function arguments" TypeError listing every overload, and a cast of
+// an object of another type into a RuntimeError; these name the argument in one line instead.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -44,6 +44,22 @@ inline std::vector<std::int64_t> ints_arg(py::handle obj, const std::string& arg
   for (std::size_t k = 0; k < seq.size(); ++k)
     out.push_back(int_arg(seq[k], arg + "[" + std::to_string(k) + "]", lo, hi));
   return out;
+}
+
+// The name of obj's type, for messages.
+inline std::string type_name(py::handle obj) {
+  return py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>();
+}
+
+// A str (or, `path`, an os.PathLike), naming `arg` in a TypeError otherwise.
+inline std::string str_arg(py::handle obj, const std::string& arg, bool path = false) {
+  if (py::isinstance<py::str>(obj)) return obj.cast<std::string>();
+  if (path && py::hasattr(obj, "__fspath__")) {
+    const py::object p = py::module_::import("os").attr("fspath")(obj);
+    if (py::isinstance<py::str>(p)) return p.cast<std::string>();
+  }
+  throw py::type_error(arg + ": expected " + (path ? "a path (str or os.PathLike)" : "a str") +
+                       ", got " + type_name(obj));
 }
 
 }  // namespace meshcast::python

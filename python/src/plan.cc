@@ -240,8 +240,8 @@ Topology.single_host().
           [](const Comm& comm, py::object preset, py::object host, bool probe,
              std::int64_t probe_bytes) {
             DiscoverOptions o;
-            if (!preset.is_none()) o.preset = topology_path(preset.cast<std::string>());
-            if (!host.is_none()) o.host = host.cast<std::string>();
+            if (!preset.is_none()) o.preset = topology_path(str_arg(preset, "preset"));
+            if (!host.is_none()) o.host = str_arg(host, "host");
             o.probe = probe;
             o.probe_bytes = probe_bytes;
             Communicator& c = comm.get();

@@ -9,6 +9,7 @@
 #include "meshcast/manifest.h"
 #include "python/src/comm.h"
 #include "python/src/execute.h"
+#include "python/src/ints.h"
 #include "python/src/plan.h"
 #include "python/src/sync.h"
 #include "python/src/tile.h"
@@ -207,16 +208,18 @@ of the layout's dtype and local shape. Every device of the sync calls it.
       "sync() started without blocking: returns a Handle (test(), wait()).");
   m.def(
       "load_model",
-      [](const std::string& path, py::object system, py::object cast) {
+      [](py::object path, py::object system, py::object cast) {
+        const std::string model = str_arg(path, "path", true);
         std::optional<SystemConfig> sys;
-        if (!system.is_none()) sys = load_system_config(system.cast<std::string>());
+        if (!system.is_none()) sys = load_system_config(str_arg(system, "system", true));
         std::optional<DType> c;
-        if (!cast.is_none()) c = parse_dtype(cast.cast<std::string>(), "cast");
-        return moves_list(load_model(path, sys ? &*sys : nullptr, c).moves);
+        if (!cast.is_none()) c = parse_dtype(str_arg(cast, "cast"), "cast");
+        return moves_list(load_model(model, sys ? &*sys : nullptr, c).moves);
       },
       py::arg("path"), py::arg("system") = py::none(), py::arg("cast") = py::none(), R"doc(
 The tensors of a model file as [(name, src Layout, dst Layout)]: NCCL M2N's model config with
-its system config (`system`, a path; Megatron placement), or meshcast's explicit form.
+its system config (`system`; Megatron placement), or meshcast's explicit form. Paths are str or
+os.PathLike.
 cast: "bf16" or "f16" for the target dtype of f32 tensors.
 )doc");
 }

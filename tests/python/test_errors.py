@@ -225,6 +225,10 @@ def test_bad_world_arguments():
     (lambda: mc.Mesh((2,), [0.5, 1]), TypeError, "devices[0]: expected an int, got float"),
     (lambda: mc.Layout((2**63,), "u8", "1:R"), ValueError, "shape[0]: 9223372036854775808 is out"),
     (lambda: mc.Layout("8", "f32", "1:R"), TypeError, "shape: expected a sequence of ints, got str"),
+    # Text arguments: pybind11's cast of another type raised RuntimeError.
+    (lambda: mc.load_model(5), TypeError, "path: expected a path (str or os.PathLike), got int"),
+    (lambda: mc.load_model("m.json", 5), TypeError, "system: expected a path"),
+    (lambda: mc.load_model("m.json", cast=16), TypeError, "cast: expected a str, got int"),
 ])
 def test_out_of_range_ints_are_named_in_one_line(make, exc, message):
     # pybind11's own conversion failed with a multi-line list of overloads.

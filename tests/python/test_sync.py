@@ -1,5 +1,6 @@
 """Whole-model sync on dicts {name: array}: explicit moves, M2N manifests, casts."""
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -107,6 +108,10 @@ def test_sync_errors(rng):
 def test_predict_sync():
     moves = mc.load_model(ROOT + "/models/gpt2-small.json",
                           ROOT + "/models/systems/tp2pp2-to-tp2dp2.json")
+    # Paths as os.PathLike read the same files.
+    root = pathlib.Path(ROOT)
+    assert mc.load_model(root / "models/gpt2-small.json",
+                         root / "models/systems/tp2pp2-to-tp2dp2.json") == moves
     pred = mc.predict_sync(moves, topology="dgx-a100")
     assert pred["predicted_seconds"] > 0 and pred["bytes_moved"] > 0 and pred["busiest_link"]
 
