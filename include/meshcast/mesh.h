@@ -58,8 +58,10 @@ class Mesh {
 
   std::vector<std::int64_t> shape_;
   std::vector<int> devices_;
-  std::vector<int> sorted_;        // device ids, sorted, for index_of
-  std::vector<std::int64_t> pos_;  // pos_[i] = linear index of sorted_[i]
+  // For index_of where devices_ is not in increasing order (else both empty): the ids sorted,
+  // and pos_[i] the linear index of sorted_[i].
+  std::vector<int> sorted_;
+  std::vector<std::int64_t> pos_;
 };
 
 std::ostream& operator<<(std::ostream& os, const Mesh& m);

@@ -1,6 +1,7 @@
 #include "meshcast/mesh.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <sstream>
@@ -53,6 +54,13 @@ Mesh::Mesh(std::vector<std::int64_t> shape, std::vector<int> devices, const std:
   if (static_cast<std::int64_t>(devices_.size()) != n)
     throw ValidationError(field, "mesh has " + std::to_string(n) + " devices but " +
                                      std::to_string(devices_.size()) + " device ids given");
+  // Ids in increasing order (most meshes): devices_ serves index_of itself, no copy sorted.
+  if (std::adjacent_find(devices_.begin(), devices_.end(), std::greater_equal<>()) ==
+      devices_.end()) {
+    if (!devices_.empty() && devices_.front() < 0)
+      throw ValidationError(field, "device ids must be >= 0");
+    return;
+  }
   std::vector<std::int64_t> order(devices_.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](auto a, auto b) { return devices_[a] < devices_[b]; });
@@ -146,9 +154,11 @@ std::int64_t Mesh::index(const std::vector<std::int64_t>& coord) const {
 }
 
 std::optional<std::int64_t> Mesh::index_of(int device) const {
-  const auto it = std::lower_bound(sorted_.begin(), sorted_.end(), device);
-  if (it == sorted_.end() || *it != device) return std::nullopt;
-  return pos_[static_cast<std::size_t>(it - sorted_.begin())];
+  const std::vector<int>& ids = pos_.empty() ? devices_ : sorted_;  // empty: devices_ is sorted
+  const auto it = std::lower_bound(ids.begin(), ids.end(), device);
+  if (it == ids.end() || *it != device) return std::nullopt;
+  const auto k = it - ids.begin();
+  return pos_.empty() ? k : pos_[static_cast<std::size_t>(k)];
 }
 
 std::string Mesh::str() const {

@@ -56,12 +56,16 @@ double tiles(const Layout& l) {
   return t;
 }
 
-// Devices of both meshes, an upper bound: 0 when their id ranges are disjoint, else the
-// smaller mesh's devices the other holds. O(devices log devices), no allocation.
+// Devices of both meshes, an upper bound: 0 when their id ranges are disjoint, their overlap
+// where both are ranges, else the smaller mesh's devices the other holds. O(devices log
+// devices), no allocation.
 double shared_devices(const Mesh& a, const Mesh& b) {
   const auto [alo, ahi] = std::minmax_element(a.devices().begin(), a.devices().end());
   const auto [blo, bhi] = std::minmax_element(b.devices().begin(), b.devices().end());
   if (a.devices().empty() || b.devices().empty() || *ahi < *blo || *bhi < *alo) return 0;
+  // Meshes of consecutive ids (distinct: no gaps): their ranges' overlap.
+  if (*ahi - *alo + 1 == a.size() && *bhi - *blo + 1 == b.size())
+    return static_cast<double>(std::min(*ahi, *bhi) - std::max(*alo, *blo) + 1);
   const Mesh& small = a.size() <= b.size() ? a : b;
   const Mesh& large = a.size() <= b.size() ? b : a;
   double n = 0;
