@@ -219,7 +219,7 @@ void check_sync_size(const std::vector<TensorMove>& tensors, bool whole,
 // most take the strategy of their smallest part: planning memory is taken from the host that
 // trains, per rank. DeepSeek-V3 from 4,096 to 4,096 devices: auto's allgather for the tensors
 // replicated on 512 generators planned 1.43 M messages in 6.5 GB and 22 s at each generator,
-// its smallest parts 3,635 in 206 MB and 1.7 s (cluster-1024x8; the sync is predicted at 6.73 s,
+// its smallest parts 3,635 (cluster-1024x8; the sync is predicted at 6.73 s,
 // its link bound 6.71 s).
 constexpr double kPartBudget = double(std::int64_t{256} << 20);
 
