@@ -299,7 +299,9 @@ void save_sync(const SyncArgs& a, const Loaded& l) {
                                 {"dtype", l.model.dtype_names[i]},
                                 {"src", t.src.str()},
                                 {"dst", t.dst.str()}};
-    if (t.dst.dtype() != t.src.dtype()) e["dst_dtype"] = to_string(t.dst.dtype());
+    // Under a cast, every target's dtype: one that opted out of it must stay out on replay.
+    if (t.dst.dtype() != t.src.dtype() || !a.cast.empty())
+      e["dst_dtype"] = to_string(t.dst.dtype());
     tensors[t.name] = std::move(e);
   }
   const nlohmann::ordered_json out = {
@@ -575,13 +577,16 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
 
 int run_sync(const SyncArgs& args) {
   check_backend(args.backend);
-  // The library names SyncOptions' fields; here they were given as options.
+  // The library names SyncOptions' fields; here they were given as options (also in a line
+  // relayed from another rank, "rank 0: max_staging_bytes: ...").
   const auto as_options = [&](ProcessSession* s) {
     try {
       return sync_rank(args, s);
-    } catch (const ValidationError& e) {
-      if (e.field() != "max_staging_bytes") throw;
-      throw ValidationError("max-staging-bytes", e.cause());
+    } catch (const Error& e) {
+      const std::string field = "max_staging_bytes", option = "max-staging-bytes";
+      if (e.field() == field) throw Error(e.kind(), option, e.cause());
+      if (!e.cause().starts_with(field + ": ")) throw;
+      throw Error(e.kind(), e.field(), option + e.cause().substr(field.size()));
     }
   };
   if (args.backend == "local") return as_options(nullptr);

@@ -64,8 +64,9 @@ double shared_devices(const Mesh& a, const Mesh& b) {
   const auto [blo, bhi] = std::minmax_element(b.devices().begin(), b.devices().end());
   if (a.devices().empty() || b.devices().empty() || *ahi < *blo || *bhi < *alo) return 0;
   // Meshes of consecutive ids (distinct: no gaps): their ranges' overlap.
-  if (*ahi - *alo + 1 == a.size() && *bhi - *blo + 1 == b.size())
-    return static_cast<double>(std::min(*ahi, *bhi) - std::max(*alo, *blo) + 1);
+  const auto span = [](int lo, int hi) { return std::int64_t{hi} - lo + 1; };  // ids up to 2^31
+  if (span(*alo, *ahi) == a.size() && span(*blo, *bhi) == b.size())
+    return static_cast<double>(span(std::max(*alo, *blo), std::min(*ahi, *bhi)));
   const Mesh& small = a.size() <= b.size() ? a : b;
   const Mesh& large = a.size() <= b.size() ? b : a;
   double n = 0;

@@ -208,9 +208,9 @@ void check_sync_size(const std::vector<TensorMove>& tensors, bool whole,
       if (its > most) largest = t, most = its;
     }
     std::ostringstream os;
+    const auto n = static_cast<std::int64_t>(std::min(most, 9e18));  // an estimate may exceed it
     os << e.cause() << "; the largest: tensors." << tensors[largest].name << ", "
-       << (ops ? std::to_string(static_cast<std::int64_t>(most)) + " ops"
-               : human_bytes(static_cast<std::int64_t>(most)));
+       << (ops ? std::to_string(n) + " ops" : human_bytes(n));
     throw ValidationError(e.field(), os.str());
   }
 }
@@ -513,8 +513,8 @@ std::vector<int> sync_devices(const std::vector<TensorMove>& tensors) {
     for (const TensorMove& t : tensors)
       for (const Mesh* m : {&t.src.mesh(), &t.dst.mesh()})
         for (int d : m->devices()) in[static_cast<std::size_t>(d)] = true;
-    for (int d = 0; d <= largest; ++d)
-      if (in[static_cast<std::size_t>(d)]) devices.push_back(d);
+    for (std::size_t d = 0; d < in.size(); ++d)
+      if (in[d]) devices.push_back(static_cast<int>(d));
     return devices;
   }
   for (const TensorMove& t : tensors)

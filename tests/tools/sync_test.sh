@@ -153,6 +153,15 @@ want=$(field cast bytes_moved)
 run --plan "$TMP/cast-nodtype.json" --predict --json
 if [[ $rc -eq 0 && $(field cast bytes_moved) == "$want" && $want == '"bf16" 501132288' ]]; then ok; else
   bad "saved cast without target dtypes: rc=$rc $(field cast bytes_moved) (want $want)"; fi
+# A tensor that opts out of the cast (dst_dtype F32) stays out of it when the plan is replayed.
+printf '{"a": {"shape": [64], "dtype": "F32", "dst_dtype": "F32", "src": "1@0:R", "dst": "1@1:R"},
+ "b": {"shape": [64], "dtype": "F32", "src": "1@0:R", "dst": "1@1:R"}}' >"$TMP/optout.json"
+run --model "$TMP/optout.json" --cast bf16 --predict --json
+want=$(field bytes_moved)
+run --model "$TMP/optout.json" --cast bf16 --save-plan "$TMP/optout-saved.json"
+run --plan "$TMP/optout-saved.json" --predict --json
+if [[ $rc -eq 0 && $(field bytes_moved) == "$want" && $want == 384 ]]; then ok; else
+  bad "saved cast with an opted-out tensor: rc=$rc $(field bytes_moved) (want $want)"; fi
 run --plan "$TMP/nolayouts.json" --predict
 if [[ $rc -eq 2 && $(cat "$TMP/err") == "meshcast: plan.tensors: every tensor needs its src and dst layouts" ]]
 then ok; else bad "saved plan without layouts: rc=$rc $(cat "$TMP/err")"; fi
