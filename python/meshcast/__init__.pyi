@@ -1,4 +1,5 @@
 # Type stubs of the meshcast package (the extension module _meshcast re-exported).
+import os
 from typing import Any, Callable, Iterable, Literal, Optional, Sequence, Union, overload
 
 import numpy as np
@@ -186,5 +187,6 @@ def sync(plan: SyncPlan, comm: CommLike, src: dict[str, Optional[ArrayLike]],
          dst: dict[str, Optional[ArrayLike]]) -> None: ...
 def isync(plan: SyncPlan, comm: CommLike, src: dict[str, Optional[ArrayLike]],
           dst: dict[str, Optional[ArrayLike]]) -> Handle: ...
-def load_model(path: str, system: Optional[str] = None,
+def load_model(path: Union[str, os.PathLike[str]],
+               system: Union[None, str, os.PathLike[str]] = None,
                cast: Optional[Literal["bf16", "f16"]] = None) -> list[Move]: ...
