@@ -457,12 +457,11 @@ SyncPlan::SyncPlan(std::vector<TensorMove> tensors, int device, std::vector<Loca
       messages_(std::move(messages)),
       streams_(streams),
       options_(std::move(options)) {
-  detail::Fnv f;
+  detail::Fnv f;  // of the structure, not of text that two models could share
   for (const TensorMove& t : tensors_) {
-    f.add(t.name).add(static_cast<std::int64_t>(t.src.dtype()));
-    f.add(static_cast<std::int64_t>(t.dst.dtype()));
-    for (auto d : t.src.shape()) f.add(d);
-    f.add(t.src.str()).add(t.dst.str());
+    f.add(static_cast<std::int64_t>(t.name.size())).add(t.name);
+    f.add(static_cast<std::int64_t>(layout_digest(t.src)));
+    f.add(static_cast<std::int64_t>(layout_digest(t.dst)));
   }
   model_digest_ = f.h;
 }

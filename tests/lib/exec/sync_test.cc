@@ -233,6 +233,24 @@ TEST(Sync, DevicesThatRunDifferentPlansFailNamingWhatDiffers) {
   EXPECT_EQ(out, (std::vector<std::string>{"", ""}));
 }
 
+// The model digest the devices compare is of the layouts' structure: two models whose text is
+// alike differ (a spec's "S10" is mesh axes 1 and 0, or axis 10; names "ab"+"c" and "a"+"bc").
+TEST(Sync, TheModelDigestTellsApartWhatTextConfuses) {
+  const Mesh m(std::vector<std::int64_t>(11, 1), {0});  // 11 axes of extent 1
+  const auto layout = [&](std::vector<int> axes) {
+    return Layout({4}, DType::f32, m, ShardingSpec({std::move(axes)}));
+  };
+  const Layout dst = Layout::parse({4}, DType::f32, "1@1:R");
+  ASSERT_EQ(layout({1, 0}).str(), layout({10}).str());
+  const auto digest = [&](std::vector<TensorMove> ts) {
+    return plan_sync(std::move(ts), 1, Topology::single_host()).model_digest();
+  };
+  EXPECT_NE(digest({{"w", layout({1, 0}), dst}}), digest({{"w", layout({10}), dst}}));
+  EXPECT_NE(digest({{"ab", dst, layout({0})}, {"c", dst, layout({0})}}),
+            digest({{"a", dst, layout({0})}, {"bc", dst, layout({0})}}));
+  EXPECT_EQ(digest({{"w", layout({1, 0}), dst}}), digest({{"w", layout({1, 0}), dst}}));
+}
+
 // Auto prices each tensor alone; where its choices do not fit together in a device's part, the
 // tensors that save the most take the strategy of their smallest part. Here allgather (each of
 // 64 replicas takes part in every other's forward of every box) against broadcast's chain per box.
