@@ -178,6 +178,15 @@ if [[ $rc -eq 0 && $got == '"fused" 290 "MISSING"' ]] &&
 assert o["predicted_seconds"] >= o["link_bound_seconds"] > 0 and o["bytes_moved"] > 0' "$TMP/out"; then
   ok; else bad "predict: rc=$rc $got $(cat "$TMP/err")"; fi
 
+# Gather mode casts at the gather's senders: both of its steps carry half the bytes.
+run --model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --mode gather \
+  --predict --json
+full=$(field bytes_moved)
+run --model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --mode gather \
+  --cast bf16 --predict --json
+if [[ $rc -eq 0 && $((2 * $(field bytes_moved))) == "$full" ]]; then ok; else
+  bad "gather --cast bf16: rc=$rc $(field bytes_moved), want half of $full"; fi
+
 # Bad input: exit 2, one line, naming the field.
 printf '{"a": {"shape": [4], "dtype": "F7"}}' >"$TMP/dtype.json"
 printf '{"a": {"shape": [4], "dtype": "F32", "src": "1@0:R", "dst": "1@1:R"}, "b": {"shape": [4], "dtype": "F32"}}' >"$TMP/mixed.json"
