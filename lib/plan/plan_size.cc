@@ -56,24 +56,6 @@ double tiles(const Layout& l) {
   return t;
 }
 
-// Devices of both meshes, an upper bound: 0 when their id ranges are disjoint, their overlap
-// where both are ranges, else the smaller mesh's devices the other holds. O(devices log
-// devices), no allocation.
-double shared_devices(const Mesh& a, const Mesh& b) {
-  const auto [alo, ahi] = std::minmax_element(a.devices().begin(), a.devices().end());
-  const auto [blo, bhi] = std::minmax_element(b.devices().begin(), b.devices().end());
-  if (a.devices().empty() || b.devices().empty() || *ahi < *blo || *bhi < *alo) return 0;
-  // Meshes of consecutive ids (distinct: no gaps): their ranges' overlap.
-  const auto span = [](int lo, int hi) { return std::int64_t{hi} - lo + 1; };  // ids up to 2^31
-  if (span(*alo, *ahi) == a.size() && span(*blo, *bhi) == b.size())
-    return static_cast<double>(span(std::max(*alo, *blo), std::min(*ahi, *bhi)));
-  const Mesh& small = a.size() <= b.size() ? a : b;
-  const Mesh& large = a.size() <= b.size() ? b : a;
-  double n = 0;
-  for (int d : small.devices()) n += large.contains(d);
-  return n;
-}
-
 }  // namespace
 
 namespace {
@@ -106,7 +88,8 @@ PlanSize estimate_plan_size(const Layout& src, const Layout& dst, Strategy strat
                            static_cast<double>(dst.partial_groups());
   const double holders = static_cast<double>(src.mesh().size()) / tiles(src) / groups;
   const double copies =
-      groups > 1 ? 0 : std::min({receivers, holders, shared_devices(src.mesh(), dst.mesh())});
+      groups > 1 ? 0
+                 : std::min({receivers, holders, detail::shared_devices(src.mesh(), dst.mesh())});
   double sends = 1, peers = receivers;  // broadcast: one chain through every receiver
   if (strategy == Strategy::SendRecv) sends = receivers;
   if (strategy == Strategy::AllGather) {
@@ -171,7 +154,7 @@ PlanSize estimate_part_size(const Layout& src, const Layout& dst, Strategy strat
     e.ops = held + received * (1 + serve_ops + recv_ops);
     ints = held * groups + received * (groups + serve_ints + recv_ints);
   } else {  // and copy what they also receive (where the meshes share devices)
-    const double copy = shared_devices(src.mesh(), dst.mesh()) > 0 ? 1 : 0;
+    const double copy = detail::shared_devices(src.mesh(), dst.mesh()) > 0 ? 1 : 0;
     e.ops = held * (serve_ops + copy) + received * recv_ops;
     ints = held * serve_ints + received * recv_ints;
   }

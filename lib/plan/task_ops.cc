@@ -11,6 +11,21 @@ bool local(const Op& op) { return op.kind == OpKind::Copy || op.kind == OpKind::
 
 }  // namespace
 
+double shared_devices(const Mesh& a, const Mesh& b) {
+  const auto [alo, ahi] = std::minmax_element(a.devices().begin(), a.devices().end());
+  const auto [blo, bhi] = std::minmax_element(b.devices().begin(), b.devices().end());
+  if (a.devices().empty() || b.devices().empty() || *ahi < *blo || *bhi < *alo) return 0;
+  // Meshes of consecutive ids (distinct: no gaps): their ranges' overlap.
+  const auto span = [](int lo, int hi) { return std::int64_t{hi} - lo + 1; };  // ids up to 2^31
+  if (span(*alo, *ahi) == a.size() && span(*blo, *bhi) == b.size())
+    return static_cast<double>(span(std::max(*alo, *blo), std::min(*ahi, *bhi)));
+  const Mesh& small = a.size() <= b.size() ? a : b;
+  const Mesh& large = a.size() <= b.size() ? b : a;
+  double n = 0;
+  for (int d : small.devices()) n += large.contains(d);
+  return n;
+}
+
 std::int64_t holders_per_tile(const Layout& layout) {
   HolderSet h(layout);
   h.select(std::vector<std::int64_t>(layout.ndim(), 0), 0);

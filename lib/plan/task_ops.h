@@ -18,6 +18,11 @@ namespace meshcast::detail {
 // tile goes to (the other addends are zeroed).
 std::int64_t holders_per_tile(const Layout& layout);
 
+// Devices of both meshes, an upper bound: 0 when their id ranges are disjoint, their overlap
+// where both are ranges, else the smaller mesh's devices the other holds. O(devices log
+// devices), no allocation.
+double shared_devices(const Mesh& a, const Mesh& b);
+
 // Whether a transfer out of `src` may come from more than one device: a tile with replicas, or
 // a pending sum (its reduction's root and contributors). Else greedy and search have nothing to
 // choose, and the planner builds balance none's ops (plan_size.cc estimates them so).

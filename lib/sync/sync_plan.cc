@@ -155,9 +155,7 @@ PlanSize with_reduce_pieces(PlanSize e, const TensorMove& m, bool whole, std::in
   const double per_piece = std::floor(std::max(static_cast<double>(bucket), one) / one);
   // Every element is summed once; a device sums at most one target tile's and adds to at most
   // one source tile's (both only where it is in both meshes).
-  const auto& from = m.src.mesh().devices();
-  const bool both =
-      std::any_of(from.begin(), from.end(), [&](int d) { return m.dst.mesh().contains(d); });
+  const bool both = detail::shared_devices(m.src.mesh(), m.dst.mesh()) > 0;
   const double a = tile_elements(m.src), b = tile_elements(m.dst);
   const double elements = whole  ? static_cast<double>(m.src.elements())
                           : both ? a + b
