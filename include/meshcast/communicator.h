@@ -116,10 +116,11 @@ class Communicator {
   // root passes its source region, the others their destination region. Travels as the
   // transport says (TransportCaps::multicast); a chain pipelines chunks of at most
   // Transport::chain_chunk(), each member forwarding a chunk as soon as it arrived. `group` > 0
-  // makes it a tree of chains over the receivers (meshcast/multicast_tree.h; Op::group): every
-  // member passes the same. A native multicast or a fan-out ignores the order and the tree.
+  // makes it a tree of chains over the receivers, `fork` > 0 splits them in two chains from the
+  // root (meshcast/multicast_tree.h; Op::group, Op::fork): every member passes the same. A
+  // native multicast or a fan-out ignores the order and the tree.
   Request ibcast(const Region& region, int root, std::span<const int> chain, int tag,
-                 std::int64_t group = 0);
+                 std::int64_t group = 0, std::int64_t fork = 0);
   // Brackets the posts of one phase (for transports that batch them).
   void begin_batch() { transport_->begin_batch(); }
   void end_batch() { transport_->end_batch(); }
@@ -170,7 +171,8 @@ class Communicator {
  private:
   struct Chain;
   struct Composite;
-  Request chain(const Region& region, std::span<const int> members, int tag, std::int64_t group);
+  Request chain(const Region& region, std::span<const int> members, int tag, std::int64_t group,
+                std::int64_t fork);
   bool advance_chain(Chain& c);
   bool advance_chains();
   void wait_request(Request::Impl& r);

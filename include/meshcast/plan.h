@@ -82,6 +82,9 @@ struct Op {
   // Multicast: the receivers' groups of a tree of chains (meshcast/multicast_tree.h), 0 for one
   // chain. The planner picks it by the cost model (lib/plan/multicast_tree.h).
   std::int32_t group = 0;
+  // Multicast: the receivers [0, fork) on a chain of their own from the root, the tree of
+  // `group` over the others hanging from the root too (meshcast/multicast_tree.h); 0: no split.
+  std::int32_t fork = 0;
   friend bool operator==(const Op&, const Op&) = default;
 };
 
@@ -135,9 +138,10 @@ class Plan {
   //    than the first of a partial target. Multicast: at least one receiver, none twice, not
   //    the root (no self-send); from_dst: the root's target tile holds the box and the root
   //    received all of it in earlier phases; else the root's source tile holds it and the
-  //    source is complete; receivers' target tiles hold the box; group is 0 or in
-  //    [2, receivers). Reduce: one contributor per addend of the source, in addend order, each
-  //    holding the box; the root's target tile holds it. Ops other than multicasts: group 0;
+  //    source is complete; receivers' target tiles hold the box; fork is 0 or in
+  //    [1, receivers); group is 0 or in [2, receivers - fork). Reduce: one contributor per
+  //    addend of the source, in addend order, each holding the box; the root's target tile
+  //    holds it. Ops other than multicasts: group and fork 0;
   //  - every op's stream lies in [0, streams()); multicasts and reduces have distinct streams;
   //  - coverage: every element of every target device's tile is written exactly once, with the
   //    value (Copy, Reduce, a multicast of the value) on a complete target or addend 0 of a

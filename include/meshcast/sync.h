@@ -76,6 +76,7 @@ class SyncPlan {
     int root = -1;
     std::vector<int> peers;
     std::int32_t group = 0;   // Multicast: tree of chains (Op::group)
+    std::int32_t fork = 0;    // Multicast: split at the root (Op::fork)
     std::int64_t stream = 0;  // the sync's tag stream, and the order all devices post in
     bool packed = true;       // staged through a contiguous buffer (else sent from the buffer)
     std::int64_t bytes = 0;   // wire bytes

@@ -13,7 +13,7 @@ constexpr std::size_t kChainWindow = 4;
 }  // namespace
 
 Request Communicator::chain(const Region& region, std::span<const int> members, int tag,
-                            std::int64_t group) {
+                            std::int64_t group, std::int64_t fork) {
   auto c = std::make_shared<Chain>();
   std::size_t pos = 0;
   while (pos < members.size() && members[pos] != rank_) ++pos;
@@ -23,15 +23,18 @@ Request Communicator::chain(const Region& region, std::span<const int> members, 
   c->region = region;
   c->root = pos == 0;
   // Receiver k is members[k + 1]; the root is receiver -1. A member's successors lie within
-  // one group after it (its chain's next, and a leader's next leader): farther first, so that
-  // the trunk, whose path is the deepest, gets each chunk first.
+  // one group after it (its chain's next, and a leader's next leader), or are a fork's two
+  // chains' first receivers: farther first, so that the trunk, whose path is the deepest, gets
+  // each chunk first.
   const auto n = static_cast<std::int64_t>(members.size()) - 1,
              k = static_cast<std::int64_t>(pos) - 1;
-  if (k >= 0) c->prev = members[static_cast<std::size_t>(multicast_parent(k, n, group) + 1)];
-  const std::int64_t reach = group < 2 || group >= n ? 1 : group;
-  for (std::int64_t j = std::min(n - 1, k + reach); j > k; --j)
-    if (multicast_parent(j, n, group) == k)
-      c->next.push_back(members[static_cast<std::size_t>(j + 1)]);
+  const auto parent = [&](std::int64_t j) { return multicast_parent(j, n, group, fork); };
+  if (k >= 0) c->prev = members[static_cast<std::size_t>(parent(k) + 1)];
+  const bool forks = multicast_forks(n, fork);
+  const std::int64_t rest = forks ? n - fork : n;  // the receivers the groups cut
+  const std::int64_t reach = group < 2 || group >= rest ? 1 : group;
+  for (std::int64_t j = std::min(n - 1, k < 0 && forks ? fork : k + reach); j > k; --j)
+    if (parent(j) == k) c->next.push_back(members[static_cast<std::size_t>(j + 1)]);
   c->bytes = region.bytes();
   c->chunk = std::max<std::size_t>(transport_->chain_chunk(members), 1);
   c->chunks = std::max<std::size_t>(1, (c->bytes + c->chunk - 1) / c->chunk);

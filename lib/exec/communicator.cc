@@ -54,14 +54,14 @@ Request Communicator::irecv(const Region& to, int src, int tag) {
 }
 
 Request Communicator::ibcast(const Region& region, int root, std::span<const int> chain, int tag,
-                             std::int64_t group) {
+                             std::int64_t group, std::int64_t fork) {
   if (chain.empty() || chain.front() != root)
     throw ValidationError("group", "a multicast's devices start with its root");
   switch (caps_.multicast) {
     case TransportCaps::Multicast::Native:
       return transport_->post_broadcast(region, root, chain, tag);
     case TransportCaps::Multicast::Chain:
-      return this->chain(region, chain, tag, group);
+      return this->chain(region, chain, tag, group, fork);
     case TransportCaps::Multicast::Fanout:
       break;
   }

@@ -32,7 +32,7 @@ std::pair<detail::PeerSignatures::Words, detail::PeerSignatures::Words> signatur
                                layout_bits(plan.src()) << 40 | layout_bits(plan.dst()) << 24;
   return detail::signature_words(plan.ops(), me, common, [](detail::Fnv& f, const Op& op) {
     f.add(static_cast<std::int64_t>(op.kind)).add(op.phase).add(op.root).add(op.stream);
-    f.add(op.group).add(op.from_dst ? 1 : 0);
+    f.add(op.group).add(op.fork).add(op.from_dst ? 1 : 0);
     for (int p : op.peers) f.add(p);
     for (const auto& r : op.box.ranges()) f.add(r.lo).add(r.hi);
   });
@@ -179,7 +179,7 @@ class ReshardExecutor final : public Transfer::Executor {
         }
         std::vector<int> group{op.root};
         group.insert(group.end(), op.peers.begin(), op.peers.end());
-        reqs.push_back(comm_.ibcast(r, op.root, group, tag, op.group));
+        reqs.push_back(comm_.ibcast(r, op.root, group, tag, op.group, op.fork));
         return;
       }
       case OpKind::Reduce:

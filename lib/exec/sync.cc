@@ -148,6 +148,7 @@ class SyncExecutor final : public Transfer::Executor {
       auto [to, from] = detail::signature_words(
           msgs, me_, plan_.model_digest() << 24, [](detail::Fnv& f, const SyncPlan::Message& m) {
             f.add(m.phase).add(static_cast<std::int64_t>(m.kind)).add(m.root).add(m.group);
+            f.add(m.fork);
             f.add(m.stream).add(m.packed ? 1 : 0).add(m.bytes);
             for (int p : m.peers) f.add(p);
             for (const auto& s : m.segments) {
@@ -362,7 +363,7 @@ class SyncExecutor final : public Transfer::Executor {
     }
     std::vector<int> chain{m.root};
     chain.insert(chain.end(), m.peers.begin(), m.peers.end());
-    p.reqs.push_back(comm_.ibcast(r, m.root, chain, p.tag, m.group));
+    p.reqs.push_back(comm_.ibcast(r, m.root, chain, p.tag, m.group, m.fork));
   }
 
   // Contributors send their addend of the box unpacked; the root stages every addend (its own

@@ -115,19 +115,20 @@ OpTime Links::flows(const Op& op, std::int64_t bytes, std::int64_t chunk,
     case OpKind::Multicast: {
       Flow f{{}, {}, bytes};
       const std::int64_t m = messages(bytes, chunk);
-      if (op.group != 0) {  // a tree: every edge's links in one flow (a leader's port twice)
+      // A tree or fork: every edge's links in one flow (a leader's or forking root's port twice).
+      if (op.group != 0 || op.fork != 0) {
         const auto n = static_cast<std::int64_t>(op.peers.size());
         MulticastTree tree;
         tree.reset(t, bytes, chunk);
         tree.add(host(op.root), Links::out(op.root));
         for (std::int64_t k = 0; k < n; ++k) {
           const int p = op.peers[static_cast<std::size_t>(k)];
-          const std::int64_t from = multicast_parent(k, n, op.group);
+          const std::int64_t from = multicast_parent(k, n, op.group, op.fork);
           hop(from < 0 ? op.root : op.peers[static_cast<std::size_t>(from)], p, m, f);
           tree.add(host(p), Links::out(p));
         }
         out.push_back(std::move(f));
-        return tree.time(op.group);
+        return tree.time(op.group, op.fork);
       }
       int prev = op.root, net = 0;
       for (int p : op.peers) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "lib/plan/link_timeline.h"
+#include "meshcast/multicast_tree.h"
 
 namespace meshcast::detail {
 
@@ -12,6 +13,7 @@ void MulticastTree::reset(const Topology& topology, std::int64_t bytes, std::int
   c_ = static_cast<double>(bytes) / static_cast<double>(messages_);
   host_.clear();
   nic_.clear();
+  chained_.reset();
   ready_ = false;
 }
 
@@ -25,7 +27,8 @@ void MulticastTree::prepare() {
   if (ready_) return;
   ready_ = true;
   const std::size_t n = host_.size() - 1;
-  const bool chained = n > 1;  // as chain_time: a lone hop pays the plain latency
+  const bool chained = chained_ ? *chained_ : n > 1;  // as chain_time: a lone hop pays the
+                                                      // plain latency
   stage_net_ = stage_time(c_, true, *topology_);
   stage_intra_ = stage_time(c_, false, *topology_);
   lat_net_ = topology_->network().hop_latency(chained);
@@ -47,22 +50,57 @@ void MulticastTree::prepare() {
         p + 1 < n && host_[p + 1] == host_[p + 2] ? run_[p + 1] : static_cast<std::int64_t>(p);
 }
 
-OpTime MulticastTree::time(std::int64_t group) {
-  prepare();
+MulticastTree MulticastTree::branch(std::size_t from, std::size_t to) const {
+  MulticastTree b;
+  b.topology_ = topology_;
+  b.messages_ = messages_;
+  b.c_ = c_;
+  b.chained_ = host_.size() > 2;  // the hops of the whole multicast's chunked chain
+  b.host_.push_back(host_[0]);
+  b.nic_.push_back(nic_[0]);
+  b.host_.insert(b.host_.end(), host_.begin() + 1 + static_cast<std::ptrdiff_t>(from),
+                 host_.begin() + 1 + static_cast<std::ptrdiff_t>(to));
+  b.nic_.insert(b.nic_.end(), nic_.begin() + 1 + static_cast<std::ptrdiff_t>(from),
+                nic_.begin() + 1 + static_cast<std::ptrdiff_t>(to));
+  return b;
+}
+
+OpTime MulticastTree::time(std::int64_t group, std::int64_t fork) {
   const auto n = static_cast<std::int64_t>(host_.size()) - 1;
   if (n <= 0) return {};
   const double tail = static_cast<double>(messages_ - 1);
+  if (!multicast_forks(n, fork)) {
+    const Path p = path(group);
+    return {p.latency, p.deepest - p.latency + tail * p.slowest};
+  }
+  // Both branches stream at once behind the root, whose hop into each is its port's stage, which
+  // posts each message twice (or its NIC's, carrying every branch that leaves its host).
+  MulticastTree a = branch(0, static_cast<std::size_t>(fork)),
+                b = branch(static_cast<std::size_t>(fork), static_cast<std::size_t>(n));
+  const Path pa = a.path(0), pb = b.path(group);
+  const bool net_a = a.net_[0], net_b = b.net_[0];
+  const double port = overhead(net_a) + overhead(net_b) + 2 * c_ / topology_->intra().bandwidth;
+  const double nic = static_cast<double>(int{net_a} + int{net_b}) * c_ / topology_->nic_bandwidth();
+  const double stage_a = std::max(port, net_a ? nic : 0.0),
+               stage_b = std::max(port, net_b ? nic : 0.0);
+  const double via_a = pa.deepest - pa.first + stage_a, via_b = pb.deepest - pb.first + stage_b;
+  const double latency = via_a >= via_b ? pa.latency : pb.latency;
+  const double slowest = std::max({pa.slowest, pb.slowest, stage_a, stage_b});
+  return {latency, std::max(via_a, via_b) - latency + tail * slowest};
+}
+
+MulticastTree::Path MulticastTree::path(std::int64_t group) {
+  prepare();
+  const auto n = static_cast<std::int64_t>(host_.size()) - 1;
+  const double root = stage(net_[0]);
   if (group < 2 || group >= n) {  // one chain: chain_time
     const std::int64_t net = nets_[n];
     const double slowest = std::max(net ? stage_net_ : 0.0, net < n ? stage_intra_ : 0.0);
-    return {lat_[n], sum_[n] - lat_[n] + tail * slowest};
+    return {sum_[n], lat_[n], slowest, root};
   }
   const std::int64_t first = n % group ? n % group : group;
   const std::int64_t groups = (n - first) / group + 1;
   const double copy = c_ / topology_->intra().bandwidth, wire = c_ / topology_->nic_bandwidth();
-  const auto overhead = [this](bool net) {
-    return (net ? topology_->network() : topology_->intra()).overhead;
-  };
   // Receiver k is member k + 1 (host_, nic_); chain hop k reaches it (net_, sum_, lat_).
   double trunk = sum_[1], trunk_lat = lat_[1];  // the path to the current leader
   double deepest = -1, deepest_lat = 0, slowest = 0;
@@ -104,12 +142,14 @@ OpTime MulticastTree::time(std::int64_t group) {
     }
   }
   slowest = std::max({slowest, kept_net ? stage_net_ : 0.0, kept > kept_net ? stage_intra_ : 0.0});
-  return {deepest_lat, deepest - deepest_lat + tail * slowest};
+  return {deepest, deepest_lat, slowest, root};
 }
 
-bool MulticastTree::whole(std::int64_t group) {
+bool MulticastTree::whole(std::int64_t group, std::int64_t fork) {
   prepare();
   const auto n = static_cast<std::int64_t>(host_.size()) - 1;
+  if (multicast_forks(n, fork))
+    return branch(static_cast<std::size_t>(fork), static_cast<std::size_t>(n)).whole(group);
   if (group < 2 || group >= n) return true;  // one chain
   const std::int64_t first = n % group ? n % group : group;
   bool hosts = true, within = true;
@@ -121,8 +161,10 @@ bool MulticastTree::whole(std::int64_t group) {
   return true;
 }
 
-std::int32_t MulticastTree::best() {
+std::int32_t MulticastTree::best(std::int64_t fork) {
   const auto n = static_cast<std::int64_t>(host_.size()) - 1;
+  if (multicast_forks(n, fork))
+    return branch(static_cast<std::size_t>(fork), static_cast<std::size_t>(n)).best();
   // With 3 receivers or fewer, every tree is a chain (no leader has both a trunk and a group).
   if (n < 4) return 0;
   double least = time(0).total();
@@ -145,17 +187,19 @@ std::size_t TreeShapes::Hash::operator()(const std::vector<std::int64_t>& key) c
 
 const TreeShapes::Shape& TreeShapes::shape(const Op& op, std::int64_t bytes) {
   // The multicast asked last (the planner chooses an op's tree, then prices it): its answer.
-  if (last_ && op.root == last_root_ && bytes == last_bytes_ && op.peers == last_peers_)
+  if (last_ && op.root == last_root_ && bytes == last_bytes_ && op.fork == last_fork_ &&
+      op.peers == last_peers_)
     return *last_;
   last_root_ = op.root;
   last_bytes_ = bytes;
+  last_fork_ = op.fork;
   last_peers_.assign(op.peers.begin(), op.peers.end());
   last_ = &find(op, bytes);
   return *last_;
 }
 
 const TreeShapes::Shape& TreeShapes::find(const Op& op, std::int64_t bytes) {
-  // The key: the bytes, then per member (the root, then the receivers) its host and NIC
+  // The key: the bytes and fork, then per member (the root, then the receivers) its host and NIC
   // numbered in order of first appearance.
   ++stamp_;
   std::int32_t hosts = 0, nics = 0;
@@ -168,6 +212,7 @@ const TreeShapes::Shape& TreeShapes::find(const Op& op, std::int64_t bytes) {
   };
   key_.clear();
   key_.push_back(bytes);
+  key_.push_back(op.fork);
   auto member = [&](int d) {
     const std::int64_t h = label(host_label_, static_cast<std::size_t>(s_->host(d)), hosts);
     key_.push_back(h << 32 | label(nic_label_, s_->nic(d), nics));
@@ -176,13 +221,13 @@ const TreeShapes::Shape& TreeShapes::find(const Op& op, std::int64_t bytes) {
   for (int p : op.peers) member(p);
   if (const auto it = shapes_.find(key_); it != shapes_.end()) return it->second;
   load(op, bytes);
-  const std::int32_t group = op.peers.size() < 4 ? 0 : tree_.best();
+  const std::int32_t group = op.peers.size() < 4 ? 0 : tree_.best(op.fork);
   if (kept_ + key_.size() > (std::size_t{1} << 20)) {
     shapes_.clear();  // (last_ is set again by shape() from what this returns)
     kept_ = 0;
   }
   kept_ += key_.size();
-  return shapes_.emplace(key_, Shape{group, tree_.time(group)}).first->second;
+  return shapes_.emplace(key_, Shape{group, tree_.time(group, op.fork)}).first->second;
 }
 
 std::int32_t TreeShapes::best(const Op& op, std::int64_t bytes) {
@@ -193,7 +238,7 @@ OpTime TreeShapes::time(const Op& op, std::int64_t bytes) {
   const Shape& sh = shape(op, bytes);
   if (sh.group == op.group) return sh.time;
   load(op, bytes);
-  return tree_.time(op.group);
+  return tree_.time(op.group, op.fork);
 }
 
 void TreeShapes::load(const Op& op, std::int64_t bytes) {

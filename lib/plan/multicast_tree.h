@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -24,7 +25,9 @@ class LinkTimeline;
 // and into its group), and a NIC carries each hop that leaves or enters a host through it (the
 // trunk and its group's chain may leave a leader's host through one NIC). Exact for the trees
 // whole() admits (a host entered once, left at most twice through the leader's host), O(n / g)
-// per group size g after O(n) preparation.
+// per group size g after O(n) preparation. A fork's two branches are trees of their own from
+// the root, whose port then posts each message twice (and whose NIC carries each branch that
+// leaves its host).
 class MulticastTree {
  public:
   // Starts a multicast of `bytes` in messages of `chunk`; add() then places its root, then its
@@ -32,24 +35,38 @@ class MulticastTree {
   void reset(const Topology& topology, std::int64_t bytes, std::int64_t chunk);
   void add(int host, std::size_t nic);
 
-  // The time of the tree with groups of `group` (0: one chain).
-  OpTime time(std::int64_t group);
-  // Whether the groups are whole hosts (every leader the first receiver on its host) or each
-  // lies within one host: the trees the planner considers.
-  bool whole(std::int64_t group);
-  // The group (0 or one whole() admits) of the least time; a tree only where it is faster.
-  std::int32_t best();
+  // The time of the tree with groups of `group` (0: one chain), forked after `fork` receivers
+  // (0: not; meshcast/multicast_tree.h).
+  OpTime time(std::int64_t group, std::int64_t fork = 0);
+  // Whether the groups (of the receivers after `fork`) are whole hosts (every leader the first
+  // receiver on its host) or each lies within one host: the trees the planner considers.
+  bool whole(std::int64_t group, std::int64_t fork = 0);
+  // The group (0 or one whole() admits) of the least time, for the receivers after `fork`; a
+  // tree only where it is faster.
+  std::int32_t best(std::int64_t fork = 0);
 
  private:
+  // A tree's deepest path (its hops' latency + stage, and their latency alone), its slowest
+  // stage, and the stage of the root's hop as counted in the path.
+  struct Path {
+    double deepest = 0, latency = 0, slowest = 0, first = 0;
+  };
+  Path path(std::int64_t group);
+  // The root and receivers [from, to): one branch of a fork.
+  MulticastTree branch(std::size_t from, std::size_t to) const;
   void prepare();
   double stage(bool network) const { return network ? stage_net_ : stage_intra_; }
   double latency(bool network) const { return network ? lat_net_ : lat_intra_; }
+  double overhead(bool network) const {
+    return (network ? topology_->network() : topology_->intra()).overhead;
+  }
 
   const Topology* topology_ = nullptr;
   std::int64_t messages_ = 1;
   double c_ = 0;  // bytes per message
   double stage_net_ = 0, stage_intra_ = 0, lat_net_ = 0, lat_intra_ = 0;
   bool ready_ = false;
+  std::optional<bool> chained_;     // a branch: whether its whole multicast is chunked (>1 hop)
   std::vector<int> host_;           // per member: the root, then the receivers
   std::vector<std::size_t> nic_;    // per member
   std::vector<char> net_;           // per chain hop k (member k -> k + 1): between hosts
@@ -69,16 +86,16 @@ class MulticastTree {
 class TreeShapes {
  public:
   explicit TreeShapes(const LinkTimeline& s) : s_(&s) {}
-  // The group (0 for one chain) whose tree of `op` (receivers in chain order, `bytes`) takes
-  // least time by the cost model (MulticastTree::best).
+  // The group (0 for one chain) whose tree of `op` (receivers in chain order, forked after
+  // op.fork, `bytes`) takes least time by the cost model (MulticastTree::best).
   std::int32_t best(const Op& op, std::int64_t bytes);
-  // The time of op's tree of op.group.
+  // The time of op's tree of op.group and op.fork.
   OpTime time(const Op& op, std::int64_t bytes);
 
  private:
   struct Shape {
     std::int32_t group;
-    OpTime time;  // of the tree of `group`
+    OpTime time;  // of the tree of `group` (and the op's fork)
   };
   struct Hash {
     std::size_t operator()(const std::vector<std::int64_t>& key) const;
@@ -97,7 +114,7 @@ class TreeShapes {
   std::size_t kept_ = 0;  // key entries held
   // The multicast asked last and its shape (map nodes do not move).
   int last_root_ = -1;
-  std::int64_t last_bytes_ = -1;
+  std::int64_t last_bytes_ = -1, last_fork_ = -1;
   std::vector<int> last_peers_;
   const Shape* last_ = nullptr;
 };

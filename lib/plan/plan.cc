@@ -126,8 +126,8 @@ Box box_from(JsonReader& r, W&& where) {
   return Box(std::move(ranges));
 }
 
-constexpr std::string_view kOpKeys[] = {"kind",  "root",     "phase",  "box",
-                                        "peers", "from_dst", "stream", "group"};
+constexpr std::string_view kOpKeys[] = {"kind",     "root",   "phase", "box", "peers",
+                                        "from_dst", "stream", "group", "fork"};
 
 // One op; `has_stream` tells whether it had a "stream" (needed when the plan has "streams").
 Op op_from(JsonReader& r, std::size_t i, bool& has_stream) {
@@ -167,12 +167,15 @@ Op op_from(JsonReader& r, std::size_t i, bool& has_stream) {
       case 7:
         op.group = r.integer<std::int32_t>(f(".group"));
         return;
+      case 8:
+        op.fork = r.integer<std::int32_t>(f(".fork"));
+        return;
       default:
         r.skip();  // unknown members are ignored, as in every document
     }
   });
   has_stream = seen >> 6 & 1u;
-  require(seen, kOpKeys, 6, field);  // all but "stream" and "group"
+  require(seen, kOpKeys, 6, field);  // all but "stream", "group" and "fork"
   return op;
 }
 
@@ -307,6 +310,7 @@ void Plan::write_json(std::ostream& os) const {
     w.member("from_dst", op.from_dst);
     w.member("stream", op.stream);
     if (op.group != 0) w.member("group", op.group);  // absent: one chain (older documents)
+    if (op.fork != 0) w.member("fork", op.fork);     // absent: no split
     w.end_object();
   }
   w.end_array();
@@ -464,8 +468,10 @@ void write_op_list(std::ostream& os, const std::vector<Op>& ops, std::size_t max
         for (std::size_t k = 0; k < op.peers.size() && k < kListedPeers; ++k)
           os << (k ? "," : "") << op.peers[k];
         if (op.peers.size() > kListedPeers) os << ",... (" << op.peers.size() << " receivers)";
+        if (op.fork != 0) os << " forked after " << op.fork;
         if (op.group != 0)
-          os << " as " << multicast_chains(static_cast<std::int64_t>(op.peers.size()), op.group)
+          os << " as "
+             << multicast_chains(static_cast<std::int64_t>(op.peers.size()), op.group, op.fork)
              << " chains of <= " << op.group;
         break;
       case OpKind::Reduce:

@@ -13,6 +13,7 @@
 
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
+#include "meshcast/multicast_tree.h"
 #include "meshcast/plan.h"
 
 namespace meshcast::detail {
@@ -171,16 +172,24 @@ class PlanChecker {
       throw ValidationError(at(".stream"), "stream " + std::to_string(op.stream) +
                                                " is outside the plan's " +
                                                std::to_string(p_.streams()) + " streams");
-    // A tree of chains cuts a multicast's receivers into groups of at least 2 and at least two
-    // groups (any other cut is one chain, written 0).
-    if (op.group != 0 && (op.kind != OpKind::Multicast || op.group < 2 ||
-                          static_cast<std::size_t>(op.group) >= op.peers.size()))
-      throw ValidationError(at(".group"),
-                            "group " + std::to_string(op.group) +
-                                (op.kind != OpKind::Multicast
-                                     ? " on a " + to_string(op.kind) + ": only multicasts have one"
-                                     : " must be 0 (one chain) or in [2, " +
-                                           std::to_string(op.peers.size()) + ") (its receivers)"));
+    // A fork leaves receivers on both sides; a tree of chains cuts those after the fork into
+    // groups of at least 2 and at least two groups (any other cut is one chain, written 0).
+    const auto receivers = static_cast<std::int64_t>(op.peers.size());
+    if (op.fork != 0 && (op.kind != OpKind::Multicast || !multicast_forks(receivers, op.fork)))
+      throw ValidationError(
+          at(".fork"), "fork " + std::to_string(op.fork) +
+                           (op.kind != OpKind::Multicast
+                                ? " on a " + to_string(op.kind) + ": only multicasts have one"
+                                : " must be 0 (no split) or in [1, " + std::to_string(receivers) +
+                                      ") (its receivers)"));
+    const std::int64_t chained = receivers - op.fork;  // the receivers the groups cut
+    if (op.group != 0 && (op.kind != OpKind::Multicast || op.group < 2 || op.group >= chained))
+      throw ValidationError(
+          at(".group"), "group " + std::to_string(op.group) +
+                            (op.kind != OpKind::Multicast
+                                 ? " on a " + to_string(op.kind) + ": only multicasts have one"
+                                 : " must be 0 (one chain) or in [2, " + std::to_string(chained) +
+                                       ") (its receivers" + (op.fork ? " after the fork)" : ")")));
     const Shape& shape = src_.shape();
     if (op.box.ndim() != shape.size())
       throw ValidationError(at(".box"), "has " + std::to_string(op.box.ndim()) +

@@ -305,7 +305,7 @@ PlanStats account(const std::vector<Op>& ops, const LinkTimeline& s, std::int64_
       case OpKind::Multicast: {  // a chain root -> peers[0] -> peers[1] -> ..., or a tree
         const auto n = static_cast<std::int64_t>(op.peers.size());
         for (std::int64_t k = 0; k < n; ++k) {
-          const std::int64_t from = multicast_parent(k, n, op.group);
+          const std::int64_t from = multicast_parent(k, n, op.group, op.fork);
           hop(from < 0 ? op.root : op.peers[static_cast<std::size_t>(from)],
               op.peers[static_cast<std::size_t>(k)], bytes);
         }

@@ -77,10 +77,11 @@ class PhaseModel {
     const Device* prev = from_root;
     const auto n = static_cast<std::int64_t>(op.peers.size());
     int net = 0;
+    const bool tree = op.group != 0 || op.fork != 0;
     for (std::int64_t k = 0; k < n; ++k) {
       const Device& to = device(op.peers[static_cast<std::size_t>(k)]);
-      if (op.group != 0) {
-        const std::int64_t from = multicast_parent(k, n, op.group);
+      if (tree) {
+        const std::int64_t from = multicast_parent(k, n, op.group, op.fork);
         prev = from < 0 ? from_root : &device(op.peers[static_cast<std::size_t>(from)]);
       }
       const bool remote = prev->host != to.host;
@@ -94,7 +95,7 @@ class PhaseModel {
       net += remote;
       prev = &to;
     }
-    if (op.group != 0) {
+    if (tree) {
       const OpTime t = trees_->time(op, bytes);
       time(op.phase, t.latency, t.total());
       return;
@@ -670,8 +671,12 @@ class ClassWalk {
       return;
     }
     const auto [host, on_host] = near(grp, root);
-    sent(0, root, bytes, messages_of(bytes), host < 0);
     const std::int64_t key = ops_.rotation(i);
+    // The root sends to the first receiver, and where the chain forks (rotated, from a host
+    // forks_from() names, with receivers there and on others) to another host as well.
+    sent(0, root, bytes, messages_of(bytes), host < 0);
+    if (key >= 0 && host >= 0 && grp.hosts.size() > 1 && ops_.forks_from(static_cast<int>(host)))
+      sent(0, root, bytes, messages_of(bytes), true);
     const auto others = std::max<std::uint64_t>(1, grp.hosts.size() - (host >= 0 ? 1 : 0));
     const auto turn =
         key < 0 ? 0 : static_cast<std::int64_t>(static_cast<std::uint64_t>(key) % others);

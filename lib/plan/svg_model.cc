@@ -33,7 +33,7 @@ void for_each_hop(const Plan& plan, F&& f) {
       case OpKind::Multicast: {
         const auto n = static_cast<std::int64_t>(op.peers.size());
         for (std::int64_t k = 0; k < n; ++k) {
-          const std::int64_t parent = multicast_parent(k, n, op.group);
+          const std::int64_t parent = multicast_parent(k, n, op.group, op.fork);
           const int to = op.peers[static_cast<std::size_t>(k)];
           if (parent < 0)
             f(op.root, op.from_dst, to, bytes);

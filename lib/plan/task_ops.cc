@@ -132,6 +132,21 @@ TaskOps::TaskOps(const TaskGrid& grid, const LinkTimeline& timeline, Strategy st
     has_source[static_cast<std::size_t>(timeline.host(from.device(k)))] = 1;
   for (std::int64_t k = 0; k < to.size() && !shared_hosts_; ++k)
     shared_hosts_ = has_source[static_cast<std::size_t>(timeline.host(to.device(k)))] != 0;
+  if (balance != Balance::Local || !shared_hosts_) return;
+  // A host's distinct NICs under each mesh's devices there.
+  auto nics = [&](const Mesh& mesh) {
+    std::vector<std::pair<int, std::size_t>> used;
+    for (std::int64_t k = 0; k < mesh.size(); ++k)
+      used.emplace_back(timeline.host(mesh.device(k)), timeline.nic(mesh.device(k)));
+    std::sort(used.begin(), used.end());
+    used.erase(std::unique(used.begin(), used.end()), used.end());
+    std::vector<std::int64_t> count(on_host_.size(), 0);
+    for (const auto& u : used) ++count[static_cast<std::size_t>(u.first)];
+    return count;
+  };
+  const std::vector<std::int64_t> src = nics(from), dst = nics(to);
+  fork_from_.assign(on_host_.size(), 0);
+  for (std::size_t h = 0; h < on_host_.size(); ++h) fork_from_[h] = src[h] > dst[h] && dst[h] > 0;
 }
 
 void TaskOps::push(const Op& op, int device, OpSink& out) {
@@ -187,6 +202,12 @@ void rotate_chain(std::vector<int>& peers, int root, std::int64_t key, const Lin
     if (++r == others) r = 0;
   }
   peers.swap(out);
+}
+
+std::int32_t chain_fork(const std::vector<int>& peers, int root, const LinkTimeline& s) {
+  std::size_t run = 0;
+  while (run < peers.size() && s.host(peers[run]) == s.host(root)) ++run;
+  return run < peers.size() ? static_cast<std::int32_t>(run) : 0;
 }
 
 int TaskOps::choose(const HolderSet& holders, int to, std::int64_t key) {
@@ -282,6 +303,7 @@ Op& TaskOps::transfer(const Box& box, int phase, bool from_dst) {
   op_.box = box;
   op_.from_dst = from_dst;
   op_.group = 0;
+  op_.fork = 0;
   return op_;
 }
 
@@ -330,8 +352,10 @@ void TaskOps::serve(const Box& box, int root, int phase, bool from_dst, std::int
     op.peers.assign(to.begin(), to.end());
     op.stream = base;
     chain_order(op.peers, from, *s_);
-    if (balance_ == Balance::Local)
+    if (balance_ == Balance::Local) {
       rotate_chain(op.peers, from, i + key_offset_, *s_, runs_, rotated_);
+      if (forks_from(s_->host(from))) op.fork = chain_fork(op.peers, from, *s_);
+    }
     op.group = trees_.best(op, box.volume() * static_cast<std::int64_t>(s_->elem_size()));
     out(op);
     return;

@@ -57,6 +57,12 @@ void rotate_chain(std::vector<int>& peers, int root, std::int64_t key, const Lin
 // rotate_chain's start within each host's run: run r (counted from the first rotated) starts at
 // member (chain_mix(key) + r) mod its length.
 std::uint64_t chain_mix(std::int64_t key);
+// The fork (Op::fork) of a chain in chain order from `root`: its run on the root's host, where
+// it goes on to other hosts (else 0). The rest then leaves the root's host through the root's
+// NIC, which the senders' rotation spreads over the holders, not through the run's last member:
+// a host's few receivers of one tensor-parallel rank would carry its share of a whole model
+// (TaskOps::forks_from says where).
+std::int32_t chain_fork(const std::vector<int>& peers, int root, const LinkTimeline& s);
 
 // Orders ops as a plan lists them: by phase, local ops (copy, zero) first, else as emitted.
 void order_ops(std::vector<Op>& ops);
@@ -119,6 +125,12 @@ class TaskOps {
   // receivers are all its targets, and every hop from a sender leaves its host).
   bool complete() const { return holders_.size() == 1; }
   bool shared_hosts() const { return shared_hosts_; }
+  // Whether a broadcast's chain from a root on `host` forks (chain_fork) where it goes on to
+  // other hosts: under the local rule, where the source's devices there use more NICs than the
+  // destination's, whose NICs would otherwise carry all that leaves the host.
+  bool forks_from(int host) const {
+    return !fork_from_.empty() && fork_from_[static_cast<std::size_t>(host)] != 0;
+  }
   // Selects task i's tiles, as task() does first (O(tensor and mesh ranks)): then its
   // destination tile's shard indices, its targets and (a complete source) its holders.
   void select(std::int64_t i);
@@ -160,6 +172,7 @@ class TaskOps {
   // Whether some host has devices of both meshes: else no holder (a source device) is ever on
   // a receiver's host (a target device), and choose() need not look for one.
   bool shared_hosts_ = false;
+  std::vector<char> fork_from_;     // per host: forks_from()
   TreeShapes trees_;                // the broadcast's trees of chains, by shape
   HolderSet targets_;               // the task's destinations
   std::vector<HolderSet> holders_;  // per addend of the source

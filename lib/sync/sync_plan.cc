@@ -329,14 +329,15 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
   if (options.plan.strategy == Strategy::Auto) fit_parts(tensors, strategy, planned, bucket, bound);
   check_sync_size(tensors, device < 0, strategy, planned, bucket, bound);
 
-  // phase, root, receivers (sorted): a chain's order differs from box to box (rotate_chain),
-  // a message takes its first box's.
-  using Key = std::tuple<int, int, std::vector<int>>;
+  // phase, root, receivers (sorted), fork or not: a chain's order differs from box to box
+  // (rotate_chain), a message takes its first box's.
+  using Key = std::tuple<int, int, std::vector<int>, bool>;
   struct Seg {
     std::int64_t stream;
     SyncPlan::Segment seg;
     std::int64_t bytes;
     const std::vector<int>* order;  // the op's receivers, in chain order
+    std::int32_t fork;              // the op's
     bool convert;                   // read from the source and cast: must be packed
   };
   std::vector<std::vector<Op>> kept;  // the ops the segments' orders point into
@@ -367,15 +368,14 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
         const std::int64_t one = static_cast<std::int64_t>(op.peers.size()) * src_elem;
         split_box(op.box, std::max<std::int64_t>(1, std::max(bucket, one) / one), pieces);
         for (std::size_t k = 0; k < pieces.size(); ++k)
-          out.messages.push_back({op.phase,
-                                  OpKind::Reduce,
-                                  op.root,
-                                  op.peers,
-                                  0,
-                                  stream + static_cast<std::int64_t>(k) * total,
-                                  false,
-                                  pieces[k].volume() * src_elem,
-                                  {{tensor, pieces[k], false}}});
+          out.messages.push_back({.phase = op.phase,
+                                  .kind = OpKind::Reduce,
+                                  .root = op.root,
+                                  .peers = op.peers,
+                                  .stream = stream + static_cast<std::int64_t>(k) * total,
+                                  .packed = false,
+                                  .bytes = pieces[k].volume() * src_elem,
+                                  .segments = {{tensor, pieces[k], false}}});
         continue;
       }
       const std::int64_t bytes = op.box.volume() * wire;
@@ -385,13 +385,14 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
       } else {
         pieces.push_back(op.box);
       }
-      Key k{op.phase, op.root, op.peers};
+      Key k{op.phase, op.root, op.peers, op.fork != 0};
       std::sort(std::get<2>(k).begin(), std::get<2>(k).end());
       for (std::size_t p = 0; p < pieces.size(); ++p)
         coalesced[k].push_back({stream + static_cast<std::int64_t>(p) * total,
                                 {tensor, pieces[p], op.from_dst},
                                 pieces[p].volume() * wire,
                                 &op.peers,
+                                op.fork,
                                 convert});
     }
   }
@@ -413,15 +414,15 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
     for (Seg& s : segs) {
       if (s.bytes > pack && !s.convert) {
         flush();
-        out.messages.push_back({std::get<0>(k),
-                                OpKind::Multicast,
-                                std::get<1>(k),
-                                *s.order,
-                                0,
-                                s.stream,
-                                false,
-                                s.bytes,
-                                {s.seg}});
+        out.messages.push_back({.phase = std::get<0>(k),
+                                .kind = OpKind::Multicast,
+                                .root = std::get<1>(k),
+                                .peers = *s.order,
+                                .fork = s.fork,
+                                .stream = s.stream,
+                                .packed = false,
+                                .bytes = s.bytes,
+                                .segments = {s.seg}});
         continue;
       }
       if (!msg.segments.empty() && msg.bytes + s.bytes > bucket) flush();
@@ -429,6 +430,7 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
         msg.phase = std::get<0>(k);
         msg.root = std::get<1>(k);
         msg.peers = *s.order;
+        msg.fork = s.fork;
         msg.stream = s.stream;
       }
       msg.bytes += s.bytes;
@@ -562,7 +564,7 @@ SyncStats predict_sync(const std::vector<TensorMove>& tensors, const Topology& t
   std::vector<detail::Links::Flow> flows;
   for (const SyncPlan::Message& m : b.messages) {
     s.boxes += static_cast<std::int64_t>(m.segments.size());
-    Op op{m.kind, m.phase, Box({{0, m.bytes}}), m.root, m.peers, false, m.stream, m.group};
+    Op op{m.kind, m.phase, Box({{0, m.bytes}}), m.root, m.peers, false, m.stream, m.group, m.fork};
     flows.clear();
     links.flows(op, m.bytes, chunk, flows);
     for (const auto& f : flows)

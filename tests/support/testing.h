@@ -165,6 +165,18 @@ void ref_for_each(const std::vector<std::int64_t>& shape, const Box& b, F&& f) {
 
 // ---- Random inputs -----------------------------------------------------------------------------
 
+// The tests' twelve devices on three hosts of four; with `nics` NICs per host (4: one per
+// device, where a broadcast from a host whose source devices use more NICs than its receivers'
+// forks at the root: Op::fork).
+inline Topology three_hosts(int nics = 1) {
+  std::vector<Topology::Host> hosts;
+  for (int h = 0; h < 3; ++h)
+    hosts.push_back({"host" + std::to_string(h), {4 * h, 4 * h + 1, 4 * h + 2, 4 * h + 3}});
+  return Topology::from_hosts(nics == 1 ? "three" : "three-nics", hosts,
+                              LinkClass{"intra", 50e9, 1e-6},
+                              LinkClass{"network", 1e9 * nics, 2e-5}, nics);
+}
+
 struct Limits {
   int max_ndim = 4;  // tensor dimensions, 1..max_ndim
   int max_extent = 6;

@@ -49,18 +49,14 @@ testing::Limits random_limits() {
   return lim;
 }
 
-Topology three_hosts() {
-  return Topology::uniform("three", 3, 4, LinkClass{"intra", 50e9, 1e-6},
-                           LinkClass{"network", 1e9, 2e-5});
-}
-
 constexpr Strategy kStrategies[] = {Strategy::Broadcast, Strategy::SendRecv, Strategy::AllGather,
                                     Strategy::Auto};
 
 TEST(Reshard, RandomCasesMatchTheReference) {
   Rng rng(0x7e5a);
   const testing::Limits lim = random_limits();
-  const Topology topos[] = {Topology::single_host(), three_hosts()};
+  const Topology topos[] = {Topology::single_host(), testing::three_hosts(),
+                            testing::three_hosts(4)};
   const int n = testing::scaled(560);
   for (int i = 0; i < n; ++i) {
     const DType t = testing::dtype_at(i);
@@ -69,7 +65,7 @@ TEST(Reshard, RandomCasesMatchTheReference) {
     opt.strategy = kStrategies[(i / testing::kDTypeCount) % 4];
     opt.balance = static_cast<Balance>(rng.below(3));
     opt.search_moves = 200;
-    const Topology& topo = topos[rng.below(2)];
+    const Topology& topo = topos[rng.below(3)];
     const std::string ctx = "case " + std::to_string(i) + ": " + c.str() + " strategy " +
                             to_string(opt.strategy) + " balance " + to_string(opt.balance) +
                             " topology " + topo.name();
@@ -96,14 +92,15 @@ TEST(Reshard, RandomCasesMatchTheReference) {
 TEST(Reshard, PerRankPlansMatchTheReference) {
   Rng rng(0x9e2b);
   const testing::Limits lim = random_limits();
-  const Topology topos[] = {Topology::single_host(), three_hosts()};
+  const Topology topos[] = {Topology::single_host(), testing::three_hosts(),
+                            testing::three_hosts(4)};
   const int n = testing::scaled(300);
   for (int i = 0; i < n; ++i) {
     const auto c = testing::random_case(rng, lim, testing::dtype_at(i));
     PlanOptions opt;
     opt.strategy = kStrategies[rng.below(4)];
     opt.balance = rng.chance(1, 4) ? Balance::None : Balance::Local;
-    const Topology& topo = topos[rng.below(2)];
+    const Topology& topo = topos[rng.below(3)];
     const bool mixed = rng.chance(1, 3);
     const std::string ctx = "case " + std::to_string(i) + ": " + c.str() + " strategy " +
                             to_string(opt.strategy) + " balance " + to_string(opt.balance) +
@@ -238,7 +235,8 @@ TEST(Reshard, HandPickedCases) {
 // its host. Run on the
 // engine's chains (ChainWorld; the local transport fans out) and on the local transport, as the
 // planner builds them and with every other group size forced (trees whose groups straddle hosts
-// included), in chunks of 5 bytes: every element arrives.
+// included), and forked (Op::fork) after every receiver with a chain or groups of 2 after the
+// fork, in chunks of 5 bytes: every element arrives.
 TEST(Reshard, TreesOfChainsMatchTheReference) {
   const Topology pairs = Topology::uniform("pairs", 6, 2, LinkClass{"intra", 50e9, 1e-6},
                                            LinkClass{"network", 1e9, 2e-5});
@@ -266,21 +264,30 @@ TEST(Reshard, TreesOfChainsMatchTheReference) {
     for (const Op& op : planned.ops())
       if (op.kind == OpKind::Multicast) {
         receivers = std::max(receivers, op.peers.size());
-        most =
-            std::max(most, multicast_chains(static_cast<std::int64_t>(op.peers.size()), op.group));
+        most = std::max(
+            most, multicast_chains(static_cast<std::int64_t>(op.peers.size()), op.group, op.fork));
       }
     ASSERT_GE(most, 3) << c.src << " -> " << c.dst << "\n" << planned.str();
-    for (std::size_t g = 0; g < receivers; ++g) {
-      if (g == 1) continue;
+    std::vector<std::pair<std::int32_t, std::int32_t>> shapes;  // (group, fork)
+    for (std::size_t g = 0; g < receivers; ++g)
+      if (g != 1) shapes.emplace_back(static_cast<std::int32_t>(g), 0);
+    for (std::size_t f = 1; f < receivers; ++f)
+      for (std::int32_t g : {0, 2}) shapes.emplace_back(g, static_cast<std::int32_t>(f));
+    for (const auto& [g, f] : shapes) {
       std::vector<Op> ops = planned.ops();
-      for (Op& op : ops)
-        if (op.kind == OpKind::Multicast && g < op.peers.size())
-          op.group = static_cast<std::int32_t>(g);
-      const Plan p = g == 0 ? planned
-                            : Plan(src, dst, planned.strategy(), planned.balance(), pairs.name(),
-                                   std::move(ops), planned.stats(), planned.streams());
+      for (Op& op : ops) {
+        const auto n = static_cast<std::int32_t>(op.peers.size());
+        if (op.kind != OpKind::Multicast) continue;
+        op.fork = f < n ? f : 0;
+        op.group = g < n - op.fork ? g : 0;
+      }
+      const Plan p = g == 0 && f == 0
+                         ? planned
+                         : Plan(src, dst, planned.strategy(), planned.balance(), pairs.name(),
+                                std::move(ops), planned.stats(), planned.streams());
       p.validate();
-      const std::string ctx = std::string(c.src) + " -> " + c.dst + " group " + std::to_string(g);
+      const std::string ctx = std::string(c.src) + " -> " + c.dst + " group " + std::to_string(g) +
+                              " fork " + std::to_string(f);
       for (bool chains : {true, false}) {
         Buffers b = make_buffers(src, dst);
         if (chains) {

@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <tuple>
 
+#include "lib/exec/chain_world.h"
 #include "meshcast/meshcast.h"
 #include "meshcast/plan_size.h"
 #include "support/tensor_data.h"
@@ -19,11 +21,6 @@ namespace {
 
 using testing::Rng;
 constexpr int kWorld = 12;
-
-Topology three_hosts() {
-  return Topology::uniform("three", 3, 4, LinkClass{"intra", 50e9, 1e-6},
-                           LinkClass{"network", 1e9, 2e-5});
-}
 
 // 1..6 tensors of random cases; an f32 one is sometimes cast to bf16 or f16.
 std::vector<TensorMove> random_tensors(Rng& rng) {
@@ -64,9 +61,22 @@ std::vector<int> devices_of(const std::vector<TensorMove>& ts) {
   return d;
 }
 
+// Runs the device's part of a sync on its tiles of `bufs` (nullptr where a tile is empty).
+void run_sync(const SyncPlan& p, Communicator& comm, std::vector<testing::Buffers>& bufs) {
+  const auto me = static_cast<std::size_t>(comm.rank());
+  std::vector<const void*> src;
+  std::vector<void*> dst;
+  for (auto& b : bufs) {
+    src.push_back(b.src[me].empty() ? nullptr : b.src[me].data());
+    dst.push_back(b.dst[me].empty() ? nullptr : b.dst[me].data());
+  }
+  sync(p, comm.world(), src, dst);
+}
+
 TEST(Sync, RandomTensorSetsMatchTheReference) {
   Rng rng(0x51c0);
-  const Topology topos[] = {Topology::single_host(), three_hosts()};
+  const Topology topos[] = {Topology::single_host(), testing::three_hosts(),
+                            testing::three_hosts(4)};
   const Strategy strategies[] = {Strategy::Auto, Strategy::Broadcast, Strategy::SendRecv,
                                  Strategy::AllGather};
   const int n = testing::scaled(250);
@@ -80,7 +90,7 @@ TEST(Sync, RandomTensorSetsMatchTheReference) {
     opt.max_staging_bytes =
         rng.chance(1, 3) ? 64 << 20 : 64 + static_cast<std::int64_t>(rng.below(600));
     if (rng.chance(1, 3)) opt.bucket_bytes = 8 + static_cast<std::int64_t>(rng.below(300));
-    const Topology& topo = topos[rng.below(2)];
+    const Topology& topo = topos[rng.below(3)];
     const std::string ctx =
         "case " + std::to_string(i) + " staging " + std::to_string(opt.max_staging_bytes) +
         " bucket " + std::to_string(opt.bucket_bytes) + " strategy " +
@@ -88,21 +98,18 @@ TEST(Sync, RandomTensorSetsMatchTheReference) {
     std::vector<testing::Buffers> bufs;
     for (const auto& t : tensors) bufs.push_back(testing::make_buffers(t.src, t.dst, kWorld));
     const auto before = bufs;
-    LocalWorld world(kWorld);
-    ASSERT_NO_THROW(world.run(
-        [&](Communicator& comm) {
-          const auto me = static_cast<std::size_t>(comm.rank());
-          const SyncPlan p = plan_sync(tensors, comm.rank(), topo, opt);
-          std::vector<const void*> src;
-          std::vector<void*> dst;
-          for (auto& b : bufs) {
-            src.push_back(b.src[me].empty() ? nullptr : b.src[me].data());
-            dst.push_back(b.dst[me].empty() ? nullptr : b.dst[me].data());
-          }
-          sync(p, comm.world(), src, dst);
-        },
-        devices_of(tensors)))
-        << ctx;
+    const auto run = [&](Communicator& comm) {
+      run_sync(plan_sync(tensors, comm.rank(), topo, opt), comm, bufs);
+    };
+    // Half on the engine's chains (the local transport fans a multicast out), in small chunks.
+    if (rng.chance(1, 2)) {
+      const std::size_t chunk = 4 + rng.below(60);
+      testing::ChainWorld world(kWorld, chunk, 3 * chunk);
+      ASSERT_NO_THROW(world.run(run, devices_of(tensors))) << ctx << " (chains)";
+    } else {
+      LocalWorld world(kWorld);
+      ASSERT_NO_THROW(world.run(run, devices_of(tensors))) << ctx;
+    }
     for (std::size_t t = 0; t < tensors.size(); ++t) {
       std::string first;
       ASSERT_EQ(testing::check(tensors[t].dst, bufs[t], first), 0)
@@ -112,13 +119,77 @@ TEST(Sync, RandomTensorSetsMatchTheReference) {
   }
 }
 
+// Chains that fork at the root (Op::fork): sources on 2-3 devices of host 0, each with a NIC of
+// its own, targets on one other device there and on the other hosts, so that a broadcast from
+// host 0 feeds its receiver there and, through its own NIC, the others. On the engine's chains
+// in small chunks, every device planning its own part: every element arrives, and most syncs
+// fork.
+TEST(Sync, ForkedChainsCarryEveryElement) {
+  Rng rng(0xf02c);
+  const Topology topo = testing::three_hosts(4);
+  const int n = testing::scaled(120);
+  int forked = 0;
+  for (int i = 0; i < n; ++i) {
+    std::vector<TensorMove> tensors;
+    for (int t = 0, count = static_cast<int>(rng.between(1, 4)); t < count; ++t) {
+      auto near = testing::sample(rng, {0, 1, 2, 3}, 4);
+      const auto s = static_cast<std::size_t>(rng.between(2, 3));
+      std::vector<int> from(near.begin(), near.begin() + static_cast<std::ptrdiff_t>(s));
+      std::vector<int> to{near[s]};
+      const auto far = testing::sample(rng, {4, 5, 6, 7, 8, 9, 10, 11},
+                                       static_cast<std::size_t>(rng.between(1, 5)));
+      to.insert(to.end(), far.begin(), far.end());
+      rng.shuffle(to);
+      testing::Limits lim;
+      lim.max_volume = 200;
+      lim.max_extent = 9;
+      const Shape shape = testing::random_shape(rng, lim);
+      const Mesh sm(testing::random_mesh_shape_of(rng, static_cast<std::int64_t>(s), 2), from);
+      const Mesh dm(testing::random_mesh_shape_of(rng, static_cast<std::int64_t>(to.size()), 2),
+                    to);
+      const DType dtype = rng.chance(1, 2) ? DType::f32 : testing::dtype_at(rng.below(8));
+      tensors.push_back(
+          {"t" + std::to_string(t),
+           Layout(shape, dtype, sm,
+                  testing::random_spec(rng, shape.size(), sm.ndim(), rng.chance(1, 3))),
+           Layout(shape, dtype, dm, testing::random_spec(rng, shape.size(), dm.ndim(), false))});
+    }
+    SyncOptions opt;
+    opt.plan.strategy = Strategy::Broadcast;
+    opt.plan.balance = Balance::Local;
+    if (rng.chance(1, 3)) opt.bucket_bytes = 8 + static_cast<std::int64_t>(rng.below(300));
+    const std::string ctx = "case " + std::to_string(i) + describe(tensors);
+    std::vector<testing::Buffers> bufs;
+    for (const auto& t : tensors) bufs.push_back(testing::make_buffers(t.src, t.dst, kWorld));
+    std::atomic<bool> forks = false;
+    const std::size_t chunk = 4 + rng.below(60);
+    testing::ChainWorld world(kWorld, chunk, 3 * chunk);
+    ASSERT_NO_THROW(world.run(
+        [&](Communicator& comm) {
+          const SyncPlan p = plan_sync(tensors, comm.rank(), topo, opt);
+          for (const auto& m : p.messages())
+            if (m.fork != 0) forks = true;
+          run_sync(p, comm, bufs);
+        },
+        devices_of(tensors)))
+        << ctx;
+    forked += forks;
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      std::string first;
+      ASSERT_EQ(testing::check(tensors[t].dst, bufs[t], first), 0)
+          << ctx << "\ntensor " << tensors[t].name << ": " << first;
+    }
+  }
+  EXPECT_GT(forked, n / 4);
+}
+
 // Coalescing moves exactly what the per-tensor plans move: under Balance::None (the plans' own
 // senders) per (tensor, sender, receivers, phase) the same elements; every device that takes
 // part in a message sees the same message; its boxes lie inside every receiver's target tile;
 // a packed message is never larger than the bucket.
 TEST(Sync, MessagesCarryWhatPerTensorPlansMove) {
   Rng rng(0xc0a1);
-  const Topology topo = three_hosts();
+  const Topology topo = testing::three_hosts();
   for (int i = 0; i < testing::scaled(200); ++i) {
     const auto tensors = random_tensors(rng);
     SyncOptions opt;

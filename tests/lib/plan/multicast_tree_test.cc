@@ -42,6 +42,35 @@ TEST(MulticastTree, EveryReceiverIsFedByTheRootOrAnEarlierOne) {
     EXPECT_EQ(multicast_parent(k, 10, 4), want[static_cast<std::size_t>(k)]) << k;
 }
 
+// A fork: the first `fork` receivers a chain from the root, the others the tree they would be
+// alone, also from the root; the root then feeds two, and only it.
+TEST(MulticastTree, AForkHangsBothBranchesFromTheRoot) {
+  for (std::int64_t n = 2; n <= 30; ++n)
+    for (std::int64_t f = 1; f < n; ++f)
+      for (std::int64_t g = 0; g <= n - f + 1; ++g) {
+        std::vector<int> children(static_cast<std::size_t>(n + 1), 0);
+        for (std::int64_t k = 0; k < n; ++k) {
+          const std::int64_t p = multicast_parent(k, n, g, f);
+          ASSERT_LT(p, k);
+          if (k < f) {
+            ASSERT_EQ(p, k - 1) << "n " << n << " f " << f << " k " << k;
+          } else {
+            const std::int64_t alone = multicast_parent(k - f, n - f, g);
+            ASSERT_EQ(p, alone < 0 ? -1 : alone + f) << "n " << n << " f " << f << " k " << k;
+          }
+          ++children[static_cast<std::size_t>(p + 1)];
+        }
+        EXPECT_EQ(children[0], 2) << "n " << n << " f " << f << " g " << g;
+        EXPECT_EQ(multicast_chains(n, g, f), 1 + multicast_chains(n - f, g));
+      }
+  // 6 receivers forked after 2: 0 <- root, 1 <- 0; 2 <- root, 3 <- 2, ...
+  const std::vector<std::int64_t> want{-1, 0, -1, 2, 3, 4};
+  for (std::int64_t k = 0; k < 6; ++k)
+    EXPECT_EQ(multicast_parent(k, 6, 0, 2), want[static_cast<std::size_t>(k)]) << k;
+  EXPECT_EQ(multicast_parent(3, 6, 0, 0), 2);  // fork 0 (or >= n): no split
+  EXPECT_EQ(multicast_parent(3, 6, 0, 6), 2);
+}
+
 struct Place {
   int host;
   std::size_t nic;
@@ -50,14 +79,14 @@ struct Place {
 // The tree's time by brute force: every edge's links, each link's time per message summed over
 // the edges that use it, a hop's stage its slowest link's, the deepest root-to-leaf path.
 OpTime brute(const std::vector<Place>& m, std::int64_t g, std::int64_t bytes, std::int64_t chunk,
-             const Topology& t) {
+             const Topology& t, std::int64_t fork = 0) {
   const auto n = static_cast<std::int64_t>(m.size()) - 1;
   const std::int64_t msgs = std::max<std::int64_t>(1, (bytes + chunk - 1) / chunk);
   const double c = static_cast<double>(bytes) / static_cast<double>(msgs);
   const double copy = c / t.intra().bandwidth, wire = c / t.nic_bandwidth();
   // Edge k: member from(k) -> member k + 1; its links as (kind, member or host, NIC) keys.
   using Link = std::tuple<int, std::int64_t, std::size_t>;
-  auto from = [&](std::int64_t k) { return multicast_parent(k, n, g) + 1; };
+  auto from = [&](std::int64_t k) { return multicast_parent(k, n, g, fork) + 1; };
   auto at = [&](std::int64_t i) { return m[static_cast<std::size_t>(i)]; };
   auto net = [&](std::int64_t k) { return at(from(k)).host != at(k + 1).host; };
   auto links = [&](std::int64_t k) {
@@ -111,7 +140,7 @@ Topology random_links(Rng& rng, int nics, int hosts = 2, int per_host = 1) {
 
 TEST(MulticastTree, ClosedFormEqualsTheTreesEdgesWalked) {
   Rng rng(0x7ee5);
-  int trees = 0;
+  int trees = 0, forks = 0;
   for (int i = 0; i < testing::scaled(1500); ++i) {
     const int nics = static_cast<int>(rng.between(1, 3));
     const Topology t = random_links(rng, nics);
@@ -144,8 +173,24 @@ TEST(MulticastTree, ClosedFormEqualsTheTreesEdgesWalked) {
     const std::int32_t best = tree.best();
     ASSERT_TRUE(best == 0 || tree.whole(best)) << "case " << i;
     ASSERT_LE(tree.time(best).total(), tree.time(0).total()) << "case " << i;
+    // Forked after the root's host's receivers (chain_fork), with every tree of the others.
+    const auto fork = static_cast<std::int64_t>(
+        std::find_if(m.begin() + 1, m.end(), [](const Place& p) { return p.host != 0; }) -
+        m.begin() - 1);
+    if (!multicast_forks(n, fork)) continue;
+    for (std::int64_t g = 0; g < n - fork; ++g) {
+      if (g == 1 || !tree.whole(g, fork)) continue;
+      forks += 1;
+      const OpTime got = tree.time(g, fork), want = brute(m, g, bytes, chunk, t, fork);
+      ASSERT_NEAR(got.total(), want.total(), 1e-9 * want.total() + 1e-18)
+          << "case " << i << " g " << g << " fork " << fork;
+    }
+    const std::int32_t forked = tree.best(fork);
+    ASSERT_TRUE(forked == 0 || tree.whole(forked, fork)) << "case " << i;
+    ASSERT_LE(tree.time(forked, fork).total(), tree.time(0, fork).total()) << "case " << i;
   }
   EXPECT_GT(trees, 500);
+  EXPECT_GT(forks, 300);
 }
 
 // TreeShapes keeps answers by shape (bytes, which members share a host, which a NIC): on random
@@ -178,17 +223,18 @@ TEST(MulticastTree, ShapesKeptAnswerAsAFreshTree) {
           op.peers.push_back(((shift + h) % hosts) * per_host + (first + m) % per_host);
       }
       if (rng.chance(1, 4)) rng.shuffle(op.peers);  // not one run per host: still exact
+      op.fork = rng.chance(1, 3) ? static_cast<std::int32_t>(rng.below(op.peers.size())) : 0;
       const std::int64_t bytes = rng.chance(3, 4) ? 1 << 20 : rng.between(1, 1 << 22);
       MulticastTree fresh;
       fresh.reset(t, bytes, chunk);
       fresh.add(s.host(op.root), s.nic(op.root));
       for (int p : op.peers) fresh.add(s.host(p), s.nic(p));
-      const std::int32_t best = op.peers.size() < 4 ? 0 : fresh.best();
+      const std::int32_t best = op.peers.size() < 4 ? 0 : fresh.best(op.fork);
       const std::string ctx = "case " + std::to_string(i) + " op " + std::to_string(k);
       ASSERT_EQ(shapes.best(op, bytes), best) << ctx;
       for (std::int32_t g : {best, std::int32_t{0}}) {
         op.group = g;
-        const OpTime got = shapes.time(op, bytes), want = fresh.time(g);
+        const OpTime got = shapes.time(op, bytes), want = fresh.time(g, op.fork);
         ASSERT_EQ(got.latency, want.latency) << ctx << " group " << g;
         ASSERT_EQ(got.occupancy, want.occupancy) << ctx << " group " << g;
       }

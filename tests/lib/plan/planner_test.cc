@@ -131,7 +131,7 @@ std::string simulate(const Plan& p) {
         const auto peers = static_cast<std::int64_t>(op.peers.size());
         for (std::int64_t k = 0; k < peers; ++k) {
           const int r = op.peers[static_cast<std::size_t>(k)];
-          const std::int64_t from = multicast_parent(k, peers, op.group);
+          const std::int64_t from = multicast_parent(k, peers, op.group, op.fork);
           if (from < -1 || from >= k)
             return where + ": receiver " + std::to_string(r) + " is fed by no earlier member";
           const auto di = d.holding(r, op.box);

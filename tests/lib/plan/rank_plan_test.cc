@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "meshcast/error.h"
+#include "meshcast/multicast_tree.h"
 #include "meshcast/plan.h"
 #include "meshcast/plan_size.h"
 #include "support/testing.h"
@@ -16,12 +18,24 @@ namespace {
 
 using testing::Rng;
 
+// Hosts of `per_host` devices (0, 1, ... in order), a NIC per device.
+Topology nic_per_device(int hosts, int per_host) {
+  std::vector<Topology::Host> h;
+  for (int k = 0; k < hosts; ++k) {
+    h.push_back({"host" + std::to_string(k), {}});
+    for (int d = 0; d < per_host; ++d) h.back().devices.push_back(k * per_host + d);
+  }
+  return Topology::from_hosts("nics", h, LinkClass{"intra", 100e9, 1e-6},
+                              LinkClass{"network", 1.25e9 * per_host, 1e-5}, per_host);
+}
+
 std::vector<Topology> topologies() {
   return {Topology::single_host(),
           Topology::uniform("four", 4, 4, LinkClass{"intra", 100e9, 1e-6},
                             LinkClass{"network", 1.25e9, 1e-5}),
           Topology::uniform("pairs", 8, 2, LinkClass{"intra", 50e9, 2e-6},
-                            LinkClass{"network", 10e9, 5e-6})};
+                            LinkClass{"network", 10e9, 5e-6}),
+          nic_per_device(4, 4)};
 }
 
 TEST(RankPlan, EqualsTheDevicesPartOfTheWholePlan) {
@@ -143,6 +157,69 @@ TEST(RankPlan, LocalRulePrefersAHolderOnTheReceiversHost) {
     }
   }
   EXPECT_GT(roots.size(), 2u) << p.str(64);  // more than one replica serves
+}
+
+// The bytes each device's NIC sends out of its host, over a plan's multicasts (a NIC per device).
+std::map<int, std::int64_t> sent_out(const Plan& p, const Topology& t) {
+  std::map<int, std::int64_t> out;
+  for (const Op& op : p.ops()) {
+    if (op.kind != OpKind::Multicast) continue;
+    const auto n = static_cast<std::int64_t>(op.peers.size());
+    for (std::int64_t k = 0; k < n; ++k) {
+      const std::int64_t from = multicast_parent(k, n, op.group, op.fork);
+      const int a = from < 0 ? op.root : op.peers[static_cast<std::size_t>(from)];
+      if (t.host_of(a) != t.host_of(op.peers[static_cast<std::size_t>(k)]))
+        out[a] += op.box.volume() * 4;
+    }
+  }
+  return out;
+}
+
+std::int64_t busiest(const std::map<int, std::int64_t>& out) {
+  std::int64_t most = 0;
+  for (const auto& [d, b] : out) most = std::max(most, b);
+  return most;
+}
+
+// Under the local rule a chain from a host whose source devices use more NICs than its
+// receivers there forks at the root (Op::fork): what goes on to other hosts leaves through the
+// roots' NICs, spread over the replicas, not through the one receiver of each tensor-parallel
+// rank there. (Qwen3's sync on GB200 NVL72 in small: trainers on host 0, each holding a sixth,
+// generators TP 2 x DP 3 with one replica on host 0.) A single source device does not fork: it
+// would carry alone what the receivers on its host share.
+TEST(RankPlan, ChainsForkWhereTheSourcesNicsOutnumberTheReceivers) {
+  const Topology t = nic_per_device(2, 8);
+  PlanOptions opt;
+  opt.strategy = Strategy::Broadcast;
+  opt.balance = Balance::Local;
+  const Layout src = Layout::parse({96, 16}, DType::f32, "6@0-5:S0R");
+  const Layout dst = Layout::parse({96, 16}, DType::f32, "3x2@6-11:S1R");
+  const Plan p = plan(src, dst, t, opt);
+  ASSERT_NO_THROW(p.validate());
+  std::vector<Op> chained = p.ops();
+  std::int64_t forks = 0;
+  for (Op& op : chained) {
+    forks += op.fork != 0;
+    if (op.fork != 0) {
+      EXPECT_EQ(op.fork, 1) << p.str(64);  // after the one receiver on host 0
+      EXPECT_EQ(t.host_of(op.root), 0);
+    }
+    op.fork = 0;
+  }
+  EXPECT_GT(forks, 0) << p.str(64);
+  const Plan unforked(src, dst, p.strategy(), p.balance(), t.name(), chained, p.stats(),
+                      p.streams());
+  ASSERT_NO_THROW(unforked.validate());
+  // Each TP rank's half leaves host 0 once: through device 6 or 7 alone, or spread over the
+  // three source devices of that half.
+  const std::int64_t half = 96 * 16 * 4 / 2;
+  EXPECT_EQ(busiest(sent_out(unforked, t)), half);
+  EXPECT_LE(busiest(sent_out(p, t)), half / 3 + 16 * 4) << p.str(64);
+  for (int d : {0, 1}) EXPECT_EQ(plan_rank(src, dst, d, t, opt), p.rank(d));
+
+  const Plan one = plan(Layout::parse({96, 16}, DType::f32, "1@0:RR"),
+                        Layout::parse({96, 16}, DType::f32, "15@1-15:RR"), t, opt);
+  for (const Op& op : one.ops()) EXPECT_EQ(op.fork, 0) << one.str(64);
 }
 
 TEST(RankPlan, SaysWhoseItIs) {

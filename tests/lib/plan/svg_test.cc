@@ -154,7 +154,7 @@ std::map<std::string, std::set<std::tuple<int, bool, int>>> hops(const Plan& p, 
     if (op.kind != OpKind::Multicast) continue;
     const auto n = static_cast<std::int64_t>(op.peers.size());
     for (std::int64_t k = 0; k < n; ++k) {
-      const std::int64_t parent = multicast_parent(k, n, op.group);
+      const std::int64_t parent = multicast_parent(k, n, op.group, op.fork);
       const int to = op.peers[static_cast<std::size_t>(k)];
       if (parent < 0)
         add(op.root, op.from_dst, to);
