@@ -86,7 +86,7 @@ struct SyncArgs {
   std::string model, system, topology, cast, mode = "fused", backend = "local", iters = "3";
   std::string strategy = "auto", max_staging = std::to_string(std::int64_t{64} << 20);
   std::string plan_file, save_plan;  // --plan, --save-plan
-  bool verify = false, json = false, predict = false;
+  bool verify = false, json = false, predict = false, no_fork = false;
   // The options given, of those that have defaults or may be empty: --plan refuses the ones its
   // file fixes even at their default values, and none may be given empty.
   std::set<std::string> given;

@@ -88,6 +88,7 @@ SyncOptions sync_options(const SyncArgs& a) {
   SyncOptions o;
   o.plan.strategy = parse_strategy(a.strategy);
   o.max_staging_bytes = parse_size(a.max_staging, "max-staging-bytes");
+  o.plan.fork = !a.no_fork;
   return o;
 }
 
@@ -240,6 +241,7 @@ void print(const SyncArgs& a, const Loaded& l, const SyncStats& p, const RunResu
                         {"tensors", p.tensors},
                         {"model_bytes", bytes},
                         {"cast", a.cast.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.cast)},
+                        {"fork", !a.no_fork},
                         {"bytes_moved", p.bytes_moved},
                         {"bytes_network", p.bytes_network},
                         {"messages", p.messages},
@@ -310,6 +312,7 @@ void save_sync(const SyncArgs& a, const Loaded& l) {
       {"cast", a.cast},
       {"strategy", a.strategy},
       {"max_staging_bytes", l.options.max_staging_bytes},
+      {"fork", !a.no_fork},
       {"topology", nlohmann::ordered_json::parse(l.topology.to_json())},
       {"tensors", std::move(tensors)}};
   write_file(a.save_plan, out.dump() + "\n", "save-plan");
@@ -352,6 +355,13 @@ SyncArgs with_saved_sync(const SyncArgs& a) {
       parse_size(a.max_staging, "max-staging-bytes") != j["max_staging_bytes"].get<std::int64_t>())
     throw ValidationError("max-staging-bytes", "the saved plan " + a.plan_file + " was made with " +
                                                    s.max_staging + "; leave it out to run it");
+  // Absent from files saved before chains forked: they may.
+  if (j.contains("fork") && !j["fork"].is_boolean())
+    throw ValidationError("plan.fork", "not a boolean");
+  s.no_fork = j.contains("fork") && !j["fork"].get<bool>();
+  if (a.no_fork && !s.no_fork)
+    throw ValidationError("no-fork", "the saved plan " + a.plan_file +
+                                         " was made without it; leave --no-fork out to run it");
   for (const auto& [flag, given] : {std::pair{"model", &a.model}, std::pair{"system", &a.system},
                                     std::pair{"topology", &a.topology}})
     if (!given->empty())
@@ -421,16 +431,21 @@ void add_sync_options(CLI::App& cmd, SyncArgs& a) {
       ->type_name("FILE");
   cmd.add_option("--plan", a.plan_file,
                  "run a sync saved by --save-plan (it fixes --model, --system, --topology, "
-                 "--mode, --cast, --strategy and --max-staging-bytes)")
+                 "--mode, --cast, --strategy, --max-staging-bytes and --no-fork)")
       ->type_name("FILE");
+  cmd.add_flag("--no-fork", a.no_fork,
+               "multicast chains never fork at the root (by default one forks where the sources "
+               "on the root's host use more NICs than its receivers there, so that what leaves "
+               "the host goes through the sources' NICs): the baseline of what forking gains");
   cmd.add_flag("--verify", a.verify, "check every element of every tensor on every generator");
   cmd.add_flag("--predict", a.predict,
                "plan and price the mode by the cost model without running it (any size)");
-  cmd.add_flag("--json", a.json,
-               "print one JSON object: mode, cast, topology, tensors, model_bytes, bytes_moved, "
-               "bytes_network, messages, boxes, predicted_seconds, link_bound_seconds (busiest "
-               "link's bytes / its rate), busiest_link, plan_seconds (one device's planning); "
-               "when run also backend, iters, seconds (median), times, verified, mismatches");
+  cmd.add_flag(
+      "--json", a.json,
+      "print one JSON object: mode, cast, fork, topology, tensors, model_bytes, bytes_moved, "
+      "bytes_network, messages, boxes, predicted_seconds, link_bound_seconds (busiest "
+      "link's bytes / its rate), busiest_link, plan_seconds (one device's planning); "
+      "when run also backend, iters, seconds (median), times, verified, mismatches");
 }
 
 namespace {
@@ -498,6 +513,7 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
          {"max-staging-bytes", std::to_string(l->options.max_staging_bytes)},
          {"iters", std::to_string(iters)},
          {"verify", a.verify ? "on" : "off"},
+         {"no-fork", a.no_fork ? "on" : "off"},
          {"predict", a.predict ? "on" : "off"},
          {"save-plan", a.save_plan},
          {"backend", s->comm.backend()},

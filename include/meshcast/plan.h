@@ -59,6 +59,10 @@ struct PlanOptions {
   // the estimate and the bound. 0: limits().plan_memory_bytes (8 GiB unless
   // MESHCAST_MAX_PLAN_MEMORY_BYTES says otherwise).
   std::int64_t max_plan_bytes = 0;
+  // Under the local rule, whether a chain may fork at the root (Op::fork) where the source's
+  // devices on the root's host use more NICs than the destination's there. false: chains and
+  // trees only (the baseline of what forking gains).
+  bool fork = true;
 };
 
 enum class OpKind {

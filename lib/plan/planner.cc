@@ -367,7 +367,7 @@ Plan plan_with(const Layout& src, const Layout& dst, const TaskGrid& grid, LinkT
   if (!scheduled) {
     // Task by task, as each device computes its own part (plan_rank).
     const Balance rule = opt.balance == Balance::Local ? Balance::Local : Balance::None;
-    detail::TaskOps t(grid, s, strategy, rule);
+    detail::TaskOps t(grid, s, strategy, rule, 0, opt.fork);
     t.zeros(-1, ops);
     for (std::int64_t i = 0; i < grid.size(); ++i) t.task(i, -1, ops);
     detail::order_ops(ops);

@@ -93,7 +93,7 @@ TensorOps tensor_ops(const Layout& src, const Layout& dst, int device, const Top
   r.strategy = o.strategy;
   r.balance = o.balance;
   r.tasks = grid.size();
-  TaskOps t(grid, s, r.strategy, o.balance, key_offset);
+  TaskOps t(grid, s, r.strategy, o.balance, key_offset, o.fork);
   t.zeros(device, r.ops);
   if (device < 0) {
     for (std::int64_t i = 0; i < grid.size(); ++i) t.task(i, device, r.ops);

@@ -429,14 +429,15 @@ class ForwardClasses {
 // 64 receivers each so costs 262,144 sends and a few thousand classes, not 16.7 million hops.
 class ClassWalk {
  public:
-  ClassWalk(const TaskGrid& grid, const LinkTimeline& s, Balance rule, std::int64_t chunk)
+  ClassWalk(const TaskGrid& grid, const LinkTimeline& s, Balance rule, std::int64_t chunk,
+            bool fork = true)
       : grid_(grid),
         s_(s),
         chunk_(chunk),
         elem_(static_cast<std::int64_t>(dtype_size(grid.src().dtype()))),
         nics_(static_cast<std::size_t>(s.topology().nics_per_host())),
         one_sender_(rule == Balance::None || holders_per_tile(grid.src()) == 1),
-        ops_(grid, s, Strategy::Broadcast, rule),
+        ops_(grid, s, Strategy::Broadcast, rule, 0, fork),
         forward_(s, chunk) {
     std::size_t tiles = 1;
     for (std::size_t d = 0; d < grid.dst().ndim(); ++d) {
@@ -872,7 +873,7 @@ namespace {
 // and the forwarding, choosing senders only while sendrecv is priced; the second its scatter,
 // skipped if the forwarding alone reached the cap (where a broadcast is cheaper, the
 // forwarding's many hops mostly do).
-void walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Balance rule,
+void walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Balance rule, bool fork,
                 std::int64_t chunk, PhaseModel* plain, PhaseModel* gathered, bool* fans_out,
                 double cap = std::numeric_limits<double>::infinity()) {
   // A task's ops arrive one at a time (TaskOps reuses one Op for them): those `plain` prices as
@@ -909,7 +910,7 @@ void walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Bala
     split.sizes(bytes);
     for (std::int64_t& b : bytes) b *= across * w.elem;
   };
-  TaskOps first(grid, s, walk, rule);
+  TaskOps first(grid, s, walk, rule, 0, fork);
   ForwardClasses forward(s, chunk);
   if (plain) plain->share_trees(&first.trees());
   for (std::int64_t i = 0; i < grid.size() && (w.plain || gathered); ++i) {
@@ -929,7 +930,7 @@ void walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Bala
   // The scatter (and the tasks' local ops), with senders.
   w.plain = nullptr;
   w.local = gathered;
-  TaskOps second(grid, s, walk, rule);
+  TaskOps second(grid, s, walk, rule, 0, fork);
   Op scatter;  // a transfer of the scatter: sendrecv's, carrying a slice
   scatter.kind = OpKind::Multicast;
   scatter.peers.resize(1);
@@ -965,17 +966,18 @@ bool priced_by_class(const TaskGrid& grid, const LinkTimeline& s, Balance rule) 
 }
 
 double strategy_price(const TaskGrid& grid, const LinkTimeline& s, const Links& links,
-                      Strategy strategy, Balance rule, std::int64_t chunk, bool* fans_out) {
+                      Strategy strategy, Balance rule, std::int64_t chunk, bool* fans_out,
+                      bool fork) {
   PhaseModel m(links, s, chunk);
-  if (ClassWalk w(grid, s, rule, chunk); w.applies()) {
+  if (ClassWalk w(grid, s, rule, chunk, fork); w.applies()) {
     auto only = [&](Strategy st) { return strategy == st ? &m : nullptr; };
     w.run(only(Strategy::Broadcast), only(Strategy::SendRecv), only(Strategy::AllGather), fans_out);
     return m.seconds();
   }
   if (strategy == Strategy::AllGather)
-    walk_tasks(grid, s, Strategy::SendRecv, rule, chunk, nullptr, &m, fans_out);
+    walk_tasks(grid, s, Strategy::SendRecv, rule, fork, chunk, nullptr, &m, fans_out);
   else
-    walk_tasks(grid, s, strategy, rule, chunk, &m, nullptr, fans_out);
+    walk_tasks(grid, s, strategy, rule, fork, chunk, &m, nullptr, fans_out);
   return m.seconds();
 }
 
@@ -1013,7 +1015,7 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
     double price = 0;
     if (!class_tried) {
       class_tried = true;
-      if (ClassWalk w(grid, s, rule, options.chunk_bytes); w.applies()) {
+      if (ClassWalk w(grid, s, rule, options.chunk_bytes, options.fork); w.applies()) {
         PhaseModel b(links, s, options.chunk_bytes), r = b, g = b;
         bool fan = true;
         w.run(&b, &r, &g, &fan);
@@ -1026,15 +1028,16 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
       fans_out = scatter->fans_out;
     } else if (st == Strategy::Broadcast) {  // by hop (strategy_price would try classes again)
       PhaseModel m(links, s, options.chunk_bytes);
-      walk_tasks(grid, s, st, rule, options.chunk_bytes, &m, nullptr, &fans_out);
+      walk_tasks(grid, s, st, rule, options.fork, options.chunk_bytes, &m, nullptr, &fans_out);
       price = m.seconds();
     } else {
       if (!scatter) {  // both from one walk of sendrecv's ops
         // Priced only until they reach the best price so far: then neither can win.
         PhaseModel sendrecv(links, s, options.chunk_bytes), allgather = sendrecv;
         bool fan = true;
-        walk_tasks(grid, s, Strategy::SendRecv, rule, options.chunk_bytes, &sendrecv, &allgather,
-                   &fan, best ? best_price * (1 - 1e-9) : std::numeric_limits<double>::infinity());
+        walk_tasks(grid, s, Strategy::SendRecv, rule, options.fork, options.chunk_bytes, &sendrecv,
+                   &allgather, &fan,
+                   best ? best_price * (1 - 1e-9) : std::numeric_limits<double>::infinity());
         // A walk cut short may not have met a box that fans out; a priced candidate (best) did.
         scatter = Scatter{sendrecv.seconds(), allgather.seconds(), fan || best.has_value()};
       }

@@ -20,10 +20,11 @@ namespace meshcast::detail {
 // strategy (allgather's r^2 chain hops per task are summed in closed form), or
 // O(tasks + classes x receivers) where priced_by_class(); memory O(devices + the largest task's
 // receivers), or O(devices + classes x receivers) up to a bound. `fans_out` (optional): whether
-// some box goes to more than one receiver (only then do the strategies' ops differ).
+// some box goes to more than one receiver (only then do the strategies' ops differ). `fork`:
+// PlanOptions::fork.
 double strategy_price(const TaskGrid& grid, const LinkTimeline& s, const Links& links,
-                      Strategy strategy, Balance rule, std::int64_t chunk,
-                      bool* fans_out = nullptr);
+                      Strategy strategy, Balance rule, std::int64_t chunk, bool* fans_out = nullptr,
+                      bool fork = true);
 
 // Whether strategy_price() and auto_strategy() price the move's tasks under sender rule `rule`
 // by class: then in time O(tasks + classes x receivers). Where the source is complete, each

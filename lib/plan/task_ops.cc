@@ -110,7 +110,7 @@ void order_ops(std::vector<Op>& ops) {
 }
 
 TaskOps::TaskOps(const TaskGrid& grid, const LinkTimeline& timeline, Strategy strategy,
-                 Balance balance, std::int64_t key_offset)
+                 Balance balance, std::int64_t key_offset, bool fork)
     : grid_(&grid),
       s_(&timeline),
       strategy_(strategy),
@@ -132,7 +132,7 @@ TaskOps::TaskOps(const TaskGrid& grid, const LinkTimeline& timeline, Strategy st
     has_source[static_cast<std::size_t>(timeline.host(from.device(k)))] = 1;
   for (std::int64_t k = 0; k < to.size() && !shared_hosts_; ++k)
     shared_hosts_ = has_source[static_cast<std::size_t>(timeline.host(to.device(k)))] != 0;
-  if (balance != Balance::Local || !shared_hosts_) return;
+  if (!fork || balance != Balance::Local || !shared_hosts_) return;
   // A host's distinct NICs under each mesh's devices there.
   auto nics = [&](const Mesh& mesh) {
     std::vector<std::pair<int, std::size_t>> used;

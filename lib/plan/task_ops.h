@@ -103,8 +103,9 @@ class TaskOps {
   // `key_offset` shifts the local rule's rotation: a sync of many tensors rotates each tensor's
   // senders on from where the previous tensor's stopped, so small tensors do not all start on
   // the first replica.
+  // `fork`: PlanOptions::fork.
   TaskOps(const TaskGrid& grid, const LinkTimeline& timeline, Strategy strategy, Balance balance,
-          std::int64_t key_offset = 0);
+          std::int64_t key_offset = 0, bool fork = true);
   std::int64_t streams() const { return grid_->size() * slots_; }
   // Appends the zero-fills of a partial target's other addends: all (device < 0) or device's.
   void zeros(int device, std::vector<Op>& out) const;

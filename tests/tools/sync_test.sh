@@ -43,6 +43,8 @@ gpt2-small.json tp2pp2-to-tp2dp2.json --cast bf16 --max-staging-bytes 1M
 gpt2-small.json tp2pp2-to-tp2dp2.json --cast f16 --strategy sendrecv
 moe-tiny.json ep4pp2-to-tp4.json --mode fused
 moe-tiny.json ep4pp2-to-tp4.json --mode per-tensor --max-staging-bytes 64K
+gpt2-small.json dp3-to-dp5.json --topology meshes/emulated-2x4-nic.json
+gpt2-small.json dp3-to-dp5.json --topology meshes/emulated-2x4-nic.json --no-fork
 EOF2
 
 # An explicit manifest: partial sums, uneven shards, a cast, overlapping meshes.
@@ -186,6 +188,27 @@ run --model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json
   --cast bf16 --predict --json
 if [[ $rc -eq 0 && $((2 * $(field bytes_moved))) == "$full" ]]; then ok; else
   bad "gather --cast bf16: rc=$rc $(field bytes_moved), want half of $full"; fi
+
+# A trainer beside a generator, a NIC per device: chains fork at the trainers, whose three NICs
+# then carry what leaves host 0, where plain chains (--no-fork) send it all through the
+# generator's. A saved plan keeps the choice, and refuses --no-fork if it was made without.
+colocated=(--model models/gpt2-small.json --system models/systems/dp3-to-dp5.json
+  --topology meshes/emulated-2x4-nic.json)
+run "${colocated[@]}" --predict --json
+forked=$(field fork link_bound_seconds busiest_link)
+run "${colocated[@]}" --predict --json --no-fork
+plain=$(field fork link_bound_seconds busiest_link)
+if [[ $forked == 'true 2.142388224 "host mc-host0 nic 0 out"' &&
+  $plain == 'false 3.982073856 "host mc-host0 nic 3 out"' ]]; then ok; else
+  bad "forked chains: $forked, plain: $plain"; fi
+run "${colocated[@]}" --no-fork --save-plan "$TMP/nofork.json"
+run --plan "$TMP/nofork.json" --predict --json
+if [[ $rc -eq 0 && $(field fork link_bound_seconds busiest_link) == "$plain" ]]; then ok; else
+  bad "saved --no-fork: rc=$rc $(field fork link_bound_seconds busiest_link)"; fi
+run "${colocated[@]}" --save-plan "$TMP/forked.json"
+run --plan "$TMP/forked.json" --predict --no-fork
+if [[ $rc -eq 2 && $(cat "$TMP/err") == "meshcast: no-fork: the saved plan $TMP/forked.json was made without it; leave --no-fork out to run it" ]]
+then ok; else bad "--no-fork against a saved plan that forks: rc=$rc $(cat "$TMP/err")"; fi
 
 # Bad input: exit 2, one line, naming the field.
 printf '{"a": {"shape": [4], "dtype": "F7"}}' >"$TMP/dtype.json"

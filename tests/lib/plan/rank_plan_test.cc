@@ -186,7 +186,8 @@ std::int64_t busiest(const std::map<int, std::int64_t>& out) {
 // roots' NICs, spread over the replicas, not through the one receiver of each tensor-parallel
 // rank there. (Qwen3's sync on GB200 NVL72 in small: trainers on host 0, each holding a sixth,
 // generators TP 2 x DP 3 with one replica on host 0.) A single source device does not fork: it
-// would carry alone what the receivers on its host share.
+// would carry alone what the receivers on its host share. Nor does any chain where
+// PlanOptions::fork is off.
 TEST(RankPlan, ChainsForkWhereTheSourcesNicsOutnumberTheReceivers) {
   const Topology t = nic_per_device(2, 8);
   PlanOptions opt;
@@ -216,6 +217,10 @@ TEST(RankPlan, ChainsForkWhereTheSourcesNicsOutnumberTheReceivers) {
   EXPECT_EQ(busiest(sent_out(unforked, t)), half);
   EXPECT_LE(busiest(sent_out(p, t)), half / 3 + 16 * 4) << p.str(64);
   for (int d : {0, 1}) EXPECT_EQ(plan_rank(src, dst, d, t, opt), p.rank(d));
+  // PlanOptions::fork off: the same chains, none forked.
+  PlanOptions chains = opt;
+  chains.fork = false;
+  EXPECT_EQ(plan(src, dst, t, chains).ops(), chained);
 
   const Plan one = plan(Layout::parse({96, 16}, DType::f32, "1@0:RR"),
                         Layout::parse({96, 16}, DType::f32, "15@1-15:RR"), t, opt);

@@ -65,26 +65,28 @@ Topology random_topology(Rng& rng, int pool) {
 }
 
 double price(const Layout& src, const Layout& dst, const Topology& topo, Strategy st, Balance rule,
-             std::int64_t chunk, bool* fans_out = nullptr) {
+             std::int64_t chunk, bool* fans_out = nullptr, bool fork = true) {
   const TaskGrid grid(src, dst);
   const detail::LinkTimeline s(topo, detail::union_devices(src, dst), dtype_size(src.dtype()),
                                chunk);
   const detail::Links links(topo, s.devices());
-  return detail::strategy_price(grid, s, links, st, rule, chunk, fans_out);
+  return detail::strategy_price(grid, s, links, st, rule, chunk, fans_out, fork);
 }
 
 // The price, the prediction of the plan built alike, and the two within rounding.
 void expect_price_matches(const testing::Case& c, const Topology& topo, Strategy st, Balance rule,
-                          std::int64_t chunk, const std::string& ctx) {
+                          std::int64_t chunk, const std::string& ctx, bool fork = true) {
   PlanOptions opt;
   opt.strategy = st;
   opt.balance = rule;
   opt.chunk_bytes = chunk;
+  opt.fork = fork;
   const Plan p = plan(c.src, c.dst, topo, opt);
   const double want = p.stats().predicted_seconds;
-  const double got = price(c.src, c.dst, topo, st, rule, chunk);
+  const double got = price(c.src, c.dst, topo, st, rule, chunk, nullptr, fork);
   ASSERT_NEAR(got, want, 1e-9 * std::max(want, 1e-12))
-      << ctx << " strategy " << to_string(st) << " rule " << to_string(rule) << "\n"
+      << ctx << " strategy " << to_string(st) << " rule " << to_string(rule) << " fork " << fork
+      << "\n"
       << p.str(64);
 }
 
@@ -105,6 +107,9 @@ TEST(StrategyPrice, EqualsThePredictionOfThePlanBuilt) {
     for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv})
       for (Balance rule : {Balance::None, Balance::Local})
         ASSERT_NO_FATAL_FAILURE(expect_price_matches(c, topo, st, rule, chunk, ctx));
+    // Chains that may not fork (PlanOptions::fork), priced as built.
+    ASSERT_NO_FATAL_FAILURE(
+        expect_price_matches(c, topo, Strategy::Broadcast, Balance::Local, chunk, ctx, false));
   }
 }
 
@@ -135,7 +140,7 @@ TEST(StrategyPrice, AllGatherClosedFormOnWideReplicas) {
 // Random complete-source moves of many tasks per tile (replicated sources and targets, several
 // NICs, uneven hosts, trees of chains on wide replicas), priced by class where
 // priced_by_class() says so: every price equals the built plan's prediction, under both sender
-// rules. Returns how many of the n cases were priced by class.
+// rules, and with forks off. Returns how many of the n cases were priced by class.
 int expect_by_class_matches(Rng& rng, int n, bool hosts_of_their_own) {
   testing::Limits lim;
   lim.max_volume = 600;
@@ -168,6 +173,8 @@ int expect_by_class_matches(Rng& rng, int n, bool hosts_of_their_own) {
         expect_price_matches(c, topo, st, rule, chunk, ctx);
         if (::testing::Test::HasFatalFailure()) return classed;
       }
+    expect_price_matches(c, topo, Strategy::Broadcast, Balance::Local, chunk, ctx, false);
+    if (::testing::Test::HasFatalFailure()) return classed;
   }
   return classed;
 }
