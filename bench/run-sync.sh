@@ -8,6 +8,10 @@
 #     host's egress shaped (names emulated*), then with its ingress shaped too (--duplex, names
 #     duplex*), which is what the topology file's NICs model; and GPT-2 medium with a NIC per
 #     device, shaped both ways (--nic-per-rank --duplex, meshes/emulated-4x2-nic.json, names nic*);
+#     and co-located (names colocated*): 2 hosts x 4 ranks with a NIC per device, a trainer of
+#     dp=3 on host 0 and generators of dp=5, one on host 0 and four on host 1 (GPT-2 small,
+#     models/systems/dp3-to-dp5.json, meshes/emulated-2x4-nic.json), fused with and without
+#     forked chains (--no-fork), per-tensor and gather;
 #  2. shared memory, 8 ranks (no emulation): the synthetic 1,028-tensor model, mostly norms and
 #     biases, then its 642 tensors of at most 64 KiB alone: fused, per-tensor, gather;
 #  3. --predict at scale: Qwen3-235B-A22B (64 -> 64) and DeepSeek-V3 (128 -> 128) on the H100
@@ -47,22 +51,32 @@ if "verified" in o and not o["verified"]: sys.exit(1)' "$out" >&2 || status=1
 
 if [[ " $parts " == *" emulated "* ]]; then
   for case in ${CASES:-emulated:gpt2-medium emulated-narrow:gpt2-deep-narrow duplex:gpt2-medium \
-      duplex-narrow:gpt2-deep-narrow nic:gpt2-medium}; do
+      duplex-narrow:gpt2-deep-narrow nic:gpt2-medium colocated:gpt2-small}; do
     name=${case%%:*}
     emu=(bench/cluster/cluster.sh run --hosts 4 --ranks-per-host 2 --rate 1gbit)
     topology=meshes/emulated-4x2.json
-    [[ $name == duplex* || $name == nic ]] && emu+=(--duplex)
+    system=models/systems/tp2pp2-to-tp2dp2.json
+    [[ $name == duplex* || $name == nic || $name == colocated ]] && emu+=(--duplex)
     if [[ $name == nic ]]; then
       emu+=(--nic-per-rank)
       topology=meshes/emulated-4x2-nic.json
     fi
+    if [[ $name == colocated ]]; then
+      emu=(bench/cluster/cluster.sh run --hosts 2 --ranks-per-host 4 --rate 1gbit --duplex
+           --nic-per-rank)
+      topology=meshes/emulated-2x4-nic.json
+      system=models/systems/dp3-to-dp5.json
+    fi
     emu+=(--)
-    args=(--model "models/${case##*:}.json" --system models/systems/tp2pp2-to-tp2dp2.json
+    args=(--model "models/${case##*:}.json" --system "$system"
           --topology "$topology" --backend mpi --iters "${ITERS:-3}" --verify --json)
     run "$name-fused" "${emu[@]}" "$mc" sync "${args[@]}" --mode fused
+    [[ $name == colocated ]] &&
+      run "$name-fused-nofork" "${emu[@]}" "$mc" sync "${args[@]}" --mode fused --no-fork
     run "$name-per-tensor" "${emu[@]}" "$mc" sync "${args[@]}" --mode per-tensor
     run "$name-gather" "${emu[@]}" "$mc" sync "${args[@]}" --mode gather
-    run "$name-fused-bf16" "${emu[@]}" "$mc" sync "${args[@]}" --mode fused --cast bf16
+    [[ $name == colocated ]] ||
+      run "$name-fused-bf16" "${emu[@]}" "$mc" sync "${args[@]}" --mode fused --cast bf16
   done
 fi
 

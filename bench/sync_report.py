@@ -17,6 +17,8 @@ M2N = {
     "deepseek-v3": {"hierarchical": 1447.44, "direct": 3837.74},
 }
 MODES = ["fused", "per-tensor", "gather"]
+# Each measured table's rows: the modes, then fused with a cast and fused without forked chains.
+ROWS = MODES + ["fused-bf16", "fused-nofork"]
 
 
 def load(paths):
@@ -36,11 +38,11 @@ def measured_table(runs, prefix, out):
     out.append("| mode | tensors | median | predicted | link bound | link bound / median "
                "| median / fused's |")
     out.append("|---|---:|---:|---:|---:|---:|---:|")
-    for name in [f"{prefix}-{m}" for m in MODES] + [f"{prefix}-fused-bf16"]:
+    for name in [f"{prefix}-{m}" for m in ROWS]:
         r = runs.get(name)
         if not r:
             continue
-        label = r["mode"] + (f" + cast {r['cast']}" if r.get("cast") else "")
+        label = row_label(r)
         vs = f"{r['seconds'] / fused['seconds']:.2f}" if fused else "n/a"
         out.append(
             f"| {label} | {r['tensors']} | {ms(r['seconds'])} | {ms(r['predicted_seconds'])} | "
@@ -50,14 +52,25 @@ def measured_table(runs, prefix, out):
             out.append(f"| (not verified: {r.get('mismatches')} mismatches) | | | | | | |")
 
 
+def row_label(r):
+    return (r["mode"] + (f" + cast {r['cast']}" if r.get("cast") else "")
+            + (", chains never fork" if r.get("fork") is False else ""))
+
+
+COLORS = {"fused": "#1f77b4", "per-tensor": "#ff7f0e", "gather": "#d62728",
+          "fused-bf16": "#2ca02c", "fused-nofork": "#9467bd"}
+
+
 def plot_measured(plt, runs, prefix, title, filename, bound_label="link bound (f32)"):
-    names = [n for n in [f"{prefix}-{m}" for m in MODES] + [f"{prefix}-fused-bf16"] if n in runs]
-    if not names:
+    rows = [m for m in ROWS if f"{prefix}-{m}" in runs]
+    if not rows:
         return
-    labels = [runs[n]["mode"] + (" + bf16" if runs[n].get("cast") else "") for n in names]
+    names = [f"{prefix}-{m}" for m in rows]
+    labels = [row_label(runs[n]).replace(", chains never fork", "\nno fork")
+              .replace(" + cast ", " + ") for n in names]
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     secs = [runs[n]["seconds"] for n in names]
-    ax.bar(labels, secs, color=["#1f77b4", "#ff7f0e", "#d62728", "#2ca02c"][: len(names)])
+    ax.bar(labels, secs, color=[COLORS[m] for m in rows])
     bound = runs[names[0]]["link_bound_seconds"]
     ax.axhline(bound, color="black", linestyle="--", linewidth=1,
                label=f"{bound_label}: {ms(bound)}")
@@ -115,6 +128,15 @@ def measured_sections():
          "Gbit/s both ways (`cluster.sh --nic-per-rank --duplex`, meshes/emulated-4x2-nic.json), "
          "as on hosts with a NIC per GPU.",
          "GPT-2 medium, hosts with a 1 Gbit/s NIC per device", emu),
+        ("colocated", "### A trainer and a generator sharing a host",
+         "GPT-2 small (196 tensors, 498 MB of f32) from a trainer of dp=3 on host 0 to generators "
+         "of dp=5, one on host 0 beside the trainer and four on host 1 (models/systems/"
+         "dp3-to-dp5.json; `cluster.sh run --hosts 2 --ranks-per-host 4 --nic-per-rank "
+         "--duplex`, meshes/emulated-2x4-nic.json): a NIC per device, 1 Gbit/s both ways. "
+         "Fused chains fork at the trainer (docs/design.md, *Forked chains*), so what leaves "
+         "host 0 goes through the trainers' three NICs; `--no-fork` keeps plain chains, which "
+         "leave it through the generator's one.",
+         "GPT-2 small, dp3 -> dp5, a generator beside the trainer, a NIC per device", emu),
         ("emulated", "## Emulated cluster, 1 Gbit/s per host out, unshaped in",
          f"{gpt2} Only each host's egress is shaped, so a host can receive from several hosts at "
          "once, faster than the topology's NIC: a mode can beat the topology's link bound here.",
