@@ -68,17 +68,22 @@ MulticastTree MulticastTree::branch(std::size_t from, std::size_t to) const {
 OpTime MulticastTree::time(std::int64_t group, std::int64_t fork) {
   const auto n = static_cast<std::int64_t>(host_.size()) - 1;
   if (n <= 0) return {};
-  const double tail = static_cast<double>(messages_ - 1);
-  if (!multicast_forks(n, fork)) {
-    const Path p = path(group);
-    return {p.latency, p.deepest - p.latency + tail * p.slowest};
+  if (multicast_forks(n, fork)) {
+    MulticastTree a = branch(0, static_cast<std::size_t>(fork)),
+                  b = branch(static_cast<std::size_t>(fork), static_cast<std::size_t>(n));
+    const Path pa = a.path(0);  // (prepares a.net_)
+    return forked(pa, a.net_[0], b, group);
   }
+  const Path p = path(group);
+  return {p.latency, p.deepest - p.latency + static_cast<double>(messages_ - 1) * p.slowest};
+}
+
+OpTime MulticastTree::forked(const Path& pa, bool net_a, MulticastTree& b, std::int64_t group) {
   // Both branches stream at once behind the root, whose hop into each is its port's stage, which
   // posts each message twice (or its NIC's, carrying every branch that leaves its host).
-  MulticastTree a = branch(0, static_cast<std::size_t>(fork)),
-                b = branch(static_cast<std::size_t>(fork), static_cast<std::size_t>(n));
-  const Path pa = a.path(0), pb = b.path(group);
-  const bool net_a = a.net_[0], net_b = b.net_[0];
+  const double tail = static_cast<double>(messages_ - 1);
+  const Path pb = b.path(group);
+  const bool net_b = b.net_[0];
   const double port = overhead(net_a) + overhead(net_b) + 2 * c_ / topology_->intra().bandwidth;
   const double nic = static_cast<double>(int{net_a} + int{net_b}) * c_ / topology_->nic_bandwidth();
   const double stage_a = std::max(port, net_a ? nic : 0.0),
@@ -163,16 +168,32 @@ bool MulticastTree::whole(std::int64_t group, std::int64_t fork) {
 
 std::int32_t MulticastTree::best(std::int64_t fork) {
   const auto n = static_cast<std::int64_t>(host_.size()) - 1;
-  if (multicast_forks(n, fork))
-    return branch(static_cast<std::size_t>(fork), static_cast<std::size_t>(n)).best();
+  // Forked, the groups cut the second branch; the first, a chain, is the same for every group
+  // (the whole op is timed: where the first branch is the deeper, a tree that slows the root's
+  // stage slows the op).
+  const bool forks = multicast_forks(n, fork);
+  std::optional<MulticastTree> second;
+  Path first;
+  bool first_net = false;
+  if (forks) {
+    MulticastTree a = branch(0, static_cast<std::size_t>(fork));
+    first = a.path(0);  // (prepares a.net_)
+    first_net = a.net_[0];
+    second = branch(static_cast<std::size_t>(fork), static_cast<std::size_t>(n));
+  }
+  MulticastTree& cut = forks ? *second : *this;
+  const auto cost = [&](std::int64_t g) {
+    return (forks ? forked(first, first_net, cut, g) : time(g)).total();
+  };
+  const std::int64_t m = forks ? n - fork : n;
   // With 3 receivers or fewer, every tree is a chain (no leader has both a trunk and a group).
-  if (n < 4) return 0;
-  double least = time(0).total();
+  if (m < 4) return 0;
+  double least = cost(0);
   std::int32_t best = 0;
-  // sum over g of n / g: O(n log n) in all.
-  for (std::int64_t g = 2; g < n; ++g)
-    if (whole(g))
-      if (const double t = time(g).total(); t < least * (1 - 1e-12)) {
+  // sum over g of m / g: O(m log m) in all.
+  for (std::int64_t g = 2; g < m; ++g)
+    if (cut.whole(g))
+      if (const double t = cost(g); t < least * (1 - 1e-12)) {
         least = t;
         best = static_cast<std::int32_t>(g);
       }

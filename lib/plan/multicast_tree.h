@@ -54,6 +54,9 @@ class MulticastTree {
   Path path(std::int64_t group);
   // The root and receivers [from, to): one branch of a fork.
   MulticastTree branch(std::size_t from, std::size_t to) const;
+  // The time of a fork whose first branch's path is `pa` (its first hop between hosts: `net_a`)
+  // and whose second is `b`'s tree of `group`.
+  OpTime forked(const Path& pa, bool net_a, MulticastTree& b, std::int64_t group);
   void prepare();
   double stage(bool network) const { return network ? stage_net_ : stage_intra_; }
   double latency(bool network) const { return network ? lat_net_ : lat_intra_; }

@@ -984,6 +984,9 @@ double strategy_price(const TaskGrid& grid, const LinkTimeline& s, const Links& 
 AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const PlanOptions& options) {
   const Links links(s.topology(), s.devices());
   const Balance rule = options.balance == Balance::None ? Balance::None : Balance::Local;
+  // Chains fork only where they are built by the local rule itself: greedy and search, which
+  // Local stands in for here, place plain chains.
+  const bool fork = options.fork && options.balance == Balance::Local;
   std::optional<AutoChoice> best;
   double best_price = 0;
   // One receiver per tile: no box fans out, without pricing all the tasks (a device planning
@@ -1015,7 +1018,7 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
     double price = 0;
     if (!class_tried) {
       class_tried = true;
-      if (ClassWalk w(grid, s, rule, options.chunk_bytes, options.fork); w.applies()) {
+      if (ClassWalk w(grid, s, rule, options.chunk_bytes, fork); w.applies()) {
         PhaseModel b(links, s, options.chunk_bytes), r = b, g = b;
         bool fan = true;
         w.run(&b, &r, &g, &fan);
@@ -1028,14 +1031,14 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
       fans_out = scatter->fans_out;
     } else if (st == Strategy::Broadcast) {  // by hop (strategy_price would try classes again)
       PhaseModel m(links, s, options.chunk_bytes);
-      walk_tasks(grid, s, st, rule, options.fork, options.chunk_bytes, &m, nullptr, &fans_out);
+      walk_tasks(grid, s, st, rule, fork, options.chunk_bytes, &m, nullptr, &fans_out);
       price = m.seconds();
     } else {
       if (!scatter) {  // both from one walk of sendrecv's ops
         // Priced only until they reach the best price so far: then neither can win.
         PhaseModel sendrecv(links, s, options.chunk_bytes), allgather = sendrecv;
         bool fan = true;
-        walk_tasks(grid, s, Strategy::SendRecv, rule, options.fork, options.chunk_bytes, &sendrecv,
+        walk_tasks(grid, s, Strategy::SendRecv, rule, fork, options.chunk_bytes, &sendrecv,
                    &allgather, &fan,
                    best ? best_price * (1 - 1e-9) : std::numeric_limits<double>::infinity());
         // A walk cut short may not have met a box that fans out; a priced candidate (best) did.

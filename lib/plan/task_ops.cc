@@ -132,21 +132,24 @@ TaskOps::TaskOps(const TaskGrid& grid, const LinkTimeline& timeline, Strategy st
     has_source[static_cast<std::size_t>(timeline.host(from.device(k)))] = 1;
   for (std::int64_t k = 0; k < to.size() && !shared_hosts_; ++k)
     shared_hosts_ = has_source[static_cast<std::size_t>(timeline.host(to.device(k)))] != 0;
-  if (!fork || balance != Balance::Local || !shared_hosts_) return;
-  // A host's distinct NICs under each mesh's devices there.
-  auto nics = [&](const Mesh& mesh) {
-    std::vector<std::pair<int, std::size_t>> used;
-    for (std::int64_t k = 0; k < mesh.size(); ++k)
-      used.emplace_back(timeline.host(mesh.device(k)), timeline.nic(mesh.device(k)));
-    std::sort(used.begin(), used.end());
-    used.erase(std::unique(used.begin(), used.end()), used.end());
-    std::vector<std::int64_t> count(on_host_.size(), 0);
-    for (const auto& u : used) ++count[static_cast<std::size_t>(u.first)];
-    return count;
-  };
-  const std::vector<std::int64_t> src = nics(from), dst = nics(to);
+  // With one NIC per host no fork moves load off a NIC.
+  const auto nics = static_cast<std::size_t>(timeline.topology().nics_per_host());
+  if (!fork || balance != Balance::Local || !shared_hosts_ || nics == 1) return;
+  // Per host, its distinct NICs under the source's devices there and under the destination's:
+  // O(devices), each side's NICs stamped with the host last counted.
+  std::vector<std::size_t> stamp(2 * nics, 0);
   fork_from_.assign(on_host_.size(), 0);
-  for (std::size_t h = 0; h < on_host_.size(); ++h) fork_from_[h] = src[h] > dst[h] && dst[h] > 0;
+  for (std::size_t h = 0; h < on_host_.size(); ++h) {
+    std::int64_t count[2] = {0, 0};
+    for (int d : on_host_[h])
+      for (std::size_t side : {0, 1})
+        if ((side ? to : from).contains(d))
+          if (std::size_t& s = stamp[side * nics + timeline.nic(d) % nics]; s != h + 1) {
+            s = h + 1;
+            ++count[side];
+          }
+    fork_from_[h] = count[0] > count[1] && count[1] > 0;
+  }
 }
 
 void TaskOps::push(const Op& op, int device, OpSink& out) {

@@ -149,7 +149,8 @@ TEST(MulticastTree, ClosedFormEqualsTheTreesEdgesWalked) {
       return static_cast<std::size_t>(host * nics + rng.below(nics));
     };
     std::vector<Place> m{{0, nic(0)}};
-    for (auto k = rng.between(0, 3); k > 0; --k) m.push_back({0, nic(0)});
+    // Mostly a few receivers on the root's host; sometimes many (a fork's deep first branch).
+    for (auto k = rng.between(0, rng.chance(1, 4) ? 20 : 3); k > 0; --k) m.push_back({0, nic(0)});
     const auto hosts = rng.between(rng.chance(1, 4) ? 0 : 1, 7);
     for (int h = 1; h <= hosts; ++h)
       for (auto k = rng.between(1, 5); k > 0; --k) m.push_back({h, nic(h)});
@@ -178,16 +179,18 @@ TEST(MulticastTree, ClosedFormEqualsTheTreesEdgesWalked) {
         std::find_if(m.begin() + 1, m.end(), [](const Place& p) { return p.host != 0; }) -
         m.begin() - 1);
     if (!multicast_forks(n, fork)) continue;
+    // The choice, of the whole forked op: no slower than the forked chain or any other tree.
+    const std::int32_t forked = tree.best(fork);
+    ASSERT_TRUE(forked == 0 || tree.whole(forked, fork)) << "case " << i;
+    const double chosen = tree.time(forked, fork).total();
     for (std::int64_t g = 0; g < n - fork; ++g) {
       if (g == 1 || !tree.whole(g, fork)) continue;
       forks += 1;
       const OpTime got = tree.time(g, fork), want = brute(m, g, bytes, chunk, t, fork);
       ASSERT_NEAR(got.total(), want.total(), 1e-9 * want.total() + 1e-18)
           << "case " << i << " g " << g << " fork " << fork;
+      ASSERT_LE(chosen, got.total() * (1 + 1e-9)) << "case " << i << " g " << g << " fork " << fork;
     }
-    const std::int32_t forked = tree.best(fork);
-    ASSERT_TRUE(forked == 0 || tree.whole(forked, fork)) << "case " << i;
-    ASSERT_LE(tree.time(forked, fork).total(), tree.time(0, fork).total()) << "case " << i;
   }
   EXPECT_GT(trees, 500);
   EXPECT_GT(forks, 300);

@@ -198,7 +198,8 @@ TEST(StrategyPrice, ByClassOnSharedHosts) {
   EXPECT_GE(classed * 4, n) << classed << " of " << n << " cases priced by class";  // 177 of 400
 }
 
-// Auto builds the strategy of least price (ties to the earlier), and nothing else.
+// Auto builds the strategy of least price (ties to the earlier), and nothing else; under greedy
+// and search, whatever PlanOptions::fork says.
 TEST(StrategyPrice, AutoBuildsTheLeastPriced) {
   Rng rng(0xa070);
   testing::Limits lim;
@@ -223,6 +224,14 @@ TEST(StrategyPrice, AutoBuildsTheLeastPriced) {
     named.strategy = a.strategy();
     ASSERT_TRUE(a == plan(c.src, c.dst, topo, named)) << ctx;
     ASSERT_NEAR(a.stats().predicted_seconds, best_price, 1e-9 * best_price) << ctx;
+    // Greedy and search place plain chains: there PlanOptions::fork changes nothing, not even
+    // auto's choice (which once priced forks that these balances then did not build).
+    PlanOptions scheduled;
+    scheduled.balance = i % 2 ? Balance::Greedy : Balance::Search;
+    scheduled.search_moves = 50;
+    const Plan forked = plan(c.src, c.dst, topo, scheduled);
+    scheduled.fork = false;
+    ASSERT_TRUE(forked == plan(c.src, c.dst, topo, scheduled)) << ctx << "\n" << forked.str(64);
   }
 }
 
