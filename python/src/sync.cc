@@ -45,12 +45,13 @@ py::list moves_list(const std::vector<TensorMove>& moves) {
 }
 
 SyncOptions options_arg(std::int64_t max_staging_bytes, std::int64_t bucket_bytes,
-                        std::int64_t pack_bytes, const std::string& strategy) {
+                        std::int64_t pack_bytes, const std::string& strategy, bool fork) {
   SyncOptions o;
   o.max_staging_bytes = max_staging_bytes;
   o.bucket_bytes = bucket_bytes;
   o.pack_bytes = pack_bytes;
   o.plan.strategy = parse_strategy(strategy, "strategy");
+  o.plan.fork = fork;
   return o;
 }
 
@@ -142,31 +143,36 @@ local copies. Execute it with meshcast.sync(plan, comm, src_dict, dst_dict).
   const auto staging = py::arg("max_staging_bytes") = std::int64_t{64} << 20;
   const auto bucket = py::arg("bucket_bytes") = std::int64_t{0};
   const auto pack = py::arg("pack_bytes") = std::int64_t{64} << 10;
+  const auto fork = py::arg("fork").noconvert() = true;  // a bool, not 0 or 1
   m.def(
       "plan_sync",
       [](py::object tensors, int device, py::object topology, std::int64_t max_staging,
-         std::int64_t bucket_bytes, std::int64_t pack_bytes, const std::string& strategy) {
+         std::int64_t bucket_bytes, std::int64_t pack_bytes, const std::string& strategy,
+         bool fork) {
         auto moves = moves_arg(tensors);
         const Topology t = topology_arg(topology);
-        const SyncOptions o = options_arg(max_staging, bucket_bytes, pack_bytes, strategy);
+        const SyncOptions o = options_arg(max_staging, bucket_bytes, pack_bytes, strategy, fork);
         py::gil_scoped_release release;
         return plan_sync(std::move(moves), device, t, o);
       },
       py::arg("tensors"), py::arg("device"), py::arg("topology") = py::none(), staging, bucket,
-      pack, py::arg("strategy") = "auto", R"doc(
+      pack, py::arg("strategy") = "auto", fork, R"doc(
 Device `device`'s part of moving many tensors at once. tensors: a list of (name, src Layout,
 dst Layout) (dst's dtype may be bf16/f16 for an f32 src: cast at the sender), e.g. from
 meshcast.load_model(). Boxes between the same sender and receivers are coalesced into
 messages of at most bucket_bytes (0: min(4 MiB, max_staging_bytes / 4)); packing memory in
-flight stays under max_staging_bytes per device.
+flight stays under max_staging_bytes per device. fork=False: multicast chains never fork at the
+root (by default one forks where the sources on its host use more NICs than its receivers
+there; meshcast sync --no-fork).
 )doc");
   m.def(
       "predict_sync",
       [](py::object tensors, py::object topology, std::int64_t max_staging,
-         std::int64_t bucket_bytes, std::int64_t pack_bytes, const std::string& strategy) {
+         std::int64_t bucket_bytes, std::int64_t pack_bytes, const std::string& strategy,
+         bool fork) {
         auto moves = moves_arg(tensors);
         const Topology t = topology_arg(topology);
-        const SyncOptions o = options_arg(max_staging, bucket_bytes, pack_bytes, strategy);
+        const SyncOptions o = options_arg(max_staging, bucket_bytes, pack_bytes, strategy, fork);
         SyncStats stats;
         {
           py::gil_scoped_release release;
@@ -175,7 +181,7 @@ flight stays under max_staging_bytes per device.
         return stats_dict(stats);
       },
       py::arg("tensors"), py::arg("topology") = py::none(), staging, bucket, pack,
-      py::arg("strategy") = "auto",
+      py::arg("strategy") = "auto", fork,
       "The whole sync priced by the cost model (a dict: predicted_seconds, link_bound_seconds, "
       "busiest_link, messages, bytes_moved, ...). Plans every device: for planning, not jobs.");
   m.def(

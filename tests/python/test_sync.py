@@ -116,6 +116,22 @@ def test_predict_sync():
     assert pred["predicted_seconds"] > 0 and pred["bytes_moved"] > 0 and pred["busiest_link"]
 
 
+def test_forked_chains_and_their_baseline():
+    # A trainer of dp 3 beside one generator on host 0 of a NIC-per-device topology: forked
+    # chains leave the host through the trainers' NICs; fork=False through the generator's.
+    moves = mc.load_model(ROOT + "/models/gpt2-small.json",
+                          ROOT + "/models/systems/dp3-to-dp5.json")
+    topo = ROOT + "/meshes/emulated-2x4-nic.json"
+    forked = mc.predict_sync(moves, topology=topo)
+    plain = mc.predict_sync(moves, topology=topo, fork=False)
+    assert forked["busiest_link"] == "host mc-host0 nic 0 out"
+    assert plain["busiest_link"] == "host mc-host0 nic 3 out"
+    assert forked["link_bound_seconds"] < 0.6 * plain["link_bound_seconds"]
+    assert mc.plan_sync(moves, 0, topology=topo, fork=False).stats["messages"] > 0
+    with pytest.raises(TypeError):
+        mc.predict_sync(moves, topology=topo, fork=0)
+
+
 def test_state_dict_with_zero_dimensional_buffers():
     # BatchNorm's num_batches_tracked is a 0-d int64 buffer: a real state_dict syncs whole.
     torch.manual_seed(1)
