@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `meshcast sync` under mpirun, one process per device: the shipped GPT-2-small manifest from a
 # trainer of tp=2 x pp=2 (ranks 0-3) to generators of tp=2 x dp=2 (ranks 4-7), every mode and a
-# bf16 cast, and a sync saved by --save-plan run from the file (--plan), on each process backend,
-# every element checked (--verify), and --predict reported once. Then the faults, each ended on
+# bf16 cast; from a trainer of dp=3 beside a generator, on chains that fork at the root; a
+# sync saved by --save-plan run from the file (--plan); on each process backend, every element
+# checked (--verify), and --predict reported once. Then the faults, each ended on
 # every rank with one line and no rank left waiting: a rank given another model file, another
 # option or a bad model file; a model too large for the host's memory; a rank killed mid-sync,
 # named by every survivor within 15 s.
@@ -29,6 +30,16 @@ for backend in ${BACKENDS:-mpi}; do
 o = json.loads(sys.stdin.readline()); print(o["verified"], o["mismatches"])' 2>/dev/null)
     if [[ $rc -eq 0 && $got == "True 0" ]]; then ok; else bad "$backend $extra: rc=$rc $got $out"; fi
   done
+
+  # Chains that fork at the root: a trainer of dp 3 beside a generator on host 0 of a
+  # NIC-per-device topology (its host names are the topology's; the ranks share this machine).
+  out=$(timeout 300 "${run[@]}" -np 8 "$mc" sync --model models/gpt2-small.json \
+        --system models/systems/dp3-to-dp5.json --topology meshes/emulated-2x4-nic.json \
+        --backend "$backend" --iters 1 --verify --json 2>&1)
+  rc=$?
+  got=$(printf '%s\n' "$out" | grep '^{' | python3 -c 'import json,sys
+o = json.loads(sys.stdin.readline()); print(o["verified"], o["mismatches"], o["fork"])' 2>/dev/null)
+  if [[ $rc -eq 0 && $got == "True 0 True" ]]; then ok; else bad "$backend forked: rc=$rc $got $out"; fi
 
   # A sync saved by --save-plan, run by every rank from the file.
   "$mc" sync "${model[@]}" --cast bf16 --mode per-tensor --save-plan "$tmp/saved.json" >/dev/null
