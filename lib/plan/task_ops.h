@@ -126,9 +126,9 @@ class TaskOps {
   // receivers are all its targets, and every hop from a sender leaves its host).
   bool complete() const { return holders_.size() == 1; }
   bool shared_hosts() const { return shared_hosts_; }
-  // Whether a broadcast's chain from a root on `host` forks (chain_fork) where it goes on to
-  // other hosts: under the local rule, where the source's devices there use more NICs than the
-  // destination's, whose NICs would otherwise carry all that leaves the host.
+  // Whether a broadcast's chain from a root on `host` that reads its source forks (chain_fork)
+  // where it goes on to other hosts: under the local rule, where the source's devices there use
+  // more NICs than the destination's, whose NICs would otherwise carry all that leaves the host.
   bool forks_from(int host) const {
     return !fork_from_.empty() && fork_from_[static_cast<std::size_t>(host)] != 0;
   }

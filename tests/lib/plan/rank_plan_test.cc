@@ -186,8 +186,8 @@ std::int64_t busiest(const std::map<int, std::int64_t>& out) {
 // roots' NICs, spread over the replicas, not through the one receiver of each tensor-parallel
 // rank there. (Qwen3's sync on GB200 NVL72 in small: trainers on host 0, each holding a sixth,
 // generators TP 2 x DP 3 with one replica on host 0.) A single source device does not fork: it
-// would carry alone what the receivers on its host share. Nor does any chain where
-// PlanOptions::fork is off.
+// would carry alone what the receivers on its host share, nor does a sum's root, nor any chain
+// where PlanOptions::fork is off.
 TEST(RankPlan, ChainsForkWhereTheSourcesNicsOutnumberTheReceivers) {
   const Topology t = nic_per_device(2, 8);
   PlanOptions opt;
@@ -221,6 +221,18 @@ TEST(RankPlan, ChainsForkWhereTheSourcesNicsOutnumberTheReceivers) {
   PlanOptions chains = opt;
   chains.fork = false;
   EXPECT_EQ(plan(src, dst, t, chains).ops(), chained);
+
+  // A sum's root sends on from its target tile, through a receiver's NIC as a chain would: no
+  // fork.
+  const Plan summed = plan(Layout::parse({96, 16}, DType::f32, "6@0-5:RR+P0"),
+                           Layout::parse({96, 16}, DType::f32, "3@6-8:RR"), t, opt);
+  std::int64_t onward = 0;
+  for (const Op& op : summed.ops())
+    if (op.kind == OpKind::Multicast && op.from_dst) {
+      ++onward;
+      EXPECT_EQ(op.fork, 0) << summed.str(64);
+    }
+  EXPECT_GT(onward, 0) << summed.str(64);
 
   const Plan one = plan(Layout::parse({96, 16}, DType::f32, "1@0:RR"),
                         Layout::parse({96, 16}, DType::f32, "15@1-15:RR"), t, opt);
