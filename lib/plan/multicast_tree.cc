@@ -68,20 +68,26 @@ MulticastTree MulticastTree::branch(std::size_t from, std::size_t to) const {
 OpTime MulticastTree::time(std::int64_t group, std::int64_t fork) {
   const auto n = static_cast<std::int64_t>(host_.size()) - 1;
   if (n <= 0) return {};
-  if (multicast_forks(n, fork)) {
-    MulticastTree a = branch(0, static_cast<std::size_t>(fork)),
-                  b = branch(static_cast<std::size_t>(fork), static_cast<std::size_t>(n));
-    const Path pa = a.path(0);  // (prepares a.net_)
-    return forked(pa, a.net_[0], b, group);
-  }
+  if (multicast_forks(n, fork)) return forked(split(fork), group);
   const Path p = path(group);
   return {p.latency, p.deepest - p.latency + static_cast<double>(messages_ - 1) * p.slowest};
 }
 
-OpTime MulticastTree::forked(const Path& pa, bool net_a, MulticastTree& b, std::int64_t group) {
+MulticastTree::Fork MulticastTree::split(std::int64_t fork) const {
+  const auto n = host_.size() - 1, f = static_cast<std::size_t>(fork);
+  MulticastTree a = branch(0, f);
+  Fork out{a.path(0), false, std::make_unique<MulticastTree>(branch(f, n))};
+  out.first_net = a.net_[0];  // (path() prepared it)
+  return out;
+}
+
+OpTime MulticastTree::forked(const Fork& f, std::int64_t group) {
   // Both branches stream at once behind the root, whose hop into each is its port's stage, which
   // posts each message twice (or its NIC's, carrying every branch that leaves its host).
   const double tail = static_cast<double>(messages_ - 1);
+  const Path& pa = f.first;
+  const bool net_a = f.first_net;
+  MulticastTree& b = *f.second;
   const Path pb = b.path(group);
   const bool net_b = b.net_[0];
   const double port = overhead(net_a) + overhead(net_b) + 2 * c_ / topology_->intra().bandwidth;
@@ -172,19 +178,9 @@ std::int32_t MulticastTree::best(std::int64_t fork) {
   // (the whole op is timed: where the first branch is the deeper, a tree that slows the root's
   // stage slows the op).
   const bool forks = multicast_forks(n, fork);
-  std::optional<MulticastTree> second;
-  Path first;
-  bool first_net = false;
-  if (forks) {
-    MulticastTree a = branch(0, static_cast<std::size_t>(fork));
-    first = a.path(0);  // (prepares a.net_)
-    first_net = a.net_[0];
-    second = branch(static_cast<std::size_t>(fork), static_cast<std::size_t>(n));
-  }
-  MulticastTree& cut = forks ? *second : *this;
-  const auto cost = [&](std::int64_t g) {
-    return (forks ? forked(first, first_net, cut, g) : time(g)).total();
-  };
+  const Fork f = forks ? split(fork) : Fork{};
+  MulticastTree& cut = forks ? *f.second : *this;
+  const auto cost = [&](std::int64_t g) { return (forks ? forked(f, g) : time(g)).total(); };
   const std::int64_t m = forks ? n - fork : n;
   // With 3 receivers or fewer, every tree is a chain (no leader has both a trunk and a group).
   if (m < 4) return 0;

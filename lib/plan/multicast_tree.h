@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <utility>
@@ -54,9 +55,16 @@ class MulticastTree {
   Path path(std::int64_t group);
   // The root and receivers [from, to): one branch of a fork.
   MulticastTree branch(std::size_t from, std::size_t to) const;
-  // The time of a fork whose first branch's path is `pa` (its first hop between hosts: `net_a`)
-  // and whose second is `b`'s tree of `group`.
-  OpTime forked(const Path& pa, bool net_a, MulticastTree& b, std::int64_t group);
+  // A fork's branches: the first's path (a chain) and whether its first hop is between hosts,
+  // and the second, to be cut into groups.
+  struct Fork {
+    Path first;
+    bool first_net = false;
+    std::unique_ptr<MulticastTree> second;
+  };
+  Fork split(std::int64_t fork) const;
+  // The time of fork `f` with the second branch in groups of `group`.
+  OpTime forked(const Fork& f, std::int64_t group);
   void prepare();
   double stage(bool network) const { return network ? stage_net_ : stage_intra_; }
   double latency(bool network) const { return network ? lat_net_ : lat_intra_; }

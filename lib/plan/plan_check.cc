@@ -174,22 +174,23 @@ class PlanChecker {
                                                std::to_string(p_.streams()) + " streams");
     // A fork leaves receivers on both sides; a tree of chains cuts those after the fork into
     // groups of at least 2 and at least two groups (any other cut is one chain, written 0).
+    // ".member" `value`, outside `allowed` or on an op other than a multicast.
+    const auto refuse = [&](const char* member, std::int32_t value, const std::string& allowed) {
+      throw ValidationError(at(member),
+                            std::string(member + 1) + " " + std::to_string(value) +
+                                (op.kind != OpKind::Multicast
+                                     ? " on a " + to_string(op.kind) + ": only multicasts have one"
+                                     : " must be " + allowed));
+    };
     const auto receivers = static_cast<std::int64_t>(op.peers.size());
     if (op.fork != 0 && (op.kind != OpKind::Multicast || !multicast_forks(receivers, op.fork)))
-      throw ValidationError(
-          at(".fork"), "fork " + std::to_string(op.fork) +
-                           (op.kind != OpKind::Multicast
-                                ? " on a " + to_string(op.kind) + ": only multicasts have one"
-                                : " must be 0 (no split) or in [1, " + std::to_string(receivers) +
-                                      ") (its receivers)"));
+      refuse(".fork", op.fork,
+             "0 (no split) or in [1, " + std::to_string(receivers) + ") (its receivers)");
     const std::int64_t chained = receivers - op.fork;  // the receivers the groups cut
     if (op.group != 0 && (op.kind != OpKind::Multicast || op.group < 2 || op.group >= chained))
-      throw ValidationError(
-          at(".group"), "group " + std::to_string(op.group) +
-                            (op.kind != OpKind::Multicast
-                                 ? " on a " + to_string(op.kind) + ": only multicasts have one"
-                                 : " must be 0 (one chain) or in [2, " + std::to_string(chained) +
-                                       ") (its receivers" + (op.fork ? " after the fork)" : ")")));
+      refuse(".group", op.group,
+             "0 (one chain) or in [2, " + std::to_string(chained) + ") (its receivers" +
+                 (op.fork ? " after the fork)" : ")"));
     const Shape& shape = src_.shape();
     if (op.box.ndim() != shape.size())
       throw ValidationError(at(".box"), "has " + std::to_string(op.box.ndim()) +

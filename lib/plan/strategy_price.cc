@@ -673,11 +673,6 @@ class ClassWalk {
     }
     const auto [host, on_host] = near(grp, root);
     const std::int64_t key = ops_.rotation(i);
-    // The root sends to the first receiver, and where the chain forks (rotated, from a host
-    // forks_from() names, with receivers there and on others) to another host as well.
-    sent(0, root, bytes, messages_of(bytes), host < 0);
-    if (key >= 0 && host >= 0 && grp.hosts.size() > 1 && ops_.forks_from(static_cast<int>(host)))
-      sent(0, root, bytes, messages_of(bytes), true);
     const auto others = std::max<std::uint64_t>(1, grp.hosts.size() - (host >= 0 ? 1 : 0));
     const auto turn =
         key < 0 ? 0 : static_cast<std::int64_t>(static_cast<std::uint64_t>(key) % others);
@@ -695,16 +690,21 @@ class ClassWalk {
                                       static_cast<std::int64_t>(grp.period) +
                                   mix)];
     const auto [c, fresh] = broadcasts_.count({g, bytes, nic, turn, mix, host}, hint);
-    if (!fresh) return;
-    struct Keep final : OpSink {
-      Op* op;
-      void operator()(const Op& o) override {
-        if (o.kind == OpKind::Multicast) *op = o;
-      }
-    } keep;
-    keep.op = &c->op;
-    ops_.task(i, -1, keep);  // its copies, then one multicast
-    held_ += c->op.peers.size();
+    if (fresh) {
+      struct Keep final : OpSink {
+        Op* op;
+        void operator()(const Op& o) override {
+          if (o.kind == OpKind::Multicast) *op = o;
+        }
+      } keep;
+      keep.op = &c->op;
+      ops_.task(i, -1, keep);  // its copies, then one multicast
+      held_ += c->op.peers.size();
+    }
+    // The root sends to the first receiver, and where its class's chain forks (the key fixes
+    // whether: the root's host and the receivers') to another host as well.
+    sent(0, root, bytes, messages_of(bytes), host < 0);
+    if (c->op.fork != 0) sent(0, root, bytes, messages_of(bytes), true);
   }
 
   // Task i's transfers to group g (sendrecv's, and allgather's scatter and forwarding: one class

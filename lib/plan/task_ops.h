@@ -126,12 +126,6 @@ class TaskOps {
   // receivers are all its targets, and every hop from a sender leaves its host).
   bool complete() const { return holders_.size() == 1; }
   bool shared_hosts() const { return shared_hosts_; }
-  // Whether a broadcast's chain from a root on `host` that reads its source forks (chain_fork)
-  // where it goes on to other hosts: under the local rule, where the source's devices there use
-  // more NICs than the destination's, whose NICs would otherwise carry all that leaves the host.
-  bool forks_from(int host) const {
-    return !fork_from_.empty() && fork_from_[static_cast<std::size_t>(host)] != 0;
-  }
   // Selects task i's tiles, as task() does first (O(tensor and mesh ranks)): then its
   // destination tile's shard indices, its targets and (a complete source) its holders.
   void select(std::int64_t i);
@@ -147,6 +141,12 @@ class TaskOps {
   }
 
  private:
+  // Whether a broadcast's chain from a root on `host` that reads its source forks (chain_fork)
+  // where it goes on to other hosts: under the local rule, where the source's devices there use
+  // more NICs than the destination's, whose NICs would otherwise carry all that leaves the host.
+  bool forks_from(int host) const {
+    return !fork_from_.empty() && fork_from_[static_cast<std::size_t>(host)] != 0;
+  }
   // The sender for receiver `to` among `holders`: under Local a holder on `to`'s host if there
   // is one, else one of all; in rotation by `key` either way. Under None the first holder.
   int choose(const HolderSet& holders, int to, std::int64_t key);
