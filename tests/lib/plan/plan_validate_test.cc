@@ -137,6 +137,33 @@ TEST(PlanValidate, TreeGroupsAreWithinTheReceivers) {
   refused(j, "plan.ops[" + std::to_string(r) + "].group", "on a reduce: only multicasts have one");
 }
 
+// A fork leaves receivers on both sides of it, on multicasts only; groups then cut the receivers
+// after it; a forked tree round-trips and is named in the plan's text.
+TEST(PlanValidate, ForksLeaveReceiversOnBothSides) {
+  json j = plan_json("1@0:RR", "6@1-6:RR", {4, 6}, Strategy::Broadcast);
+  ASSERT_EQ(j["ops"].size(), 1u);
+  j["ops"][0]["fork"] = 1;
+  j["ops"][0]["group"] = 2;
+  const Plan p = Plan::from_json(j.dump());
+  EXPECT_EQ(p.ops()[0].fork, 1);
+  EXPECT_TRUE(Plan::from_json(p.to_json()) == p);
+  EXPECT_NE(p.str().find("forked after 1 as 4 chains of <= 2"), std::string::npos) << p.str();
+  for (int bad : {-1, 6, 7}) {
+    j["ops"][0]["fork"] = bad;
+    refused(j, "plan.ops[0].fork",
+            "fork " + std::to_string(bad) + " must be 0 (no split) or in [1, 6) (its receivers)");
+  }
+  j["ops"][0]["fork"] = 3;
+  j["ops"][0]["group"] = 3;  // 3 receivers after the fork: groups of 3 are one chain
+  refused(j, "plan.ops[0].group",
+          "must be 0 (one chain) or in [2, 3) (its receivers after the fork)");
+  j = plan_json("2@0-1:RR+P0", "1@2:RR");
+  const std::size_t r = find_op(j, [](const json& o) { return o["kind"] == "reduce"; });
+  j["ops"][r]["fork"] = 1;
+  refused(j, "plan.ops[" + std::to_string(r) + "].fork",
+          "fork 1 on a reduce: only multicasts have one");
+}
+
 TEST(PlanValidate, SendersHoldTheBoxAndReceiversNeedIt) {
   json j = base();
   // Rows 0:2 are on devices 0 and 1 only.
