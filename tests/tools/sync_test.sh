@@ -209,6 +209,10 @@ run "${colocated[@]}" --save-plan "$TMP/forked.json"
 run --plan "$TMP/forked.json" --predict --no-fork
 if [[ $rc -eq 2 && $(cat "$TMP/err") == "meshcast: no-fork: the saved plan $TMP/forked.json was made without it; leave --no-fork out to run it" ]]
 then ok; else bad "--no-fork against a saved plan that forks: rc=$rc $(cat "$TMP/err")"; fi
+sed 's/"fork":true/"fork":"yes"/' "$TMP/forked.json" >"$TMP/fork-text.json"
+run --plan "$TMP/fork-text.json" --predict
+if [[ $rc -eq 2 && $(cat "$TMP/err") == "meshcast: plan.fork: not a boolean" ]]; then ok; else
+  bad "a saved plan's fork not a boolean: rc=$rc $(cat "$TMP/err")"; fi
 
 # Bad input: exit 2, one line, naming the field.
 printf '{"a": {"shape": [4], "dtype": "F7"}}' >"$TMP/dtype.json"
