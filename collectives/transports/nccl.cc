@@ -54,10 +54,19 @@ std::string seconds_text(double s) {
   return text;
 }
 
-void check_rank(const Region& r) {
+// A region the kernels and NCCL can use: rank <= kMaxRank, and GPU memory (host memory
+// would fault the kernels or NCCL, far from the caller's mistake).
+void check_region(const Region& r) {
   if (r.count.size() > static_cast<std::size_t>(detail::kMaxRank))
     throw ValidationError("region", "the NCCL transport supports tensors of rank <= " +
                                         std::to_string(detail::kMaxRank));
+  if (r.elements() == 0) return;
+  cudaPointerAttributes at{};
+  cuda_check(cudaPointerGetAttributes(&at, r.base), "cudaPointerGetAttributes");
+  if (at.type == cudaMemoryTypeUnregistered)
+    throw ValidationError("buffer",
+                          "host memory given to the nccl transport: its buffers must be GPU "
+                          "memory (NcclSession::allocate, or a CUDA allocation)");
 }
 
 // Device memory allocated in the order of `stream`, and freed in the order of `free_on` once
@@ -205,17 +214,19 @@ class NcclTransport final : public Transport {
   }
 
   void copy(const Region& from, const Region& to) override {
-    check_rank(from);
+    check_region(from);
+    check_region(to);
     cuda_check(detail::gpu_copy(from, to, local_), "copy kernel");
     cuda_check(cudaStreamSynchronize(local_), "copy kernel");
   }
   void zero(const Region& r) override {
-    check_rank(r);
+    check_region(r);
     cuda_check(detail::gpu_zero(r, local_), "zero kernel");
     cuda_check(cudaStreamSynchronize(local_), "zero kernel");
   }
   void add(const Region& from, const Region& to, DType dtype) override {
-    check_rank(from);
+    check_region(from);
+    check_region(to);
     cuda_check(detail::gpu_add(from, to, dtype, local_), "add kernel");
     cuda_check(cudaStreamSynchronize(local_), "add kernel");
   }
@@ -290,7 +301,7 @@ class NcclTransport final : public Transport {
   // Where a send reads `r` from (in place, or a packed copy made on the stream now), or where a
   // receive writes it (in place, or a buffer unpacked after the group).
   void stage(const Region& r, Op& op, bool send) {
-    check_rank(r);
+    check_region(r);
     if (r.is_contiguous()) {
       op.ptr = r.origin();
       return;

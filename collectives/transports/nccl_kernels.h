@@ -4,12 +4,10 @@
 
 #include <cuda_runtime.h>
 
+#include "box_walk.h"
 #include "meshcast/region.h"
 
 namespace meshcast::detail {
-
-// Regions of rank <= kMaxRank (the tensor ranks meshcast supports on GPUs).
-inline constexpr int kMaxRank = 8;
 
 cudaError_t gpu_copy(const Region& from, const Region& to, cudaStream_t stream);
 cudaError_t gpu_zero(const Region& r, cudaStream_t stream);

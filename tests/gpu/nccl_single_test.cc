@@ -5,9 +5,12 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -141,6 +144,85 @@ TEST_F(NcclSingle, CopyZeroAddOnStridedBoxesOfEveryDtype) {
   }
 }
 
+// Random boxes of random dtypes, ranks, extents, offsets and base alignments: the kernels pick
+// the widest word the addresses allow (16 bytes down to one element), and each choice must give
+// what the host's element-wise copy, sum and fill give, every byte of both buffers compared.
+TEST_F(NcclSingle, RandomBoxesInEveryWordWidth) {
+  std::mt19937_64 rng(20261128);
+  auto pick = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
+  for (int trial = 0; trial < 300; ++trial) {
+    const DType t = kAllDTypes[pick(0, std::size(kAllDTypes) - 1)];
+    const auto es = static_cast<std::int64_t>(dtype_size(t));
+    std::vector<std::int64_t> count(pick(1, 3));
+    for (auto& c : count) c = pick(1, 9);
+    if (pick(0, 1)) count.back() = (16 / es > 1 ? 16 / es : 1) * pick(1, 40);  // 16-byte rows
+    auto region = [&](std::int64_t first, std::vector<std::byte>& bytes) {
+      Region r{nullptr, static_cast<std::size_t>(es), {}, {}, count};
+      for (std::int64_t c : count) {
+        const std::int64_t extra = pick(0, 2) == 0 ? pick(1, 5) : 0;  // most merge
+        r.extent.push_back(c + extra);
+        r.offset.push_back(pick(0, extra));
+      }
+      const std::int64_t skip = pick(0, 3);  // base alignment: element, sometimes wider
+      bytes = values(t, volume(r.extent) + skip, first);
+      r.base = bytes.data() + skip * es;
+      return r;
+    };
+    Buffers host;
+    host.from = region(0, host.from_bytes);
+    host.to = region(11, host.to_bytes);
+    SCOPED_TRACE(testing::Message() << "trial " << trial << " " << to_string(t));
+    auto from = upload(host.from_bytes), to = upload(host.to_bytes);
+    auto on_device = [](const Region& r, const std::vector<std::byte>& bytes,
+                        const std::shared_ptr<void>& d) {
+      return with_base(r, static_cast<std::byte*>(d.get()) +
+                              (static_cast<const std::byte*>(r.base) - bytes.data()));
+    };
+    const Region dfrom = on_device(host.from, host.from_bytes, from);
+    const Region dto = on_device(host.to, host.to_bytes, to);
+    comm().add(dfrom, dto, t);
+    accumulate(host.from, host.to, t);
+    ASSERT_EQ(download(to, host.to_bytes.size()), host.to_bytes) << "add";
+    comm().copy(dfrom, dto);
+    copy_region(host.from, host.to);
+    ASSERT_EQ(download(to, host.to_bytes.size()), host.to_bytes) << "copy";
+    comm().zero(dfrom);
+    zero_region(host.from);
+    ASSERT_EQ(download(from, host.from_bytes.size()), host.from_bytes) << "zero";
+  }
+}
+
+// Over 2^32 words (one-byte words: the box starts at an odd address), where the kernels index
+// with 64 bits: a 4.3 GB strided copy, every byte compared (in chunks: host memory).
+TEST_F(NcclSingle, CopyOfMoreThanFourBillionWords) {
+  const std::int64_t cols = 2'150'000'000;
+  Region from{nullptr, 1, {2, cols + 3}, {0, 1}, {2, cols}};
+  Region to{nullptr, 1, {2, cols + 1}, {0, 0}, {2, cols}};
+  std::size_t free = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  const auto need = static_cast<std::size_t>(volume(from.extent) + volume(to.extent));
+  if (free < need + (std::size_t{1} << 30))
+    GTEST_SKIP() << "needs " << need / 1e9 << " GB of GPU memory free, has " << free / 1e9;
+  std::vector<std::byte> from_bytes(static_cast<std::size_t>(volume(from.extent)));
+  for (std::size_t i = 0; i < from_bytes.size(); ++i)
+    from_bytes[i] = static_cast<std::byte>(i * 131 % 251);
+  std::vector<std::byte> to_bytes(static_cast<std::size_t>(volume(to.extent)), std::byte{7});
+  auto dfrom = upload(from_bytes), dto = upload(to_bytes);
+  comm().copy(with_base(from, dfrom.get()), with_base(to, dto.get()));
+  from.base = from_bytes.data();
+  to.base = to_bytes.data();
+  copy_region(from, to);
+  from_bytes = {};
+  std::vector<std::byte> chunk(std::size_t{1} << 28);
+  for (std::size_t at = 0; at < to_bytes.size(); at += chunk.size()) {
+    const std::size_t n = std::min(chunk.size(), to_bytes.size() - at);
+    nccl().download(static_cast<std::byte*>(dto.get()) + at, chunk.data(), n);
+    ASSERT_EQ(std::memcmp(chunk.data(), to_bytes.data() + at, n), 0) << "bytes from " << at;
+  }
+}
+
 // NCCL to this very rank: the batch issues the pair as one group. The boxes differ in shape
 // (elements go in row-major order of each), as a plan's may.
 TEST_F(NcclSingle, SendAndReceiveStridedBoxesToItselfInOneBatch) {
@@ -197,6 +279,23 @@ TEST_F(NcclSingle, RefusesWhatItCannotDo) {
   Region deep{d.get(), 1, std::vector<std::int64_t>(9, 1), std::vector<std::int64_t>(9, 0),
               std::vector<std::int64_t>(9, 1)};
   EXPECT_THROW(comm().copy(deep, deep), ValidationError) << "rank 9";
+  // Host memory, which the kernels and NCCL would fault on, refused before any of them runs.
+  const Region host = Region::contiguous(one.data(), 4);
+  const std::function<void()> calls[] = {
+      [&] { comm().copy(r, host); }, [&] { comm().copy(host, r); },
+      [&] { comm().add(host, r, DType::u8); }, [&] { comm().zero(host); },
+      [&] {
+        Request q = comm().isend(host, 0, 1);
+        comm().wait(q);
+      }};
+  for (const auto& call : calls) {
+    try {
+      call();
+      ADD_FAILURE() << "host memory accepted";
+    } catch (const ValidationError& e) {
+      EXPECT_EQ(e.field(), "buffer");
+    }
+  }
 }
 
 }  // namespace
