@@ -1,10 +1,12 @@
 // The `meshcast` command-line program: the pieces shared by its subcommands. Private to tools/.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <iosfwd>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -151,9 +153,24 @@ struct ProcessSession {
   Communicator& comm;
   Bootstrap& boot;
   bool tcp = false;
-#ifdef MESHCAST_HAS_NCCL
-  NcclSession* nccl = nullptr;
-#endif
+  NcclSession* nccl = nullptr;  // set only in a program built with the NCCL backend
+};
+// A rank's buffers where its communicator reads and writes them: the host bytes themselves, or,
+// given an NCCL session, GPU copies (the transport refuses host memory). place() returns the
+// buffer to hand to reshard or sync (null for no bytes), uploading the host bytes; fetch()
+// brings a placed buffer's bytes back to its host vector; scratch() is uninitialised memory of
+// the same kind. Buffers live as long as this.
+class RankBuffers {
+ public:
+  explicit RankBuffers(NcclSession* gpu) : gpu_(gpu) {}
+  void* place(std::vector<std::byte>& host);
+  void fetch(std::vector<std::byte>& host);
+  void* scratch(std::size_t bytes);
+
+ private:
+  NcclSession* gpu_;
+  std::vector<std::pair<const std::byte*, std::shared_ptr<void>>> copies_;  // host -> GPU
+  std::vector<std::vector<std::byte>> host_scratch_;
 };
 // Checks that every rank of the job was given the same settings (name, value), in the same
 // order on every rank; collective. Throws ValidationError naming the first setting that differs

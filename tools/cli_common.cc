@@ -17,6 +17,9 @@
 #include "cli.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
+#ifdef MESHCAST_HAS_NCCL
+#include "meshcast/nccl.h"
+#endif
 
 namespace meshcast::cli {
 namespace {
@@ -163,6 +166,37 @@ void exec_nccl_program([[maybe_unused]] char** argv) {
                                        " (this program links no CUDA), which cannot be started: " +
                                        std::strerror(errno));
 #endif
+}
+
+void* RankBuffers::place(std::vector<std::byte>& host) {
+  if (host.empty()) return nullptr;
+#ifdef MESHCAST_HAS_NCCL
+  if (gpu_) {
+    auto copy = gpu_->allocate(host.size());
+    gpu_->upload(host.data(), copy.get(), host.size());
+    copies_.emplace_back(host.data(), copy);
+    return copy.get();
+  }
+#endif
+  return host.data();
+}
+
+void RankBuffers::fetch([[maybe_unused]] std::vector<std::byte>& host) {
+#ifdef MESHCAST_HAS_NCCL
+  for (const auto& [at, copy] : copies_)
+    if (at == host.data()) gpu_->download(copy.get(), host.data(), host.size());
+#endif
+}
+
+void* RankBuffers::scratch(std::size_t bytes) {
+#ifdef MESHCAST_HAS_NCCL
+  if (gpu_) {
+    auto copy = gpu_->allocate(bytes);
+    copies_.emplace_back(nullptr, copy);
+    return copy.get();
+  }
+#endif
+  return host_scratch_.emplace_back(bytes).data();
 }
 
 void check_local_capacity(const Layout& src, const Layout& dst) {

@@ -228,9 +228,6 @@ ProcessRun run_plan_on(const Plan& p, ProcessSession& session, int iters, bool v
   Communicator* comm = &session.comm;
   Bootstrap& boot = session.boot;
   const bool tcp = session.tcp;
-#ifdef MESHCAST_HAS_NCCL
-  NcclSession* nccl = session.nccl;
-#endif
   const int needed = p.devices().back() + 1;
   if (comm->size() < needed && tcp)
     throw ValidationError("MESHCAST_SIZE",
@@ -262,18 +259,9 @@ ProcessRun run_plan_on(const Plan& p, ProcessSession& session, int iters, bool v
     fill_source(src, me, in.data());
   }
   if (dst.mesh().contains(me)) out.resize(static_cast<std::size_t>(dst.local_elements(me)) * elem);
-  void* src_buf = in.empty() ? nullptr : in.data();
-  void* dst_buf = out.empty() ? nullptr : out.data();
-#ifdef MESHCAST_HAS_NCCL
-  std::shared_ptr<void> gin, gout;  // GPU copies of the buffers
-  if (nccl) {
-    gin = nccl->allocate(in.size());
-    gout = nccl->allocate(out.size());
-    nccl->upload(in.data(), gin.get(), in.size());
-    src_buf = in.empty() ? nullptr : gin.get();
-    dst_buf = out.empty() ? nullptr : gout.get();
-  }
-#endif
+  RankBuffers buffers(session.nccl);
+  void* src_buf = buffers.place(in);
+  void* dst_buf = buffers.place(out);
   ProcessRun result;
   result.root = me == 0;
   for (int it = -1; it < iters; ++it) {  // iteration -1 warms up
@@ -285,9 +273,7 @@ ProcessRun run_plan_on(const Plan& p, ProcessSession& session, int iters, bool v
       result.run.seconds.push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-#ifdef MESHCAST_HAS_NCCL
-  if (nccl) nccl->download(gout.get(), out.data(), out.size());
-#endif
+  buffers.fetch(out);
   if (verify)
     result.run.mismatches =
         boot.sum(dst.mesh().contains(me) ? count_mismatches(dst, me, out.data()) : 0);

@@ -165,9 +165,10 @@ struct RunResult {
   double plan_seconds = 0;      // this device's
 };
 
-// One device's run: its tiles, its plans, `iters` timed runs of every step after a warm-up,
-// then (verify) every element of every target tile checked.
-RunResult run_device(const Loaded& l, Communicator& comm, int iters, bool verify) {
+// One device's run: its tiles (on the GPU given an NCCL session), its plans, `iters` timed runs
+// of every step after a warm-up, then (verify) every element of every target tile checked.
+RunResult run_device(const Loaded& l, Communicator& comm, int iters, bool verify,
+                     NcclSession* gpu = nullptr) {
   const int me = comm.rank();
   const auto& moves = l.model.moves;
   std::vector<std::vector<std::byte>> src(moves.size()), dst(moves.size());
@@ -191,22 +192,28 @@ RunResult run_device(const Loaded& l, Communicator& comm, int iters, bool verify
     if (t.dst.mesh().contains(me))
       dst[i].resize(static_cast<std::size_t>(t.dst.local_elements(me)) * dtype_size(t.dst.dtype()));
   }
+  RankBuffers memory(gpu);
+  std::vector<void*> src_at, dst_at;
+  for (std::size_t i = 0; i < moves.size(); ++i) {
+    src_at.push_back(memory.place(src[i]));
+    dst_at.push_back(memory.place(dst[i]));
+  }
   // The gather mode's two scratch buffers (one tensor at a time), as large as the largest.
   std::int64_t largest = 0;
   for (const TensorMove& t : moves) largest = std::max(largest, t.src.bytes());
-  std::vector<std::byte> gathered, whole;
+  void* gathered = nullptr;
+  void* whole = nullptr;
   RunResult r;
   const auto t0 = Clock::now();
   std::vector<SyncPlan> plans;
   for (const Step& s : l.steps) plans.push_back(plan_sync(s.moves, me, l.topology, l.options));
   r.plan_seconds = since(t0);
   auto buffer = [&](Buffer b, std::size_t i) -> void* {
-    std::vector<std::byte>& v = b == Buffer::Source     ? src[i]
-                                : b == Buffer::Target   ? dst[i]
-                                : b == Buffer::Gathered ? gathered
-                                                        : whole;
-    if (b >= Buffer::Gathered && v.empty()) v.resize(static_cast<std::size_t>(largest));
-    return v.empty() ? nullptr : v.data();
+    if (b == Buffer::Source) return src_at[i];
+    if (b == Buffer::Target) return dst_at[i];
+    void*& v = b == Buffer::Gathered ? gathered : whole;
+    if (!v && largest > 0) v = memory.scratch(static_cast<std::size_t>(largest));
+    return v;
   };
   for (int it = -1; it < iters; ++it) {  // iteration -1 warms up
     comm.barrier();
@@ -227,8 +234,10 @@ RunResult run_device(const Loaded& l, Communicator& comm, int iters, bool verify
   }
   if (verify)
     for (std::size_t i = 0; i < moves.size(); ++i)
-      if (moves[i].dst.mesh().contains(me))
+      if (moves[i].dst.mesh().contains(me)) {
+        memory.fetch(dst[i]);
         r.mismatches += count_mismatches(moves[i].dst, me, dst[i].data());
+      }
   return r;
 }
 
@@ -269,7 +278,8 @@ void print(const SyncArgs& a, const Loaded& l, const SyncStats& p, const RunResu
             << "bytes moved  " << human_bytes(p.bytes_moved) << " (network "
             << human_bytes(p.bytes_network) << ")\n"
             << "predicted    " << human_seconds(p.predicted_seconds) << " (link bound "
-            << human_seconds(p.link_bound_seconds) << ", " << p.busiest_link << ")\n"
+            << human_seconds(p.link_bound_seconds)
+            << (p.busiest_link.empty() ? "" : ", " + p.busiest_link) << ")\n"
             << "plan         " << human_seconds(rank_plan) << " per device\n";
   if (!run) return;
   std::cout << "backend      " << a.backend << ", " << run->seconds.size()
@@ -581,7 +591,7 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
     check_job_capacity(s->boot, rank_buffer_bytes(*l, s->comm.rank()), "model");
     // Every rank the same topology: discovered together (identical on every rank).
     if (is_auto_topology(a.topology)) l->topology = discover_job_topology(*s, a.topology);
-    result = run_device(*l, s->comm, iters, a.verify);
+    result = run_device(*l, s->comm, iters, a.verify, s->nccl);
     result.mismatches = s->boot.sum(result.mismatches);
   }
 #endif
