@@ -64,6 +64,19 @@ class GpuEnvironment : public testing::Environment {
 [[maybe_unused]] const auto* const kEnvironment =
     testing::AddGlobalTestEnvironment(new GpuEnvironment);
 
+// A GPU copy of host bytes (kept alive by the returned pointer), and bytes of one brought back.
+std::shared_ptr<void> upload_to(NcclSession& nccl, const std::vector<std::byte>& host) {
+  auto d = nccl.allocate(host.size());
+  nccl.upload(host.data(), d.get(), host.size());
+  return d;
+}
+std::vector<std::byte> download_from(NcclSession& nccl, const std::shared_ptr<void>& d,
+                                     std::size_t bytes) {
+  std::vector<std::byte> host(bytes);
+  nccl.download(d.get(), host.data(), bytes);
+  return host;
+}
+
 class NcclSingle : public testing::Test {
  protected:
   void SetUp() override {
@@ -72,16 +85,11 @@ class NcclSingle : public testing::Test {
   NcclSession& nccl() { return *gpu().nccl; }
   Communicator& comm() { return nccl().world(); }
 
-  // A device copy of host bytes (kept alive by the returned pointer).
   std::shared_ptr<void> upload(const std::vector<std::byte>& host) {
-    auto d = nccl().allocate(host.size());
-    nccl().upload(host.data(), d.get(), host.size());
-    return d;
+    return upload_to(nccl(), host);
   }
   std::vector<std::byte> download(const std::shared_ptr<void>& d, std::size_t bytes) {
-    std::vector<std::byte> host(bytes);
-    nccl().download(d.get(), host.data(), bytes);
-    return host;
+    return download_from(nccl(), d, bytes);
   }
 };
 
@@ -113,6 +121,33 @@ struct Buffers {
   std::vector<std::byte> from_bytes, to_bytes;
 };
 
+// The add, copy and zero kernels on GPU copies of `host`'s buffers (its regions placed at the
+// same offsets), each compared, every byte of both buffers, with the host's element-wise
+// operation.
+void add_copy_zero_as_on_host(NcclSession& nccl, Buffers& host, DType t) {
+  auto download = [&](const std::shared_ptr<void>& d, std::size_t bytes) {
+    return download_from(nccl, d, bytes);
+  };
+  auto from = upload_to(nccl, host.from_bytes), to = upload_to(nccl, host.to_bytes);
+  auto on_device = [](const Region& r, const std::vector<std::byte>& bytes,
+                      const std::shared_ptr<void>& d) {
+    return with_base(r, static_cast<std::byte*>(d.get()) +
+                            (static_cast<const std::byte*>(r.base) - bytes.data()));
+  };
+  const Region dfrom = on_device(host.from, host.from_bytes, from);
+  const Region dto = on_device(host.to, host.to_bytes, to);
+  Communicator& comm = nccl.world();
+  comm.add(dfrom, dto, t);
+  accumulate(host.from, host.to, t);
+  EXPECT_EQ(download(to, host.to_bytes.size()), host.to_bytes) << "add";
+  comm.copy(dfrom, dto);
+  copy_region(host.from, host.to);
+  EXPECT_EQ(download(to, host.to_bytes.size()), host.to_bytes) << "copy";
+  comm.zero(dfrom);
+  zero_region(host.from);
+  EXPECT_EQ(download(from, host.from_bytes.size()), host.from_bytes) << "zero";
+}
+
 Buffers buffers(DType t) {
   Buffers b{kFrom, kTo, {}, {}};
   b.from.elem_size = b.to.elem_size = dtype_size(t);
@@ -127,20 +162,7 @@ TEST_F(NcclSingle, CopyZeroAddOnStridedBoxesOfEveryDtype) {
   for (DType t : kAllDTypes) {
     SCOPED_TRACE(to_string(t));
     Buffers host = buffers(t);
-    auto from = upload(host.from_bytes), to = upload(host.to_bytes);
-    const Region dfrom = with_base(host.from, from.get()), dto = with_base(host.to, to.get());
-
-    comm().add(dfrom, dto, t);
-    accumulate(host.from, host.to, t);
-    EXPECT_EQ(download(to, host.to_bytes.size()), host.to_bytes) << "add";
-
-    comm().copy(dfrom, dto);
-    copy_region(host.from, host.to);
-    EXPECT_EQ(download(to, host.to_bytes.size()), host.to_bytes) << "copy";
-
-    comm().zero(dfrom);
-    zero_region(host.from);
-    EXPECT_EQ(download(from, host.from_bytes.size()), host.from_bytes) << "zero";
+    add_copy_zero_as_on_host(nccl(), host, t);
   }
 }
 
@@ -174,23 +196,8 @@ TEST_F(NcclSingle, RandomBoxesInEveryWordWidth) {
     host.from = region(0, host.from_bytes);
     host.to = region(11, host.to_bytes);
     SCOPED_TRACE(testing::Message() << "trial " << trial << " " << to_string(t));
-    auto from = upload(host.from_bytes), to = upload(host.to_bytes);
-    auto on_device = [](const Region& r, const std::vector<std::byte>& bytes,
-                        const std::shared_ptr<void>& d) {
-      return with_base(r, static_cast<std::byte*>(d.get()) +
-                              (static_cast<const std::byte*>(r.base) - bytes.data()));
-    };
-    const Region dfrom = on_device(host.from, host.from_bytes, from);
-    const Region dto = on_device(host.to, host.to_bytes, to);
-    comm().add(dfrom, dto, t);
-    accumulate(host.from, host.to, t);
-    ASSERT_EQ(download(to, host.to_bytes.size()), host.to_bytes) << "add";
-    comm().copy(dfrom, dto);
-    copy_region(host.from, host.to);
-    ASSERT_EQ(download(to, host.to_bytes.size()), host.to_bytes) << "copy";
-    comm().zero(dfrom);
-    zero_region(host.from);
-    ASSERT_EQ(download(from, host.from_bytes.size()), host.from_bytes) << "zero";
+    add_copy_zero_as_on_host(nccl(), host, t);
+    if (HasFailure()) return;
   }
 }
 
