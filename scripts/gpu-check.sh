@@ -9,7 +9,8 @@
 #    at 1 rank (mpirun -np 1), and the NCCL reshard tests at 2, 4 and 8 ranks (each skips when
 #    there are fewer GPUs than ranks);
 # 3. runs the one-GPU benchmark (build/gpu/bin/gpu_reshard_bench: the copy kernel, a strided send
-#    to itself and a one-device reshard against cudaMemcpy, with every element checked).
+#    to itself and a one-device reshard against cudaMemcpy, with every element checked) on boxes
+#    of 4 KiB rows, 64-byte rows and 4-byte rows (the worst case: no access wider than one f32).
 # Needs no network. Environment: MESHCAST_GPU_BENCH_BYTES, the benchmark's largest size (bytes,
 # default its own: 1 GiB); JOBS, build jobs (default: the number of cores).
 set -euo pipefail
@@ -71,9 +72,12 @@ else
   step "reshard_mpi not built (no MPI): its single-rank NCCL run is left out"
 fi
 
-step "one-GPU benchmark"
-"$build/bin/gpu_reshard_bench" ${MESHCAST_GPU_BENCH_BYTES:+--max-bytes "$MESHCAST_GPU_BENCH_BYTES"} ||
-  fail "gpu_reshard_bench (wrong elements, or an error above)"
+for cols in 1024 16 1; do
+  step "one-GPU benchmark, boxes of $cols f32 columns"
+  "$build/bin/gpu_reshard_bench" --cols $cols \
+    ${MESHCAST_GPU_BENCH_BYTES:+--max-bytes "$MESHCAST_GPU_BENCH_BYTES"} ||
+    fail "gpu_reshard_bench --cols $cols (wrong elements, or an error above)"
+done
 
 echo
 echo "gpu-check: passed ($(($(date +%s) - t_all)) s)"

@@ -10,7 +10,9 @@
 // box included), and the time of cudaMemcpy (device to device, contiguous) of the same bytes
 // over the operation's. Operations and baselines are timed alike: launch, then wait for the
 // stream, per iteration.
-//   gpu_reshard_bench [--max-bytes N]   sizes from 64 KiB by 4x up to N (default 1 GiB)
+//   gpu_reshard_bench [--max-bytes N] [--cols C]   sizes from 64 KiB by 4x up to N (default
+//   1 GiB); boxes of C columns (default 1024: rows of 4 KiB) in matrices of 2C. Narrow boxes
+//   (C = 1: one f32 per row) are the kernels' worst case: no access wider than an element.
 // MESHCAST_BENCH_SMOKE=1 (bench/smoke.h): sizes up to 1 MiB, few iterations. Exit status 1 on any
 // wrong element, 77 where no GPU can be used.
 #include <cuda_runtime.h>
@@ -40,7 +42,6 @@ using namespace meshcast;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr std::int64_t kCols = 1024;  // box columns (f32): 4 KiB rows, in rows of 8 KiB
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess)
@@ -66,13 +67,15 @@ struct Row {
 
 class Bench {
  public:
-  Bench(NcclSession& nccl, int iters) : nccl_(nccl), comm_(nccl.world()), iters_(iters) {
+  Bench(NcclSession& nccl, int iters, std::int64_t cols)
+      : nccl_(nccl), comm_(nccl.world()), iters_(iters), cols_(cols) {
     check(cudaStreamCreate(&stream_), "cudaStreamCreate");
   }
   ~Bench() { (void)cudaStreamDestroy(stream_); }  // teardown: nothing to report
 
-  // Rows for boxes of `rows` x kCols f32, inside matrices of rows x 2 kCols.
+  // Rows for boxes of `rows` x cols_ f32, inside matrices of rows x 2 cols_.
   std::vector<Row> run(std::int64_t rows, double& memcpy_seconds) {
+    const std::int64_t kCols = cols_;
     const std::int64_t elems = rows * kCols, whole = 2 * elems;
     const std::size_t bytes = static_cast<std::size_t>(elems) * sizeof(float);
     std::vector<float> src(static_cast<std::size_t>(whole)), init(src.size(), kUntouched);
@@ -135,15 +138,22 @@ class Bench {
   NcclSession& nccl_;
   Communicator& comm_;
   int iters_;
+  std::int64_t cols_;
   cudaStream_t stream_ = nullptr;
 };
 
 int run(int argc, char** argv) {
   const bool smoke = meshcast::bench::smoke_mode();
   std::size_t max_bytes = smoke ? std::size_t{1} << 20 : std::size_t{1} << 30;
+  std::int64_t cols = 1024;
   meshcast::bench::Args("gpu_reshard_bench", "gpu_reshard_bench")
       .number("--max-bytes", max_bytes, 64 << 10, "the largest size (sizes from 64 KiB by 4x)")
+      .number("--cols", cols, 1, "box columns, f32 (rows of 4*N bytes in rows of 8*N; 1 to 16384)")
       .parse(argc, argv);
+  if (cols > 16384) {
+    std::fprintf(stderr, "gpu_reshard_bench: --cols: at most 16384 (a row within 64 KiB)\n");
+    return 2;
+  }
   int gpus = 0;
   const cudaError_t e = cudaGetDeviceCount(&gpus);
   if (e != cudaSuccess || gpus == 0) {
@@ -165,20 +175,21 @@ int run(int argc, char** argv) {
   std::printf(
       "# gpu_reshard_bench: %s, NCCL transport, 1 rank; f32 boxes of %lld columns in "
       "matrices of %lld\n",
-      prop.name, static_cast<long long>(kCols), static_cast<long long>(2 * kCols));
+      prop.name, static_cast<long long>(cols), static_cast<long long>(2 * cols));
   std::printf("# %12s %12s %8s %10s %12s %12s %8s %11s %10s\n", "size(B)", "count", "op",
               "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "memcpy(us)", "vs memcpy");
-  Bench bench(nccl, smoke ? 3 : 20);
+  Bench bench(nccl, smoke ? 3 : 20, cols);
   std::int64_t wrong = 0;
   double bw_sum = 0;
   int rows_printed = 0;
   for (std::size_t bytes = std::size_t{64} << 10; bytes <= max_bytes; bytes *= 4) {
-    const auto rows = static_cast<std::int64_t>(bytes / (kCols * sizeof(float)));
+    const auto rows = static_cast<std::int64_t>(bytes / (cols * sizeof(float)));
+    const auto box = static_cast<std::size_t>(rows * cols) * sizeof(float);
     double memcpy_s = 0;
     for (const Row& r : bench.run(rows, memcpy_s)) {
-      const double gbs = static_cast<double>(bytes) / r.seconds / 1e9;
-      std::printf("  %12zu %12zu %8s %10.2f %12.2f %12.2f %8lld %11.2f %10.2f\n", bytes,
-                  bytes / sizeof(float), r.op, r.seconds * 1e6, gbs, gbs,
+      const double gbs = static_cast<double>(box) / r.seconds / 1e9;
+      std::printf("  %12zu %12zu %8s %10.2f %12.2f %12.2f %8lld %11.2f %10.2f\n", box,
+                  box / sizeof(float), r.op, r.seconds * 1e6, gbs, gbs,
                   static_cast<long long>(r.wrong), memcpy_s * 1e6, memcpy_s / r.seconds);
       wrong += r.wrong;
       bw_sum += gbs;
