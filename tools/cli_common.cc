@@ -183,6 +183,7 @@ void* RankBuffers::place(std::vector<std::byte>& host) {
 
 void RankBuffers::fetch([[maybe_unused]] std::vector<std::byte>& host) {
 #ifdef MESHCAST_HAS_NCCL
+  if (host.empty()) return;  // nothing placed (scratch is keyed by null)
   for (const auto& [at, copy] : copies_)
     if (at == host.data()) gpu_->download(copy.get(), host.data(), host.size());
 #endif

@@ -198,7 +198,8 @@ RunResult run_device(const Loaded& l, Communicator& comm, int iters, bool verify
     src_at.push_back(memory.place(src[i]));
     dst_at.push_back(memory.place(dst[i]));
   }
-  // The gather mode's two scratch buffers (one tensor at a time), as large as the largest.
+  // The gather mode's two scratch buffers (one tensor at a time), as large as the largest
+  // source: a cast only narrows (manifest.cc), so its target dtype takes no more.
   std::int64_t largest = 0;
   for (const TensorMove& t : moves) largest = std::max(largest, t.src.bytes());
   void* gathered = nullptr;

@@ -130,8 +130,10 @@ cudaError_t launch_add(const Region& from, const Region& to, cudaStream_t s) {
 }
 
 bool walkable(const Region& from, const Region& to) {
-  return from.count.size() <= kMaxRank && to.count.size() == from.count.size() &&
-         to.extent.size() == from.count.size() && from.extent.size() == from.count.size();
+  const std::size_t rank = from.count.size();
+  return rank <= kMaxRank && to.count == from.count && from.extent.size() == rank &&
+         to.extent.size() == rank && from.offset.size() == rank && to.offset.size() == rank &&
+         from.elem_size == to.elem_size;
 }
 
 }  // namespace
@@ -147,7 +149,7 @@ cudaError_t gpu_zero(const Region& r, cudaStream_t stream) {
 }
 
 cudaError_t gpu_add(const Region& from, const Region& to, DType dtype, cudaStream_t stream) {
-  if (!walkable(from, to)) return cudaErrorInvalidValue;
+  if (!walkable(from, to) || from.elem_size != dtype_size(dtype)) return cudaErrorInvalidValue;
   switch (dtype) {
     case DType::f16:
       return launch_add<__half>(from, to, stream);
