@@ -67,6 +67,12 @@ void check_region(const Region& r) {
     throw ValidationError("buffer",
                           "host memory given to the nccl transport: its buffers must be GPU "
                           "memory (NcclSession::allocate, or a CUDA allocation)");
+  int device = -1;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  if (at.type == cudaMemoryTypeDevice && at.device != device)
+    throw ValidationError("buffer", "memory of GPU " + std::to_string(at.device) +
+                                        " given to the nccl transport of GPU " +
+                                        std::to_string(device));
 }
 
 // Device memory allocated in the order of `stream`, and freed in the order of `free_on` once
@@ -116,6 +122,8 @@ class NcclTransport final : public Transport {
     try {
       cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
       cuda_check(cudaStreamCreateWithFlags(&local_, cudaStreamNonBlocking), "cudaStreamCreate");
+      alive_ = std::make_shared<cudaStream_t>(stream_);
+      cuda_check(cudaEventCreateWithFlags(&settled_, cudaEventDisableTiming), "cudaEventCreate");
       barrier_buf_ = caller_memory(sizeof(float), local_);
       nccl_check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
     } catch (...) {
@@ -213,22 +221,32 @@ class NcclTransport final : public Transport {
     if (batch_depth_ > 0 && --batch_depth_ == 0) flush();
   }
 
+  // Local work goes on the transfers' stream, in order with the packs, sends, receives and
+  // unpacks posted around it, and is waited for only by settle(): a host wait per kernel
+  // cost 11-16 us on an H200, per tensor of a sync and per segment a message packs.
   void copy(const Region& from, const Region& to) override {
     check_region(from);
     check_region(to);
-    cuda_check(detail::gpu_copy(from, to, local_), "copy kernel");
-    cuda_check(cudaStreamSynchronize(local_), "copy kernel");
+    queue(detail::gpu_copy(from, to, stream_), "copy kernel");
   }
   void zero(const Region& r) override {
     check_region(r);
-    cuda_check(detail::gpu_zero(r, local_), "zero kernel");
-    cuda_check(cudaStreamSynchronize(local_), "zero kernel");
+    queue(detail::gpu_zero(r, stream_), "zero kernel");
   }
   void add(const Region& from, const Region& to, DType dtype) override {
     check_region(from);
     check_region(to);
-    cuda_check(detail::gpu_add(from, to, dtype, local_), "add kernel");
-    cuda_check(cudaStreamSynchronize(local_), "add kernel");
+    queue(detail::gpu_add(from, to, dtype, stream_), "add kernel");
+  }
+  void settle() override {
+    if (!queued_) return;
+    queued_ = false;
+    cuda_check(cudaEventRecord(settled_, stream_), "cudaEventRecord");
+    if (aborted_) {  // nothing left in flight to watch: NCCL's kernels were aborted
+      cuda_check(cudaEventSynchronize(settled_), "local work");
+      return;
+    }
+    poll([&] { return cudaEventQuery(settled_); }, "local work");
   }
   // No conversion kernel yet: the host loop of the default would read device memory.
   void convert(const Region& from, DType from_type, const Region& to, DType to_type) override {
@@ -237,21 +255,24 @@ class NcclTransport final : public Transport {
                             "the nccl transport does not convert dtypes yet; sync without --cast");
     copy(from, to);
   }
-  std::shared_ptr<void> scratch(std::size_t bytes) override { return caller_memory(bytes, local_); }
+  // Freed in the order of stream_, after the local work queued there that may use it; once
+  // this transport is gone (its streams with it), on the legacy stream.
+  std::shared_ptr<void> scratch(std::size_t bytes) override {
+    void* p = nullptr;
+    cuda_check(cudaMallocAsync(&p, bytes ? bytes : 1, local_), "cudaMallocAsync");
+    cuda_check(cudaStreamSynchronize(local_), "cudaMallocAsync");
+    return std::shared_ptr<void>(p, [alive = std::weak_ptr<cudaStream_t>(alive_)](void* q) {
+      const auto stream = alive.lock();
+      (void)cudaFreeAsync(q, stream ? *stream : cudaStreamLegacy);
+    });
+  }
 
   void barrier() override {
     live();
     nccl_check(ncclAllReduce(barrier_buf_.get(), barrier_buf_.get(), 1, ncclFloat, ncclSum, comm_,
                              stream_),
                "ncclAllReduce", comm_);
-    const auto since = Clock::now();
-    for (int polls = 1;; ++polls) {
-      const cudaError_t e = cudaStreamQuery(stream_);
-      if (e == cudaSuccess) return;
-      if (e != cudaErrorNotReady) cuda_check(e, "cudaStreamQuery");
-      watch(-1, since);
-      if (polls > 64) sched_yield();
-    }
+    poll([&] { return cudaStreamQuery(stream_); }, "cudaStreamQuery");
   }
 
   // NCCL tells the peers nothing: they end with NCCL's remote error or their own timeout.
@@ -268,6 +289,7 @@ class NcclTransport final : public Transport {
   // Destroying a communicator waits for its transfers: one still in flight (its peer gone)
   // would hang there, so such a communicator is aborted instead. Teardown cannot throw.
   void release() noexcept {
+    alive_.reset();  // scratch freed from now on goes by the legacy stream
     if (comm_) {
       if (queue_.empty() && cudaStreamQuery(stream_) == cudaSuccess)
         (void)ncclCommDestroy(comm_);
@@ -277,6 +299,7 @@ class NcclTransport final : public Transport {
     }
     queue_.clear();  // their staging is freed on stream_: before it goes
     barrier_buf_.reset();
+    if (settled_) (void)cudaEventDestroy(settled_);
     if (local_) (void)cudaStreamDestroy(local_);
     if (stream_) (void)cudaStreamDestroy(stream_);
   }
@@ -360,6 +383,23 @@ class NcclTransport final : public Transport {
       }
   }
 
+  void queue(cudaError_t launched, const char* what) {
+    cuda_check(launched, what);
+    queued_ = true;
+  }
+  // Polls `query` until it returns cudaSuccess, watching NCCL's errors and the timeout.
+  template <class Query>
+  void poll(Query query, const char* what) {
+    const auto since = Clock::now();
+    for (int polls = 1;; ++polls) {
+      const cudaError_t e = query();
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) cuda_check(e, what);
+      watch(-1, since);
+      if (polls > 64) sched_yield();
+    }
+  }
+
   // NCCL's asynchronous error (a peer failed or left) or no progress since `since`: this
   // communicator cannot go on. Aborts it and throws a CommError naming `peer` when known.
   void watch(int peer, Clock::time_point since) {
@@ -382,8 +422,11 @@ class NcclTransport final : public Transport {
   int rank_, size_;
   double timeout_;
   Bootstrap* bootstrap_;
-  cudaStream_t stream_ = nullptr;  // transfers, packs and unpacks, in issue order
-  cudaStream_t local_ = nullptr;   // copy, zero, add
+  cudaStream_t stream_ = nullptr;        // transfers, packs, unpacks and local work, in issue order
+  cudaStream_t local_ = nullptr;         // allocations
+  std::shared_ptr<cudaStream_t> alive_;  // stream_, while it lives: scratch frees in its order
+  cudaEvent_t settled_ = nullptr;        // recorded by settle() after the queued local work
+  bool queued_ = false;                  // local work queued since the last settle()
   ncclComm_t comm_ = nullptr;
   std::shared_ptr<void> barrier_buf_;
   int batch_depth_ = 0;

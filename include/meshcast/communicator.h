@@ -125,12 +125,23 @@ class Communicator {
   void begin_batch() { transport_->begin_batch(); }
   void end_batch() { transport_->end_batch(); }
 
-  // Work on this device's own memory (host, or the transport's device memory).
-  void copy(const Region& from, const Region& to) { transport_->copy(from, to); }
-  void zero(const Region& r) { transport_->zero(r); }
-  void add(const Region& from, const Region& to, DType dtype) { transport_->add(from, to, dtype); }
+  // Work on this device's own memory (host, or the transport's device memory), complete on
+  // return (Transport::settle).
+  void copy(const Region& from, const Region& to) {
+    transport_->copy(from, to);
+    transport_->settle();
+  }
+  void zero(const Region& r) {
+    transport_->zero(r);
+    transport_->settle();
+  }
+  void add(const Region& from, const Region& to, DType dtype) {
+    transport_->add(from, to, dtype);
+    transport_->settle();
+  }
   void convert(const Region& from, DType from_type, const Region& to, DType to_type) {
     transport_->convert(from, from_type, to, to_type);
+    transport_->settle();
   }
   std::shared_ptr<void> scratch(std::size_t bytes) { return transport_->scratch(bytes); }
   // Scratch that stays allocated for the next operation asking as much or less (a sync's

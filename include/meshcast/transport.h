@@ -91,7 +91,10 @@ class Transport {
   virtual void begin_batch() {}
   virtual void end_batch() {}
 
-  // Work on this device's own memory; the defaults work on host memory.
+  // Work on this device's own memory; the defaults work on host memory. A transport may queue
+  // it in order with this device's later operations of its own (a GPU stream): settle() waits
+  // for everything queued, after which the host may read the memory or free it. The engine
+  // settles before a transfer completes; Communicator::copy and the others settle each call.
   virtual void copy(const Region& from, const Region& to) { copy_region(from, to); }
   virtual void zero(const Region& r) { zero_region(r); }
   virtual void add(const Region& from, const Region& to, DType dtype) {
@@ -102,6 +105,8 @@ class Transport {
   virtual void convert(const Region& from, DType from_type, const Region& to, DType to_type) {
     convert_region(from, from_type, to, to_type);
   }
+  virtual void settle() {}
+  // Memory for the engine's staging, freed only after the local work queued on it.
   virtual std::shared_ptr<void> scratch(std::size_t bytes);
 
   // Memory shared with the devices of this node, where the transport maps it: device d's segment

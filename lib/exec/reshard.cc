@@ -162,10 +162,10 @@ class ReshardExecutor final : public Transfer::Executor {
             std::vector<PendingReduce>& reduces) {
     switch (op.kind) {
       case OpKind::Copy:
-        if (op.root == me_) comm_.copy(src_region(op.box), dst_region(op.box));
+        if (op.root == me_) local().copy(src_region(op.box), dst_region(op.box));
         return;
       case OpKind::Zero:
-        if (op.root == me_) comm_.zero(dst_region(op.box));
+        if (op.root == me_) local().zero(dst_region(op.box));
         return;
       case OpKind::Multicast: {
         const bool receiver = std::find(op.peers.begin(), op.peers.end(), me_) != op.peers.end();
@@ -220,9 +220,9 @@ class ReshardExecutor final : public Transfer::Executor {
       const Region addend =
           op.peers[g] == me_ ? src_region(op.box) : Region::packed_like(d, p.staging[g].get());
       if (g == 0)
-        comm_.copy(addend, d);
+        local().copy(addend, d);
       else
-        comm_.add(addend, d, t);
+        local().add(addend, d, t);
     }
   }
 
@@ -245,7 +245,9 @@ bool Transfer::Executor::step(bool block) {
   if (failure_) std::rethrow_exception(failure_);
   if (finished_) return true;
   try {
+    // Its queued local work done before it counts as done: the buffers are the caller's again.
     finished_ = advance(block);
+    if (finished_) comm_.transport().settle();
   } catch (const std::exception& e) {
     failure_ = std::current_exception();
     comm_.abandon_for(e);
@@ -259,6 +261,7 @@ void Transfer::Executor::drop() noexcept {
   try {
     cancel_all();
     comm_.abandon(CommError(me_, "dropped a transfer before it completed"));
+    comm_.transport().settle();
   } catch (...) {  // best effort, as abandon() itself is
   }
   failure_ = std::make_exception_ptr(CommError(me_, "dropped a transfer before it completed"));

@@ -236,7 +236,7 @@ class SyncExecutor final : public Transfer::Executor {
       Tensor& x = tensors_[static_cast<std::size_t>(t)];
       if (op.root != me_) continue;
       if (op.kind == OpKind::Zero)
-        comm_.zero(dst_region(x, op.box));
+        local().zero(dst_region(x, op.box));
       else
         convert(src_region(x, op.box), x.src_type, dst_region(x, op.box), x.dst_type);
     }
@@ -245,9 +245,9 @@ class SyncExecutor final : public Transfer::Executor {
 
   void convert(const Region& from, DType from_type, const Region& to, DType to_type) {
     if (from_type == to_type)
-      comm_.copy(from, to);
+      local().copy(from, to);
     else
-      comm_.convert(from, from_type, to, to_type);
+      local().convert(from, from_type, to, to_type);
   }
 
   std::int64_t staging_of(const SyncPlan::Message& m) const {
@@ -350,7 +350,7 @@ class SyncExecutor final : public Transfer::Executor {
           const Tensor& x = tensors_[static_cast<std::size_t>(s.tensor)];
           const Region to = packed(at, s.box, x.dst_type);
           if (s.from_dst)
-            comm_.copy(dst_region(x, s.box), to);
+            local().copy(dst_region(x, s.box), to);
           else
             convert(src_region(x, s.box), x.src_type, to, x.dst_type);
           at += to.bytes();
@@ -380,7 +380,7 @@ class SyncExecutor final : public Transfer::Executor {
     for (int c : m.peers) {
       const Region slot = packed(at, s.box, x.src_type);
       if (c == me_)
-        comm_.copy(src_region(x, s.box), slot);
+        local().copy(src_region(x, s.box), slot);
       else
         p.reqs.push_back(comm_.irecv(slot, c, p.tag));
       at += slot.bytes();
@@ -420,7 +420,7 @@ class SyncExecutor final : public Transfer::Executor {
       char* base = p.staging;
       const Region sum = packed(base, s.box, x.src_type);
       for (std::size_t g = 1; g < m.peers.size(); ++g)
-        comm_.add(packed(base + g * sum.bytes(), s.box, x.src_type), sum, x.src_type);
+        local().add(packed(base + g * sum.bytes(), s.box, x.src_type), sum, x.src_type);
       convert(sum, x.src_type, dst_region(x, s.box), x.dst_type);
       return;
     }
@@ -429,7 +429,7 @@ class SyncExecutor final : public Transfer::Executor {
     for (const auto& s : m.segments) {
       const Tensor& x = tensors_[static_cast<std::size_t>(s.tensor)];
       const Region from = packed(const_cast<char*>(at), s.box, x.dst_type);
-      comm_.copy(from, dst_region(x, s.box));
+      local().copy(from, dst_region(x, s.box));
       at += from.bytes();
     }
   }
