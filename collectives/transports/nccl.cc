@@ -4,7 +4,9 @@
 // are packed on the stream before the group and unpacked after it. A request completes with an
 // event recorded after its group (and its unpacks). Waits poll the event with a deadline, and
 // abort the communicator on timeout or on NCCL's asynchronous error. Work on the device's own
-// memory runs on a second stream, so that it never waits behind transfers in flight.
+// memory runs on a second stream, so that it never waits behind transfers in flight; it is
+// queued, and the transfers' stream waits for it before its next pack or group (the engine
+// posts a send only after the copies that fill its box). settle() waits for it on the host.
 //
 // Device memory comes from CUDA's stream-ordered allocator: cudaFree waits for the whole device,
 // and so for an NCCL transfer in flight that may wait on a peer, which may wait on this device.
@@ -56,7 +58,7 @@ std::string seconds_text(double s) {
 
 // A region the kernels and NCCL can use: rank <= kMaxRank, and GPU memory (host memory
 // would fault the kernels or NCCL, far from the caller's mistake).
-void check_region(const Region& r) {
+void check_region(const Region& r, int device) {
   if (r.count.size() > static_cast<std::size_t>(detail::kMaxRank))
     throw ValidationError("region", "the NCCL transport supports tensors of rank <= " +
                                         std::to_string(detail::kMaxRank));
@@ -67,8 +69,6 @@ void check_region(const Region& r) {
     throw ValidationError("buffer",
                           "host memory given to the nccl transport: its buffers must be GPU "
                           "memory (NcclSession::allocate, or a CUDA allocation)");
-  int device = -1;
-  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
   if (at.type == cudaMemoryTypeDevice && at.device != device)
     throw ValidationError("buffer", "memory of GPU " + std::to_string(at.device) +
                                         " given to the nccl transport of GPU " +
@@ -122,8 +122,10 @@ class NcclTransport final : public Transport {
     try {
       cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
       cuda_check(cudaStreamCreateWithFlags(&local_, cudaStreamNonBlocking), "cudaStreamCreate");
-      alive_ = std::make_shared<cudaStream_t>(stream_);
+      alive_ = std::make_shared<cudaStream_t>(local_);
       cuda_check(cudaEventCreateWithFlags(&settled_, cudaEventDisableTiming), "cudaEventCreate");
+      cuda_check(cudaEventCreateWithFlags(&handed_, cudaEventDisableTiming), "cudaEventCreate");
+      cuda_check(cudaGetDevice(&device_), "cudaGetDevice");
       barrier_buf_ = caller_memory(sizeof(float), local_);
       nccl_check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
     } catch (...) {
@@ -221,32 +223,28 @@ class NcclTransport final : public Transport {
     if (batch_depth_ > 0 && --batch_depth_ == 0) flush();
   }
 
-  // Local work goes on the transfers' stream, in order with the packs, sends, receives and
-  // unpacks posted around it, and is waited for only by settle(): a host wait per kernel
-  // cost 11-16 us on an H200, per tensor of a sync and per segment a message packs.
+  // Local work is queued, not waited for one kernel at a time: a host wait per kernel cost
+  // 11-16 us on an H200, per tensor of a sync and per segment a message packs.
   void copy(const Region& from, const Region& to) override {
-    check_region(from);
-    check_region(to);
-    queue(detail::gpu_copy(from, to, stream_), "copy kernel");
+    check_region(from, device_);
+    check_region(to, device_);
+    queue(detail::gpu_copy(from, to, local_), "copy kernel");
   }
   void zero(const Region& r) override {
-    check_region(r);
-    queue(detail::gpu_zero(r, stream_), "zero kernel");
+    check_region(r, device_);
+    queue(detail::gpu_zero(r, local_), "zero kernel");
   }
   void add(const Region& from, const Region& to, DType dtype) override {
-    check_region(from);
-    check_region(to);
-    queue(detail::gpu_add(from, to, dtype, stream_), "add kernel");
+    check_region(from, device_);
+    check_region(to, device_);
+    queue(detail::gpu_add(from, to, dtype, local_), "add kernel");
   }
+  // Local work waits on no peer: a plain wait ends.
   void settle() override {
     if (!queued_) return;
+    cuda_check(cudaEventRecord(settled_, local_), "cudaEventRecord");
+    cuda_check(cudaEventSynchronize(settled_), "local work");
     queued_ = false;
-    cuda_check(cudaEventRecord(settled_, stream_), "cudaEventRecord");
-    if (aborted_) {  // nothing left in flight to watch: NCCL's kernels were aborted
-      cuda_check(cudaEventSynchronize(settled_), "local work");
-      return;
-    }
-    poll([&] { return cudaEventQuery(settled_); }, "local work");
   }
   // No conversion kernel yet: the host loop of the default would read device memory.
   void convert(const Region& from, DType from_type, const Region& to, DType to_type) override {
@@ -255,8 +253,9 @@ class NcclTransport final : public Transport {
                             "the nccl transport does not convert dtypes yet; sync without --cast");
     copy(from, to);
   }
-  // Freed in the order of stream_, after the local work queued there that may use it; once
-  // this transport is gone (its streams with it), on the legacy stream.
+  // Allocated and freed in the order of local_ (after the local work that may use it; the
+  // engine frees staging only after the transfers using it completed), on the legacy stream
+  // once this transport is gone.
   std::shared_ptr<void> scratch(std::size_t bytes) override {
     void* p = nullptr;
     cuda_check(cudaMallocAsync(&p, bytes ? bytes : 1, local_), "cudaMallocAsync");
@@ -300,6 +299,7 @@ class NcclTransport final : public Transport {
     queue_.clear();  // their staging is freed on stream_: before it goes
     barrier_buf_.reset();
     if (settled_) (void)cudaEventDestroy(settled_);
+    if (handed_) (void)cudaEventDestroy(handed_);
     if (local_) (void)cudaStreamDestroy(local_);
     if (stream_) (void)cudaStreamDestroy(stream_);
   }
@@ -324,11 +324,12 @@ class NcclTransport final : public Transport {
   // Where a send reads `r` from (in place, or a packed copy made on the stream now), or where a
   // receive writes it (in place, or a buffer unpacked after the group).
   void stage(const Region& r, Op& op, bool send) {
-    check_region(r);
+    check_region(r, device_);
     if (r.is_contiguous()) {
       op.ptr = r.origin();
       return;
     }
+    after_local();
     op.staging = stream_memory(r.bytes(), stream_, stream_);
     op.ptr = op.staging.get();
     if (send)
@@ -351,6 +352,7 @@ class NcclTransport final : public Transport {
     live();
     std::vector<Op> ops;
     ops.swap(queue_);
+    after_local();
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     for (const Op& op : ops) {
       ncclResult_t rc = ncclSuccess;
@@ -385,7 +387,15 @@ class NcclTransport final : public Transport {
 
   void queue(cudaError_t launched, const char* what) {
     cuda_check(launched, what);
-    queued_ = true;
+    queued_ = handing_ = true;
+  }
+  // The transfers' stream waits for the local work queued so far: before a pack or a group
+  // reads what it wrote.
+  void after_local() {
+    if (!handing_) return;
+    cuda_check(cudaEventRecord(handed_, local_), "cudaEventRecord");
+    cuda_check(cudaStreamWaitEvent(stream_, handed_, 0), "cudaStreamWaitEvent");
+    handing_ = false;
   }
   // Polls `query` until it returns cudaSuccess, watching NCCL's errors and the timeout.
   template <class Query>
@@ -423,10 +433,13 @@ class NcclTransport final : public Transport {
   double timeout_;
   Bootstrap* bootstrap_;
   cudaStream_t stream_ = nullptr;        // transfers, packs, unpacks and local work, in issue order
-  cudaStream_t local_ = nullptr;         // allocations
-  std::shared_ptr<cudaStream_t> alive_;  // stream_, while it lives: scratch frees in its order
-  cudaEvent_t settled_ = nullptr;        // recorded by settle() after the queued local work
+  cudaStream_t local_ = nullptr;         // copy, zero, add; allocations
+  std::shared_ptr<cudaStream_t> alive_;  // local_, while it lives: scratch frees in its order
+  cudaEvent_t settled_ = nullptr;        // settle(): recorded after the queued local work
+  cudaEvent_t handed_ = nullptr;         // after_local(): stream_ waits for it
   bool queued_ = false;                  // local work queued since the last settle()
+  bool handing_ = false;                 // ... since the last after_local()
+  int device_ = -1;                      // the GPU of this transport
   ncclComm_t comm_ = nullptr;
   std::shared_ptr<void> barrier_buf_;
   int batch_depth_ = 0;
@@ -512,8 +525,10 @@ NcclSession::~NcclSession() = default;
 
 Communicator& NcclSession::world() { return *impl_->world; }
 
+// The caller's memory, freed on the legacy stream: after the work of the caller's (blocking)
+// streams that may use it, not in the order of the transport's.
 std::shared_ptr<void> NcclSession::allocate(std::size_t bytes) {
-  return impl_->world->scratch(bytes);
+  return caller_memory(bytes, cudaStreamLegacy);
 }
 
 void NcclSession::upload(const void* host, void* device, std::size_t bytes) {

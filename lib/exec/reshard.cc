@@ -251,6 +251,10 @@ bool Transfer::Executor::step(bool block) {
   } catch (const std::exception& e) {
     failure_ = std::current_exception();
     comm_.abandon_for(e);
+    try {  // its queued local work ends before the caller gets its buffers back
+      comm_.transport().settle();
+    } catch (...) {  // the failure to report is e
+    }
     throw;
   }
   return finished_;

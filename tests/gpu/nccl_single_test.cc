@@ -249,6 +249,31 @@ TEST_F(NcclSingle, SendAndReceiveStridedBoxesToItselfInOneBatch) {
   EXPECT_EQ(download(to, flat_bytes.size()), flat_bytes);
 }
 
+// The engine's local work is queued (Transport::copy, no settle) and a send posted after it
+// must read what it wrote: through the in-place path (a contiguous box) and the packed one (a
+// strided box). 64 MiB, so that a send not ordered after the copy would read stale bytes.
+TEST_F(NcclSingle, QueuedCopiesComeBeforeTheSendsThatReadThem) {
+  const std::int64_t rows = 4096, cols = 4096;
+  const std::vector<std::byte> a = values(DType::f32, rows * cols, 3);
+  for (const bool strided : {false, true}) {
+    SCOPED_TRACE(strided ? "strided" : "contiguous");
+    const std::int64_t width = strided ? 2 * cols : cols;
+    auto da = upload(a);
+    auto db = upload(std::vector<std::byte>(a.size() * (strided ? 2 : 1)));
+    auto dc = upload(std::vector<std::byte>(a.size()));
+    const Region ra{da.get(), 4, {rows, cols}, {0, 0}, {rows, cols}};
+    const Region rb{db.get(), 4, {rows, width}, {0, 0}, {rows, cols}};
+    const Region rc{dc.get(), 4, {rows, cols}, {0, 0}, {rows, cols}};
+    comm().transport().copy(ra, rb);  // queued
+    comm().begin_batch();
+    Request reqs[] = {comm().isend(rb, 0, 9), comm().irecv(rc, 0, 9)};
+    comm().end_batch();
+    comm().wait_all(reqs);
+    comm().transport().settle();
+    EXPECT_TRUE(download(dc, a.size()) == a);
+  }
+}
+
 TEST_F(NcclSingle, BroadcastAndBarrierOnAWorldOfOne) {
   Buffers host = buffers(DType::i32);
   auto from = upload(host.from_bytes);

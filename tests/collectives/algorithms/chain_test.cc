@@ -51,7 +51,7 @@ class Scripted : public Transport {
     return Request(op);
   }
   bool test(Request::Impl& impl) override {
-    settle();
+    deliver_due();
     return static_cast<Op&>(impl).done;
   }
   // Time passes while the engine waits.
@@ -92,7 +92,7 @@ class Scripted : public Transport {
     bool done;
     std::size_t index;  // sends: posting order; receives: offset in the upstream bytes
   };
-  void settle() {
+  void deliver_due() {
     for (auto& s : sends_)
       if (!s->done && s->due <= clock_) {
         if (wire_.size() <= s->index) wire_.resize(s->index + 1);
