@@ -8,9 +8,11 @@
 #    run), where a skip is a failure; then reshard_mpi's random reshards on the NCCL transport
 #    at 1 rank (mpirun -np 1), and the NCCL reshard tests at 2, 4 and 8 ranks (each skips when
 #    there are fewer GPUs than ranks);
-# 3. runs the one-GPU benchmark (build/gpu/bin/gpu_reshard_bench: the copy kernel, a strided send
-#    to itself and a one-device reshard against cudaMemcpy, with every element checked) on boxes
-#    of 4 KiB rows, 64-byte rows and 4-byte rows (the worst case: no access wider than one f32).
+# 3. runs `meshcast-nccl sync --verify` at one rank (GPT-2 small, every tensor copied on GPU 0,
+#    in each mode) and the one-GPU benchmark (build/gpu/bin/gpu_reshard_bench: the copy kernel,
+#    a strided send to itself and a one-device reshard against cudaMemcpy, with every element
+#    checked) on boxes of 4 KiB rows, 64-byte rows and 4-byte rows (the worst case: no access
+#    wider than one f32).
 # Needs no network. Environment: MESHCAST_GPU_BENCH_BYTES, the benchmark's largest size (bytes,
 # default its own: 1 GiB); JOBS, build jobs (default: the number of cores).
 set -euo pipefail
@@ -71,6 +73,21 @@ if [[ -x $reshard_mpi && -n $mpiexec ]]; then
 else
   step "reshard_mpi not built (no MPI): its single-rank NCCL run is left out"
 fi
+
+step "meshcast-nccl sync on one GPU (GPT-2 small, each mode, every element checked)"
+model=$build/gpt2-small-one-gpu.json
+python3 - models/gpt2-small.json "$model" <<'PY'
+import json, sys
+whole = lambda n: "1@0:" + "R" * n  # every tensor on GPU 0, on both sides: local copies
+m = json.load(open(sys.argv[1]))
+json.dump({k: {"shape": v["shape"], "dtype": v["dtype"], "src": whole(len(v["shape"])),
+               "dst": whole(len(v["shape"]))} for k, v in m.items()}, open(sys.argv[2], "w"))
+PY
+for mode in fused per-tensor gather; do
+  MESHCAST_RANK=0 MESHCAST_SIZE=1 MESHCAST_RENDEZVOUS=127.0.0.1:29511 "$build/bin/meshcast-nccl" \
+    sync --model "$model" --mode $mode --backend nccl --verify --iters 20 ||
+    fail "meshcast-nccl sync --mode $mode"
+done
 
 for cols in 1024 16 1; do
   step "one-GPU benchmark, boxes of $cols f32 columns"
