@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <utility>
 #include <vector>
@@ -135,6 +136,28 @@ TEST(BoxWalk, MergesWholeDimensionsIntoOneRow) {
   w = box_walk(from, to, 16, 1);
   EXPECT_EQ(w.outer, 0);
   EXPECT_EQ(w.row, 8 * 1024 * 4 / 16);
+}
+
+// Past 2^32 words (the kernels' 64-bit path): words around 2^32 and the last one land where
+// row-major arithmetic says, in a box of 2 x 2.15e9 bytes whose rows start at odd offsets.
+TEST(BoxWalk, LocatesWordsPastFourBillion) {
+  const std::int64_t cols = 2'150'000'000;
+  const Region from{
+      reinterpret_cast<void*>(std::uintptr_t{1} << 40), 1, {3, cols + 3}, {1, 1}, {2, cols}};
+  const Region to{
+      reinterpret_cast<void*>(std::uintptr_t{1} << 41), 1, {2, cols + 1}, {0, 0}, {2, cols}};
+  const BoxWalk w = box_walk(from, to, 16, 1);
+  ASSERT_EQ(w.word, 1);
+  ASSERT_EQ(w.words(), 2 * cols);
+  const std::int64_t four_billion = std::int64_t{1} << 32;
+  for (const std::int64_t i : {std::int64_t{0}, cols - 1, cols, four_billion - 1, four_billion,
+                               four_billion + 1, 2 * cols - 1}) {
+    long long a, b;
+    w.locate<unsigned long long>(static_cast<unsigned long long>(i), a, b);
+    const std::int64_t row = i / cols, col = i % cols;
+    EXPECT_EQ(w.first_a + a, (1 + row) * (cols + 3) + 1 + col) << i;
+    EXPECT_EQ(w.first_b + b, row * (cols + 1) + col) << i;
+  }
 }
 
 }  // namespace
