@@ -92,9 +92,10 @@ class Transport {
   virtual void end_batch() {}
 
   // Work on this device's own memory; the defaults work on host memory. A transport may queue
-  // it in order with this device's later operations of its own (a GPU stream): settle() waits
-  // for everything queued, after which the host may read the memory or free it. The engine
-  // settles before a transfer completes; Communicator::copy and the others settle each call.
+  // it (a GPU stream), ordered before the sends, receives and multicasts posted after it:
+  // settle() waits for everything queued, after which the host may read the memory or free
+  // it. The engine settles before a transfer completes; Communicator::copy and the others
+  // settle each call.
   virtual void copy(const Region& from, const Region& to) { copy_region(from, to); }
   virtual void zero(const Region& r) { zero_region(r); }
   virtual void add(const Region& from, const Region& to, DType dtype) {

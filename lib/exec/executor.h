@@ -33,8 +33,8 @@ class Transfer::Executor : public InFlight {
   virtual bool advance(bool block) = 0;
   // Cancels every request in flight (drop()).
   virtual void cancel_all() = 0;
-  // Copies, fills and sums on this device's memory, queued in order with its transfers (a GPU
-  // transport's stream): step() settles them before the transfer completes.
+  // Copies, fills and sums on this device's memory, queued (a GPU transport's stream) ahead of
+  // the transfers posted after them: step() settles them before the transfer completes.
   Transport& local() { return comm_.transport(); }
 
   Communicator& comm_;
