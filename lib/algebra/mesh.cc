@@ -15,6 +15,8 @@ namespace {
 // A mesh of more devices than this is refused (ids are not limited, only the count).
 constexpr std::int64_t kMaxDevices = std::int64_t{1} << 20;
 constexpr std::int64_t kMaxId = std::numeric_limits<int>::max();
+// A spec names a mesh axis by one digit (S01, P2): an 11th axis would print as two.
+constexpr std::size_t kMaxAxes = 10;
 
 // "8-15" or "5": the number of ids it names. Appends them to `out` only while `out` holds at
 // most `keep` ids, so that a list far longer than the mesh is counted, not materialised.
@@ -37,6 +39,9 @@ std::int64_t parse_id_range(std::string_view s, std::vector<int>& out, std::size
 // Number of devices of a mesh of this shape; validates the extents.
 std::int64_t mesh_size(const std::vector<std::int64_t>& shape, const std::string& field) {
   if (shape.empty()) throw ValidationError(field, "a mesh needs at least one axis");
+  if (shape.size() > kMaxAxes)
+    throw ValidationError(field, "a mesh has at most " + std::to_string(kMaxAxes) + " axes (" +
+                                     std::to_string(shape.size()) + " given)");
   std::int64_t n = 1;
   for (auto e : shape) {
     if (e < 1) throw ValidationError(field, "mesh extents must be >= 1");

@@ -217,6 +217,13 @@ TEST(Mesh, ConstructorValidates) {
   EXPECT_THROW(Mesh({2}, {3, 3}, "m"), ValidationError);
   EXPECT_THROW(Mesh({2, 2}, {0, 1, 2}, "m"), ValidationError);
   EXPECT_THROW(Mesh({0}, {}, "m"), ValidationError);
+  // Ten axes, the most a spec's one-digit axis names reach: axis 9 round-trips through text;
+  // an eleventh is refused (it would print as "S10", read back as axes 1 and 0).
+  const Mesh ten(std::vector<std::int64_t>(10, 1), {7}, "m");
+  const Layout l({4, 4}, DType::f32, ten, ShardingSpec(std::vector<std::vector<int>>{{9}, {}}));
+  EXPECT_EQ(Layout::parse({4, 4}, DType::f32, l.str()).str(), l.str());
+  EXPECT_THROW(Mesh(std::vector<std::int64_t>(11, 1), {7}, "m"), ValidationError);
+  EXPECT_THROW(Mesh::parse("1x1x1x1x1x1x1x1x1x1x1@0", "m"), Error);
   try {
     Mesh({2}, {4, 4}, "src.mesh");
     ADD_FAILURE();
