@@ -158,18 +158,18 @@ struct ProcessSession {
 // A rank's buffers where its communicator reads and writes them: the host bytes themselves, or,
 // given an NCCL session, GPU copies (the transport refuses host memory). place() returns the
 // buffer to hand to reshard or sync (null for no bytes), uploading the host bytes; fetch()
-// brings a placed buffer's bytes back to its host vector; scratch() is uninitialised memory of
-// the same kind. Buffers live as long as this.
+// brings the bytes of what place(host) returned back to host; scratch() is uninitialised
+// memory of the same kind. Buffers live as long as this.
 class RankBuffers {
  public:
   explicit RankBuffers(NcclSession* gpu) : gpu_(gpu) {}
   void* place(std::vector<std::byte>& host);
-  void fetch(std::vector<std::byte>& host);
+  void fetch(const void* placed, std::vector<std::byte>& host);
   void* scratch(std::size_t bytes);
 
  private:
   NcclSession* gpu_;
-  std::vector<std::pair<const std::byte*, std::shared_ptr<void>>> copies_;  // host -> GPU
+  std::vector<std::shared_ptr<void>> gpu_memory_;
   std::vector<std::vector<std::byte>> host_scratch_;
 };
 // Checks that every rank of the job was given the same settings (name, value), in the same

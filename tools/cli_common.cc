@@ -172,29 +172,25 @@ void* RankBuffers::place(std::vector<std::byte>& host) {
   if (host.empty()) return nullptr;
 #ifdef MESHCAST_HAS_NCCL
   if (gpu_) {
-    auto copy = gpu_->allocate(host.size());
-    gpu_->upload(host.data(), copy.get(), host.size());
-    copies_.emplace_back(host.data(), copy);
-    return copy.get();
+    void* copy = gpu_memory_.emplace_back(gpu_->allocate(host.size())).get();
+    gpu_->upload(host.data(), copy, host.size());
+    return copy;
   }
 #endif
   return host.data();
 }
 
-void RankBuffers::fetch([[maybe_unused]] std::vector<std::byte>& host) {
+void RankBuffers::fetch([[maybe_unused]] const void* placed,
+                        [[maybe_unused]] std::vector<std::byte>& host) {
 #ifdef MESHCAST_HAS_NCCL
-  if (host.empty()) return;  // nothing placed (scratch is keyed by null)
-  for (const auto& [at, copy] : copies_)
-    if (at == host.data()) gpu_->download(copy.get(), host.data(), host.size());
+  if (gpu_ && !host.empty()) gpu_->download(placed, host.data(), host.size());
 #endif
 }
 
 void* RankBuffers::scratch(std::size_t bytes) {
 #ifdef MESHCAST_HAS_NCCL
   if (gpu_) {
-    auto copy = gpu_->allocate(bytes);
-    copies_.emplace_back(nullptr, copy);
-    return copy.get();
+    return gpu_memory_.emplace_back(gpu_->allocate(bytes)).get();
   }
 #endif
   return host_scratch_.emplace_back(bytes).data();

@@ -273,7 +273,7 @@ ProcessRun run_plan_on(const Plan& p, ProcessSession& session, int iters, bool v
       result.run.seconds.push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  buffers.fetch(out);
+  buffers.fetch(dst_buf, out);
   if (verify)
     result.run.mismatches =
         boot.sum(dst.mesh().contains(me) ? count_mismatches(dst, me, out.data()) : 0);

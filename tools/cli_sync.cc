@@ -236,7 +236,7 @@ RunResult run_device(const Loaded& l, Communicator& comm, int iters, bool verify
   if (verify)
     for (std::size_t i = 0; i < moves.size(); ++i)
       if (moves[i].dst.mesh().contains(me)) {
-        memory.fetch(dst[i]);
+        memory.fetch(dst_at[i], dst[i]);
         r.mismatches += count_mismatches(moves[i].dst, me, dst[i].data());
       }
   return r;

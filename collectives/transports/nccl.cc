@@ -271,7 +271,14 @@ class NcclTransport final : public Transport {
     nccl_check(ncclAllReduce(barrier_buf_.get(), barrier_buf_.get(), 1, ncclFloat, ncclSum, comm_,
                              stream_),
                "ncclAllReduce", comm_);
-    poll([&] { return cudaStreamQuery(stream_); }, "cudaStreamQuery");
+    const auto since = Clock::now();
+    for (int polls = 1;; ++polls) {
+      const cudaError_t e = cudaStreamQuery(stream_);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) cuda_check(e, "cudaStreamQuery");
+      watch(-1, since);
+      if (polls > 64) sched_yield();
+    }
   }
 
   // NCCL tells the peers nothing: they end with NCCL's remote error or their own timeout.
@@ -397,18 +404,6 @@ class NcclTransport final : public Transport {
     cuda_check(cudaStreamWaitEvent(stream_, handed_, 0), "cudaStreamWaitEvent");
     handing_ = false;
   }
-  // Polls `query` until it returns cudaSuccess, watching NCCL's errors and the timeout.
-  template <class Query>
-  void poll(Query query, const char* what) {
-    const auto since = Clock::now();
-    for (int polls = 1;; ++polls) {
-      const cudaError_t e = query();
-      if (e == cudaSuccess) return;
-      if (e != cudaErrorNotReady) cuda_check(e, what);
-      watch(-1, since);
-      if (polls > 64) sched_yield();
-    }
-  }
 
   // NCCL's asynchronous error (a peer failed or left) or no progress since `since`: this
   // communicator cannot go on. Aborts it and throws a CommError naming `peer` when known.
@@ -432,7 +427,7 @@ class NcclTransport final : public Transport {
   int rank_, size_;
   double timeout_;
   Bootstrap* bootstrap_;
-  cudaStream_t stream_ = nullptr;        // transfers, packs, unpacks and local work, in issue order
+  cudaStream_t stream_ = nullptr;        // transfers, packs and unpacks, in issue order
   cudaStream_t local_ = nullptr;         // copy, zero, add; allocations
   std::shared_ptr<cudaStream_t> alive_;  // local_, while it lives: scratch frees in its order
   cudaEvent_t settled_ = nullptr;        // settle(): recorded after the queued local work
