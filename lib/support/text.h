@@ -23,21 +23,29 @@ inline std::string counted(std::int64_t n, std::string_view noun) {
   return std::to_string(n) + ' ' + std::string(noun) + (n == 1 ? "" : "s");
 }
 
+// The value of decimal digits `s` if it is at most `max`, else -1 (also for no digits or a
+// character that is not one).
+inline std::int64_t digits_value(std::string_view s, std::int64_t max) {
+  if (s.empty()) return -1;
+  std::int64_t v = 0;
+  for (char c : s) {
+    const int d = c - '0';
+    if (d < 0 || d > 9 || d > max || v > (max - d) / 10) return -1;
+    v = v * 10 + d;
+  }
+  return v;
+}
+
 // Parses a non-negative decimal integer <= max; throws ParseError(field) naming `what`.
 inline std::int64_t parse_uint(std::string_view s, std::int64_t max, const std::string& field,
                                const std::string& what) {
   if (s.empty()) throw ParseError(field, "missing " + what);
-  std::int64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9')
-      throw ParseError(field, "bad " + what + " " + quote(s) + " (expected digits)");
-    const int d = c - '0';
-    if (v > (max - d) / 10)
-      throw ParseError(field,
-                       what + " " + quote(s) + " is too large (max " + std::to_string(max) + ")");
-    v = v * 10 + d;
-  }
-  return v;
+  const std::int64_t v = digits_value(s, max);
+  if (v >= 0) return v;
+  if (s.find_first_not_of("0123456789") != std::string_view::npos)
+    throw ParseError(field, "bad " + what + " " + quote(s) + " (expected digits)");
+  throw ParseError(field,
+                   what + " " + quote(s) + " is too large (max " + std::to_string(max) + ")");
 }
 
 // Parses a size in bytes: decimal digits and an optional binary unit K, M, G or T ("64K" is
@@ -47,18 +55,8 @@ inline std::int64_t parse_bytes(std::string_view s, std::int64_t max, const std:
   const std::size_t unit = s.empty() ? std::string_view::npos : units.find(s.back());
   const int shift = unit == std::string_view::npos ? 0 : 10 * static_cast<int>(unit + 1);
   const std::string_view digits = shift > 0 ? s.substr(0, s.size() - 1) : s;
-  const std::int64_t limit = max >> shift;
-  std::int64_t v = 0;
-  bool ok = !digits.empty();
-  for (char c : digits) {
-    const int d = c - '0';
-    if (d < 0 || d > 9 || d > limit || v > (limit - d) / 10) {
-      ok = false;
-      break;
-    }
-    v = v * 10 + d;
-  }
-  if (!ok)
+  const std::int64_t v = digits_value(digits, max >> shift);
+  if (v < 0)
     throw ParseError(field, "expected bytes as digits with an optional K, M, G or T, at most " +
                                 human_bytes(max) + ", got " + quote(s));
   return v << shift;
