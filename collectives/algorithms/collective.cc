@@ -443,7 +443,7 @@ Collective ibroadcast(const Group& group, int root, void* buf, std::int64_t coun
   chain.insert(chain.end(), members.begin(), it);
   const std::size_t pos =
       (me + members.size() - static_cast<std::size_t>(it - members.begin())) % members.size();
-  Program p({Signature::Kind::Broadcast, dtype});
+  Program p({Signature::Kind::Broadcast, dtype, ReduceOp::Sum, root});
   detail::chain_broadcast(p, chain, pos, buf, static_cast<std::size_t>(count) * p.elem(),
                           kBroadcastChunk);
   return start(group, std::move(p));

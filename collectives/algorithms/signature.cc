@@ -6,6 +6,7 @@ namespace meshcast::detail {
 namespace {
 
 constexpr std::uint64_t kMark = 0x4D43;  // "MC": a word that is not a signature is told apart
+constexpr std::uint64_t kRootBits = 0xFFFFFF;
 
 const char* name(Signature::Kind k) {
   switch (k) {
@@ -30,7 +31,8 @@ bool reduces(Signature::Kind k) {
 }  // namespace
 
 std::uint64_t Signature::word() const {
-  return kMark << 48 | std::uint64_t{static_cast<std::uint8_t>(kind)} << 16 |
+  return kMark << 48 | (static_cast<std::uint64_t>(root) & kRootBits) << 24 |
+         std::uint64_t{static_cast<std::uint8_t>(kind)} << 16 |
          std::uint64_t{static_cast<std::uint8_t>(dtype)} << 8 | static_cast<std::uint8_t>(op);
 }
 
@@ -52,6 +54,11 @@ void Signature::check(std::uint64_t theirs, int device) const {
   other.dtype = static_cast<DType>(byte(8));
   other.op = static_cast<ReduceOp>(byte(0));
   const bool dtype_differs = other.dtype != dtype;
+  if (!dtype_differs && other.op == op)  // then the root
+    throw ValidationError("root", who + " calls " + str() + " from root " +
+                                      std::to_string(theirs >> 24 & kRootBits) +
+                                      " where this device's root is " + std::to_string(root) +
+                                      ": every member passes the same root");
   const bool known = byte(8) <= static_cast<std::uint8_t>(DType::c128) &&
                      byte(0) <= static_cast<std::uint8_t>(ReduceOp::Max);
   const std::string theirs_text = known ? other.str() : "an unknown dtype or op";

@@ -463,6 +463,41 @@ TEST(Collectives, MembersThatDisagreeFailNamingTheField) {
   }
 }
 
+// Members that name different roots of a broadcast: device 2 names root 0 where the others
+// name 1, and receives from device 1 in either chain, the same bytes. It is refused naming the
+// root (no member but the root, which only sends, returns), on a small message (its signature
+// carried in front of the data) and a large one (alone).
+TEST(Collectives, BroadcastFromAnotherRootFailsNamingTheRoot) {
+  for (const std::int64_t count : {5, 5000}) {
+    SCOPED_TRACE(count);
+    LocalWorld w(4, 0, 2.0);
+    std::mutex m;
+    std::vector<std::string> outcome(4);
+    EXPECT_ANY_THROW(w.run([&](Communicator& comm) {
+      std::vector<float> x(static_cast<std::size_t>(count), 10.0f + comm.rank());
+      std::string got = "returned";
+      try {
+        broadcast(comm.world(), comm.rank() == 2 ? 0 : 1, x.data(), count, DType::f32);
+      } catch (const ValidationError& e) {
+        got = e.what();
+      } catch (const CommError& e) {
+        got = std::string("CommError: ") + e.what();
+      }
+      {
+        std::lock_guard<std::mutex> lock(m);
+        outcome[static_cast<std::size_t>(comm.rank())] = got;
+      }
+      if (got != "returned") throw std::runtime_error(got);
+    }));
+    EXPECT_EQ(outcome[2].rfind("root: device 1 calls broadcast of f32 from root 1 where this "
+                               "device's root is 0",
+                               0),
+              0u)
+        << outcome[2];
+    for (int d : {0, 3}) EXPECT_NE(outcome[static_cast<std::size_t>(d)], "returned");
+  }
+}
+
 // A null buffer that must hold elements, an unknown dtype or reduction, counts whose bytes
 // overflow: refused before anything is sent, naming the argument (all_reduce(nullptr, nullptr,
 // 4) used to crash); null buffers of zero elements are fine.
