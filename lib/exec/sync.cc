@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 #include <unordered_set>
 
@@ -25,7 +26,11 @@ constexpr std::size_t kMaxInFlight = 64;
 // Staging ranges start at multiples of this: a reduce's addends are read as floats and doubles
 // (and by GPU kernels), whatever odd-sized message sits before them.
 constexpr std::int64_t kAlign = 64;
-std::int64_t aligned(std::int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+// (Rounded down where rounding up would pass 2^63: a bound of max_staging_bytes near it.)
+std::int64_t aligned(std::int64_t n) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  return n > kMax - (kAlign - 1) ? kMax / kAlign * kAlign : (n + kAlign - 1) / kAlign * kAlign;
+}
 
 // First-fit ranges of one staging buffer, kept by the communicator from sync to sync: a fresh
 // allocation per message (or per sync) pays its page faults every time, which was most of a

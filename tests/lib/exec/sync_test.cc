@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -391,6 +392,26 @@ TEST(Sync, APartialSumsPiecesAreBoundedBeforeTheyAreBuilt) {
   const SyncPlan small = plan_sync(sum(std::int64_t{1} << 16), 0, topo, o);
   EXPECT_EQ(small.stats().messages, 4096);
   for (const auto& m : small.messages()) EXPECT_EQ(m.peers.size(), 64u);
+}
+
+// Any bound on staging up to 2^63 - 1 runs: the staging area rounds the bound up to whole
+// lines, which passed 2^63 (a negative size, std::bad_alloc at the sender) above 2^63 - 64.
+TEST(Sync, TheLargestStagingBoundsRun) {
+  const Layout a = Layout::parse({64, 8}, DType::f32, "2@0-1:S0R");
+  const Layout b = Layout::parse({64, 8}, DType::f32, "2@2-3:RS0");
+  const std::vector<TensorMove> tensors = {{"w", a, b}};
+  for (const std::int64_t bound :
+       {std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::max() - 63}) {
+    SyncOptions opt;
+    opt.max_staging_bytes = bound;
+    std::vector<testing::Buffers> bufs = {testing::make_buffers(a, b, 4)};
+    LocalWorld world(4);
+    ASSERT_NO_THROW(world.run([&](Communicator& comm) {
+      run_sync(plan_sync(tensors, comm.rank(), Topology::single_host(), opt), comm, bufs);
+    })) << bound;
+    std::string first;
+    EXPECT_EQ(testing::check(b, bufs[0], first), 0) << bound << ": " << first;
+  }
 }
 
 TEST(Sync, BadInputNamesTheField) {
