@@ -16,10 +16,12 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "arrived.h"
 #include "meshcast/error.h"
+#include "meshcast/units.h"
 #include "watchdog.h"
 
 namespace meshcast {
@@ -452,7 +454,22 @@ std::unique_ptr<MpiSession> MpiSession::attach(const void* mpi_comm, MpiOptions 
     throw ValidationError("comm", inited ? "MPI is already finalized" : "MPI is not initialised");
   if (!mpi_comm) throw ValidationError("comm", "null MPI communicator");
   auto impl = std::make_unique<Impl>();
-  check(MPI_Comm_dup(*static_cast<const MPI_Comm*>(mpi_comm), &impl->comm), "MPI_Comm_dup");
+  // Non-blocking, bounded by the timeout: a rank that never attaches (it failed before, or
+  // exited) would hold the others in MPI_Comm_dup for ever. The others then fail by name; the
+  // duplicate, never completed, cannot be cancelled and is left to the process's end.
+  MPI_Request dup = MPI_REQUEST_NULL;
+  check(MPI_Comm_idup(*static_cast<const MPI_Comm*>(mpi_comm), &impl->comm, &dup), "MPI_Comm_idup");
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(options.timeout_seconds);
+  for (int done = 0, pause_us = 10;; pause_us = std::min(2 * pause_us, 1000)) {
+    check(MPI_Test(&dup, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) break;
+    if (std::chrono::steady_clock::now() > deadline)
+      throw CommError("comm", "not every rank of the communicator attached within " +
+                                  human_seconds(options.timeout_seconds) +
+                                  " (each calls this collectively, with the same communicator)");
+    std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
+  }
   auto transport = std::make_unique<MpiTransport>(impl->comm, options);
   impl->transport = transport.get();
   impl->world = std::make_unique<Communicator>(std::move(transport));

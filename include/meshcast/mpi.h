@@ -54,8 +54,9 @@ class MpiSession : public Bootstrap {
   // A session over a communicator of a program that initialised MPI itself (mpi4py, a host
   // application): `mpi_comm` points at its MPI_Comm. The session works on a duplicate (its
   // messages never meet the caller's) and device id d is rank d of that communicator; it never
-  // finalizes MPI. Collective over the communicator. Throws ValidationError("comm") when MPI is
-  // not initialised or already finalized.
+  // finalizes MPI. Collective over the communicator: CommError("comm") where not every rank
+  // calls it within options.timeout_seconds. Throws ValidationError("comm") when MPI is not
+  // initialised or already finalized.
   static std::unique_ptr<MpiSession> attach(const void* mpi_comm, MpiOptions options = {});
   ~MpiSession() override;
   MpiSession(const MpiSession&) = delete;

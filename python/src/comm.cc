@@ -398,7 +398,7 @@ abandoned (its peers fail naming the device).
 
   m.def("from_mpi4py", &from_mpi4py, py::arg("comm"), py::arg("timeout") = 60.0, R"doc(
 A meshcast Comm over an mpi4py communicator (e.g. MPI.COMM_WORLD), for jobs under mpirun.
-Collective. meshcast works on a duplicate: its messages never meet yours. Device id d is
+Collective: where not every rank calls it within `timeout` seconds, CommError. meshcast works on a duplicate: its messages never meet yours. Device id d is
 rank d of `comm`. MPI must allow concurrent calls from one thread at a time at least.
 )doc");
   m.def("from_env", &from_env, py::arg("backend") = "ucx", py::arg("timeout") = 60.0, R"doc(

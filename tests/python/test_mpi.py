@@ -36,6 +36,30 @@ def test_one_rank_failing_ends_the_job():
     assert "rank 1 gives up" in r.stderr and "CommError" in r.stderr, r.stderr[-2000:]
 
 
+def test_a_rank_that_never_attaches_is_waited_for_within_the_timeout(tmp_path):
+    # Rank 0 exits without calling from_mpi4py: the others' duplicate of the communicator never
+    # completes, and their timeout (2 s) ends it with a CommError instead of a hang.
+    pytest.importorskip("mpi4py")
+    script = tmp_path / "attach.py"
+    script.write_text(
+        "import sys, time\n"
+        "import meshcast as mc\n"
+        "from mpi4py import MPI\n"
+        "r = MPI.COMM_WORLD.rank\n"
+        "if r == 0:\n"
+        "    sys.exit(0)\n"
+        "t = time.monotonic()\n"
+        "try:\n"
+        "    mc.from_mpi4py(MPI.COMM_WORLD, timeout=2)\n"
+        "    print(f'rank {r} attached', flush=True)\n"
+        "except mc.CommError as e:\n"
+        "    print(f'rank {r} after {time.monotonic() - t:.0f} s: {e}', flush=True)\n")
+    r = mpirun(3, str(script), env=env_with_path(), timeout=120)
+    for k in (1, 2):
+        assert re.search(rf"rank {k} after [2-9] s: comm: not every rank of the communicator "
+                         r"attached within 2\.000 s", r.stdout), r.stdout + r.stderr
+
+
 def test_a_shorter_message_than_expected_is_refused():
     pytest.importorskip("mpi4py")
     r = mpirun(2, WORKER, "mpi4py", "1", "3", "short", env=env_with_path(), timeout=120)
