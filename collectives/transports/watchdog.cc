@@ -166,6 +166,11 @@ void Watchdog::diagnose(const std::vector<int>& peers) {
     (v != visible_.end() && ended(v->second) ? gone : silent).push_back(p);
   }
   if (silent.empty()) silent = gone;
+  // The devices waited on first: a silent device that takes no part in this transfer (busy
+  // elsewhere in its program) is not its cause.
+  std::stable_partition(silent.begin(), silent.end(), [&](int p) {
+    return std::find(peers.begin(), peers.end(), p) != peers.end();
+  });
   std::ostringstream seconds;  // "3", "0.5": not to_string's "3.000000"
   seconds << timeout_;
   const std::string after = "no progress for " + seconds.str() + " s";

@@ -56,8 +56,9 @@ class Watchdog {
   // one naming a peer whose process ended (told to the others first, as abandon() does).
   void watch();
   // Call when a wait saw no progress for the timeout: pings every rank and throws a CommError
-  // naming the first that does not answer within a grace period, the others in its cause (or,
-  // if all answer, the first of `peers`).
+  // naming the first that does not answer within a grace period (one of `peers`, the devices
+  // waited on, where one of them is silent), the others in its cause (or, if all answer, the
+  // first of `peers`).
   [[noreturn]] void diagnose(const std::vector<int>& peers);
   // Tells every other rank that this one gives up because of `why`: they throw a CommError
   // naming why.device() when it names one, else why.field(), with why.cause() (one line, cut

@@ -60,6 +60,30 @@ def test_a_rank_that_never_attaches_is_waited_for_within_the_timeout(tmp_path):
                          r"attached within 2\.000 s", r.stdout), r.stdout + r.stderr
 
 
+def test_the_device_waited_on_is_named_before_others_that_are_silent(tmp_path):
+    # Device 2 waits on device 1, stalled (6 s); device 0, in no transfer, sleeps longer (8 s)
+    # and answers no liveness check either: the timeout names device 1, device 0 only after it.
+    pytest.importorskip("mpi4py")
+    script = tmp_path / "stall.py"
+    script.write_text(
+        "import time\n"
+        "import numpy as np\n"
+        "import meshcast as mc\n"
+        "from mpi4py import MPI\n"
+        "c = mc.from_mpi4py(MPI.COMM_WORLD, timeout=2)\n"
+        "me = c.rank\n"
+        "p = mc.plan(mc.Layout((4,), 'f32', '1@1:R'), mc.Layout((4,), 'f32', '1@2:R'))\n"
+        "time.sleep({0: 8, 1: 6}.get(me, 0))\n"
+        "try:\n"
+        "    mc.reshard(p, c, np.ones(4, np.float32) if me == 1 else None,\n"
+        "               np.zeros(4, np.float32) if me == 2 else None)\n"
+        "except mc.CommError as e:\n"
+        "    print(f'rank {me} failed: {e}', flush=True)\n")
+    r = mpirun(3, str(script), env=env_with_path(), timeout=120)
+    assert "rank 2 failed: device 1: no progress for 2 s and no answer to a liveness check" \
+        in r.stdout, r.stdout + r.stderr
+
+
 def test_a_shorter_message_than_expected_is_refused():
     pytest.importorskip("mpi4py")
     r = mpirun(2, WORKER, "mpi4py", "1", "3", "short", env=env_with_path(), timeout=120)
