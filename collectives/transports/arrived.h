@@ -9,13 +9,16 @@
 
 namespace meshcast::detail {
 
-// A receive that completed with `got` bytes where `want` were posted fails, naming its sender:
+// A receive that completed with `got` bytes where `want` were posted fails, naming its sender
+// (CommError field "length"):
 // MPI and UCX both complete a receive of a shorter message without an error, and so does the
 // local transport.
 inline void check_arrived(int peer, std::int64_t got, std::int64_t want) {
   if (got != want)
-    throw CommError(peer, "sent " + std::to_string(got) + " bytes where " + std::to_string(want) +
-                              " were expected");
+    throw CommError(
+        peer,
+        "sent " + std::to_string(got) + " bytes where " + std::to_string(want) + " were expected",
+        "length");
 }
 
 }  // namespace meshcast::detail

@@ -54,12 +54,13 @@ class IoError : public Error {  // Io
   IoError(std::string field, std::string cause)
       : Error(ErrorKind::Io, std::move(field), std::move(cause)) {}
 };
-// A peer failed: PeerFailure. With a device, field() is "peer"; with a field and no device, the
+// A peer failed: PeerFailure. With a device, field() is "peer", or "length" where the device
+// sent a message of another length than the receive's; with a field and no device, the
 // operation that failed with no single device to blame ("bootstrap", "iters").
 class CommError : public Error {
  public:
-  CommError(int device, std::string cause)
-      : Error(ErrorKind::PeerFailure, "peer", std::move(cause), device) {}
+  CommError(int device, std::string cause, std::string field = "peer")
+      : Error(ErrorKind::PeerFailure, std::move(field), std::move(cause), device) {}
   CommError(std::string field, std::string cause)
       : Error(ErrorKind::PeerFailure, std::move(field), std::move(cause)) {}
 };

@@ -1,5 +1,7 @@
 #include "lib/exec/signatures.h"
 
+#include <thread>
+
 namespace meshcast::detail {
 
 void PeerSignatures::post(Communicator& comm, int tag, Words to, Words from) {
@@ -40,6 +42,19 @@ void PeerSignatures::wait_all(Communicator& comm, const Differ& differ) {
     check(i, differ);
   }
   comm.wait_all(sends_);
+}
+
+void PeerSignatures::await_from(Communicator& comm, int device, const Differ& differ,
+                                std::chrono::milliseconds most) {
+  const auto until = std::chrono::steady_clock::now() + most;
+  for (std::size_t i = 0; i < from_.size(); ++i) {
+    if (from_[i].first != device || checked_[i]) continue;
+    while (!comm.test(recvs_[i])) {
+      if (std::chrono::steady_clock::now() >= until) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    check(i, differ);
+  }
 }
 
 void PeerSignatures::cancel(Communicator& comm) {

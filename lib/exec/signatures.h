@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <tuple>
@@ -34,6 +35,10 @@ class PeerSignatures {
   bool test(Communicator& comm, const Differ& differ);
   // Waits for every word and checks it.
   void wait_all(Communicator& comm, const Differ& differ);
+  // Waits up to `most` for `device`'s word, if this device expects one not yet checked, and
+  // checks it: after a failure naming `device`, the word that differs names the cause.
+  void await_from(Communicator& comm, int device, const Differ& differ,
+                  std::chrono::milliseconds most);
   void cancel(Communicator& comm);
 
  private:

@@ -166,6 +166,25 @@ class SyncExecutor final : public Transfer::Executor {
     }
     // A sender's word as it arrives (also while a wait blocks): another plan is named at once.
     const detail::WaitHook check(comm_, [&] { words_arrived(differ); });
+    try {
+      return run(block, differ);
+    } catch (const CommError& e) {
+      // A message of another length may complete before its sender's word is checked: that
+      // word, when it comes within a moment and differs, names the cause (another model or plan).
+      try {
+        if (e.field() == "length")
+          signatures_.await_from(comm_, e.device(), differ, std::chrono::milliseconds(500));
+      } catch (const ValidationError&) {
+        throw;
+      } catch (...) {  // the failure to report is the first
+      }
+      throw;
+    }
+  }
+
+  // advance()'s loop, with the words posted.
+  bool run(bool block, const detail::PeerSignatures::Differ& differ) {
+    const auto& msgs = plan_.messages();
     while (true) {
       bool moved = retire();
       words_arrived(differ);

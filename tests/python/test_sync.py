@@ -105,6 +105,33 @@ def test_sync_errors(rng):
     assert mc.LocalWorld(2).run(step) == [True, True]
 
 
+def test_a_model_that_differs_is_named_not_the_lengths_of_its_messages():
+    # Device 2 casts tensor "a" to f16 where the others move it as f32: its messages are shorter
+    # than the senders', and may complete before the senders' words are checked. The failure is
+    # named as the model's on every run, never as a length ("sent 64 bytes where 32 were ...").
+    src = mc.Layout((8, 4), "f32", "2@0-1:S0R")
+    dst = mc.Layout((8, 4), "f32", "2@2-3:RS0")
+    dst16 = mc.Layout((8, 4), "f16", "2@2-3:RS0")
+
+    def step(comm):
+        me = comm.rank
+        moves = [("a", src, dst16 if me == 2 else dst), ("b", src, dst)]
+        plan = mc.plan_sync(moves, me)
+        a = {n: np.ones(s.local_shape(me), np.float32) for n, s, _ in moves if me in s.mesh}
+        b = {n: np.zeros(d.local_shape(me), np.float16 if d.dtype == "f16" else np.float32)
+             for n, _, d in moves if me in d.mesh}
+        try:
+            mc.sync(plan, comm, a, b)
+        except (ValueError, mc.CommError) as e:
+            return str(e)
+        return "returned"
+
+    for run in range(60):
+        outcomes = mc.LocalWorld(4, timeout=10).run(step)
+        assert not any("bytes where" in o for o in outcomes), (run, outcomes)
+        assert any(o.startswith("model: device") for o in outcomes), (run, outcomes)
+
+
 def test_predict_sync():
     moves = mc.load_model(ROOT + "/models/gpt2-small.json",
                           ROOT + "/models/systems/tp2pp2-to-tp2dp2.json")

@@ -305,6 +305,41 @@ TEST(Sync, DevicesThatRunDifferentPlansFailNamingWhatDiffers) {
   EXPECT_EQ(out, (std::vector<std::string>{"", ""}));
 }
 
+// A receiver whose model casts a tensor the others do not expects fewer bytes: the message of
+// another length may complete before its sender's word is checked, and the failure is still
+// named as the model's, not as a length ("sent 64 bytes where 48 were expected"), every time.
+TEST(Sync, AModelThatDiffersIsNamedBeforeTheLengthsItsMessagesHave) {
+  const auto model = [](DType a) {
+    return std::vector<TensorMove>{{"a", Layout::parse({8, 4}, DType::f32, "2@0-1:S0R"),
+                                    Layout::parse({8, 4}, a, "2@2-3:RS0")},
+                                   {"b", Layout::parse({8, 4}, DType::f32, "2@0-1:S0R"),
+                                    Layout::parse({8, 4}, DType::f32, "2@2-3:RS0")}};
+  };
+  for (int run = 0; run < testing::scaled(30); ++run) {
+    std::vector<std::string> out(4);
+    std::vector<std::vector<std::byte>> bytes(16, std::vector<std::byte>(256));
+    LocalWorld world(4, 0, 10.0);
+    world.run([&](Communicator& comm) {
+      const auto me = static_cast<std::size_t>(comm.rank());
+      const SyncPlan p = plan_sync(model(me == 2 ? DType::f16 : DType::f32), comm.rank(),
+                                   Topology::single_host(), SyncOptions{});
+      std::vector<const void*> src{bytes[4 * me].data(), bytes[4 * me + 1].data()};
+      std::vector<void*> dst{bytes[4 * me + 2].data(), bytes[4 * me + 3].data()};
+      try {
+        sync(p, comm.world(), src, dst);
+      } catch (const Error& e) {
+        out[me] = e.what();
+      }
+    });
+    int named = 0;
+    for (const std::string& o : out) {
+      EXPECT_EQ(o.find("bytes where"), std::string::npos) << "run " << run << ": " << o;
+      named += o.find("syncs another model") != std::string::npos;
+    }
+    EXPECT_GE(named, 1) << "run " << run << ": " << out[2];
+  }
+}
+
 // The model digest the devices compare is of the layouts' structure, not their text: names
 // "ab"+"c" and "a"+"bc" differ, and so do axes 1,0 and 0,1. (A spec's "S10" could once read as
 // axes 1 and 0 or axis 10; meshes now have at most 10 axes, mesh_test.)
