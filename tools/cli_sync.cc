@@ -305,7 +305,9 @@ void save_sync(const SyncArgs& a, const Loaded& l) {
     throw ValidationError("topology",
                           "auto is discovered when a job starts; save a plan with a "
                           "topology file or preset");
-  nlohmann::ordered_json tensors = nlohmann::ordered_json::object();
+  // The tensors written member by member: an ordered_json object finds each key by a linear
+  // search, quadratic in the model's tensors (500,000 took minutes). Their names are distinct.
+  std::string tensors = "{";
   for (std::size_t i = 0; i < l.model.moves.size(); ++i) {
     const TensorMove& t = l.model.moves[i];
     nlohmann::ordered_json e = {{"shape", t.src.shape()},
@@ -314,9 +316,11 @@ void save_sync(const SyncArgs& a, const Loaded& l) {
                                 {"dst", t.dst.str()}};
     // Under a cast, every target's dtype: one that opted out of it must stay out on replay.
     if (t.dst.dtype() != t.src.dtype() || !a.cast.empty())
-      e["dst_dtype"] = to_string(t.dst.dtype());
-    tensors[t.name] = std::move(e);
+      e["dst_dtype"] = t.dst.dtype() == t.src.dtype() ? l.model.dtype_names[i]  // F8_E4M3: not i8
+                                                      : to_string(t.dst.dtype());
+    (i ? tensors += ',' : tensors) += nlohmann::json(t.name).dump() + ':' + e.dump();
   }
+  tensors += '}';
   const nlohmann::ordered_json out = {
       {kSavedSync, 1},
       {"mode", a.mode},
@@ -324,9 +328,10 @@ void save_sync(const SyncArgs& a, const Loaded& l) {
       {"strategy", a.strategy},
       {"max_staging_bytes", l.options.max_staging_bytes},
       {"fork", !a.no_fork},
-      {"topology", nlohmann::ordered_json::parse(l.topology.to_json())},
-      {"tensors", std::move(tensors)}};
-  write_file(a.save_plan, out.dump() + "\n", "save-plan");
+      {"topology", nlohmann::ordered_json::parse(l.topology.to_json())}};
+  std::string text = out.dump();
+  text.pop_back();  // its closing brace: the tensors follow
+  write_file(a.save_plan, text + ",\"tensors\":" + tensors + "}\n", "save-plan");
 }
 
 // `a` with --plan's file read into it. Flags the file fixes are refused where they differ.
@@ -334,18 +339,48 @@ SyncArgs with_saved_sync(const SyncArgs& a) {
   if (a.plan_file.empty()) return a;
   if (!a.save_plan.empty()) throw ValidationError("save-plan", "cannot be given with --plan");
   const std::string text = read_input_file(a.plan_file, "plan", limits().input_file_bytes);
-  const auto j = detail::parse_json<nlohmann::ordered_json>(text, "plan");
-  if (!j.is_object() || !j.contains(kSavedSync))
-    throw ValidationError("plan",
-                          a.plan_file + " is not a sync saved by meshcast sync --save-plan");
-  if (j[kSavedSync] != 1)
-    throw ValidationError("plan", a.plan_file + " is a sync saved in format " +
-                                      j[kSavedSync].dump().substr(0, 16) + "; this build reads 1");
+  // Read in place, the tensors' and topology's text kept as it is: a tree of the document
+  // (ordered_json) found each key by a linear search, quadratic in the model's tensors.
+  detail::JsonReader r(text, "plan");
+  r.check();
+  const std::string not_saved = a.plan_file + " is not a sync saved by meshcast sync --save-plan";
+  if (r.peek() != detail::JsonReader::Type::Object) throw ValidationError("plan", not_saved);
+  std::map<std::string, std::string, std::less<>> strings;
+  std::optional<std::int64_t> format, staging;
+  std::optional<bool> fork;
+  std::string_view topology, tensors;
+  r.object("plan", [&](std::string_view key) {
+    const auto field = "plan." + std::string(key);
+    if (key == kSavedSync) {
+      const std::string_view v = r.raw();
+      if (v != "1")
+        throw ValidationError("plan", a.plan_file + " is a sync saved in format " +
+                                          std::string(v.substr(0, 16)) + "; this build reads 1");
+      format = 1;
+    } else if (key == "mode" || key == "cast" || key == "strategy") {
+      if (r.peek() != detail::JsonReader::Type::String)
+        throw ValidationError(field, "missing or not a string");
+      strings[std::string(key)] = r.string(field);
+    } else if (key == "max_staging_bytes") {
+      staging = r.integer<std::int64_t>(field);
+    } else if (key == "fork") {
+      if (r.peek() != detail::JsonReader::Type::Bool) throw ValidationError(field, "not a boolean");
+      fork = r.boolean(field);
+    } else if (key == "topology" || key == "tensors") {
+      if (r.peek() != detail::JsonReader::Type::Object)
+        throw ValidationError(field, "missing or not an object");
+      (key == "topology" ? topology : tensors) = r.raw();
+    } else {
+      r.skip();
+    }
+  });
+  if (!format) throw ValidationError("plan", not_saved);
   SyncArgs s = a;
   const auto text_of = [&](const char* key) {
-    if (!j.contains(key) || !j[key].is_string())
+    const auto it = strings.find(key);
+    if (it == strings.end())
       throw ValidationError(std::string("plan.") + key, "missing or not a string");
-    return j[key].get<std::string>();
+    return it->second;
   };
   for (const auto& [flag, given, key] :
        {std::tuple{"mode", &a.mode, "mode"}, std::tuple{"cast", &a.cast, "cast"},
@@ -359,17 +394,14 @@ SyncArgs with_saved_sync(const SyncArgs& a) {
   s.mode = text_of("mode");
   s.cast = text_of("cast");
   s.strategy = text_of("strategy");
-  if (!j.contains("max_staging_bytes") || !j["max_staging_bytes"].is_number_integer())
-    throw ValidationError("plan.max_staging_bytes", "missing or not an integer");
-  s.max_staging = std::to_string(j["max_staging_bytes"].get<std::int64_t>());
+  if (!staging) throw ValidationError("plan.max_staging_bytes", "missing or not an integer");
+  s.max_staging = std::to_string(*staging);
   if (a.given.count("max-staging-bytes") &&
-      parse_size(a.max_staging, "max-staging-bytes") != j["max_staging_bytes"].get<std::int64_t>())
+      parse_size(a.max_staging, "max-staging-bytes") != *staging)
     throw ValidationError("max-staging-bytes", "the saved plan " + a.plan_file + " was made with " +
                                                    s.max_staging + "; leave it out to run it");
   // Absent from files saved before chains forked: they may.
-  if (j.contains("fork") && !j["fork"].is_boolean())
-    throw ValidationError("plan.fork", "not a boolean");
-  s.no_fork = j.contains("fork") && !j["fork"].get<bool>();
+  s.no_fork = fork && !*fork;
   if (a.no_fork && !s.no_fork)
     throw ValidationError("no-fork", "the saved plan " + a.plan_file +
                                          " was made without it; leave --no-fork out to run it");
@@ -378,12 +410,10 @@ SyncArgs with_saved_sync(const SyncArgs& a) {
     if (!given->empty())
       throw ValidationError(flag, "the saved plan " + a.plan_file + " fixes it; leave --" +
                                       std::string(flag) + " out to run it");
-  if (!j.contains("topology") || !j["topology"].is_object())
-    throw ValidationError("plan.topology", "missing or not an object");
-  if (!j.contains("tensors") || !j["tensors"].is_object())
-    throw ValidationError("plan.tensors", "missing or not an object");
-  s.topology_text = j["topology"].dump();
-  s.model_text = j["tensors"].dump();
+  if (topology.empty()) throw ValidationError("plan.topology", "missing or not an object");
+  if (tensors.empty()) throw ValidationError("plan.tensors", "missing or not an object");
+  s.topology_text = std::string(topology);
+  s.model_text = std::string(tensors);
   return s;
 }
 

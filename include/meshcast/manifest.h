@@ -107,7 +107,8 @@ inline constexpr std::int64_t kMaxManifestTensors = std::int64_t{1} << 20;
 // an explicit one. `cast` (bf16 or f16) is the target dtype of f32 tensors that give no
 // dst_dtype; other tensors keep theirs. Throws ParseError / ValidationError naming the field;
 // ValidationError("model") past kMaxManifestTensors, 2^50 bytes in all, or 2^27 mesh devices
-// summed over the tensors' layouts.
+// summed over the tensors' layouts; ValidationError("plan memory") where the tensors, at about
+// 3 KiB each to read and plan, exceed limits().plan_memory_bytes.
 ModelManifest read_model(std::string_view model_json, const SystemConfig* system,
                          std::optional<DType> cast = {});
 

@@ -90,6 +90,10 @@ class JsonReader {
 
   // The whole text is one value and whitespace; rewinds to its start.
   void check() {
+    // (As parse_json(): JSON has no raw NUL anywhere, and a reader that stops at one would not
+    // see what follows it.)
+    if (const auto nul = s_.find('\0'); nul != std::string_view::npos)
+      throw ParseError(field_, "not valid JSON: a NUL byte at byte " + std::to_string(nul));
     pos_ = 0;
     skip_value(0, true);
     ws();
@@ -218,6 +222,13 @@ class JsonReader {
   }
 
   void skip() { skip_value(0, false); }
+  // Skips the next value and returns its text (a view into the document).
+  std::string_view raw() {
+    ws();
+    const std::size_t start = pos_;
+    skip_value(0, false);
+    return s_.substr(start, pos_ - start);
+  }
 
  private:
   template <class W>

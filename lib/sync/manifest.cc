@@ -14,6 +14,7 @@
 #include "lib/support/text.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
+#include "meshcast/units.h"
 
 namespace meshcast {
 namespace {
@@ -435,11 +436,19 @@ class Side {
   int layers_;
 };
 
+// Whether two dtype names of a file are one type: "F32" and "f32" are; an 8-bit float is only
+// itself (F8_E4M3 and F8_E5M2 are both stored as i8, and neither is i8).
+bool same_dtype(const std::string& a, const std::string& b, DType as, DType bs) {
+  const bool fa = a.starts_with("F8_"), fb = b.starts_with("F8_");
+  return as == bs && fa == fb && (!fa || a == b);
+}
+
 std::optional<DType> dst_dtype_of(const Entry& e, DType src, std::optional<DType> cast,
                                   const std::string& f) {
   if (e.dst_dtype) {
     const DType t = storage_dtype(*e.dst_dtype, f + ".dst_dtype");
-    if (t != src && !(src == DType::f32 && (t == DType::bf16 || t == DType::f16)))
+    if (!same_dtype(e.dtype, *e.dst_dtype, src, t) &&
+        !(src == DType::f32 && (t == DType::bf16 || t == DType::f16)))
       throw ValidationError(f + ".dst_dtype", "a tensor of dtype " + e.dtype + " cannot become " +
                                                   *e.dst_dtype +
                                                   " (only f32 casts, to bf16 or f16)");
@@ -611,10 +620,25 @@ ModelManifest read_model(std::string_view model_json, const SystemConfig* system
   JsonReader r(model_json, "model");
   r.check();  // syntax and keys given twice, before anything else is reported
   std::vector<Entry> entries;
+  // What a tensor holds beside its boxes once read and planned (its name, two layouts of a few
+  // small vectors each, its entries in a device's plan): about 3 KiB, measured with 2^20
+  // one-element tensors (3.1 GB per rank under MPI). Counted against the planning memory as the
+  // tensors are read, so that a model of many tensors is refused within that bound.
+  constexpr std::int64_t kTensorBytes = 3 << 10;
+  const std::int64_t most = limits().plan_memory_bytes / kTensorBytes;
   r.object("model", [&](std::string_view name) {
-    if (static_cast<std::int64_t>(entries.size()) == kMaxManifestTensors)
+    const auto n = static_cast<std::int64_t>(entries.size());
+    if (n == kMaxManifestTensors)
       throw ValidationError("model",
                             "more than " + std::to_string(kMaxManifestTensors) + " tensors");
+    if (n == most)
+      throw ValidationError("plan memory", "tensor " + std::to_string(n + 1) +
+                                               " of the model would exceed the limit of " +
+                                               human_bytes(limits().plan_memory_bytes) +
+                                               ": a tensor takes about " +
+                                               human_bytes(kTensorBytes) +
+                                               " to read and plan (raise it with "
+                                               "MESHCAST_MAX_PLAN_MEMORY_BYTES)");
     if (name.empty()) throw ValidationError("tensors.", "a tensor has an empty name");
     entries.push_back(entry_from(r, std::string(name)));
   });

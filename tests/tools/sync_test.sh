@@ -131,7 +131,7 @@ plan|--plan $TMP/notsaved.json
 plan: .* format 2|--plan $TMP/v2.json
 plan: .*appears twice|--plan $TMP/twice.json
 plan: .*NUL byte|--plan $TMP/nul.json
-plan: not valid JSON: parse error at line 1, column 101: syntax error|--plan $TMP/cut.json
+plan: not valid JSON: unterminated string at byte 100|--plan $TMP/cut.json
 topology|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --topology auto --save-plan $TMP/auto.json
 model|--iters 1
 EOF2
@@ -227,6 +227,8 @@ printf '{"train": {"num_gpus": 65536, "tp_size": 8, "pp_size": 4, "dp_size": 204
 MESHCAST_MAX_PLAN_MEMORY_BYTES=2000000000 run --model models/gpt2-small.json --system "$TMP/huge.json" --predict
 if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q "^meshcast: plan memory: an estimated" "$TMP/err"; then ok; else
   bad "65536 predict under 2 GB: rc=$rc $(head -c 300 "$TMP/err")"; fi
+printf '{"w": {"shape": [8], "dtype": "F8_E4M3", "dst_dtype": "F8_E5M2", "src": "2@0-1:S0", "dst": "2@2-3:R"}}' >"$TMP/f8.json"
+printf '{"w": {"shape": [8], "dtype": "I8", "dst_dtype": "F8_E4M3", "src": "2@0-1:S0", "dst": "2@2-3:R"}}' >"$TMP/i8f8.json"
 printf '{"b": {"shape": [8], "dtype": "F32", "src": "2@0-1:S0", "dst": "2@2-3:R"}, "big": {"shape": [3000000000], "dtype": "F32", "src": "2@0-1:S0", "dst": "2@2-3:S0"}}' >"$TMP/big.json"
 while IFS='|' read -r want args; do
   [[ -z $want ]] && continue
@@ -248,7 +250,34 @@ mode|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.jso
 max-staging-bytes|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --max-staging-bytes 0
 max-staging-bytes: .*at most 1.00 TiB, got '2T'|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --max-staging-bytes 2T
 buffer bytes: .* the largest: tensors.big (source)|--model $TMP/big.json
+tensors.w.dst_dtype: a tensor of dtype F8_E4M3 cannot become F8_E5M2|--model $TMP/f8.json
+tensors.w.dst_dtype: a tensor of dtype I8 cannot become F8_E4M3|--model $TMP/i8f8.json
 EOF2
+
+# An 8-bit float that keeps its dtype under a cast is saved by its name (not as its storage,
+# i8) and runs again from the saved plan; a saved plan of 100,000 tensors is written and read
+# in time linear in them (an ordered tree of the document took minutes at 500,000).
+printf '{"w": {"shape": [8], "dtype": "F8_E4M3", "src": "2@0-1:S0", "dst": "2@2-3:R"}, "v": {"shape": [8], "dtype": "F32", "src": "2@0-1:S0", "dst": "2@2-3:R"}}' >"$TMP/f8cast.json"
+run --model "$TMP/f8cast.json" --cast bf16 --save-plan "$TMP/f8cast-plan.json"
+run --plan "$TMP/f8cast-plan.json" --iters 1 --verify --json
+if [[ $rc -eq 0 && $(field verified mismatches) == "true 0" ]] &&
+  grep -q '"w":{[^}]*"dst_dtype":"F8_E4M3"' "$TMP/f8cast-plan.json"; then ok; else
+  bad "F8_E4M3 under --cast, saved and run: rc=$rc $(head -c 300 "$TMP/err")"; fi
+python3 -c 'import sys
+open(sys.argv[1], "w").write("{" + ",".join("\"t%d\":{\"shape\":[1],\"dtype\":\"U8\",\"src\":\"1@0:R\",\"dst\":\"1@1:R\"}" % i for i in range(100000)) + "}")' "$TMP/many.json"
+run --model "$TMP/many.json" --save-plan "$TMP/many-plan.json"
+run --plan "$TMP/many-plan.json" --predict --json
+if [[ $rc -eq 0 && $(field tensors) == "100000" ]]; then ok; else
+  bad "a saved plan of 100,000 tensors: rc=$rc $(head -c 300 "$TMP/err")"; fi
+# Read against the bound on planning memory as they are read: refused within it, at once.
+MESHCAST_MAX_PLAN_MEMORY_BYTES=100M run --model "$TMP/many.json" --predict
+if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] &&
+  grep -q "^meshcast: plan memory: tensor 34134 of the model would exceed the limit of 100.00 MiB" "$TMP/err"
+then ok; else bad "100,000 tensors under 100 MiB: rc=$rc $(cat "$TMP/err")"; fi
+sed 's/"max_staging_bytes":[0-9]*/"max_staging_bytes":18446744073709551615/' "$TMP/f8cast-plan.json" >"$TMP/staging.json"
+run --plan "$TMP/staging.json" --predict
+if [[ $rc -eq 2 && $(cat "$TMP/err") == "meshcast: plan.max_staging_bytes: integer out of range" ]]
+then ok; else bad "a saved plan's max_staging_bytes past 2^63: rc=$rc $(cat "$TMP/err")"; fi
 
 # A bound in bytes from the environment takes a binary unit; the refusal names the tensor.
 while IFS='|' read -r value want; do
@@ -257,7 +286,7 @@ while IFS='|' read -r value want; do
   if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q -- "$want" "$TMP/err"; then ok; else
     bad "MESHCAST_MAX_PLAN_MEMORY_BYTES=$value: want exit 2 naming '$want', got rc=$rc: $(cat "$TMP/err")"; fi
 done <<'EOF2'
-1K|^meshcast: plan memory: .* exceeds the limit of 1.00 KiB .*; the largest: tensors.model.embed_tokens.weight
+1M|^meshcast: plan memory: .* exceeds the limit of 1.00 MiB .*; the largest: tensors.model.embed_tokens.weight
 1.5G|^meshcast: MESHCAST_MAX_PLAN_MEMORY_BYTES: expected bytes as digits with an optional K, M, G or T
 EOF2
 
