@@ -247,6 +247,22 @@ class MpiTransport final : public Transport {
     if (polls > 64) sched_yield();
   }
 
+  // Waits for a collective of the session's own exchanges (MpiSession::sum, allgather): blocking
+  // MPI would wait for ever on a rank that died (mpirun --enable-recovery keeps the others
+  // running). A dead peer on this machine, or a notice, is named at once; a silent one after
+  // `timeout` seconds (Watchdog::diagnose).
+  void wait_exchange(MPI_Request& req, double timeout) {
+    const auto since = Clock::now();
+    for (int polls = 0;; ++polls) {
+      int done = 0;
+      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) return;
+      if ((polls & 15) == 0) watchdog_.watch();
+      if (Clock::now() - since > std::chrono::duration<double>(timeout)) watchdog_.diagnose({});
+      if (polls > 64) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
   void cancel(Request::Impl& impl) override {
     auto& r = static_cast<MpiRequest&>(impl);
     // MPI forbids cancelling or freeing a collective's request: it is left to complete (best
@@ -428,6 +444,7 @@ struct MpiSession::Impl {
   bool skip_finalize = false;
   MpiTransport* transport = nullptr;  // the world's
   std::unique_ptr<Communicator> world;
+  double exchange_timeout = 60;  // MpiOptions::exchange_timeout_seconds
 };
 
 MpiSession::MpiSession(int* argc, char*** argv, MpiOptions options)
@@ -441,6 +458,7 @@ MpiSession::MpiSession(int* argc, char*** argv, MpiOptions options)
   }
   auto transport = std::make_unique<MpiTransport>(MPI_COMM_WORLD, options);
   impl_->transport = transport.get();
+  impl_->exchange_timeout = options.exchange_timeout_seconds;
   impl_->world = std::make_unique<Communicator>(std::move(transport));
 }
 
@@ -472,6 +490,7 @@ std::unique_ptr<MpiSession> MpiSession::attach(const void* mpi_comm, MpiOptions 
   }
   auto transport = std::make_unique<MpiTransport>(impl->comm, options);
   impl->transport = transport.get();
+  impl->exchange_timeout = options.exchange_timeout_seconds;
   impl->world = std::make_unique<Communicator>(std::move(transport));
   return std::unique_ptr<MpiSession>(new MpiSession(std::move(impl)));
 }
@@ -502,7 +521,10 @@ void MpiSession::on_failure() { impl_->skip_finalize = true; }
 
 long long MpiSession::sum(long long value) {
   long long total = 0;
-  check(MPI_Allreduce(&value, &total, 1, MPI_LONG_LONG, MPI_SUM, impl_->comm), "MPI_Allreduce");
+  MPI_Request req = MPI_REQUEST_NULL;
+  check(MPI_Iallreduce(&value, &total, 1, MPI_LONG_LONG, MPI_SUM, impl_->comm, &req),
+        "MPI_Iallreduce");
+  impl_->transport->wait_exchange(req, impl_->exchange_timeout);
   return total;
 }
 
@@ -511,16 +533,20 @@ std::vector<std::vector<unsigned char>> MpiSession::allgather(
   const int n = size_of(impl_->comm);
   const int len = static_cast<int>(mine.size());
   std::vector<int> lens(static_cast<std::size_t>(n)), offs(static_cast<std::size_t>(n));
-  check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, impl_->comm), "MPI_Allgather");
+  MPI_Request req = MPI_REQUEST_NULL;
+  check(MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, impl_->comm, &req),
+        "MPI_Iallgather");
+  impl_->transport->wait_exchange(req, impl_->exchange_timeout);
   int total = 0;
   for (int i = 0; i < n; ++i) {
     offs[static_cast<std::size_t>(i)] = total;
     total += lens[static_cast<std::size_t>(i)];
   }
   std::vector<unsigned char> all(static_cast<std::size_t>(total));
-  check(MPI_Allgatherv(mine.data(), len, MPI_BYTE, all.data(), lens.data(), offs.data(), MPI_BYTE,
-                       impl_->comm),
-        "MPI_Allgatherv");
+  check(MPI_Iallgatherv(mine.data(), len, MPI_BYTE, all.data(), lens.data(), offs.data(), MPI_BYTE,
+                        impl_->comm, &req),
+        "MPI_Iallgatherv");
+  impl_->transport->wait_exchange(req, impl_->exchange_timeout);
   std::vector<std::vector<unsigned char>> out;
   for (int i = 0; i < n; ++i) {
     const auto* p = all.data() + offs[static_cast<std::size_t>(i)];

@@ -17,6 +17,11 @@ struct MpiOptions {
   // A rank whose reshard throws tells the others at once (Communicator::abandon). The survivors'
   // CommError names the device that failed (Error::device()).
   double timeout_seconds = 60;
+  // The session's own exchanges as a Bootstrap (sum, allgather: a job's startup checks, its
+  // verification totals) wait this long for a silent rank (a dead one on this machine, or one
+  // that told the others it failed, is named at once); under the CLI,
+  // MESHCAST_RENDEZVOUS_TIMEOUT.
+  double exchange_timeout_seconds = 60;
   // How a multicast travels: `chain`, a pipelined chain of point-to-point chunks (see
   // Communicator::ibcast), or `native`, MPI_Ibcast on a sub-communicator cached per device
   // set. The default is the faster of the two in bench/mpi_broadcast.cc here. MPI matches the
