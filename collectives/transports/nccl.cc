@@ -473,7 +473,8 @@ void choose_gpu(Bootstrap& bootstrap) {
 
   int without = 0;
   for (const auto& b : all) without += !b.empty() && b[0] == '!';
-  if (mine[0] == '!') throw CommError("nccl", "no CUDA device: " + mine.substr(1));
+  // This process has no usable GPU: its own failure (exit 1); the others name how many lack one.
+  if (mine[0] == '!') throw InternalError("nccl", "no CUDA device: " + mine.substr(1));
   if (without) throw CommError("nccl", "no CUDA device on " + std::to_string(without) + " rank(s)");
   std::map<std::string, int> first;  // host and bus id -> the first rank there
   for (int r = 0; r < bootstrap.size(); ++r) {

@@ -22,7 +22,7 @@ int main() {
     std::unique_ptr<meshcast::NcclSession> session;
     try {
       session = std::make_unique<meshcast::NcclSession>(*boot);
-    } catch (const meshcast::CommError& e) {
+    } catch (const meshcast::Error& e) {  // InternalError here, CommError where a peer has none
       if (std::strstr(e.what(), "no CUDA device") == nullptr) throw;
       std::printf("consumer: linked; no GPU here (%s)\n", e.what());
       return 77;
