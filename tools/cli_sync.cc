@@ -405,12 +405,18 @@ SyncArgs with_saved_sync(const SyncArgs& a) {
   if (a.no_fork && !s.no_fork)
     throw ValidationError("no-fork", "the saved plan " + a.plan_file +
                                          " was made without it; leave --no-fork out to run it");
-  for (const auto& [flag, given] : {std::pair{"model", &a.model}, std::pair{"system", &a.system},
-                                    std::pair{"topology", &a.topology}})
+  for (const auto& [flag, given] : {std::pair{"model", &a.model}, std::pair{"system", &a.system}})
     if (!given->empty())
       throw ValidationError(flag, "the saved plan " + a.plan_file + " fixes it; leave --" +
                                       std::string(flag) + " out to run it");
   if (topology.empty()) throw ValidationError("plan.topology", "missing or not an object");
+  // The same topology again is fine, as the same --mode is: only another one is refused.
+  if (!a.topology.empty() &&
+      (is_auto_topology(a.topology) ||
+       load_topology(a.topology).to_json() != Topology::from_json(std::string(topology)).to_json()))
+    throw ValidationError("topology", "the saved plan " + a.plan_file +
+                                          " was made on another topology; leave --topology out "
+                                          "to run it");
   if (tensors.empty()) throw ValidationError("plan.tensors", "missing or not an object");
   s.topology_text = std::string(topology);
   s.model_text = std::string(tensors);

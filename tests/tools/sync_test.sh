@@ -135,6 +135,10 @@ plan: not valid JSON: unterminated string at byte 100|--plan $TMP/cut.json
 topology|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --topology auto --save-plan $TMP/auto.json
 model|--iters 1
 EOF2
+# The topology the plan was saved with, given again, is not another one: it runs.
+run --plan "$TMP/saved.json" --topology single-host --predict --json
+if [[ $rc -eq 0 && $(field tensors) != MISSING ]]; then ok; else
+  bad "--plan with its own topology: rc=$rc $(cat "$TMP/err")"; fi
 # A saved plan's cast is applied to its f32 tensors whose target dtype was edited out, as the
 # report says; one whose layouts were edited out is refused as the saved plan's fault.
 run --model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --cast bf16 \
