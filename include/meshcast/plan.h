@@ -216,7 +216,8 @@ class RankPlan {
 // Greedy and search choose senders over the whole plan, so here they give way to Balance::Local
 // (the result's balance() says which rule ran); with balance none or local,
 //   plan_rank(src, dst, d, topology, o) == plan(src, dst, topology, o).rank(d)
-// for every device d. A device outside both meshes gets an empty plan. Throws as plan().
+// for every device d. A device outside both meshes gets an empty plan. Throws as plan(), and
+// ValidationError("device") for a negative device.
 RankPlan plan_rank(const Layout& src, const Layout& dst, int device,
                    const Topology& topology = Topology::single_host(),
                    const PlanOptions& options = {});

@@ -119,6 +119,8 @@ TensorOps tensor_ops(const Layout& src, const Layout& dst, int device, const Top
 
 RankPlan plan_rank(const Layout& src, const Layout& dst, int device, const Topology& topology,
                    const PlanOptions& options) {
+  // (tensor_ops() takes a negative device for all of them: a whole plan under the local rule.)
+  if (device < 0) throw ValidationError("device", "must be >= 0, got " + std::to_string(device));
   detail::TensorOps t = detail::tensor_ops(src, dst, device, topology, options);
   return RankPlan(src, dst, t.strategy, t.balance, device, std::move(t.ops), t.streams);
 }

@@ -222,6 +222,8 @@ Array view_array(py::handle obj, const std::string& arg, bool writable) {
 }
 
 DType to_dtype(py::handle obj, const std::string& arg) {
+  // (numpy reads None as its default, float64: a dtype left out by mistake would be taken.)
+  if (obj.is_none()) type_error(arg, "None is not a dtype (supported: " + supported() + ")");
   if (py::isinstance<py::str>(obj)) {
     const auto text = obj.cast<std::string>();
     for (DType t : kAllDTypes)

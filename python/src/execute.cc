@@ -14,6 +14,7 @@
 #include "meshcast/sparse.h"
 #include "python/src/comm.h"
 #include "python/src/instance.h"
+#include "python/src/ints.h"
 #include "python/src/plan.h"
 #include "python/src/tile.h"
 
@@ -235,18 +236,22 @@ std::vector<std::int64_t> counts_arg(py::handle obj, const Array& a, int n, cons
                             " members; give " + arg);
     return std::vector<std::int64_t>(static_cast<std::size_t>(n), a.elements() / n);
   }
-  auto counts = obj.cast<std::vector<std::int64_t>>();
+  // A sequence of ints, each in [0, elements] (a TypeError or ValueError naming arg[k]).
+  auto counts = ints_arg(obj, arg, 0, a.elements());
   if (static_cast<int>(counts.size()) != n)
     throw py::value_error(arg + ": expected " + std::to_string(n) +
                           " counts (one per member), got " + std::to_string(counts.size()));
   std::int64_t total = 0;
+  bool over = false;  // (summed only while within elements: no overflow)
   for (std::int64_t c : counts) {
-    if (c < 0) throw py::value_error(arg + ": counts must be >= 0");
-    total += c;
+    over = over || c > a.elements() - total;
+    if (!over) total += c;
   }
-  if (total != a.elements())
-    throw py::value_error(arg + ": counts add up to " + std::to_string(total) + ", " + of +
-                          " has " + std::to_string(a.elements()) + " elements");
+  if (over || total != a.elements())
+    throw py::value_error(
+        arg + ": counts add up to " +
+        (over ? "more than " + std::to_string(a.elements()) : std::to_string(total)) + ", " + of +
+        " has " + std::to_string(a.elements()) + " elements");
   return counts;
 }
 

@@ -229,12 +229,34 @@ def test_bad_world_arguments():
     (lambda: mc.load_model(5), TypeError, "path: expected a path (str or os.PathLike), got int"),
     (lambda: mc.load_model("m.json", 5), TypeError, "system: expected a path"),
     (lambda: mc.load_model("m.json", cast=16), TypeError, "cast: expected a str, got int"),
+    # numpy reads None as float64: a dtype left out is not taken for one.
+    (lambda: mc.Layout((4,), None, "1:R"), TypeError, "dtype: None is not a dtype"),
+    (lambda: mc.plan_rank(mc.Layout((4,), "f32", "1@0:R"), mc.Layout((4,), "f32", "1@1:R"), -1),
+     ValueError, "device: must be >= 0, got -1"),
 ])
 def test_out_of_range_ints_are_named_in_one_line(make, exc, message):
     # pybind11's own conversion failed with a multi-line list of overloads.
     with pytest.raises(exc) as e:
         make()
     assert str(e.value).startswith(message) and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("counts, exc, message", [
+    ("abc", TypeError, "send_counts: expected a sequence of ints, got str"),
+    ([1.5, 1, 1.5], TypeError, "send_counts[0]: expected an int, got float"),
+    ([4, -1, 0], ValueError, "send_counts[1]: -1 is out of range [0, 4]"),
+    ([2, 2, 1], ValueError, "send_counts: counts add up to more than 4, send has 4 elements"),
+])
+def test_all_to_all_counts_are_named(counts, exc, message):
+    # pybind11's cast of the list raised RuntimeError ("Unable to cast"), naming nothing.
+    def step(comm):
+        with pytest.raises(exc) as e:
+            mc.all_to_all(comm, np.zeros(4, np.float32), np.zeros(4, np.float32),
+                          send_counts=counts)
+        assert str(e.value).startswith(message), str(e.value)
+        return True
+
+    assert mc.LocalWorld(3).run(step) == [True] * 3
 
 
 def test_handles_outliving_their_world_raise_instead_of_crashing():
