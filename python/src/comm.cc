@@ -243,7 +243,7 @@ py::list run_local(LocalWorld& world, const py::function& fn, const std::vector<
 }  // namespace
 
 bool Pending::done() const {
-  return (!transfer || transfer->done()) && (!collective || collective->done());
+  return !abandoned && (!transfer || transfer->done()) && (!collective || collective->done());
 }
 
 void Life::track(const std::shared_ptr<Pending>& p) {
@@ -270,6 +270,7 @@ void Life::end(Communicator& comm) {
   bool abandoned = false;
   for (auto& p : live) {
     if (p->done()) continue;
+    p->abandoned = true;
     if (!abandoned) {  // the peers fail at once, naming this device, instead of waiting
       comm.abandon(CommError(comm.rank(),
                              "an operation in flight was left unfinished when its "

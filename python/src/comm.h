@@ -25,6 +25,7 @@ namespace py = pybind11;
 struct Pending {
   std::optional<Transfer> transfer;
   std::optional<Collective> collective;
+  bool abandoned = false;  // left unfinished when its communicator ended: never done
   bool done() const;
 };
 

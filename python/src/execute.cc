@@ -352,8 +352,8 @@ it finished; wait() finishes it. Progress happens only inside these calls (and l
 on the same group). Keeps its arrays and its communicator alive until then. Dropping an
 unfinished reshard or sync abandons it (its peers fail with an error naming this device);
 dropping an unfinished collective finishes it first. When the communicator ends (its LocalWorld
-fn returns, the interpreter exits) anything still in flight is abandoned, and using the handle
-raises ValueError.
+fn returns, the interpreter exits) anything still in flight is abandoned: done stays False, and
+using the handle raises ValueError.
 )doc")
       .def("test", &Handle::test)
       .def("wait", &Handle::wait)

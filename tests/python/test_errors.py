@@ -279,6 +279,27 @@ def test_handles_outliving_their_world_raise_instead_of_crashing():
     del handles  # no crash on destruction either
 
 
+def test_an_abandoned_handle_is_not_done():
+    # Device 0 never starts its part: device 1's reshard cannot finish, and is abandoned when
+    # its fn returns. Its handle said done (nothing was left in it) though nothing arrived.
+    def step(comm):
+        if comm.rank == 0:
+            return None
+        b = good_dst(comm.rank)
+        b[...] = 0
+        return mc.ireshard(PLAN, comm, good_src(comm.rank), b), b
+
+    try:
+        out = mc.LocalWorld(2, timeout=10).run(step)
+    except mc.CommError:  # device 0 returned first and device 1 learnt it: nothing to look at
+        return
+    h, b = out[1]
+    assert not h.done
+    assert not b.any()
+    with pytest.raises(ValueError, match="^comm: its session has ended"):
+        h.wait()
+
+
 def test_handle_kept_by_a_raising_device():
     def step(comm):
         h = mc.ireshard(PLAN, comm, good_src(comm.rank), good_dst(comm.rank))
