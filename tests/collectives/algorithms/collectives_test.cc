@@ -10,6 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <numeric>
@@ -403,6 +404,31 @@ TEST(Collectives, BadArgumentsNameTheField) {
   EXPECT_THROW(parse_reduce_op("min"), ParseError);
 }
 
+// What each of `n` devices of `w` made of `call`: "returned", the ValidationError's text, or
+// "CommError: " and its text. A device that did not return throws after recording it, so that
+// the others' waits on it end.
+std::vector<std::string> outcomes(LocalWorld& w, int n,
+                                  const std::function<void(Communicator&)>& call) {
+  std::mutex m;
+  std::vector<std::string> outcome(static_cast<std::size_t>(n));
+  EXPECT_ANY_THROW(w.run([&](Communicator& comm) {
+    std::string got = "returned";
+    try {
+      call(comm);
+    } catch (const ValidationError& e) {
+      got = e.what();
+    } catch (const CommError& e) {
+      got = std::string("CommError: ") + e.what();
+    }
+    {
+      std::lock_guard<std::mutex> lock(m);
+      outcome[static_cast<std::size_t>(comm.rank())] = got;
+    }
+    if (got != "returned") throw std::runtime_error(got);
+  }));
+  return outcome;
+}
+
 // Members that disagree on the dtype, the reduction or the collective itself, with the same
 // bytes (f32 and i32 alike are 4): a member that receives from one of another kind is refused
 // naming the field and the other device, on the transports' path and through node memory; no
@@ -425,32 +451,18 @@ TEST(Collectives, MembersThatDisagreeFailNamingTheField) {
         Case{Deviate::Kind, Algorithm::Auto, "device"}}) {
     SCOPED_TRACE(std::string(c.field) + " on " + to_string(c.algorithm));
     LocalWorld w(3, c.algorithm == Algorithm::SharedMemory ? kSmallSegment : 0, 2.0);
-    std::mutex m;
-    std::vector<std::string> outcome(3);
-    EXPECT_ANY_THROW(w.run([&](Communicator& comm) {
+    const auto outcome = outcomes(w, 3, [&](Communicator& comm) {
       const bool odd = comm.rank() == 2;
       std::vector<float> x(3000, 1.0f);
       CollectiveOptions o;
       o.algorithm = c.algorithm;
-      std::string got = "returned";
-      try {
-        if (odd && c.how == Deviate::Kind)  // all-gather of 1000 per member: 3000 in all
-          all_gather(comm.world(), x.data(), x.data(), 1000, DType::f32, o);
-        else
-          all_reduce(comm.world(), x.data(), x.data(), 3000,
-                     odd && c.how == Deviate::DType ? DType::i32 : DType::f32,
-                     odd && c.how == Deviate::Op ? ReduceOp::Max : ReduceOp::Sum, o);
-      } catch (const ValidationError& e) {
-        got = e.what();
-      } catch (const CommError& e) {
-        got = std::string("CommError: ") + e.what();
-      }
-      {
-        std::lock_guard<std::mutex> lock(m);
-        outcome[static_cast<std::size_t>(comm.rank())] = got;
-      }
-      if (got != "returned") throw std::runtime_error(got);
-    }));
+      if (odd && c.how == Deviate::Kind)  // all-gather of 1000 per member: 3000 in all
+        all_gather(comm.world(), x.data(), x.data(), 1000, DType::f32, o);
+      else
+        all_reduce(comm.world(), x.data(), x.data(), 3000,
+                   odd && c.how == Deviate::DType ? DType::i32 : DType::f32,
+                   odd && c.how == Deviate::Op ? ReduceOp::Max : ReduceOp::Sum, o);
+    });
     const std::string named = std::string(c.field) + (c.how == Deviate::Kind ? " " : ": device ");
     int refused = 0;
     for (const auto& o : outcome) {
@@ -471,24 +483,10 @@ TEST(Collectives, BroadcastFromAnotherRootFailsNamingTheRoot) {
   for (const std::int64_t count : {5, 5000}) {
     SCOPED_TRACE(count);
     LocalWorld w(4, 0, 2.0);
-    std::mutex m;
-    std::vector<std::string> outcome(4);
-    EXPECT_ANY_THROW(w.run([&](Communicator& comm) {
+    const auto outcome = outcomes(w, 4, [&](Communicator& comm) {
       std::vector<float> x(static_cast<std::size_t>(count), 10.0f + comm.rank());
-      std::string got = "returned";
-      try {
-        broadcast(comm.world(), comm.rank() == 2 ? 0 : 1, x.data(), count, DType::f32);
-      } catch (const ValidationError& e) {
-        got = e.what();
-      } catch (const CommError& e) {
-        got = std::string("CommError: ") + e.what();
-      }
-      {
-        std::lock_guard<std::mutex> lock(m);
-        outcome[static_cast<std::size_t>(comm.rank())] = got;
-      }
-      if (got != "returned") throw std::runtime_error(got);
-    }));
+      broadcast(comm.world(), comm.rank() == 2 ? 0 : 1, x.data(), count, DType::f32);
+    });
     EXPECT_EQ(outcome[2].rfind("root: device 1 calls broadcast of f32 from root 1 where this "
                                "device's root is 0",
                                0),
