@@ -5,7 +5,9 @@
 // Words travel on the transfer's first tag: a reshard posts them after its first phase's data
 // (ahead of it, and waited on first, they cost a 64 KiB reshard 40% more); a sync before its
 // messages, which keep off that tag until the words arrived. A receiver checks each as it
-// arrives, also while a wait for data blocks (WaitHook), and waits for the rest at the end. Not on
+// arrives, also while a wait for data blocks (WaitHook), and waits for the rest at the end; a
+// sync whose data arrived with another length than expected (CommError field "length") first
+// waits a moment for that sender's word, which names the cause (await_from). Not on
 // a transport of device memory (NCCL), whose buffers cannot take host words. Internal to lib/exec/.
 #pragma once
 
