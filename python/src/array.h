@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "meshcast/dtype.h"
+#include "python/src/bound.h"
 
 namespace meshcast::python {
 

@@ -16,6 +16,7 @@
 #include "meshcast/collectives.h"
 #include "meshcast/communicator.h"
 #include "meshcast/reshard.h"
+#include "python/src/bound.h"
 
 namespace meshcast::python {
 
@@ -101,3 +102,6 @@ PyGroup group_arg(py::handle obj, const char* arg = "comm");
 void bind_comm(py::module_& m);
 
 }  // namespace meshcast::python
+
+MESHCAST_PY_INITIALIZED(meshcast::python::Comm);
+MESHCAST_PY_INITIALIZED(meshcast::python::PyGroup);

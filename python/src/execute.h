@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "meshcast/topology.h"
+#include "python/src/bound.h"
 #include "python/src/comm.h"
 
 namespace meshcast::python {
@@ -35,3 +36,5 @@ struct Handle {
 void bind_execute(py::module_& m);
 
 }  // namespace meshcast::python
+
+MESHCAST_PY_INITIALIZED(meshcast::python::Handle);

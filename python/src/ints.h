@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "python/src/bound.h"
+
 namespace meshcast::python {
 
 namespace py = pybind11;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "meshcast/plan.h"
+#include "python/src/bound.h"
 
 namespace meshcast::python {
 
@@ -34,3 +35,5 @@ py::object local_shape(const Layout& layout, int device);
 void bind_plan(py::module_& m);
 
 }  // namespace meshcast::python
+
+MESHCAST_PY_INITIALIZED(meshcast::python::PyPlan);

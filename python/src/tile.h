@@ -9,6 +9,7 @@
 
 #include "meshcast/layout.h"
 #include "python/src/array.h"
+#include "python/src/bound.h"
 
 namespace meshcast::python {
 

@@ -279,6 +279,29 @@ def test_handles_outliving_their_world_raise_instead_of_crashing():
     del handles  # no crash on destruction either
 
 
+@pytest.mark.parametrize("use", [
+    lambda: mc.Plan.__new__(mc.Plan).json(),
+    lambda: mc.Plan.__new__(mc.Plan).stats,
+    lambda: 1 in mc.Mesh.__new__(mc.Mesh),
+    lambda: mc.Layout.__new__(mc.Layout).dtype,
+    lambda: mc.plan(mc.Layout.__new__(mc.Layout), mc.Layout((4,), "f32", "1@1:R")),
+    lambda: mc.Topology.__new__(mc.Topology).name,
+    lambda: mc.SyncPlan.__new__(mc.SyncPlan).stats,
+    lambda: mc.Handle.__new__(mc.Handle).wait(),
+    lambda: mc.Comm.__new__(mc.Comm).rank,
+    lambda: mc.LocalWorld.__new__(mc.LocalWorld).run(print),
+    # A pickle of a Plan with no state: __new__ and nothing else.
+    lambda: __import__("pickle").loads(
+        b"\x80\x04\x95\x00\x00\x00\x00\x00\x00\x00\x00\x8c\x12meshcast._meshcast\x94"
+        b"\x8c\x04Plan\x94\x93\x94)\x81\x94.").json(),
+])
+def test_an_instance_never_initialised_is_refused(use):
+    # __new__ alone constructs nothing: methods read memory pybind11 allocated and never
+    # filled (Plan.json() crashed the interpreter).
+    with pytest.raises(TypeError, match="an instance whose __init__ never ran"):
+        use()
+
+
 def test_an_abandoned_handle_is_not_done():
     # Device 0 never starts its part: device 1's reshard cannot finish, and is abandoned when
     # its fn returns. Its handle said done (nothing was left in it) though nothing arrived.
