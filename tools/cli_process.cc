@@ -174,8 +174,8 @@ void start_and_run(const std::string& backend, const std::function<void(ProcessS
   const double timeout = peer_timeout();
   MpiOptions mpi_options;
   mpi_options.timeout_seconds = timeout;
-  // (Under mpirun with no rendezvous the launch environment gives only its timeout.)
-  if (const auto e = LaunchEnv::detect()) mpi_options.exchange_timeout_seconds = e->timeout_seconds;
+  mpi_options.exchange_timeout_seconds =
+      LaunchEnv::timeout_from([](const char* name) { return std::getenv(name); });
   if (!s.tcp) s.mpi = std::make_unique<MpiSession>(nullptr, nullptr, mpi_options);
   Bootstrap& boot = s.tcp ? static_cast<Bootstrap&>(*s.tcp) : *s.mpi;
   Communicator* comm = s.mpi ? &s.mpi->world() : nullptr;

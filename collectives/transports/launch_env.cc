@@ -263,6 +263,19 @@ std::string LaunchEnv::str() const {
   return s + ")";
 }
 
+double LaunchEnv::timeout_from(const Getenv& env) {
+  const char* t = env("MESHCAST_RENDEZVOUS_TIMEOUT");
+  if (!t) return 60;
+  const std::string s(t);
+  char* stop = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &stop);
+  if (s.empty() || errno != 0 || *stop != '\0' || !(v > 0) || !std::isfinite(v) || v > 1e7)
+    throw ValidationError("MESHCAST_RENDEZVOUS_TIMEOUT",
+                          detail::quote(s) + " is not a positive number of seconds");
+  return v;
+}
+
 std::optional<LaunchEnv> LaunchEnv::from(const Getenv& env) {
   // With MESHCAST_RANK and MESHCAST_SIZE both given the job is started by hand (maybe inside
   // an allocation whose variables describe another layout): no launcher variable is read.
@@ -313,16 +326,7 @@ std::optional<LaunchEnv> LaunchEnv::from(const Getenv& env) {
                           "MASTER_ADDR and MASTER_PORT)");
   }  // Open MPI without a rendezvous: mpirun's MPI starts the job.
 
-  if (const char* t = env("MESHCAST_RENDEZVOUS_TIMEOUT")) {
-    const std::string s(t);
-    char* stop = nullptr;
-    errno = 0;
-    const double v = std::strtod(s.c_str(), &stop);
-    if (s.empty() || errno != 0 || *stop != '\0' || !(v > 0) || !std::isfinite(v) || v > 1e7)
-      throw ValidationError("MESHCAST_RENDEZVOUS_TIMEOUT",
-                            detail::quote(s) + " is not a positive number of seconds");
-    e.timeout_seconds = v;
-  }
+  e.timeout_seconds = timeout_from(env);
   if (e.has_rendezvous()) e.job_key = TcpBootstrap::job_key_from_env(e.rendezvous(), e.size, env);
   return e;
 }

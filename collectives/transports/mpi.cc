@@ -18,6 +18,7 @@
 #include <optional>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "arrived.h"
 #include "meshcast/error.h"
@@ -258,7 +259,8 @@ class MpiTransport final : public Transport {
       check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
       if (done) return;
       if ((polls & 15) == 0) watchdog_.watch();
-      if (Clock::now() - since > std::chrono::duration<double>(timeout)) watchdog_.diagnose({});
+      if (Clock::now() - since > std::chrono::duration<double>(timeout))
+        watchdog_.diagnose({}, timeout, true);
       if (polls > 64) std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
   }
@@ -438,6 +440,15 @@ class MpiTransport final : public Transport {
 
 }  // namespace
 
+// The buffers of a session's exchange. One that fails is left pending (MPI cannot cancel a
+// collective): its buffers are kept with the session, which makes no MPI call after a failure.
+struct ExchangeBuffers {
+  long long value = 0, total = 0;
+  int len = 0;
+  std::vector<int> lens, offs;
+  std::vector<unsigned char> mine, all;
+};
+
 struct MpiSession::Impl {
   MPI_Comm comm = MPI_COMM_WORLD;  // the session's: the world, or a duplicate of an attached one
   bool owns = false;
@@ -445,6 +456,7 @@ struct MpiSession::Impl {
   MpiTransport* transport = nullptr;  // the world's
   std::unique_ptr<Communicator> world;
   double exchange_timeout = 60;  // MpiOptions::exchange_timeout_seconds
+  std::vector<std::unique_ptr<ExchangeBuffers>> failed_exchanges;
 };
 
 MpiSession::MpiSession(int* argc, char*** argv, MpiOptions options)
@@ -520,37 +532,51 @@ int MpiSession::size() const { return impl_->world->size(); }
 void MpiSession::on_failure() { impl_->skip_finalize = true; }
 
 long long MpiSession::sum(long long value) {
-  long long total = 0;
+  auto b = std::make_unique<ExchangeBuffers>();
+  b->value = value;
   MPI_Request req = MPI_REQUEST_NULL;
-  check(MPI_Iallreduce(&value, &total, 1, MPI_LONG_LONG, MPI_SUM, impl_->comm, &req),
+  check(MPI_Iallreduce(&b->value, &b->total, 1, MPI_LONG_LONG, MPI_SUM, impl_->comm, &req),
         "MPI_Iallreduce");
-  impl_->transport->wait_exchange(req, impl_->exchange_timeout);
-  return total;
+  try {
+    impl_->transport->wait_exchange(req, impl_->exchange_timeout);
+  } catch (...) {
+    impl_->failed_exchanges.push_back(std::move(b));
+    throw;
+  }
+  return b->total;
 }
 
 std::vector<std::vector<unsigned char>> MpiSession::allgather(
     const std::vector<unsigned char>& mine) {
   const int n = size_of(impl_->comm);
-  const int len = static_cast<int>(mine.size());
-  std::vector<int> lens(static_cast<std::size_t>(n)), offs(static_cast<std::size_t>(n));
+  auto b = std::make_unique<ExchangeBuffers>();
+  b->mine = mine;
+  b->len = static_cast<int>(mine.size());
+  b->lens.resize(static_cast<std::size_t>(n));
+  b->offs.resize(static_cast<std::size_t>(n));
   MPI_Request req = MPI_REQUEST_NULL;
-  check(MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, impl_->comm, &req),
-        "MPI_Iallgather");
-  impl_->transport->wait_exchange(req, impl_->exchange_timeout);
-  int total = 0;
-  for (int i = 0; i < n; ++i) {
-    offs[static_cast<std::size_t>(i)] = total;
-    total += lens[static_cast<std::size_t>(i)];
+  try {
+    check(MPI_Iallgather(&b->len, 1, MPI_INT, b->lens.data(), 1, MPI_INT, impl_->comm, &req),
+          "MPI_Iallgather");
+    impl_->transport->wait_exchange(req, impl_->exchange_timeout);
+    int total = 0;
+    for (int i = 0; i < n; ++i) {
+      b->offs[static_cast<std::size_t>(i)] = total;
+      total += b->lens[static_cast<std::size_t>(i)];
+    }
+    b->all.resize(static_cast<std::size_t>(total));
+    check(MPI_Iallgatherv(b->mine.data(), b->len, MPI_BYTE, b->all.data(), b->lens.data(),
+                          b->offs.data(), MPI_BYTE, impl_->comm, &req),
+          "MPI_Iallgatherv");
+    impl_->transport->wait_exchange(req, impl_->exchange_timeout);
+  } catch (...) {
+    impl_->failed_exchanges.push_back(std::move(b));
+    throw;
   }
-  std::vector<unsigned char> all(static_cast<std::size_t>(total));
-  check(MPI_Iallgatherv(mine.data(), len, MPI_BYTE, all.data(), lens.data(), offs.data(), MPI_BYTE,
-                        impl_->comm, &req),
-        "MPI_Iallgatherv");
-  impl_->transport->wait_exchange(req, impl_->exchange_timeout);
   std::vector<std::vector<unsigned char>> out;
   for (int i = 0; i < n; ++i) {
-    const auto* p = all.data() + offs[static_cast<std::size_t>(i)];
-    out.emplace_back(p, p + lens[static_cast<std::size_t>(i)]);
+    const auto* p = b->all.data() + b->offs[static_cast<std::size_t>(i)];
+    out.emplace_back(p, p + b->lens[static_cast<std::size_t>(i)]);
   }
   return out;
 }

@@ -142,12 +142,13 @@ void Watchdog::poll_notices() {
   }
 }
 
-void Watchdog::diagnose(const std::vector<int>& peers) {
+void Watchdog::diagnose(const std::vector<int>& peers, double waited, bool exchange) {
+  if (waited < 0) waited = timeout_;
   answered_.assign(static_cast<std::size_t>(size_), 0);
   answered_[static_cast<std::size_t>(rank_)] = 1;
   for (int p = 0; p < size_; ++p)
     if (p != rank_) ch_.post(p, ControlChannel::Kind::Ping, "");
-  const auto until = Clock::now() + std::chrono::duration<double>(std::min(5.0, timeout_));
+  const auto until = Clock::now() + std::chrono::duration<double>(std::min(5.0, waited));
   // Notices only: a peer that ends meanwhile (it gave up on the same silent device) must not
   // be named for it.
   while (Clock::now() < until &&
@@ -172,7 +173,7 @@ void Watchdog::diagnose(const std::vector<int>& peers) {
     return std::find(peers.begin(), peers.end(), p) != peers.end();
   });
   std::ostringstream seconds;  // "3", "0.5": not to_string's "3.000000"
-  seconds << timeout_;
+  seconds << waited;
   const std::string after = "no progress for " + seconds.str() + " s";
   // The first device is the one named; the others follow in the cause.
   const auto also = [](std::span<const int> rest, const char* what) {
@@ -183,6 +184,13 @@ void Watchdog::diagnose(const std::vector<int>& peers) {
                                    " and no answer to a liveness check (stopped, stuck, or "
                                    "busy outside meshcast)" +
                                    also(std::span(silent).subspan(1), " (also silent: devices "));
+  if (exchange)
+    throw CommError("exchange", after +
+                                    " in an exchange of the job's session (its startup checks, "
+                                    "a report, the verification totals) although every rank "
+                                    "answers: one is still busy elsewhere (a long plan or "
+                                    "prediction: raise MESHCAST_RENDEZVOUS_TIMEOUT) or runs "
+                                    "another command");
   // Every peer answers, so the one waited on runs but not this transfer: it skipped or failed the
   // call before starting it (a bad argument), or it runs another plan.
   const std::string alive =

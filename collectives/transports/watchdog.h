@@ -59,7 +59,10 @@ class Watchdog {
   // naming the first that does not answer within a grace period (one of `peers`, the devices
   // waited on, where one of them is silent), the others in its cause (or, if all answer, the
   // first of `peers`).
-  [[noreturn]] void diagnose(const std::vector<int>& peers);
+  // `exchange`: the wait was a session's own exchange (MpiSession::sum, allgather) of
+  // `waited` seconds, not a transfer's of timeout() seconds: it has no peers of its own.
+  [[noreturn]] void diagnose(const std::vector<int>& peers, double waited = -1,
+                             bool exchange = false);
   // Tells every other rank that this one gives up because of `why`: they throw a CommError
   // naming why.device() when it names one, else why.field(), with why.cause() (one line, cut
   // to kMaxCause bytes).

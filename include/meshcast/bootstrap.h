@@ -76,6 +76,9 @@ struct LaunchEnv {
   static std::optional<LaunchEnv> from(const Getenv& getenv);
   // from(std::getenv).
   static std::optional<LaunchEnv> detect();
+  // MESHCAST_RENDEZVOUS_TIMEOUT as `getenv` says (60 when unset), alone: also for a job that
+  // MPI starts, whose launcher variables are not read. Throws ValidationError naming it.
+  static double timeout_from(const Getenv& getenv);
 };
 
 class Bootstrap {

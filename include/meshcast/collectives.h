@@ -114,7 +114,8 @@ Collective iall_gatherv(const Group& group, const void* send, void* recv,
 // buf (count elements) of the group member `root` (a device id) to every member, as a
 // pipelined chain of chunks (its one algorithm: options.algorithm other than Auto is refused).
 // A member that names another root than its predecessor in the chain fails with ValidationError
-// "root" (members pass their signatures on: docs/design.md, "Members that disagree").
+// "root" (members pass their signatures on: docs/design.md, "Members that disagree"); one that
+// names itself the root receives nothing and cannot tell.
 Collective ibroadcast(const Group& group, int root, void* buf, std::int64_t count, DType dtype,
                       const CollectiveOptions& options = {});
 // Member j's block send_counts[k] goes to member k, which receives recv_counts[j] elements from

@@ -24,8 +24,9 @@ class NcclSession {
  public:
   // Collective over the ranks of `bootstrap` (an MpiSession, a TcpBootstrap), which must outlive
   // the session (it hears of a peer's failure: Bootstrap::on_failure). A rank uses the GPU of
-  // its index among the ranks of its host, modulo the GPUs it sees. Every rank throws
-  // CommError("nccl", ...) when a GPU cannot be used: "no CUDA device: ...", or two ranks that
+  // its index among the ranks of its host, modulo the GPUs it sees. Every rank throws when a GPU
+  // cannot be used: InternalError("nccl", "no CUDA device: ...") where it has none itself,
+  // CommError("nccl", ...) where others have none ("no CUDA device on 2 rank(s)") or two ranks
   // share one ("ranks 0 and 1 share GPU ..."); InternalError("nccl"/"cuda", ...) when a call
   // failed.
   explicit NcclSession(Bootstrap& bootstrap, NcclOptions options = {});

@@ -35,7 +35,11 @@ inline std::int64_t int_arg(py::handle obj, const std::string& arg, std::int64_t
 // An int, or a sequence of ints, each in [lo, hi] (argument `arg`, elements `arg[i]`).
 inline std::vector<std::int64_t> ints_arg(py::handle obj, const std::string& arg, std::int64_t lo,
                                           std::int64_t hi) {
-  if (PyIndex_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) return {int_arg(obj, arg, lo, hi)};
+  // A numpy array has __index__ too (for one element): a sized sequence is read as one.
+  const bool sized = PySequence_Check(obj.ptr()) && PyObject_Size(obj.ptr()) >= 0;
+  if (!sized) PyErr_Clear();  // (a 0-d array has no length: it is an int)
+  if (!sized && PyIndex_Check(obj.ptr()) && !PyBool_Check(obj.ptr()))
+    return {int_arg(obj, arg, lo, hi)};
   if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj) ||
       py::isinstance<py::bytes>(obj))
     throw py::type_error(arg + ": expected a sequence of ints, got " +
