@@ -1,5 +1,6 @@
 // Helpers shared by the subcommands of `meshcast`: option parsing, capacity checks, formatting.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -268,6 +269,14 @@ double usable_memory_bytes() {
 
 void check_writable(const std::string& path, const std::string& field) {
   if (path.empty()) return;
+  // A FIFO or a device (/dev/stdout) is not opened to check it: a FIFO's reader would take the
+  // close for the end of the output, and with none the open would block.
+  if (struct stat st{}; ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (S_ISDIR(st.st_mode)) throw IoError(field, "cannot write " + path + ": a directory");
+    if (::access(path.c_str(), W_OK) != 0)
+      throw IoError(field, "cannot write " + path + ": " + std::strerror(errno));
+    return;
+  }
   // Opened (created if need be) but not truncated: what is there survives a later failure.
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
   if (fd < 0) throw IoError(field, "cannot write " + path + ": " + std::strerror(errno));

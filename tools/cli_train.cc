@@ -699,7 +699,9 @@ void add_train_options(CLI::App& cmd, TrainArgs& a, const std::string& model) {
                  "local (threads) or mpi (one process per device, under mpirun)")
       ->type_name("NAME")
       ->capture_default_str();
-  cmd.add_flag("--json", a.json, "print the run's JSON summary instead of progress");
+  cmd.add_flag("--json", a.json,
+               "print the run's JSON summary instead of progress (a checkpoint already at "
+               "--steps: {model, steps_run: 0, resumed_from, steps})");
   cmd.add_flag("--plan", a.plan,
                "train nothing: estimate the step time of every parallel configuration of "
                "--devices devices on --topology by the analytic model (AxoNN style) and print "
@@ -849,8 +851,16 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
   outcome.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (result.steps.empty()) {
-    std::cout << "nothing to do: the checkpoint is at step " << result.resumed_from << " of "
-              << r.train.steps << '\n';
+    if (a.json)  // still one JSON document
+      std::cout << nlohmann::json{{"model", kind},
+                                  {"steps_run", 0},
+                                  {"resumed_from", result.resumed_from},
+                                  {"steps", r.train.steps}}
+                       .dump()
+                << '\n';
+    else
+      std::cout << "nothing to do: the checkpoint is at step " << result.resumed_from << " of "
+                << r.train.steps << '\n';
     return 0;
   }
   const nlohmann::json j = report(kind, r, a, description, earlier, result, outcome);

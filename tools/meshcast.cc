@@ -11,6 +11,8 @@
 // Exit status: 0 success; 1 a reshard delivered wrong elements, or an internal error; 2 bad
 // input (one line on stderr, "meshcast: <field>: <cause>"); 3 a peer failed; 4 I/O.
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 #include <new>
 #include <nlohmann/json.hpp>
@@ -425,7 +427,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  try {
+  const auto run = [&] {
     log_level() = quiet ? LogLevel::Error : parse_log_level(log_level_text);
     if ((*reshard_cmd && run_args.backend == "nccl") || (*sync_cmd && sync_args.backend == "nccl"))
       exec_nccl_program(argv);
@@ -438,6 +440,17 @@ int main(int argc, char** argv) {
     if (*unet_cmd) return run_train(unet_args, "utransformer", *unet_cmd);
     std::cerr << "meshcast: a subcommand is required: plan, reshard, simulate or demo" << std::endl;
     return 2;
+  };
+  try {
+    const int status = run();
+    // What was printed must have reached stdout (a full disk, a closed pipe): a JSON reader
+    // would otherwise take a cut document, or none, for a success.
+    errno = 0;
+    std::cout.flush();
+    if (!std::cout)
+      throw meshcast::IoError("stdout", std::string("cannot write the output: ") +
+                                            (errno ? std::strerror(errno) : "the stream failed"));
+    return status;
   } catch (const std::exception& e) {
     report_error(e);
     return exit_status(e);

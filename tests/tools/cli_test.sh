@@ -175,6 +175,25 @@ MESHCAST_MAX_PLAN_OPS=lots bad MESHCAST_MAX_PLAN_OPS "${S[@]}" --src 2x2@0-3:S0R
 STATUS=4 bad "svg: cannot write /nonexistent-dir/x.svg" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R \
   --svg /nonexistent-dir/x.svg --iters 1000000
 
+# What was printed must reach stdout: a full device is status 4 naming stdout, for every
+# command (only plan --json checked it).
+for cmd in "plan" "plan --json" "reshard --json --iters 1" "simulate --json"; do
+  # shellcheck disable=SC2086
+  timeout "$LIMIT" "$MC" $cmd "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:RS0 >/dev/full 2>"$TMP/err"
+  rc=$?
+  if [[ $rc -eq 4 && $(wc -l <"$TMP/err") -eq 1 ]]; then ok; else
+    bad_result "$cmd >/dev/full: rc=$rc $(head -c 300 "$TMP/err")"; fi
+done
+# A FIFO as --svg is written once: its reader gets the picture (the check opened and closed
+# it, which its reader took for the end, and the write then waited for ever).
+mkfifo "$TMP/fifo.svg"
+cat "$TMP/fifo.svg" >"$TMP/from-fifo.svg" &
+reader=$!
+run plan "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:RS0 --svg "$TMP/fifo.svg"
+wait "$reader"
+if [[ $rc -eq 0 ]] && grep -q "</svg>" "$TMP/from-fifo.svg"; then ok; else
+  bad_result "plan --svg FIFO: rc=$rc $(head -c 300 "$TMP/err")"; fi
+
 # ---- limits: every bound asked to exceed itself is refused at once, in bounded memory --------
 # peak_kib COMMAND...: runs it (stdout/stderr/rc as run()), sets $kib to its peak RSS in KiB.
 peak_kib() {

@@ -97,8 +97,15 @@ for delay in 0.7 1.3 2.1; do
   kill -9 "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   if [[ -f $tmp/kill/latest ]]; then
-    # --steps 1: load (checksums and all) and stop, saying where the checkpoint is.
-    out=$("$mc" train gpt "${ck[@]}" --steps 1 --checkpoint-dir "$tmp/kill" --resume 2>&1)
+    # --steps 1: load (checksums and all) and stop, saying where the checkpoint is (--json:
+    # still one JSON document).
+    out=$("$mc" train gpt "${ck[@]}" --steps 1 --checkpoint-dir "$tmp/kill" --resume -q)
+    [[ $? -eq 0 && $(python3 -c 'import json,sys; j = json.loads(sys.stdin.read())
+print(j["steps_run"], j["resumed_from"] >= 1)' <<<"$out") == "0 True" ]] && ok ||
+      bad "killed after ${delay}s: resume failed: $out"
+    text=()
+    for x in "${ck[@]}"; do [[ $x == --json ]] || text+=("$x"); done
+    out=$("$mc" train gpt "${text[@]}" --steps 1 --checkpoint-dir "$tmp/kill" --resume 2>&1)
     [[ $? -eq 0 && $out =~ "checkpoint is at step "[1-9] ]] && ok ||
       bad "killed after ${delay}s: resume failed: $out"
   else
