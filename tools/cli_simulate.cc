@@ -90,11 +90,12 @@ int run_simulate(const PlanArgs& args) {
   const auto t0 = std::chrono::steady_clock::now();
   const Plan plan = make_plan(args, &topology);
   const double plan_seconds = seconds_since(t0);
-  if (!args.svg.empty()) write_file(args.svg, plan_svg(plan, topology), "svg");
   const std::int64_t chunk = parse_chunk(args.chunk);
   const auto t1 = std::chrono::steady_clock::now();
   const Simulation sim = simulate(plan, topology, chunk);
   const double sim_seconds = seconds_since(t1);
+  // After the simulation, which may be refused (simulate work): a refused run leaves the file.
+  if (!args.svg.empty()) write_file(args.svg, plan_svg(plan, topology), "svg");
   const Prediction model = predict(plan, topology, chunk);
   const double bytes = static_cast<double>(plan.src().bytes());
   const double effective = sim.seconds > 0 ? bytes / sim.seconds : 0;
