@@ -59,7 +59,15 @@ inline std::string type_name(py::handle obj) {
 
 // A str (or, `path`, an os.PathLike), naming `arg` in a TypeError otherwise.
 inline std::string str_arg(py::handle obj, const std::string& arg, bool path = false) {
-  if (py::isinstance<py::str>(obj)) return obj.cast<std::string>();
+  if (py::isinstance<py::str>(obj)) {
+    Py_ssize_t n = 0;
+    const char* utf8 = PyUnicode_AsUTF8AndSize(obj.ptr(), &n);
+    if (!utf8) {  // a lone surrogate: no UTF-8 for it (pybind11's cast raised RuntimeError)
+      PyErr_Clear();
+      throw py::value_error(arg + ": not valid text (a lone surrogate has no UTF-8)");
+    }
+    return std::string(utf8, static_cast<std::size_t>(n));
+  }
   if (path && py::hasattr(obj, "__fspath__")) {
     const py::object p = py::module_::import("os").attr("fspath")(obj);
     if (py::isinstance<py::str>(p)) return p.cast<std::string>();

@@ -92,7 +92,12 @@ T pickled(const py::tuple& state, std::size_t i, std::size_t size, const char* t
   if (state.size() != size)
     throw py::value_error(std::string(type) + ": a pickled state of " + std::to_string(size) +
                           " items was expected, got " + std::to_string(state.size()));
-  return state[i].cast<T>();
+  try {
+    return state[i].cast<T>();
+  } catch (const py::cast_error&) {  // (pybind11's own is a RuntimeError)
+    throw py::value_error(std::string(type) + ": item " + std::to_string(i) +
+                          " of the pickled state has the wrong type");
+  }
 }
 
 }  // namespace

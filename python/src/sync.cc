@@ -33,7 +33,7 @@ std::vector<TensorMove> moves_arg(py::handle obj) {
     if (t.size() != 3 || !py::isinstance<py::str>(t[0]) || !py::isinstance<Layout>(t[1]) ||
         !py::isinstance<Layout>(t[2]))
       throw py::type_error(arg + ": expected a (name, src Layout, dst Layout) tuple");
-    out.push_back({t[0].cast<std::string>(), t[1].cast<Layout>(), t[2].cast<Layout>()});
+    out.push_back({str_arg(t[0], arg + "[0]"), t[1].cast<Layout>(), t[2].cast<Layout>()});
   }
   return out;
 }

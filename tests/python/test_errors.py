@@ -229,6 +229,12 @@ def test_bad_world_arguments():
     (lambda: mc.load_model(5), TypeError, "path: expected a path (str or os.PathLike), got int"),
     (lambda: mc.load_model("m.json", 5), TypeError, "system: expected a path"),
     (lambda: mc.load_model("m.json", cast=16), TypeError, "cast: expected a str, got int"),
+    # pybind11's casts of a lone surrogate and of a pickled state's wrong item: RuntimeError.
+    (lambda: mc.plan_sync([("a\ud800", mc.Layout((4,), "f32", "1@0:R"),
+                            mc.Layout((4,), "f32", "1@1:R"))], 0),
+     ValueError, "tensors[0][0]: not valid text"),
+    (lambda: mc.Mesh.__new__(mc.Mesh).__setstate__((5,)), ValueError,
+     "Mesh: item 0 of the pickled state has the wrong type"),
     # numpy reads None as float64: a dtype left out is not taken for one.
     (lambda: mc.Layout((4,), None, "1:R"), TypeError, "dtype: None is not a dtype"),
     (lambda: mc.plan_rank(mc.Layout((4,), "f32", "1@0:R"), mc.Layout((4,), "f32", "1@1:R"), -1),
