@@ -9,6 +9,7 @@
 #include <optional>
 #include <ostream>
 #include <streambuf>
+#include <string_view>
 
 #include "cli.h"
 #include "lib/support/text.h"
@@ -21,14 +22,17 @@ namespace {
 // Links listed in the text report.
 constexpr std::size_t kTopLinks = 8;
 
-nlohmann::json links_json(const std::vector<LinkLoad>& links) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const LinkLoad& l : links)
-    out.push_back({{"link", l.name},
-                   {"class", l.network ? "network" : "intra"},
-                   {"bytes", l.bytes},
-                   {"seconds", l.seconds}});
-  return out;
+// Every link that carries bytes, streamed: a broadcast to n devices has a few links per device,
+// and a JSON tree of them took several times the plan's own memory (the planner's estimate).
+void write_links_json(std::ostream& os, const std::vector<LinkLoad>& links) {
+  os << '[';
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    const LinkLoad& l = links[i];
+    os << (i == 0 ? "{" : ",{") << "\"bytes\":" << l.bytes << ",\"class\":\""
+       << (l.network ? "network" : "intra") << "\",\"link\":" << nlohmann::json(l.name).dump()
+       << ",\"seconds\":" << nlohmann::json(l.seconds).dump() << '}';
+  }
+  os << ']';
 }
 
 // Passes all but the first character on: the plan document without its opening brace, to
@@ -69,12 +73,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 void write_plan_json_with_cost(std::ostream& os, const Plan& plan, const Topology& topology,
                                std::int64_t chunk) {
   const Prediction p = predict(plan, topology, chunk);
-  const nlohmann::json cost = {{"chunk_bytes", chunk},
-                               {"predicted_seconds", p.seconds},
-                               {"bound_seconds", p.bound_seconds},
-                               {"links", links_json(p.links)}};
-  // The small "cost" member opens the object; the plan's own members follow, streamed.
-  os << "{\"cost\":" << cost.dump() << ',';
+  const nlohmann::json cost = {
+      {"chunk_bytes", chunk}, {"predicted_seconds", p.seconds}, {"bound_seconds", p.bound_seconds}};
+  // The "cost" member opens the object; the plan's own members follow, streamed.
+  const std::string head = cost.dump();
+  os << "{\"cost\":" << std::string_view(head).substr(0, head.size() - 1) << ",\"links\":";
+  write_links_json(os, p.links);
+  os << "},";
   SkipFirst rest(os.rdbuf());
   std::ostream tail(&rest);
   plan.write_json(tail);
@@ -123,13 +128,15 @@ int run_simulate(const PlanArgs& args) {
     j["events"] = sim.events;
     j["plan_cpu_seconds"] = plan_seconds;
     j["simulate_cpu_seconds"] = sim_seconds;
-    j["links"] = links_json(sim.links);
     if (part) {
       j["rank"] = part->plan.device();
       j["rank_ops"] = part->plan.ops().size();
       j["rank_plan_cpu_seconds"] = part->seconds;
     }
-    std::cout << j.dump() << '\n';
+    const std::string head = j.dump();  // then the links, streamed
+    std::cout << std::string_view(head).substr(0, head.size() - 1) << ",\"links\":";
+    write_links_json(std::cout, sim.links);
+    std::cout << "}\n";
     return 0;
   }
   std::cout << "simulate " << shape_str(plan.src().shape()) << ' ' << to_string(plan.src().dtype())

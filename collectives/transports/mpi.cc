@@ -40,6 +40,20 @@ void check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) throw InternalError("mpi", std::string(what) + ": " + error_string(rc));
 }
 
+// Tests `req` until it completes; between tests `waiting(polls, waited)` may give up by throwing
+// (a caller's timeout), and after a short spin the thread pauses 100 us so as not to hold a core.
+template <class Waiting>
+void poll_until_done(MPI_Request& req, Waiting&& waiting) {
+  const auto since = std::chrono::steady_clock::now();
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) return;
+    waiting(polls, std::chrono::steady_clock::now() - since);
+    if (polls > 64) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 struct MpiRequest : Request::Impl {
   MPI_Request req = MPI_REQUEST_NULL;
   MPI_Datatype type = MPI_DATATYPE_NULL;  // owned, when not a predefined type
@@ -253,19 +267,13 @@ class MpiTransport final : public Transport {
   // running). A dead peer on this machine, or a notice, is named at once; a silent one after
   // `timeout` seconds (Watchdog::diagnose).
   void wait_exchange(MPI_Request& req, double timeout) {
-    const auto since = Clock::now();
-    for (int polls = 0;; ++polls) {
-      int done = 0;
-      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) return;
+    poll_until_done(req, [&](int polls, Clock::duration waited) {
       // Watched only after a second: a rank that gave its part and ended (it reported its own
       // failure through this exchange) is not the others' failure, and they complete within
       // milliseconds of its part.
-      if ((polls & 15) == 0 && Clock::now() - since > std::chrono::seconds(1)) watchdog_.watch();
-      if (Clock::now() - since > std::chrono::duration<double>(timeout))
-        watchdog_.diagnose({}, timeout, true);
-      if (polls > 64) std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
+      if ((polls & 15) == 0 && waited > std::chrono::seconds(1)) watchdog_.watch();
+      if (waited > std::chrono::duration<double>(timeout)) watchdog_.diagnose({}, timeout, true);
+    });
   }
 
   void cancel(Request::Impl& impl) override {
@@ -492,17 +500,12 @@ std::unique_ptr<MpiSession> MpiSession::attach(const void* mpi_comm, MpiOptions 
   // duplicate, never completed, cannot be cancelled and is left to the process's end.
   MPI_Request dup = MPI_REQUEST_NULL;
   check(MPI_Comm_idup(*static_cast<const MPI_Comm*>(mpi_comm), &impl->comm, &dup), "MPI_Comm_idup");
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(options.timeout_seconds);
-  for (int done = 0, pause_us = 10;; pause_us = std::min(2 * pause_us, 1000)) {
-    check(MPI_Test(&dup, &done, MPI_STATUS_IGNORE), "MPI_Test");
-    if (done) break;
-    if (std::chrono::steady_clock::now() > deadline)
+  poll_until_done(dup, [&](int, std::chrono::steady_clock::duration waited) {
+    if (waited > std::chrono::duration<double>(options.timeout_seconds))
       throw CommError("comm", "not every rank of the communicator attached within " +
                                   human_seconds(options.timeout_seconds) +
                                   " (each calls this collectively, with the same communicator)");
-    std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
-  }
+  });
   auto transport = std::make_unique<MpiTransport>(impl->comm, options);
   impl->transport = transport.get();
   impl->exchange_timeout = options.exchange_timeout_seconds;

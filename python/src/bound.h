@@ -26,8 +26,9 @@ class initialized_caster : public type_caster_base<T> {
     // in): no value is then one that was never constructed. (Not holder_constructed(): an
     // instance wrapping a reference, Layout.mesh, has a value and no holder.)
     if (src && isinstance<T>(src)) {
-      const auto vh = reinterpret_cast<instance*>(src.ptr())->get_value_and_holder(
-          get_type_info(typeid(T)), false);
+      // (Looked up once: the class is registered by then, as src is one.)
+      static const type_info* const info = get_type_info(typeid(T));
+      const auto vh = reinterpret_cast<instance*>(src.ptr())->get_value_and_holder(info, false);
       if (vh.inst != nullptr && vh.value_ptr() == nullptr)  // (its bool is the value's)
         throw type_error(std::string(Py_TYPE(src.ptr())->tp_name) +
                          ": an instance whose __init__ never ran (made by __new__ alone)");
