@@ -2,8 +2,10 @@
 // of rounds (program.h) and runs it round by round as test() and wait() are called.
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <limits>
 
+#include "lib/support/raised.h"
 #include "meshcast/box.h"
 #include "meshcast/cost.h"
 #include "meshcast/error.h"
@@ -180,9 +182,24 @@ struct Collective::State : InFlight {
   std::vector<Request> reqs;
   std::int64_t sent = 0;
 
-  bool done() const override { return !posted && next == program.rounds().size(); }
-  void finish() override {
-    guarded(*comm, [&] { return run(true); });
+  bool running = false;        // drive() is on the stack: poll() leaves it alone
+  std::exception_ptr failure;  // what it threw, thrown again by every later call
+
+  bool done() const override { return failure || (!posted && next == program.rounds().size()); }
+  void finish() override { drive(true); }
+  void poll() override {
+    if (!running) drive(false);
+  }
+  bool drive(bool block) {
+    if (failure) std::rethrow_exception(failure);
+    const detail::Raised raised(running);
+    try {
+      return run(block);
+    } catch (const std::exception& e) {
+      failure = std::current_exception();
+      comm->abandon_for(e);
+      throw;
+    }
   }
 
   void post() {
@@ -244,9 +261,7 @@ Collective::Collective(std::shared_ptr<State> s) : s_(std::move(s)) {}
 Collective::~Collective() = default;
 Collective::Collective(Collective&&) noexcept = default;
 Collective& Collective::operator=(Collective&&) noexcept = default;
-bool Collective::test() {
-  return !s_ || guarded(*s_->comm, [&] { return s_->run(false); });
-}
+bool Collective::test() { return !s_ || s_->drive(false); }
 void Collective::wait() {
   if (s_) s_->finish();
 }

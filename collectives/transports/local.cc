@@ -201,6 +201,11 @@ class LocalTransport final : public Transport {
     if (r.done && r.wrong_length >= 0)
       detail::check_arrived(r.owner, std::exchange(r.wrong_length, -1),
                             static_cast<std::int64_t>(r.region.bytes()));
+    if (!r.done) {  // as idle() finds it: a loop of test() alone would otherwise spin for ever
+      auto& ib = s_.inboxes[static_cast<std::size_t>(rank_)];
+      std::lock_guard<std::mutex> l(ib.m);
+      check_owner_here(r, ib);
+    }
     return r.done;
   }
 
@@ -247,9 +252,7 @@ class LocalTransport final : public Transport {
                                     " ms (device " + std::to_string(rank_) +
                                     " waits on a transfer with it)");
     }
-    if (!r->done && ib.ready.empty() && s_.failed_rank < 0 && gone)
-      throw CommError(r->owner, "returned from its function with a transfer of device " +
-                                    std::to_string(rank_) + " pending");
+    if (s_.failed_rank < 0) check_owner_here(*r, ib);
   }
 
   void cancel(Request::Impl& impl) override {
@@ -276,7 +279,7 @@ class LocalTransport final : public Transport {
     retract_sends();
   }
 
-  void barrier() override {
+  void barrier(const std::function<void()>& meanwhile) override {
     std::unique_lock<std::mutex> l(s_.barrier_m);
     const auto gen = s_.generation;
     ++s_.entered[static_cast<std::size_t>(rank_)];
@@ -286,9 +289,19 @@ class LocalTransport final : public Transport {
       s_.barrier_cv.notify_all();
       return;
     }
-    const bool woken = s_.barrier_cv.wait_until(l, Clock::now() + s_.timeout, [&] {
+    const auto deadline = Clock::now() + s_.timeout;
+    const auto passed = [&] {
       return s_.generation != gen || s_.failed_rank >= 0 || s_.first_left >= 0;
-    });
+    };
+    bool woken = false;
+    // Back every millisecond, unlocked, for `meanwhile`, until the deadline.
+    while (!(woken = s_.barrier_cv.wait_until(
+                 l, std::min(deadline, Clock::now() + std::chrono::milliseconds(1)), passed)) &&
+           Clock::now() < deadline) {
+      l.unlock();
+      meanwhile();
+      l.lock();
+    }
     if (s_.generation != gen) return;
     s_.check();
     // Blame a device that has not entered: the one that returned, if it is one of them.
@@ -314,6 +327,15 @@ class LocalTransport final : public Transport {
     req->tag = tag;
     req->is_send = is_send;
     return req;
+  }
+
+  // A request not done whose peer's function returned (its sends withdrawn, its copies done
+  // before: `left` is set after) with nothing of it waiting in this device's inbox (`ib.m` held)
+  // never completes.
+  void check_owner_here(const LocalRequest& r, const LocalWorld::State::Inbox& ib) const {
+    if (s_.left[static_cast<std::size_t>(r.owner)] && !r.done && ib.ready.empty())
+      throw CommError(r.owner, "returned from its function with a transfer of device " +
+                                   std::to_string(rank_) + " pending");
   }
 
   // Copies every matched receive of this device; true if any.

@@ -240,6 +240,8 @@ class MpiTransport final : public Transport {
         check(MPI_Get_elements_x(&st, MPI_BYTE, &got), "MPI_Get_elements_x");
         detail::check_arrived(r.peers.front(), got, std::exchange(r.expect, -1));
       }
+      // A loop of test() alone (no wait) still learns of a peer that died.
+      if (!done && (++unfinished_tests_ & 255) == 0) watchdog_.watch();
       return done != 0;
     }
     // A transfer MPI failed (a peer left, or sent more than was expected): the peer's doing.
@@ -291,12 +293,15 @@ class MpiTransport final : public Transport {
   }
   std::size_t node_segment_bytes() const override { return segment_bytes_; }
 
-  void barrier() override {
+  void barrier(const std::function<void()>& meanwhile) override {
     MpiRequest r;
     r.collective = true;
     check(MPI_Ibarrier(comm_, &r.req), "MPI_Ibarrier");
     const auto since = Clock::now();
-    for (int polls = 0; !test(r);) idle(&r, {}, ++polls, since);
+    for (int polls = 0; !test(r);) {
+      idle(&r, {}, ++polls, since);
+      meanwhile();
+    }
   }
 
   void abort(const Error& why) override {
@@ -445,6 +450,7 @@ class MpiTransport final : public Transport {
   MpiOptions opt_;
   Control control_;
   detail::Watchdog watchdog_;
+  unsigned unfinished_tests_ = 0;  // test() calls that found a request not done
   std::map<std::vector<int>, MPI_Comm> groups_;
   bool peer_failed_ = false;
 };

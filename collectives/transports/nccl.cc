@@ -266,7 +266,8 @@ class NcclTransport final : public Transport {
     });
   }
 
-  void barrier() override {
+  // `meanwhile` is not called: whatever it posted would queue on the stream behind the barrier.
+  void barrier(const std::function<void()>& /*meanwhile*/) override {
     live();
     nccl_check(ncclAllReduce(barrier_buf_.get(), barrier_buf_.get(), 1, ncclFloat, ncclSum, comm_,
                              stream_),

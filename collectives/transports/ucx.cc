@@ -201,6 +201,9 @@ class UcxTransport final : public Transport {
       return true;
     }
     if (r.status != UCS_OK) peer_failed(r.peer, r.status);
+    if (failed_[static_cast<std::size_t>(r.peer)]) peer_failed(r.peer, UCS_OK);
+    // A loop of test() alone (no wait) still learns of a peer that died.
+    if ((++unfinished_tests_ & 255) == 0) watchdog_.watch();
     return false;
   }
 
@@ -228,10 +231,14 @@ class UcxTransport final : public Transport {
     r.handle = nullptr;
   }
 
-  void barrier() override { dissemination(kBarrierTag); }
+  void barrier(const std::function<void()>& meanwhile) override {
+    dissemination(kBarrierTag, meanwhile);
+  }
   // The session's closing barrier, on a tag of its own: a peer in a barrier of the program's
   // waits for this process instead of passing it.
-  void closing_barrier() { dissemination(kClosingTag); }
+  void closing_barrier() {
+    dissemination(kClosingTag, [] {});
+  }
 
   void abort(const Error& why) override {
     watchdog_.abandon(why);
@@ -337,20 +344,23 @@ class UcxTransport final : public Transport {
   }
 
   // A dissemination barrier over zero-byte messages on a reserved tag.
-  void dissemination(int tag) {
+  void dissemination(int tag, const std::function<void()>& meanwhile) {
     for (int step = 1; step < size_; step <<= 1) {
       const Region none = Region::contiguous(nullptr, 0);
       const auto s = send(none, (rank_ + step) % size_, tag);
       const auto r = recv(none, (rank_ - step + size_) % size_, tag);
-      wait(*s);
-      wait(*r);
+      wait(*s, meanwhile);
+      wait(*r, meanwhile);
     }
   }
 
   // The engine's wait loop, for the barrier's own requests.
-  void wait(UcxRequest& r) {
+  void wait(UcxRequest& r, const std::function<void()>& meanwhile) {
     const auto since = Clock::now();
-    for (int polls = 0; !test(r);) idle(&r, {}, ++polls, since);
+    for (int polls = 0; !test(r);) {
+      idle(&r, {}, ++polls, since);
+      meanwhile();
+    }
   }
 
   // The (buffer, count) UCX is given for the request's region: its bytes when contiguous, else
@@ -399,6 +409,7 @@ class UcxTransport final : public Transport {
   std::vector<char> failed_;  // per peer: UCX reported its endpoint broken
   Control control_;
   detail::Watchdog watchdog_;
+  unsigned unfinished_tests_ = 0;  // test() calls that found a request not done
 };
 
 }  // namespace

@@ -26,12 +26,18 @@ class WaitHook;
 }
 
 // An operation in flight on a group (a reshard, a collective), as the engine sees it: when a
-// later operation on the group needs the tags this one still holds, the engine finishes it first.
+// later operation on the group needs the tags this one still holds, the engine finishes it first;
+// while the device waits on anything, it moves the others on (poll), since a peer may be waiting
+// on this device's part of one of them before it can complete what this device waits for (the
+// members wait on their operations in different orders).
 class InFlight {
  public:
   virtual ~InFlight() = default;
   virtual bool done() const = 0;
   virtual void finish() = 0;  // completes it (blocking); throws what the operation throws
+  // Moves it on as far as it can without blocking (its test()); nothing while it is being
+  // driven already (the wait that polls the others may be its own). Throws what it throws.
+  virtual void poll() = 0;
 };
 
 // The tags of one operation on a group: tag(i) for its i-th message stream. Distinct from the
@@ -186,10 +192,13 @@ class Communicator {
                 std::int64_t fork);
   bool advance_chain(Chain& c);
   bool advance_chains();
+  // Polls every operation in flight on this device's groups (InFlight::poll), once at a time.
+  void poll_in_flight();
   void wait_request(Request::Impl& r);
   void init_groups();
 
   friend class detail::WaitHook;
+  friend class Group;
   // Run now and then while a wait blocks (detail::WaitHook, lib/exec/signatures.h): a check
   // that may end the wait by throwing.
   std::function<void()> while_waiting_;
@@ -203,7 +212,9 @@ class Communicator {
   Group world_;
   std::uint32_t window_ = 1, contexts_ = 1;  // tags per group, and groups the tag space holds
   std::uint64_t groups_made_ = 0;
-  std::vector<std::weak_ptr<Group::State>> live_;  // per context: the group that holds it
+  std::vector<std::weak_ptr<Group::State>> live_;   // per context: the group that holds it
+  std::vector<std::weak_ptr<InFlight>> in_flight_;  // of every group (Group::reserve)
+  bool polling_ = false;                            // inside poll_in_flight
 };
 
 }  // namespace meshcast

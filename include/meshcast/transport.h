@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -118,8 +119,10 @@ class Transport {
   }
   virtual std::size_t node_segment_bytes() const { return 0; }
 
-  // Every device of the world; collective.
-  virtual void barrier() = 0;
+  // Every device of the world; collective. While it waits it calls `meanwhile` now and then:
+  // the engine moves its operations in flight on there, since a peer may need this device's part
+  // of one before it enters the barrier.
+  virtual void barrier(const std::function<void()>& meanwhile) = 0;
   // This device gives up on what is in flight because of `why` (a CommError naming the device
   // that failed, or this device's own error): tell the peers at once, so that they end with
   // that error instead of their timeout, and make sure no peer still reads this device's

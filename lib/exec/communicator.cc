@@ -79,6 +79,7 @@ void Communicator::wait_request(Request::Impl& r) {
       since = Clock::now();
     }
     transport_->idle(&r, {}, ++polls, since);
+    poll_in_flight();
     if ((polls & 63) == 0 && while_waiting_) {  // a wait longer than a spin (per poll: 2 us a call)
       struct Kept {  // out of the slot while it runs (no recursion), back however it ends
         std::function<void()>& slot;
@@ -162,7 +163,7 @@ void Communicator::barrier() {
       }
     transport_->idle(nullptr, peers, ++polls, since);
   }
-  transport_->barrier();
+  transport_->barrier([this] { poll_in_flight(); });
 }
 
 void Communicator::abandon(const Error& why) { transport_->abort(why); }
@@ -177,6 +178,7 @@ void Communicator::abandon_for(const std::exception& e) {
 
 void Communicator::idle(std::span<const int> peers, int polls, Clock::time_point since) {
   advance_chains();  // chains forward what arrived
+  poll_in_flight();
   transport_->idle(nullptr, peers, polls, since);
 }
 

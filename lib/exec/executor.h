@@ -21,6 +21,9 @@ class Transfer::Executor : public InFlight {
   bool step(bool block);
   bool done() const override { return finished_ || failure_; }
   void finish() override { step(true); }
+  void poll() override {
+    if (!stepping_) step(false);
+  }
   // Gives up: no peer reads or writes this device's buffers once it returns.
   void drop() noexcept;
 
@@ -43,6 +46,7 @@ class Transfer::Executor : public InFlight {
 
  private:
   bool finished_ = false;
+  bool stepping_ = false;  // step() is on the stack: poll() leaves it alone
   std::exception_ptr failure_;
 };
 

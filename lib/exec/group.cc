@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "lib/support/raised.h"
 #include "meshcast/communicator.h"
 
 namespace meshcast {
@@ -119,8 +120,23 @@ TagBlock Group::reserve(std::size_t streams, std::weak_ptr<InFlight> op) const {
     const auto held = r.op.lock();
     return !held || held->done();
   });
-  if (!op.expired()) s.live.push_back({start, length, std::move(op)});
+  if (!op.expired()) {
+    s.comm->in_flight_.push_back(op);
+    s.live.push_back({start, length, std::move(op)});
+  }
   return TagBlock(s.base, start, length, s.window);
+}
+
+void Communicator::poll_in_flight() {
+  if (polling_ || in_flight_.empty()) return;  // an op polled here that waits polls no others
+  const detail::Raised raised(polling_);
+  std::erase_if(in_flight_, [](const std::weak_ptr<InFlight>& w) {
+    const auto op = w.lock();
+    return !op || op->done();
+  });
+  // By index, each op held while it runs: polling one may start another (a reservation).
+  for (std::size_t i = 0; i < in_flight_.size(); ++i)
+    if (const auto op = in_flight_[i].lock(); op && !op->done()) op->poll();
 }
 
 std::uint32_t Group::window() const {

@@ -10,6 +10,7 @@
 
 #include "lib/exec/executor.h"
 #include "lib/exec/signatures.h"
+#include "lib/support/raised.h"
 #include "meshcast/error.h"
 
 namespace meshcast {
@@ -244,6 +245,7 @@ class ReshardExecutor final : public Transfer::Executor {
 bool Transfer::Executor::step(bool block) {
   if (failure_) std::rethrow_exception(failure_);
   if (finished_) return true;
+  const detail::Raised raised(stepping_);
   try {
     // Its queued local work done before it counts as done: the buffers are the caller's again.
     finished_ = advance(block);

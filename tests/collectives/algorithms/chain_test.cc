@@ -59,7 +59,7 @@ class Scripted : public Transport {
     ++clock_;
   }
   void cancel(Request::Impl&) override {}
-  void barrier() override {}
+  void barrier(const std::function<void()>& /*meanwhile*/) override {}
   void abort(const Error&) override {}
   std::shared_ptr<void> scratch(std::size_t bytes) override {
     scratch_bytes_ += bytes;

@@ -327,6 +327,67 @@ TEST(Collectives, SeveralInFlightProgressedByTest) {
   EXPECT_TRUE(errors.empty()) << first(errors);
 }
 
+TEST(Collectives, WaitedInDifferentOrdersOnEachMember) {
+  // Started in the same order everywhere (the contract), waited in different orders: a member
+  // blocked on one collective still moves the others on, which its peers may be waiting for.
+  // Ring all-reduces on 3 members take several rounds each, every round needing every member.
+  constexpr std::int64_t kCount = 3001;
+  constexpr std::size_t kOps = 4;
+  std::mutex m;
+  std::vector<std::string> errors;
+  LocalWorld w(3, 0, 20);
+  w.run([&](Communicator& comm) {
+    std::vector<std::vector<double>> bufs(kOps, std::vector<double>(kCount));
+    std::vector<Collective> cs;
+    CollectiveOptions ring;
+    ring.algorithm = Algorithm::Ring;
+    for (std::size_t k = 0; k < kOps; ++k) {
+      for (std::int64_t i = 0; i < kCount; ++i)
+        bufs[k][static_cast<std::size_t>(i)] = static_cast<double>(comm.rank() * 10 + k + i);
+      cs.push_back(iall_reduce(comm.world(), bufs[k].data(), bufs[k].data(), kCount, DType::f64,
+                               ReduceOp::Sum, ring));
+    }
+    // Member 0 in start order, member 1 in reverse, member 2 from the middle out.
+    std::vector<std::size_t> order(kOps);
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    if (comm.rank() == 1) std::reverse(order.begin(), order.end());
+    if (comm.rank() == 2) std::rotate(order.begin(), order.begin() + 2, order.end());
+    for (std::size_t k : order) cs[k].wait();
+    for (std::size_t k = 0; k < kOps; ++k)
+      for (std::int64_t i = 0; i < kCount; ++i)
+        if (bufs[k][static_cast<std::size_t>(i)] != static_cast<double>(30 + 3 * (k + i))) {
+          std::lock_guard<std::mutex> lock(m);
+          errors.push_back("collective " + std::to_string(k) + " element " + std::to_string(i));
+          return;
+        }
+  });
+  EXPECT_TRUE(errors.empty()) << first(errors);
+}
+
+TEST(Collectives, WaitedBeforeABarrierByOneMemberAfterItByTheOthers) {
+  // Legal as in MPI (the same operations in the same order everywhere): the members in the
+  // barrier move the collective on while member 0 waits for it before entering.
+  constexpr std::int64_t kCount = 3001;
+  std::mutex m;
+  std::vector<std::string> errors;
+  LocalWorld w(3, 0, 20);
+  w.run([&](Communicator& comm) {
+    std::vector<double> buf(kCount, comm.rank() + 1.0);
+    CollectiveOptions ring;
+    ring.algorithm = Algorithm::Ring;
+    Collective c =
+        iall_reduce(comm.world(), buf.data(), buf.data(), kCount, DType::f64, ReduceOp::Sum, ring);
+    if (comm.rank() == 0) c.wait();
+    comm.barrier();
+    c.wait();
+    if (std::any_of(buf.begin(), buf.end(), [](double x) { return x != 6.0; })) {
+      std::lock_guard<std::mutex> lock(m);
+      errors.push_back("device " + std::to_string(comm.rank()) + ": wrong sum");
+    }
+  });
+  EXPECT_TRUE(errors.empty()) << first(errors);
+}
+
 TEST(Collectives, RandomFloatsWithinSummationOrderTolerance) {
   constexpr std::int64_t kCount = 30011;
   for (Algorithm a : {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::SharedMemory}) {

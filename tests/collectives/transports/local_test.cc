@@ -292,10 +292,11 @@ TEST(LocalWorld, FailingDeviceFailsTheOthersWaitsAndRunRethrows) {
 }
 
 // A device whose function returns while others wait on it (in a barrier, on its send, on its
-// receive): they fail at once with a CommError naming it, not after the timeout; a device that
-// never reaches a barrier fails the others' wait after the timeout, named.
+// receive, polling a receive with test()): they fail at once with a CommError naming it, not
+// after the timeout; a device that never reaches a barrier fails the others' wait after the
+// timeout, named.
 TEST(LocalWorld, WaitsOnADeviceThatReturnedFailAtOnce) {
-  LocalWorld w(4, 0, 30);
+  LocalWorld w(5, 0, 30);
   std::mutex m;
   std::vector<std::string> seen;
   const auto t0 = Clock::now();
@@ -309,6 +310,9 @@ TEST(LocalWorld, WaitsOnADeviceThatReturnedFailAtOnce) {
       } else if (me == 1) {
         Request r = c.irecv(ints(buf), 3, 0);
         c.wait(r);
+      } else if (me == 4) {
+        Request r = c.irecv(ints(buf), 3, 1);
+        while (!c.test(r)) std::this_thread::yield();
       } else {
         Request r = c.isend(ints(buf), 3, 0);
         c.wait(r);
@@ -321,7 +325,7 @@ TEST(LocalWorld, WaitsOnADeviceThatReturnedFailAtOnce) {
   }),
                CommError);
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);
-  ASSERT_EQ(seen.size(), 3u);
+  ASSERT_EQ(seen.size(), 4u);
   for (const auto& what : seen)  // directly, or through the first device that failed so
     EXPECT_NE(what.find("device 3: returned from its function"), std::string::npos) << what;
 

@@ -88,7 +88,7 @@ class ChainWorld {
         throw CommError(rank_, "chain world: no progress for 60 s");
     }
     void cancel(Request::Impl&) override {}
-    void barrier() override {
+    void barrier(const std::function<void()>& /*meanwhile*/) override {
       std::unique_lock<std::mutex> lock(w_.m_);
       const int gen = w_.generation_;
       if (++w_.waiting_ == w_.parties_) {
