@@ -424,24 +424,39 @@ void LocalWorld::run(const std::function<void(Communicator&)>& fn,
   state_->members = ranks;
   state_->participants = static_cast<int>(ranks.size());
   std::vector<std::exception_ptr> errors(ranks.size());
+  const auto device = [&](std::size_t i) {
+    {
+      std::unique_ptr<Communicator> comm;  // (its making may fail too: out of memory)
+      try {
+        comm = std::make_unique<Communicator>(std::make_unique<LocalTransport>(*state_, ranks[i]));
+        fn(*comm);
+      } catch (const std::exception& e) {
+        errors[i] = std::current_exception();
+        state_->fail(ranks[i], e.what());
+      } catch (...) {
+        errors[i] = std::current_exception();
+        state_->fail(ranks[i], "unknown exception");
+      }
+    }  // its sends withdrawn
+    state_->leave(ranks[i]);
+  };
   std::vector<std::thread> threads;
   threads.reserve(ranks.size());
-  for (std::size_t i = 0; i < ranks.size(); ++i)
-    threads.emplace_back([&, i] {
-      {
-        Communicator comm(std::make_unique<LocalTransport>(*state_, ranks[i]));
-        try {
-          fn(comm);
-        } catch (const std::exception& e) {
-          errors[i] = std::current_exception();
-          state_->fail(ranks[i], e.what());
-        } catch (...) {
-          errors[i] = std::current_exception();
-          state_->fail(ranks[i], "unknown exception");
-        }
-      }  // its sends withdrawn
-      state_->leave(ranks[i]);
-    });
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    try {
+      threads.emplace_back(device, i);
+    } catch (const std::exception& e) {
+      // Out of threads or memory: the devices started would wait for ever on this one, so they
+      // fail at once, naming it, and end before the error is thrown.
+      const InternalError why("local devices", "cannot start device " + std::to_string(ranks[i]) +
+                                                   "'s thread (" + std::to_string(i) + " of " +
+                                                   std::to_string(ranks.size()) +
+                                                   " started): " + e.what());
+      state_->fail(ranks[i], why.cause());
+      for (auto& t : threads) t.join();
+      throw why;
+    }
+  }
   for (auto& t : threads) t.join();
   // The failing device's own exception, not the CommErrors it caused elsewhere.
   const int first = state_->failed_rank;

@@ -256,6 +256,20 @@ run frobnicate
 if [ "$rc" -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ]; then ok
 else bad_result "unknown subcommand: rc=$rc $(cat "$TMP/err")"; fi
 
+# A local world whose threads cannot all start (address space for their stacks): one line,
+# status 1, the started devices ended (no abort). Not under a sanitizer, whose shadow memory
+# needs more address space than the limit.
+if ! nm -D "$MC" 2>/dev/null | grep -qE "__(asan|tsan)_init"; then
+  (
+    ulimit -v 1000000
+    timeout "$LIMIT" "$MC" reshard --shape 1024 --dtype f32 --src 512:S0 --dst 512@512-1023:S0 \
+      --iters 1 >"$TMP/out" 2>"$TMP/err"
+  )
+  rc=$?
+  if [ "$rc" -eq 1 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "cannot start device" "$TMP/err"
+  then ok; else bad_result "local world out of threads: rc=$rc $(head -c 300 "$TMP/err")"; fi
+fi
+
 # ---- plan --json and --svg -----------------------------------------------------------------
 run plan --shape 64,64 --dtype f32 --src 2x2@0-3:S0S1 --dst 4@4-7:RS0 --json --svg "$TMP/plan.svg"
 if [ "$rc" -eq 0 ] && python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$TMP/out" &&
