@@ -246,7 +246,8 @@ void check_local_capacity(const std::vector<const Layout*>& layouts, const std::
     throw ValidationError(
         "buffer bytes",
         human_bytes(static_cast<std::int64_t>(std::min(need, 9e18))) +
-            " of tile buffers exceed the limit of " + human_bytes(limits().buffer_bytes) +
+            (scratch > 0 ? " of tile and scratch buffers" : " of tile buffers") +
+            " exceed the limit of " + human_bytes(limits().buffer_bytes) +
             " (raise it with MESHCAST_MAX_BUFFER_BYTES); the largest: " + name(biggest) + ", " +
             human_bytes(static_cast<std::int64_t>(std::min(most, 9e18))));
   check_limit("buffer bytes", static_cast<std::int64_t>(std::min(need, 9e18)),

@@ -253,7 +253,8 @@ ProcessRun run_plan_on(const Plan& p, ProcessSession& session, int iters, bool v
   check_job_capacity(
       boot,
       (src.mesh().contains(me) ? src.local_elements(me) : 0) * std::int64_t(elem) +
-          (dst.mesh().contains(me) ? dst.local_elements(me) : 0) * std::int64_t(elem),
+          (dst.mesh().contains(me) ? dst.local_elements(me) : 0) * std::int64_t(elem) +
+          reshard_scratch_bytes(p, me),
       "shape");
   std::vector<std::byte> in, out;
   if (src.mesh().contains(me)) {

@@ -21,6 +21,7 @@
 
 #include "cli.h"
 #include "meshcast/error.h"
+#include "meshcast/reshard.h"
 
 namespace meshcast::cli {
 namespace {
@@ -215,6 +216,13 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
       check_local_capacity(made ? made->src() : in->src, made ? made->dst() : in->dst);
     discover = !saved && run.backend != "local" && is_auto_topology(args.topology);
     if (!made && !discover) made = plan(in->src, in->dst, in->topology, in->options);
+    if (run.backend == "local")  // again, with the scratch of the plan's reduces
+      check_local_capacity(
+          {&made->src(), &made->dst()}, "shape",
+          [](std::size_t k) {
+            return k == 2 ? "the reduces' scratch" : k ? "the target" : "the source";
+          },
+          static_cast<double>(reshard_scratch_bytes(*made)));
   };
   LocalRun r;
   bool root = true;

@@ -56,4 +56,10 @@ Transfer ireshard(const RankPlan& plan, Communicator& comm, const void* src_loca
 Transfer ireshard(const Plan& plan, const Group& group, const void* src_local, void* dst_local);
 Transfer ireshard(const Plan& plan, Communicator& comm, const void* src_local, void* dst_local);
 
+// The scratch a reshard of `plan` holds besides the caller's tiles, at its peak: a reduce's root
+// receives every other addend of its box into a buffer of its own, all of a phase's at once.
+// Of `device`, or of every device together (-1: what one process running them all holds);
+// saturates near 2^62.
+std::int64_t reshard_scratch_bytes(const Plan& plan, int device = -1);
+
 }  // namespace meshcast

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <map>
 #include <vector>
 
 #include "lib/exec/executor.h"
@@ -315,6 +316,22 @@ void Transfer::wait() {
   if (!exec_) return;
   const std::shared_ptr<Executor> e = std::move(exec_);
   e->step(true);
+}
+
+std::int64_t reshard_scratch_bytes(const Plan& plan, int device) {
+  const auto elem = static_cast<double>(dtype_size(plan.src().dtype()));
+  std::map<int, double> per_phase;  // what post() stages for the reduces of each phase
+  for (const Op& op : plan.ops()) {
+    if (op.kind != OpKind::Reduce || (device >= 0 && op.root != device)) continue;
+    const auto others =
+        std::count_if(op.peers.begin(), op.peers.end(), [&](int p) { return p != op.root; });
+    per_phase[op.phase] +=
+        static_cast<double>(others) * static_cast<double>(op.box.volume()) * elem;
+  }
+  double most = 0;
+  for (const auto& [phase, bytes] : per_phase) most = std::max(most, bytes);
+  constexpr double kMost = 4.6e18;  // ~2^62: a caller may add tiles to it
+  return static_cast<std::int64_t>(std::min(most, kMost));
 }
 
 void detail::check_members(const Group& group, const std::vector<const Mesh*>& meshes) {

@@ -234,6 +234,11 @@ MESHCAST_MAX_SIMULATE_WORK=100 limit_case "simulate work: .* exceeds the limit o
   simulate --shape 256,256 --dtype f32 --src 16x16@0-255:S0S1 --dst 16x16@256-511:S1S0
 MESHCAST_MAX_BUFFER_BYTES=100 limit_case "buffer bytes: .* exceeds the limit of 100" 2 200000 \
   reshard "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:RS0
+# A sum of 16 addends: its reduces' roots stage the 15 others (3.75 MiB beside 8 MiB of tiles).
+MESHCAST_MAX_BUFFER_BYTES=10M limit_case "buffer bytes: .* the limit of 10.00 MiB" 2 200000 \
+  reshard --shape 256,256 --dtype f32 --src 16:RR+P0 --dst 16:RR
+MESHCAST_MAX_BUFFER_BYTES=12M limit_case "" 0 200000 \
+  reshard --shape 256,256 --dtype f32 --src 16:RR+P0 --dst 16:RR --verify
 # A picture of 1,024 devices (all-to-all) is aggregated: bounded in elements, and says so.
 limit_case "" 0 1000000 plan --shape 1024,64 --dtype f32 --src 512@0-511:S0R \
   --dst 512@512-1023:RS0 --strategy broadcast --balance greedy --svg "$TMP/big.svg"
