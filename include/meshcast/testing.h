@@ -15,7 +15,9 @@ namespace meshcast {
 std::int64_t test_value(std::int64_t i, DType dtype);
 // Fills a device's source tile: element i holds test_value(i); a partial source holds addends
 // that sum to it exactly (small integers, so any summation order is exact; unsigned addends may
-// wrap below zero, and their sum wraps back; bool addends are 0 or 1 and sum by or).
+// wrap below zero, and their sum wraps back; bool addends are 0 or 1 and sum by or). Of a float
+// type, the addends after the 66th (bf16), 1,028th (f16) or 777,160th (f32, c64) hold 0, so that
+// every partial sum stays exact.
 void fill_source(const Layout& src, int device, void* local);
 // Destination elements of `device` that differ from the expected value (0 for addends other
 // than the first of a partial target).

@@ -57,6 +57,8 @@ good() {  # args...
 }
 
 GOOD_CASES=(
+  "--shape 4096 --dtype bf16 --src 100@0-99:R+P0 --dst 2@100-101:S0"  # past bf16's exact sums
+  "--shape 4096 --dtype f16 --src 70@0-69:R+P0 --dst 2x2@70-73:S0+P1"
   "--shape 8,6 --dtype f32 --src 2x2@0-3:S0S1 --dst 4@4-7:RS0"
   "--shape 10 --dtype i32 --src 1@0:R --dst 3@1-3:R"
   "--shape 9,4,2 --dtype f64 --src 3@0-2:S0RR --dst 2x2@0-3:RS0S1"
