@@ -21,28 +21,72 @@
 
 namespace meshcast::detail {
 
-// nlohmann's DOM builder, watching each object's keys. (Its callback parser would do the same
-// in time quadratic in an array's objects: it rescans the parent after every object.)
+// Nesting any reader here accepts (deeper: a ParseError, before the stack or a tree grows).
+constexpr int kMaxJsonDepth = 256;
+
+// nlohmann's DOM builder, watching each object's keys, and bounding the tree: nesting as
+// JsonReader does, and its values (a 60 MB file of "{}," was a tree of 2.3 GB; the documents that
+// may hold millions of values, plans and manifests, are read in place by JsonReader). (nlohmann's
+// callback parser would watch keys in time quadratic in an array's objects: it rescans the
+// parent after every object.)
 template <class Json>
 class StrictJsonBuilder : public nlohmann::detail::json_sax_dom_parser<Json> {
  public:
   using Base = nlohmann::detail::json_sax_dom_parser<Json>;
-  explicit StrictJsonBuilder(Json& j) : Base(j, true) {}
+  static constexpr std::size_t kMaxValues = std::size_t{1} << 22;
+
+  StrictJsonBuilder(Json& j, std::string field) : Base(j, true), field_(std::move(field)) {}
   bool start_object(std::size_t n) {
+    open();
     keys_.emplace_back();
     return Base::start_object(n);
   }
   bool end_object() {
+    --depth_;
     keys_.pop_back();
     return Base::end_object();
+  }
+  bool start_array(std::size_t n) {
+    open();
+    return Base::start_array(n);
+  }
+  bool end_array() {
+    --depth_;
+    return Base::end_array();
   }
   bool key(std::string& k) {
     if (!keys_.back().insert(k).second && duplicate_.empty()) duplicate_ = k;
     return Base::key(k);
   }
+  bool null() { return value() && Base::null(); }
+  bool boolean(bool v) { return value() && Base::boolean(v); }
+  bool number_integer(typename Json::number_integer_t v) {
+    return value() && Base::number_integer(v);
+  }
+  bool number_unsigned(typename Json::number_unsigned_t v) {
+    return value() && Base::number_unsigned(v);
+  }
+  bool number_float(typename Json::number_float_t v, const typename Json::string_t& s) {
+    return value() && Base::number_float(v, s);
+  }
+  bool string(typename Json::string_t& v) { return value() && Base::string(v); }
   const std::string& duplicate() const { return duplicate_; }
 
  private:
+  void open() {
+    value();
+    if (++depth_ > kMaxJsonDepth) throw ParseError(field_, "not valid JSON: nested too deeply");
+  }
+  bool value() {
+    if (++values_ > kMaxValues)
+      throw ParseError(field_, "more than " + std::to_string(kMaxValues) +
+                                   " JSON values (a file of this kind is far smaller)");
+    return true;
+  }
+
+  std::string field_;
+  int depth_ = 0;
+  std::size_t values_ = 0;
   std::vector<std::unordered_set<std::string>> keys_;  // one set per open object
   std::string duplicate_;
 };
@@ -60,7 +104,7 @@ Json parse_json(const std::string& text, const std::string& field) {
   if (const auto nul = text.find('\0'); nul != std::string::npos)
     throw ParseError(field, "not valid JSON: a NUL byte at byte " + std::to_string(nul));
   Json j;
-  StrictJsonBuilder<Json> builder(j);
+  StrictJsonBuilder<Json> builder(j, field);
   try {
     nlohmann::json::sax_parse(text, &builder);
   } catch (const nlohmann::json::exception& e) {
@@ -83,7 +127,7 @@ Json parse_json(const std::string& text, const std::string& field) {
 // returning one, evaluated only for an error).
 class JsonReader {
  public:
-  static constexpr int kMaxDepth = 256;
+  static constexpr int kMaxDepth = kMaxJsonDepth;
   enum class Type { Object, Array, String, Number, Bool, Null };
 
   JsonReader(std::string_view text, std::string field) : s_(text), field_(std::move(field)) {}
