@@ -6,7 +6,8 @@
 //   keys ignored. Layouts come from a system config (M2N's too) and the Megatron placement below.
 // * Explicit, for any framework: every entry also has `"src": "MESH:SPEC"` and
 //   `"dst": "MESH:SPEC"` (partial sums and uneven shards allowed) and may have `"dst_dtype"`
-//   ("bf16" or "f16" for an f32 tensor: the sender casts).
+//   ("bf16" or "f16" for an f32 tensor: the sender casts); any other key is refused (a misspelt
+//   dst_dtype would not cast).
 //
 // A file whose entries all have src and dst is explicit; one where none has either is a model
 // config; anything between is refused. Errors name the offending field: "tensors.<name>.dtype",

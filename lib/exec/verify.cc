@@ -1,4 +1,3 @@
-#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <limits>
@@ -159,7 +158,7 @@ std::int64_t addend(std::int64_t i, std::int64_t v, std::int64_t g, std::int64_t
   if (t == DType::b8) return v != 0 && (g == i % groups || (i + g) % 3 == 0);
   if (g > 0) return offset(i, g, t);
   std::int64_t a = v;
-  for (std::int64_t k = 1; k < std::min(groups, offset_addends(t) + 1); ++k) a -= offset(i, k, t);
+  for (std::int64_t k = 1; k < groups && k <= offset_addends(t); ++k) a -= offset(i, k, t);
   return a;
 }
 

@@ -179,6 +179,7 @@ struct Entry {
   std::string dtype;
   std::optional<std::string> src, dst, dst_dtype;
   bool has_dtype = false, has_shape = false;
+  std::string other;  // the first key of no meaning here (an explicit entry refuses it)
 };
 
 Entry entry_from(JsonReader& r, std::string name) {
@@ -204,9 +205,15 @@ Entry entry_from(JsonReader& r, std::string name) {
     } else if (key == "dst_dtype") {
       e.dst_dtype = r.string(f + ".dst_dtype");
     } else {
+      if (e.other.empty()) e.other = key;  // (before skip(), which may reuse the key's text)
       r.skip();  // M2N's configs carry other keys; they do not concern placement
     }
   });
+  // An explicit entry is written for meshcast: a misspelt "dst_dtype" would silently not cast.
+  if ((e.src || e.dst) && !e.other.empty())
+    throw ValidationError(f + "." + e.other,
+                          "unknown key of an explicit entry (expected shape, dtype, src, dst, "
+                          "dst_dtype)");
   if (!e.has_shape) throw ValidationError(f + ".shape", "missing");
   if (!e.has_dtype) throw ValidationError(f + ".dtype", "missing");
   // Named here, as the tensor's shape (a layout would name its own): no dtype is under a byte.

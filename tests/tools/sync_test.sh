@@ -308,6 +308,12 @@ for flag in cast topology; do  # given empty: refused, not taken for the default
   then ok; else bad "empty --$flag: rc=$rc $(cat "$TMP/err")"; fi
 done
 
+# An explicit entry's keys are all meshcast's: a misspelt dst_dtype is refused, not a sync uncast.
+printf '{"w": {"shape": [64], "dtype": "F32", "src": "1@0:S0", "dst": "2@1-2:S0", "dst_dtyp": "bf16"}}' >"$TMP/typo.json"
+run --model "$TMP/typo.json" --iters 1
+if [[ $rc -eq 2 && $(cat "$TMP/err") == "meshcast: tensors.w.dst_dtyp: unknown key of an explicit entry (expected shape, dtype, src, dst, dst_dtype)" ]]
+then ok; else bad "a misspelt key of an explicit entry: rc=$rc $(cat "$TMP/err")"; fi
+
 run --model "$TMP/missing.json"  # I/O: exit 4, the path and the reason
 if [[ $rc -eq 4 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q "missing.json" "$TMP/err"; then ok; else
   bad "missing model file: rc=$rc $(cat "$TMP/err")"; fi
