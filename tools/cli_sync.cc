@@ -10,12 +10,14 @@
 #include <chrono>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <tuple>
 
 #include "cli.h"
+#include "lib/support/fnv.h"
 #include "lib/support/json_text.h"
 #include "lib/support/text.h"
 #include "meshcast/bootstrap.h"
@@ -97,6 +99,7 @@ struct Loaded {
   Topology topology;
   SyncOptions options;
   std::vector<Step> steps;
+  std::string mode;
 };
 
 Loaded load(const SyncArgs& a) {
@@ -132,31 +135,77 @@ Loaded load(const SyncArgs& a) {
     l.topology = load_topology(a.topology);  // auto: replaced once a process backend started
   }
   l.steps = steps_of(l.model, a.mode);
+  l.mode = a.mode;
   return l;
 }
 
-// The model's prediction of a mode: its steps one after the other.
+// What makes two steps' predictions the same: their moves' shapes, dtypes and layouts.
+std::uint64_t step_digest(const Step& s) {
+  detail::Fnv f;
+  for (const TensorMove& m : s.moves) {
+    for (std::int64_t n : m.src.shape()) f.add(n);
+    f.add(to_string(m.src.dtype())).add(to_string(m.dst.dtype()));
+    f.add(m.src.str()).add("|").add(m.dst.str()).add(";");
+  }
+  return f.h;
+}
+
+// A mode's steps by kind, in the order each first comes: one of each, and how many there are.
+// A model's layers repeat their shapes and layouts (gpt2-small's 588 gather steps are 61
+// kinds between meshes of 8,192 devices): a prediction prices, and times the planning of, each kind
+// once.
+struct StepKind {
+  const Step* step;
+  std::int64_t count;
+};
+std::vector<StepKind> step_kinds(const Loaded& l) {
+  std::vector<StepKind> kinds;
+  std::map<std::uint64_t, std::size_t> index;
+  for (const Step& s : l.steps) {
+    const auto [it, fresh] = index.emplace(step_digest(s), kinds.size());
+    if (fresh) kinds.push_back({&s, 0});
+    ++kinds[it->second].count;
+  }
+  return kinds;
+}
+
+// The model's prediction of a mode: its steps one after the other. The kinds priced are bounded
+// together as one plan is (limits().plan_ops), so that a mode of many steps on large meshes is
+// refused within that work, not after hours.
 SyncStats predict_steps(const Loaded& l) {
   SyncStats total;
-  for (const Step& s : l.steps) {
-    const SyncStats p = predict_sync(s.moves, l.topology, l.options);
-    total.messages += p.messages;
-    total.boxes += p.boxes;
-    total.bytes_moved += p.bytes_moved;
-    total.bytes_network += p.bytes_network;
-    total.predicted_seconds += p.predicted_seconds;
-    total.link_bound_seconds += p.link_bound_seconds;
+  std::int64_t messages = 0, priced = 0;
+  for (const StepKind& k : step_kinds(l)) {
+    const SyncStats p = predict_sync(k.step->moves, l.topology, l.options);
+    messages += p.messages;
+    if (messages > limits().plan_ops)
+      throw ValidationError(
+          "plan ops", "the " + std::to_string(++priced) + " kinds of step of mode " + l.mode +
+                          " priced so far hold " + std::to_string(messages) +
+                          " messages, over the limit of " + std::to_string(limits().plan_ops) +
+                          " (raise it with MESHCAST_MAX_PLAN_OPS)");
+    ++priced;
+    total.messages += p.messages * k.count;
+    total.boxes += p.boxes * k.count;
+    total.bytes_moved += p.bytes_moved * k.count;
+    total.bytes_network += p.bytes_network * k.count;
+    total.predicted_seconds += p.predicted_seconds * static_cast<double>(k.count);
+    total.link_bound_seconds += p.link_bound_seconds * static_cast<double>(k.count);
     if (total.busiest_link.empty()) total.busiest_link = p.busiest_link;
   }
   total.tensors = static_cast<std::int64_t>(l.model.moves.size());
   return total;
 }
 
-// The seconds device `device` takes to plan its part of every step.
+// The seconds device `device` takes to plan its part of every step (each kind timed once).
 double rank_plan_seconds(const Loaded& l, int device) {
-  const auto t0 = Clock::now();
-  for (const Step& s : l.steps) (void)plan_sync(s.moves, device, l.topology, l.options);
-  return since(t0);
+  double seconds = 0;
+  for (const StepKind& k : step_kinds(l)) {
+    const auto t0 = Clock::now();
+    (void)plan_sync(k.step->moves, device, l.topology, l.options);
+    seconds += since(t0) * static_cast<double>(k.count);
+  }
+  return seconds;
 }
 
 struct RunResult {

@@ -100,6 +100,8 @@ constexpr int kRead = O_RDONLY | O_NONBLOCK;
 class File {
  public:
   File(std::string path, int flags) : path_(std::move(path)) {
+    if (path_.find('\0') != std::string::npos)  // the OS would open another file
+      throw ValidationError("path", "the path holds a NUL byte");
     fd_ = ::open(path_.c_str(), flags | O_CLOEXEC, 0644);
     if (fd_ < 0) fail(path_);
   }

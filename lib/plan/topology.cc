@@ -507,6 +507,8 @@ std::vector<std::string> Topology::presets() {
 
 Topology Topology::resolve(const std::string& text) {
   if (text.empty()) throw ValidationError("topology", "empty: give a file or a preset name");
+  if (text.find('\0') != std::string::npos)  // the OS would read another path
+    throw ValidationError("topology", "the name holds a NUL byte");
   // A path that exists is a file (load() refuses a directory or a device with its message); a
   // path with a '/' names no preset, so load() says why it cannot be read.
   if (struct stat st{}; ::stat(text.c_str(), &st) == 0 || text.find('/') != std::string::npos)

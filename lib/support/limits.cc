@@ -56,6 +56,9 @@ void check_limit(const std::string& quantity, std::int64_t value, std::int64_t b
 
 std::string read_input_file(const std::string& path, const std::string& field,
                             std::int64_t max_bytes) {
+  // The OS reads the path up to its first NUL: another file than the one named.
+  if (path.find('\0') != std::string::npos)
+    throw ValidationError(field, "the path holds a NUL byte");
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
     throw IoError(field, "cannot read " + detail::quote(path) + ": " + std::strerror(errno));
