@@ -144,6 +144,8 @@ void check_host(py::handle obj, const std::string& arg) {
     dev = obj.attr("__dlpack_device__")().cast<std::pair<int, int>>();
   } catch (py::error_already_set& e) {
     not_exported(obj, arg, e);
+  } catch (const py::cast_error&) {
+    type_error(arg, "__dlpack_device__() returned no (device type, device id) pair of ints");
   }
   if (dev.first != kDLCPU)
     value_error(arg, "tensor on " + device_name(dev.first, dev.second) +

@@ -94,13 +94,15 @@ MpiOptions mpi_options(double timeout) {
 }
 #endif
 
-void check_timeout(double timeout) {
+double timeout_arg(py::handle obj) {
+  const double timeout = float_arg(obj, "timeout");
   if (!(timeout > 0 && timeout <= 1e6))
     throw py::value_error("timeout: must be in (0, 1e6] seconds, got " + std::to_string(timeout));
+  return timeout;
 }
 
-Comm from_mpi4py(py::object comm, double timeout) {
-  check_timeout(timeout);
+Comm from_mpi4py(py::object comm, py::handle timeout_obj) {
+  const double timeout = timeout_arg(timeout_obj);
 #if defined(MESHCAST_HAS_MPI4PY) && defined(MESHCAST_HAS_MPI)
   if (import_mpi4py() < 0) throw py::error_already_set();
   auto mpi = py::module_::import("mpi4py.MPI");
@@ -133,8 +135,9 @@ Comm from_mpi4py(py::object comm, double timeout) {
 #endif
 }
 
-Comm from_env(const std::string& backend, double timeout) {
-  check_timeout(timeout);
+Comm from_env(py::handle backend_obj, py::handle timeout_obj) {
+  const std::string backend = str_arg(backend_obj, "backend");
+  const double timeout = timeout_arg(timeout_obj);
   auto s = std::make_shared<Session>();
   if (backend == "ucx") {
 #ifdef MESHCAST_HAS_UCX
@@ -191,7 +194,10 @@ Comm from_env(const std::string& backend, double timeout) {
 // LocalWorld.run: fn(comm) on one thread per device, each taking the GIL to run Python and
 // releasing it while data moves. Results in rank order; the failing device's exception is
 // re-raised (the others' are the CommErrors it caused).
-py::list run_local(LocalWorld& world, const py::function& fn, const std::vector<int>& devices) {
+py::list run_local(LocalWorld& world, py::handle fn, py::handle devices_obj) {
+  if (!PyCallable_Check(fn.ptr()))
+    throw py::type_error("fn: expected a callable, got " + type_name(fn));
+  const std::vector<int> devices = int32s_arg(devices_obj, "devices");
   // LocalWorld::run replaces the world's state: a run inside one of its own fns would pull it
   // from under the running threads.
   static std::vector<const LocalWorld*> running;
@@ -351,9 +357,10 @@ from_env (torchrun, Slurm, Open MPI launchers; UCX). Device ids are ranks 0..siz
           "Returns once every device of the job called it.")
       .def(
           "group",
-          [](const Comm& c, std::vector<int> devices) {
+          [](const Comm& c, py::handle devices) {
+            std::vector<int> ids = int32s_arg(devices, "devices");
             const Busy call(c);
-            return PyGroup{c.get().group(std::move(devices)), c};
+            return PyGroup{c.get().group(std::move(ids)), c};
           },
           py::arg("devices"), R"doc(
 A group of `devices` (their order gives their ranks in it) with its own message tags. Every
@@ -380,16 +387,16 @@ device of the job creates its groups in the same order, members or not (as MPI_C
 A world of `size` devices in this process, one thread each (for notebooks and tests).
 A wait that sees no progress for `timeout` seconds fails with CommError.
 )doc")
-      .def(py::init([](py::object size, double timeout) {
+      .def(py::init([](py::object size, py::handle timeout_obj) {
              const auto n = int_arg(size, "size", std::numeric_limits<int>::min(),
                                     std::numeric_limits<int>::max());
              if (n < 1) throw py::value_error("size: a world needs at least one device");
-             check_timeout(timeout);
+             const double timeout = timeout_arg(timeout_obj);
              return std::make_unique<LocalWorld>(static_cast<int>(n), 0, timeout);
            }),
            py::arg("size"), py::arg("timeout") = 60.0)
       .def_property_readonly("size", &LocalWorld::size)
-      .def("run", &run_local, py::arg("fn"), py::arg("devices") = std::vector<int>{}, R"doc(
+      .def("run", &run_local, py::arg("fn"), py::arg("devices") = py::list(), R"doc(
 Calls fn(comm) on one thread per device (of `devices`, all by default) and returns their
 results in rank order (in the order of `devices` when given). If one raises, the others' waits
 fail with CommError naming it, and its exception is re-raised here. The comm, and any Handle

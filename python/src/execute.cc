@@ -213,7 +213,8 @@ py::object all_gather_py(py::object comm, py::object send, py::object recv,
   return finish(s, std::move(c), async_op);
 }
 
-py::object broadcast_py(py::object comm, py::object buf, int root, bool async_op) {
+py::object broadcast_py(py::object comm, py::object buf, py::handle root_obj, bool async_op) {
+  const int root = int32_arg(root_obj, "root");
   Setup s = setup(comm, "auto", py::none());
   if (!s.group.group.contains(root))
     throw py::value_error("root: device " + std::to_string(root) + " is not in the group");

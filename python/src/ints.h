@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,33 @@ inline std::int64_t int_arg(py::handle obj, const std::string& arg, std::int64_t
   return v;
 }
 
+// An int of C++'s int range (a device id, a root: out of a mesh is the caller's to say).
+inline int int32_arg(py::handle obj, const std::string& arg) {
+  return static_cast<int>(
+      int_arg(obj, arg, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+}
+
+// A real number (an int or a float; not a bool, not a str), naming `arg` in a TypeError.
+inline double float_arg(py::handle obj, const std::string& arg) {
+  if (PyBool_Check(obj.ptr()) || !(PyFloat_Check(obj.ptr()) || PyIndex_Check(obj.ptr())))
+    throw py::type_error(arg + ": expected a number, got " +
+                         py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+  const double v = PyFloat_AsDouble(obj.ptr());
+  if (v == -1.0 && PyErr_Occurred()) {  // an int too large for a double
+    PyErr_Clear();
+    throw py::value_error(arg + ": out of range");
+  }
+  return v;
+}
+
+// True or False (not 0 or 1), naming `arg` in a TypeError.
+inline bool bool_arg(py::handle obj, const std::string& arg) {
+  if (!PyBool_Check(obj.ptr()))
+    throw py::type_error(arg + ": expected a bool, got " +
+                         py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+  return obj.ptr() == Py_True;
+}
+
 // An int, or a sequence of ints, each in [lo, hi] (argument `arg`, elements `arg[i]`).
 inline std::vector<std::int64_t> ints_arg(py::handle obj, const std::string& arg, std::int64_t lo,
                                           std::int64_t hi) {
@@ -49,6 +77,19 @@ inline std::vector<std::int64_t> ints_arg(py::handle obj, const std::string& arg
   out.reserve(seq.size());
   for (std::size_t k = 0; k < seq.size(); ++k)
     out.push_back(int_arg(seq[k], arg + "[" + std::to_string(k) + "]", lo, hi));
+  return out;
+}
+
+// A sequence (list, tuple, numpy array) of ints of C++'s int range: device ids. A lone int is a
+// TypeError, not a list of one.
+inline std::vector<int> int32s_arg(py::handle obj, const std::string& arg) {
+  if (!py::isinstance<py::sequence>(obj) && !py::hasattr(obj, "__array__"))
+    throw py::type_error(arg + ": expected a sequence of ints, got " +
+                         py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+  std::vector<int> out;
+  for (std::int64_t v :
+       ints_arg(obj, arg, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()))
+    out.push_back(static_cast<int>(v));
   return out;
 }
 

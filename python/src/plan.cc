@@ -13,6 +13,7 @@
 #include "meshcast/error.h"
 #include "python/src/array.h"
 #include "python/src/comm.h"
+#include "python/src/instance.h"
 #include "python/src/ints.h"
 #include "python/src/tile.h"
 
@@ -110,7 +111,8 @@ Topology topology_arg(py::handle obj) {
                        py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
 }
 
-py::object local_shape(const Layout& layout, int device) {
+py::object local_shape(const Layout& layout, py::handle device_obj) {
+  const int device = int32_arg(device_obj, "device");
   if (!layout.mesh().contains(device)) return py::none();
   return to_tuple(tile_shape(layout, device));
 }
@@ -182,7 +184,8 @@ tensor: shape (), spec "" or "R" (every device holds its one element).
            "The shape of the tile `device` holds; None when it is not in the mesh.")
       .def(
           "local_box",
-          [](const Layout& l, int device) -> py::object {
+          [](const Layout& l, py::handle device_obj) -> py::object {
+            const int device = int32_arg(device_obj, "device");
             if (!l.mesh().contains(device)) return py::none();
             const Box b = l.tile_of(device);
             if (l.scalar()) return py::tuple();
@@ -199,8 +202,8 @@ is its tile); None when it is not in the mesh.
                              "Addends of a pending sum (+P axes): 1 for a complete tensor.")
       .def(
           "addend",
-          [](const Layout& l, int device) -> py::object {
-            const auto index = l.mesh().index_of(device);
+          [](const Layout& l, py::handle device) -> py::object {
+            const auto index = l.mesh().index_of(int32_arg(device, "device"));
             if (!index) return py::none();
             return py::int_(l.partial_group(*index));
           },
@@ -242,15 +245,19 @@ Topology.single_host().
           py::arg("text"))
       .def_static(
           "discover",
-          [](const Comm& comm, py::object preset, py::object host, bool probe,
-             std::int64_t probe_bytes) {
+          [](py::handle comm_obj, py::object preset, py::object host, py::handle probe,
+             py::handle probe_bytes) {
+            const Comm* comm = instance_of<Comm>(comm_obj);
+            if (!comm)
+              throw py::type_error("comm: expected a meshcast Comm, got " + type_name(comm_obj));
             DiscoverOptions o;
             if (!preset.is_none()) o.preset = topology_path(str_arg(preset, "preset"));
             if (!host.is_none()) o.host = str_arg(host, "host");
-            o.probe = probe;
-            o.probe_bytes = probe_bytes;
-            Communicator& c = comm.get();
-            const Busy call(comm);
+            o.probe = bool_arg(probe, "probe");
+            o.probe_bytes =
+                int_arg(probe_bytes, "probe_bytes", 0, std::numeric_limits<std::int64_t>::max());
+            Communicator& c = comm->get();
+            const Busy call(*comm);
             py::gil_scoped_release release;
             return discover_topology(c, o);
           },

@@ -30,7 +30,7 @@ struct PyPlan {
 Topology topology_arg(py::handle obj);
 
 // The device's local tile shape of `layout`, as a tuple (None outside the mesh).
-py::object local_shape(const Layout& layout, int device);
+py::object local_shape(const Layout& layout, py::handle device);
 
 void bind_plan(py::module_& m);
 

@@ -44,14 +44,15 @@ py::list moves_list(const std::vector<TensorMove>& moves) {
   return out;
 }
 
-SyncOptions options_arg(std::int64_t max_staging_bytes, std::int64_t bucket_bytes,
-                        std::int64_t pack_bytes, const std::string& strategy, bool fork) {
-  SyncOptions o;
-  o.max_staging_bytes = max_staging_bytes;
-  o.bucket_bytes = bucket_bytes;
-  o.pack_bytes = pack_bytes;
-  o.plan.strategy = parse_strategy(strategy, "strategy");
-  o.plan.fork = fork;
+SyncOptions options_arg(py::handle max_staging_bytes, py::handle bucket_bytes,
+                        py::handle pack_bytes, py::handle strategy, py::handle fork) {
+  constexpr auto kMost = std::numeric_limits<std::int64_t>::max();
+  SyncOptions o;  // (plan_sync checks each's range; these read them as ints)
+  o.max_staging_bytes = int_arg(max_staging_bytes, "max_staging_bytes", -kMost, kMost);
+  o.bucket_bytes = int_arg(bucket_bytes, "bucket_bytes", -kMost, kMost);
+  o.pack_bytes = int_arg(pack_bytes, "pack_bytes", -kMost, kMost);
+  o.plan.strategy = parse_strategy(str_arg(strategy, "strategy"), "strategy");
+  o.plan.fork = bool_arg(fork, "fork");
   return o;
 }
 
@@ -134,7 +135,10 @@ local copies. Execute it with meshcast.sync(plan, comm, src_dict, dst_dict).
                                for (const auto& t : p.tensors()) names.push_back(t.name);
                                return names;
                              })
-      .def("index", &SyncPlan::index, py::arg("name"), "The tensor's index, or -1.")
+      .def(
+          "index",
+          [](const SyncPlan& p, py::handle name) { return p.index(str_arg(name, "name")); },
+          py::arg("name"), "The tensor's index, or -1.")
       .def_property_readonly(
           "stats", [](const SyncPlan& p) { return stats_dict(p.stats()); },
           "This device's messages: tensors, messages, boxes, bytes_moved, bytes_network.")
@@ -143,12 +147,12 @@ local copies. Execute it with meshcast.sync(plan, comm, src_dict, dst_dict).
   const auto staging = py::arg("max_staging_bytes") = std::int64_t{64} << 20;
   const auto bucket = py::arg("bucket_bytes") = std::int64_t{0};
   const auto pack = py::arg("pack_bytes") = std::int64_t{64} << 10;
-  const auto fork = py::arg("fork").noconvert() = true;  // a bool, not 0 or 1
+  const auto fork = py::arg("fork") = true;  // a bool, not 0 or 1 (bool_arg)
   m.def(
       "plan_sync",
-      [](py::object tensors, int device, py::object topology, std::int64_t max_staging,
-         std::int64_t bucket_bytes, std::int64_t pack_bytes, const std::string& strategy,
-         bool fork) {
+      [](py::object tensors, py::handle device_obj, py::object topology, py::handle max_staging,
+         py::handle bucket_bytes, py::handle pack_bytes, py::handle strategy, py::handle fork) {
+        const int device = int32_arg(device_obj, "device");
         auto moves = moves_arg(tensors);
         const Topology t = topology_arg(topology);
         const SyncOptions o = options_arg(max_staging, bucket_bytes, pack_bytes, strategy, fork);
@@ -167,9 +171,8 @@ there; meshcast sync --no-fork).
 )doc");
   m.def(
       "predict_sync",
-      [](py::object tensors, py::object topology, std::int64_t max_staging,
-         std::int64_t bucket_bytes, std::int64_t pack_bytes, const std::string& strategy,
-         bool fork) {
+      [](py::object tensors, py::object topology, py::handle max_staging, py::handle bucket_bytes,
+         py::handle pack_bytes, py::handle strategy, py::handle fork) {
         auto moves = moves_arg(tensors);
         const Topology t = topology_arg(topology);
         const SyncOptions o = options_arg(max_staging, bucket_bytes, pack_bytes, strategy, fork);

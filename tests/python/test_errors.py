@@ -10,6 +10,7 @@ import meshcast as mc
 SRC = mc.Layout((4, 6), "f32", "2@0-1:S0R")
 DST = mc.Layout((4, 6), "f32", "2@0-1:RS0")
 PLAN = mc.plan(SRC, DST)
+MOVES = [("w", SRC, DST)]
 
 
 def good_src(d):
@@ -96,6 +97,59 @@ def test_not_in_mesh_must_be_none():
         return True
 
     mc.LocalWorld(2).run(step)
+
+
+def test_comm_arguments_are_named_in_one_line():
+    def step(comm):
+        seen = []
+        for make in (lambda: comm.group([0, 2**40]), lambda: comm.group(3),
+                     lambda: mc.broadcast(comm, np.ones(4), 2**40),
+                     lambda: mc.broadcast(comm, np.ones(4), True),
+                     lambda: mc.Topology.discover(comm.group([0, 1]))):
+            try:
+                make()
+                seen.append("accepted")
+            except (TypeError, ValueError) as e:
+                seen.append(type(e).__name__ + ": " + str(e))
+        return seen
+
+    seen = mc.LocalWorld(2, timeout=30).run(step)[0]
+    assert [s.split(":")[0:2] for s in seen] == [
+        ["ValueError", " devices[1]"], ["TypeError", " devices"], ["ValueError", " root"],
+        ["TypeError", " root"], ["TypeError", " comm"]], seen
+    assert not any("\n" in s for s in seen), seen
+
+
+def test_polling_test_on_a_peer_that_returned_fails_at_once():
+    # A loop of test() alone learns of it as wait() does (it spun for ever).
+    def step(comm):
+        if comm.rank == 0:
+            return
+        h = mc.all_reduce(comm, np.ones(4), async_op=True)
+        while not h.test():
+            pass
+
+    with pytest.raises(mc.CommError, match="^device 0: returned from its function"):
+        mc.LocalWorld(2, timeout=600).run(step)
+
+
+def test_collectives_waited_in_different_orders_complete():
+    # Started alike everywhere, waited in other orders (and one across a barrier): a device that
+    # waits moves the others on, which its peers may be waiting for.
+    def step(comm):
+        xs = [np.full(1000, comm.rank + i, np.float64) for i in range(3)]
+        hs = [mc.all_reduce(comm, x, algorithm="ring", async_op=True) for x in xs]
+        for h in (hs if comm.rank == 0 else hs[::-1]):
+            h.wait()
+        y = np.full(1000, 1.0)
+        h = mc.all_reduce(comm, y, algorithm="ring", async_op=True)
+        if comm.rank == 0:
+            h.wait()
+        comm.barrier()
+        h.wait()
+        return [float(x[0]) for x in xs] + [float(y[0])]
+
+    assert mc.LocalWorld(3, timeout=30).run(step) == [[3.0, 6.0, 9.0, 3.0]] * 3
 
 
 def test_exception_in_one_device_is_reraised_and_others_do_not_hang():
@@ -239,6 +293,23 @@ def test_bad_world_arguments():
     (lambda: mc.Layout((4,), None, "1:R"), TypeError, "dtype: None is not a dtype"),
     (lambda: mc.plan_rank(mc.Layout((4,), "f32", "1@0:R"), mc.Layout((4,), "f32", "1@1:R"), -1),
      ValueError, "device: must be >= 0, got -1"),
+    # Arguments that pybind11 converted itself (a multi-line list of overloads, naming nothing).
+    (lambda: mc.Layout((8,), "f32", "2:S0").local_shape(2**40), ValueError, "device: 1099511627776"),
+    (lambda: mc.Layout((8,), "f32", "2:S0").local_box("0"), TypeError, "device: expected an int"),
+    (lambda: mc.Layout((8,), "f32", "2:S0").addend(2**40), ValueError, "device: 1099511627776"),
+    (lambda: mc.plan_sync(MOVES, 2**40), ValueError, "device: 1099511627776 is out of range"),
+    (lambda: mc.plan_sync(MOVES, 0, max_staging_bytes=1.5), TypeError,
+     "max_staging_bytes: expected an int, got float"),
+    (lambda: mc.plan_sync(MOVES, 0, bucket_bytes=2**70), ValueError, "bucket_bytes: 1180591620717"),
+    (lambda: mc.predict_sync(MOVES, fork=1), TypeError, "fork: expected a bool, got int"),
+    (lambda: mc.plan_sync(MOVES, 0).index(3), TypeError, "name: expected a str, got int"),
+    (lambda: mc.LocalWorld(2, timeout="1"), TypeError, "timeout: expected a number, got str"),
+    (lambda: mc.LocalWorld(2).run(5), TypeError, "fn: expected a callable, got int"),
+    (lambda: mc.LocalWorld(2).run(len, devices=[2**40]), ValueError, "devices[0]: 1099511627776"),
+    (lambda: mc.LocalWorld(2).run(len, devices=1), TypeError, "devices: expected a sequence"),
+    # A path with a NUL: the OS would read the path up to it, another file than the one named.
+    (lambda: mc.load_model("m.json\0x"), ValueError, "model: the path holds a NUL byte"),
+    (lambda: mc.Topology("dgx-a100\0x"), ValueError, "topology: the name holds a NUL byte"),
 ])
 def test_out_of_range_ints_are_named_in_one_line(make, exc, message):
     # pybind11's own conversion failed with a multi-line list of overloads.
