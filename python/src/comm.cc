@@ -252,10 +252,24 @@ bool Pending::done() const {
   return !abandoned && (!transfer || transfer->done()) && (!collective || collective->done());
 }
 
-void Life::track(const std::shared_ptr<Pending>& p) {
+void Life::track(const std::shared_ptr<Pending>& p, std::vector<MemorySpan> spans) {
   std::lock_guard lock(mutex_);
-  std::erase_if(pending_, [](const auto& w) { return w.expired(); });
-  pending_.push_back(p);
+  std::erase_if(pending_, [](const Tracked& t) { return t.op.expired(); });
+  pending_.push_back({p, std::move(spans)});
+}
+
+void Life::check_free(const std::vector<MemorySpan>& spans) {
+  std::lock_guard lock(mutex_);
+  for (const Tracked& t : pending_) {
+    const auto op = t.op.lock();
+    if (!op || op->done()) continue;
+    for (const MemorySpan& in_flight : t.spans)
+      for (const MemorySpan& s : spans)
+        if ((s.writes || in_flight.writes) && s.begin < in_flight.end && in_flight.begin < s.end)
+          throw py::value_error(s.arg + ": " + (in_flight.writes ? "written" : "read") +
+                                " by an operation in flight (its " + in_flight.arg +
+                                "): wait() on its handle first");
+  }
 }
 
 void Life::end(Communicator& comm) {
@@ -269,8 +283,8 @@ void Life::end(Communicator& comm) {
   std::vector<std::shared_ptr<Pending>> live;
   {
     std::lock_guard lock(mutex_);
-    for (auto& w : pending_)
-      if (auto p = w.lock()) live.push_back(std::move(p));
+    for (auto& t : pending_)
+      if (auto p = t.op.lock()) live.push_back(std::move(p));
     pending_.clear();
   }
   bool abandoned = false;

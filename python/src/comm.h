@@ -30,13 +30,26 @@ struct Pending {
   bool done() const;
 };
 
+// Memory an operation uses: [begin, end), written or only read, and the argument it came in.
+struct MemorySpan {
+  const char* begin;
+  const char* end;
+  bool writes;
+  std::string arg;
+};
+
 // A communicator's life: whether it still exists, and the operations started on it. The session
 // calls end() before the communicator goes (a LocalWorld thread's fn returned, the interpreter
 // exits), so that no operation outlives the communicator it points at.
 class Life {
  public:
   bool alive() const { return alive_.load(); }
-  void track(const std::shared_ptr<Pending>& p);
+  // `spans`: the memory the operation uses until it completed.
+  void track(const std::shared_ptr<Pending>& p, std::vector<MemorySpan> spans);
+  // Throws ValueError naming the argument when `spans` (an operation about to start) writes
+  // memory an operation in flight uses, or uses memory one writes: their order would differ
+  // between devices (a blocking call completes first on some), and so would the results.
+  void check_free(const std::vector<MemorySpan>& spans);
   // A call on the communicator, which serves one thread: throws ValueError while another
   // thread's call is in flight (two threads' barriers would count as two devices') or once the
   // session is ending. With the GIL held.
@@ -52,7 +65,11 @@ class Life {
  private:
   std::atomic<bool> alive_{true};
   std::mutex mutex_;
-  std::vector<std::weak_ptr<Pending>> pending_;
+  struct Tracked {
+    std::weak_ptr<Pending> op;
+    std::vector<MemorySpan> spans;
+  };
+  std::vector<Tracked> pending_;
   std::mutex call_mutex_;
   std::condition_variable call_done_;
   bool busy_ = false, closing_ = false;

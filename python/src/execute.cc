@@ -26,7 +26,7 @@ struct Prepared {
   PyGroup group;
   const void* src = nullptr;
   void* dst = nullptr;
-  std::vector<py::object> keep;
+  Kept keep;
 };
 
 // `shapes`: a Python Plan's cache of tile shapes (none for a RankPlan).
@@ -35,7 +35,6 @@ Prepared prepare(const P& plan, py::handle comm, py::handle src, py::handle dst,
                  const PyPlan* shapes) {
   Prepared p{group_arg(comm), nullptr, nullptr, {}};
   const int me = p.group.comm.rank();
-  p.keep.reserve(2);
   const PyPlan::TileShapes* tiles = nullptr;
   if (shapes) {
     auto [at, fresh] = shapes->tiles.try_emplace(me);
@@ -50,6 +49,7 @@ Prepared prepare(const P& plan, py::handle comm, py::handle src, py::handle dst,
   const Array b =
       tile_array(dst, plan.dst(), me, "dst", true, p.keep, tiles ? &tiles->second : nullptr);
   check_disjoint(a, "src", b, "dst");
+  p.group.comm.life().check_free(p.keep.spans);
   p.src = a.data;
   p.dst = b.data;
   return p;
@@ -96,7 +96,7 @@ struct Setup {
   PyGroup group;
   CollectiveOptions options;
   std::shared_ptr<Topology> topology;
-  std::vector<py::object> keep;
+  Kept keep;
   int n = 0, k = 0;
 };
 
@@ -162,6 +162,7 @@ py::object all_reduce_py(py::object comm, py::object send, py::object recv, cons
   expect_elements(b, a.elements(), "recv", "as many as send");
   if (a.data != b.data) check_disjoint(a, "send", b, "recv");
   Collective c;
+  s.group.comm.life().check_free(s.keep.spans);
   {
     const Busy call(s.group.comm);
     py::gil_scoped_release release;
@@ -183,6 +184,7 @@ py::object reduce_scatter_py(py::object comm, py::object send, py::object recv,
                       std::to_string(a.elements()) + " over " + std::to_string(s.n));
   check_disjoint(a, "send", b, "recv");
   Collective c;
+  s.group.comm.life().check_free(s.keep.spans);
   {
     const Busy call(s.group.comm);
     py::gil_scoped_release release;
@@ -205,6 +207,7 @@ py::object all_gather_py(py::object comm, py::object send, py::object recv,
                    s.k * b.elements() / s.n * static_cast<std::int64_t>(dtype_size(b.dtype));
   if (a.data != own) check_disjoint(a, "send", b, "recv");
   Collective c;
+  s.group.comm.life().check_free(s.keep.spans);
   {
     const Busy call(s.group.comm);
     py::gil_scoped_release release;
@@ -220,6 +223,7 @@ py::object broadcast_py(py::object comm, py::object buf, py::handle root_obj, bo
     throw py::value_error("root: device " + std::to_string(root) + " is not in the group");
   Array a = collective_array(buf, "buf", root != s.group.comm.rank(), s.keep);
   Collective c;
+  s.group.comm.life().check_free(s.keep.spans);
   {
     const Busy call(s.group.comm);
     py::gil_scoped_release release;
@@ -266,6 +270,7 @@ py::object all_to_all_py(py::object comm, py::object send, py::object recv, py::
   auto sc = counts_arg(send_counts, a, s.n, "send_counts", "send");
   auto rc = counts_arg(recv_counts, b, s.n, "recv_counts", "recv");
   Collective c;
+  s.group.comm.life().check_free(s.keep.spans);
   {
     const Busy call(s.group.comm);
     py::gil_scoped_release release;
@@ -287,6 +292,7 @@ std::string sparse_all_reduce_py(py::object comm, py::object grad, py::object ou
                           ", got " + to_string(o.dtype) + " of shape " + shape_text(o.shape));
   check_disjoint(g, "grad", o, "out");
   const SparseMethod m = parse_sparse_method(method, "method");
+  s.group.comm.life().check_free(s.keep.spans);
   const Busy call(s.group.comm);
   py::gil_scoped_release release;
   const auto* values = static_cast<const float*>(g.data);
@@ -313,9 +319,9 @@ double reshard_loop(py::object plan, py::object comm, py::object src, py::object
 
 }  // namespace
 
-Handle::Handle(PyGroup g, std::vector<py::object> arrays)
-    : keep(std::move(arrays)), group(std::move(g)), op(std::make_shared<Pending>()) {
-  group->comm.life().track(op);
+Handle::Handle(PyGroup g, Kept arrays)
+    : keep(std::move(arrays.objects)), group(std::move(g)), op(std::make_shared<Pending>()) {
+  group->comm.life().track(op, std::move(arrays.spans));
 }
 
 Handle::~Handle() {

@@ -10,6 +10,7 @@
 #include "meshcast/topology.h"
 #include "python/src/bound.h"
 #include "python/src/comm.h"
+#include "python/src/tile.h"
 
 namespace meshcast::python {
 
@@ -21,8 +22,9 @@ struct Handle {
   std::shared_ptr<Topology> topology;
   std::optional<PyGroup> group;  // keeps the session alive, and knows when it ended
   std::shared_ptr<Pending> op;   // the session's Life ends it before the communicator goes
-  // A handle for an operation about to start on `g`, tracked by its communicator's Life.
-  Handle(PyGroup g, std::vector<py::object> arrays);
+  // A handle for an operation about to start on `g`, tracked by its communicator's Life with
+  // the memory of its arrays.
+  Handle(PyGroup g, Kept arrays);
   Handle(Handle&&) = default;
   Handle& operator=(Handle&&) = default;
   // A collective cannot be abandoned the way a transfer is (its peers would wait on it): one

@@ -74,7 +74,7 @@ py::dict stats_dict(const SyncStats& s) {
 // Views by tensor index from a dict {name: array}: every tile this device holds (or receives)
 // present, nothing else.
 std::vector<Array> buffers(const SyncPlan& plan, py::handle obj, const std::string& arg,
-                           bool writable, std::vector<py::object>& keep) {
+                           bool writable, Kept& keep) {
   if (!py::isinstance<py::dict>(obj)) throw py::type_error(arg + ": expected a dict {name: array}");
   py::dict d = py::reinterpret_borrow<py::dict>(obj);
   for (auto item : d) {
@@ -97,7 +97,7 @@ struct Bound {
   PyGroup group;
   std::vector<const void*> src;
   std::vector<void*> dst;
-  std::vector<py::object> keep;
+  Kept keep;
 };
 
 Bound bind_buffers(const SyncPlan& plan, py::object comm, py::object src, py::object dst) {
@@ -114,6 +114,7 @@ Bound bind_buffers(const SyncPlan& plan, py::object comm, py::object src, py::ob
     uses.push_back({&writes[i], "dst['" + plan.tensors()[i].name + "']", true});
   }
   check_disjoint(std::move(uses));
+  b.group.comm.life().check_free(b.keep.spans);
   for (std::size_t i = 0; i < reads.size(); ++i) {
     b.src.push_back(reads[i].data);
     b.dst.push_back(writes[i].data);

@@ -27,9 +27,14 @@ bool same_tile(const std::vector<std::int64_t>& got, const std::vector<std::int6
 
 }  // namespace
 
+void Kept::add(const Array& a, const std::string& arg, bool writes) {
+  objects.push_back(a.owner);
+  const auto* p = static_cast<const char*>(a.data);
+  if (p && a.bytes() > 0) spans.push_back({p, p + a.bytes(), writes, arg});
+}
+
 Array tile_array(py::handle obj, const Layout& layout, int device, const std::string& arg,
-                 bool writable, std::vector<py::object>& keep,
-                 const std::vector<std::int64_t>* tile) {
+                 bool writable, Kept& keep, const std::vector<std::int64_t>* tile) {
   if (!layout.mesh().contains(device)) {
     if (!obj.is_none())
       throw py::value_error(arg + ": device " + std::to_string(device) + " holds no tile of " +
@@ -50,7 +55,7 @@ Array tile_array(py::handle obj, const Layout& layout, int device, const std::st
     throw py::value_error(arg + ": expected shape " + shape_text(want) + " (device " +
                           std::to_string(device) + "'s tile of " + layout.str() + "), got " +
                           shape_text(a.shape));
-  keep.push_back(a.owner);
+  keep.add(a, arg, writable);
   return a;
 }
 
@@ -81,11 +86,10 @@ void check_disjoint(const Array& read, const char* read_arg, const Array& write,
                           "; pass separate arrays (a copy)");
 }
 
-Array collective_array(py::handle obj, const std::string& arg, bool writable,
-                       std::vector<py::object>& keep) {
+Array collective_array(py::handle obj, const std::string& arg, bool writable, Kept& keep) {
   if (obj.is_none()) throw py::type_error(arg + ": expected an array, got None");
   Array a = view_array(obj, arg, writable);
-  keep.push_back(a.owner);
+  keep.add(a, arg, writable);
   return a;
 }
 

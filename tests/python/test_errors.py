@@ -152,6 +152,32 @@ def test_collectives_waited_in_different_orders_complete():
     assert mc.LocalWorld(3, timeout=30).run(step) == [[3.0, 6.0, 9.0, 3.0]] * 3
 
 
+def test_memory_of_an_operation_in_flight_is_refused_to_the_next():
+    # Its order against the next one would differ between devices (a blocking call completes
+    # first on some): the devices' results diverged silently.
+    def step(comm):
+        x, y = np.full(10, comm.rank + 1.0), np.zeros(10)
+        seen = []
+        h = mc.all_reduce(comm, x, async_op=True)
+        for make in (lambda: mc.all_reduce(comm, x),
+                     lambda: mc.all_reduce(comm, x[2:4], async_op=True),
+                     lambda: mc.all_gather(comm, x[:2], y[:4])):  # reads x while h writes it
+            try:
+                make()
+                seen.append("accepted")
+            except ValueError as e:
+                seen.append(str(e))
+        mc.all_reduce(comm, y)  # other memory: runs
+        h.wait()
+        mc.all_reduce(comm, x)  # once waited: runs
+        return seen, float(x[0])
+
+    for seen, x0 in mc.LocalWorld(2, timeout=30).run(step):
+        assert x0 == 6.0
+        assert seen == ["send: written by an operation in flight (its send): wait() on its "
+                        "handle first"] * 3, seen
+
+
 def test_exception_in_one_device_is_reraised_and_others_do_not_hang():
     def step(comm):
         if comm.rank == 1:
