@@ -137,6 +137,16 @@ int parse_iters(const std::string& text) {
   return static_cast<int>(parse_int_in(text, "iters", 1, kMaxIters));
 }
 
+void check_run_bytes(int iters, double bytes) {
+  const double total = (iters + 1.0) * bytes;  // (no overflow: iters <= kMaxIters)
+  if (total > static_cast<double>(limits().run_bytes))
+    throw ValidationError("run bytes", std::to_string(iters) + " iterations of " +
+                                           human_bytes(static_cast<std::int64_t>(bytes)) +
+                                           " exceed the limit of " +
+                                           human_bytes(limits().run_bytes) +
+                                           " (raise it with MESHCAST_MAX_RUN_BYTES)");
+}
+
 void check_backend(const std::string& backend) {
   if (backend == "local") return;
 #ifdef MESHCAST_HAS_MPI

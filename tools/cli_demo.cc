@@ -4,6 +4,7 @@
 // that cross hosts.
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <string>
 
 #include "cli.h"
@@ -49,6 +50,11 @@ int run_demo(const DemoArgs& args) {
       args.topology.empty() ? builtin_aws_p3() : Topology::resolve(args.topology);
   const Shape shape = parse_shape(kShape);
   const DType dtype = parse_dtype(kDType);
+  // Each case moves the tensor at least once per iteration.
+  double elements = 1;
+  for (std::int64_t n : shape) elements *= static_cast<double>(n);
+  check_run_bytes(iters, static_cast<double>(std::size(kCases)) * elements *
+                             static_cast<double>(dtype_size(dtype)));
 
   std::cout << "meshcast demo: cross-mesh resharding on the in-process backend (one thread per "
                "device)\n"

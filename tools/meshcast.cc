@@ -216,6 +216,9 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
       check_local_capacity(made ? made->src() : in->src, made ? made->dst() : in->dst);
     discover = !saved && run.backend != "local" && is_auto_topology(args.topology);
     if (!made && !discover) made = plan(in->src, in->dst, in->topology, in->options);
+    if (made)
+      check_run_bytes(iters, static_cast<double>(made->stats().bytes_moved) +
+                                 static_cast<double>(made->stats().bytes_local));
     if (run.backend == "local")  // again, with the scratch of the plan's reduces
       check_local_capacity(
           {&made->src(), &made->dst()}, "shape",
@@ -428,7 +431,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --help-all, --version
-    return app.exit(e);
+    errno = 0;
+    const int status = app.exit(e);
+    std::cout.flush();
+    if (std::cout) return status;
+    std::cerr << "meshcast: stdout: cannot write the output: "
+              << (errno ? std::strerror(errno) : "the stream failed") << std::endl;
+    return 4;
   } catch (const CLI::ParseError& e) {
     std::cerr << command.path << ": " << one_line(e.what()) << " (see " << command.path
               << " --help)" << std::endl;

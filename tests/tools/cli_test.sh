@@ -241,6 +241,12 @@ MESHCAST_MAX_SIMULATE_WORK=100 limit_case "simulate work: .* exceeds the limit o
   simulate --shape 256,256 --dtype f32 --src 16x16@0-255:S0S1 --dst 16x16@256-511:S1S0
 MESHCAST_MAX_BUFFER_BYTES=100 limit_case "buffer bytes: .* exceeds the limit of 100" 2 200000 \
   reshard "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:RS0
+# Iterations are bounded by what they move in all: a run of hours is refused before it starts.
+limit_case "run bytes: 100000 iterations of .* exceed the limit of 4.00 TiB" 2 200000 \
+  reshard --shape 4096,4096 --dtype f64 --src 2x2@0-3:S0S1 --dst 4@4-7:S0R --iters 100000
+limit_case "run bytes: 1000000 iterations" 2 200000 demo --iters 1000000
+MESHCAST_MAX_RUN_BYTES=1M limit_case "" 0 200000 \
+  reshard --shape 64,64 --dtype f32 --src 2x2@0-3:S0S1 --dst 4@4-7:S0R --iters 10
 # A sum of 16 addends: its reduces' roots stage the 15 others (3.75 MiB beside 8 MiB of tiles).
 MESHCAST_MAX_BUFFER_BYTES=10M limit_case "buffer bytes: .* the limit of 10.00 MiB" 2 200000 \
   reshard --shape 256,256 --dtype f32 --src 16:RR+P0 --dst 16:RR
@@ -425,6 +431,13 @@ for cmd in "" plan reshard simulate demo; do
   # shellcheck disable=SC2086
   run $cmd --help
   if [ "$rc" -eq 0 ] && [ -s "$TMP/out" ]; then ok; else bad_result "$cmd --help: rc=$rc"; fi
+done
+# Help that did not reach stdout is an I/O failure (status 4), as any output is.
+for args in "--help" "--version" "plan --help"; do
+  # shellcheck disable=SC2086
+  timeout "$LIMIT" "$MC" $args >/dev/full 2>"$TMP/err"
+  rc=$?
+  if [ "$rc" -eq 4 ] && grep -q "stdout" "$TMP/err"; then ok; else bad_result "$args >/dev/full: rc=$rc"; fi
 done
 run reshard --help
 if grep -q -- "--verify" "$TMP/out" && grep -q -- "--backend" "$TMP/out" && grep -q "mismatches" "$TMP/out"; then ok
