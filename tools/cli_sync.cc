@@ -566,6 +566,17 @@ std::int64_t rank_buffer_bytes(const Loaded& l, int me) {
   return bytes;
 }
 
+// What every iteration writes at least: every target tile of every tensor (each mode moves it
+// once, or, gathering, more).
+double target_bytes(const Loaded& l) {
+  double bytes = 0;
+  for (const TensorMove& t : l.model.moves)
+    for (int d : t.dst.mesh().devices())
+      bytes += static_cast<double>(t.dst.local_elements(d)) *
+               static_cast<double>(dtype_size(t.dst.dtype()));
+  return bytes;
+}
+
 // One rank's sync (every device's on the local backend, `s` null): its input checked (on a
 // process backend together with every rank's), then saved, priced or run.
 int sync_rank(const SyncArgs& args, ProcessSession* s) {
@@ -578,6 +589,7 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
     iters = parse_iters(a.iters);
     l = load(a);
     devices = sync_devices(l->model.moves);
+    if (!a.predict && a.save_plan.empty()) check_run_bytes(iters, target_bytes(*l));
     if (!s) return;
     const int needed = devices.back() + 1;
     if (!a.system.empty() && s->comm.size() != needed)

@@ -56,6 +56,13 @@ int positive(const std::string& text, const std::string& field, long long hi = 1
   return static_cast<int>(integer(text, field, 1, hi));
 }
 
+// A bound as people write it: 0, 10, 0.5 (std::to_string's six decimals read as noise).
+std::string number_text(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
 double real(const std::string& text, const std::string& field, double lo, double hi) {
   std::size_t used = 0;
   double v = 0;
@@ -65,8 +72,8 @@ double real(const std::string& text, const std::string& field, double lo, double
     used = 0;
   }
   if (used != text.size() || !(v >= lo && v <= hi))
-    throw ValidationError(field, "expected a number in [" + std::to_string(lo) + ", " +
-                                     std::to_string(hi) + "], got '" + text + "'");
+    throw ValidationError(field, "expected a number in [" + number_text(lo) + ", " +
+                                     number_text(hi) + "], got '" + text + "'");
   return v;
 }
 

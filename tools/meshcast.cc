@@ -26,6 +26,11 @@
 namespace meshcast::cli {
 namespace {
 
+// An option given as '' is refused rather than taken for its default (as sync's are).
+const CLI::Validator kGivenNonEmpty(
+    [](std::string& v) { return v.empty() ? "given empty; leave it out for the default" : ""; }, "",
+    "non-empty");
+
 constexpr const char* kFormats = R"(
 Formats:
   shape   comma-separated extents, e.g. 1024,1024,512
@@ -149,7 +154,8 @@ void add_plan_options(CLI::App& cmd, PlanArgs& args, bool saved_plan) {
                  "Formats), or auto (reshard --backend mpi|ucx: discovered from the job's host "
                  "names and measured links; auto:PRESET takes PRESET's links; one host for plan, "
                  "simulate and the local backend); default: every device on one host")
-      ->type_name("FILE|NAME|auto");
+      ->type_name("FILE|NAME|auto")
+      ->check(kGivenNonEmpty);
   cmd.add_option("--strategy", args.strategy,
                  "auto (cheapest by the cost model), broadcast (one multicast per task), "
                  "sendrecv (one send per receiver), allgather (scatter, then all-gather)")
@@ -243,6 +249,8 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
         agree(s.boot,
               {{"topology", "auto " + std::to_string(std::hash<std::string>{}(args.topology))}});
         made = plan(in->src, in->dst, discover_job_topology(s, args.topology), in->options);
+        check_run_bytes(iters, static_cast<double>(made->stats().bytes_moved) +
+                                   static_cast<double>(made->stats().bytes_local));
       }
       ProcessRun pr = run_plan_on(*made, s, iters, run.verify);
       root = pr.root;
@@ -391,7 +399,8 @@ int main(int argc, char** argv) {
       ->add_option("--topology", demo_args.topology,
                    "topology JSON file or preset name; default: the built-in copy of "
                    "meshes/aws-p3.8xlarge.json")
-      ->type_name("FILE|NAME");
+      ->type_name("FILE|NAME")
+      ->check(kGivenNonEmpty);
   demo_cmd->add_option("--iters", demo_args.iters, "timed iterations per case (>= 1)")
       ->type_name("N")
       ->capture_default_str();

@@ -409,7 +409,9 @@ Manifest read_manifest(const fs::path& checkpoint, std::int64_t step) {
   };
   json j;
   try {
-    j = detail::parse_json(read_text(m.path), "manifest");
+    // An offset per device and parameter it holds: up to 8x the default, within the file's
+    // own bound (MESHCAST_MAX_INPUT_FILE_BYTES).
+    j = detail::parse_json(read_text(m.path), "manifest", 8 * detail::kMaxJsonValues);
   } catch (const ParseError& e) {
     throw bad(e.what());
   }

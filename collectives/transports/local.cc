@@ -447,14 +447,17 @@ void LocalWorld::run(const std::function<void(Communicator&)>& fn,
       threads.emplace_back(device, i);
     } catch (const std::exception& e) {
       // Out of threads or memory: the devices started would wait for ever on this one, so they
-      // fail at once, naming it, and end before the error is thrown.
-      const InternalError why("local devices", "cannot start device " + std::to_string(ranks[i]) +
-                                                   "'s thread (" + std::to_string(i) + " of " +
-                                                   std::to_string(ranks.size()) +
-                                                   " started): " + e.what());
-      state_->fail(ranks[i], why.cause());
+      // fail at once (or, with no memory even for that, after the timeout) and end first; the
+      // error is built once their memory is back.
+      try {
+        state_->fail(ranks[i], "could not start its thread");
+      } catch (...) {
+      }
       for (auto& t : threads) t.join();
-      throw why;
+      throw InternalError("local devices", "cannot start device " + std::to_string(ranks[i]) +
+                                               "'s thread (" + std::to_string(i) + " of " +
+                                               std::to_string(ranks.size()) +
+                                               " started): " + e.what());
     }
   }
   for (auto& t : threads) t.join();

@@ -189,7 +189,8 @@ class MpiTransport final : public Transport {
     TransportCaps c;
     c.multicast = opt_.broadcast == MpiOptions::Broadcast::Native ? TransportCaps::Multicast::Native
                                                                   : TransportCaps::Multicast::Chain;
-    c.max_tag = control_.tag(Control::Kind::Pong) - 1;  // the lowest control tag
+    c.ordered_matching = c.multicast == TransportCaps::Multicast::Native;  // (communicators')
+    c.max_tag = control_.tag(Control::Kind::Pong) - 1;                     // the lowest control tag
     c.chain_staging_bytes = opt_.staging_bytes;
     return c;
   }

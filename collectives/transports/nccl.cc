@@ -144,6 +144,7 @@ class NcclTransport final : public Transport {
     c.multicast = TransportCaps::Multicast::Native;
     c.batches = true;
     c.device_memory = true;
+    c.ordered_matching = true;
     // NCCL has no tags (a pair's transfers match in issue order): any tag will do.
     c.max_tag = INT_MAX - 16;
     return c;

@@ -73,8 +73,10 @@ struct CollectiveOptions {
 
 // A collective in flight. test() moves it on as far as it can without blocking and says
 // whether it finished; wait() finishes it. Progress happens inside these calls (no thread of
-// its own), and inside a later operation on the same group that needs its tags (Group::reserve):
-// a compute loop that calls test() now and then overlaps it. Every message of a collective
+// its own), inside a later operation on the same group that needs its tags (Group::reserve),
+// and while the device waits on another operation (InFlight::poll; not where the transport
+// matches in issue order, TransportCaps::ordered_matching): a compute loop that calls test()
+// now and then overlaps it. Every message of a collective
 // carries the one tag its group reserved for it, so any number may be in flight on a group. A
 // failed peer makes them throw CommError naming it.
 class Collective {

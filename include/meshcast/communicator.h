@@ -192,8 +192,10 @@ class Communicator {
                 std::int64_t fork);
   bool advance_chain(Chain& c);
   bool advance_chains();
-  // Polls every operation in flight on this device's groups (InFlight::poll), once at a time.
+  // Polls every operation in flight on this device's groups (InFlight::poll), once at a time;
+  // nothing where the transport matches in issue order (TransportCaps::ordered_matching).
   void poll_in_flight();
+  void prune_in_flight();  // drops the done and the gone
   void wait_request(Request::Impl& r);
   void init_groups();
 
@@ -214,7 +216,8 @@ class Communicator {
   std::uint64_t groups_made_ = 0;
   std::vector<std::weak_ptr<Group::State>> live_;   // per context: the group that holds it
   std::vector<std::weak_ptr<InFlight>> in_flight_;  // of every group (Group::reserve)
-  bool polling_ = false;                            // inside poll_in_flight
+  std::size_t prune_in_flight_at_ = 64;
+  bool polling_ = false;  // inside poll_in_flight
 };
 
 }  // namespace meshcast

@@ -58,7 +58,8 @@ Transfer ireshard(const Plan& plan, Communicator& comm, const void* src_local, v
 
 // The scratch a reshard of `plan` holds besides the caller's tiles, at its peak: a reduce's root
 // receives every other addend of its box into a buffer of its own, all of a phase's at once.
-// Of `device`, or of every device together (-1: what one process running them all holds);
+// Of `device` (its largest phase), or of every device together (-1: what one process running
+// them all holds, each device's largest phase: they move through the phases apart);
 // saturates near 2^62.
 std::int64_t reshard_scratch_bytes(const Plan& plan, int device = -1);
 

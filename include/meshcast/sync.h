@@ -139,10 +139,11 @@ SyncStats predict_sync(const std::vector<TensorMove>& tensors,
 // group). Throws as reshard(), and ValidationError("src[3]") for a missing buffer.
 void sync(const SyncPlan& plan, const Group& group, std::span<const void* const> src,
           std::span<void* const> dst);
-// isync moves only inside its own test()/wait() (and a later reservation of its tags): syncs
-// (and multi-phase reshards) in flight together must be waited in the same order on every
-// device, or all driven with test() until done, else one device may wait on a message its peer
-// has not posted yet.
+// isync moves inside its own test()/wait(), a later reservation of its tags, and any wait of
+// the device on something else (InFlight::poll): syncs, reshards and collectives in flight
+// together may be waited in any order. Except where the transport matches transfers in issue
+// order (TransportCaps::ordered_matching: NCCL, MPI's native broadcasts): there they must be
+// waited in the same order on every device, or all driven with test() until done.
 Transfer isync(const SyncPlan& plan, const Group& group, std::span<const void* const> src,
                std::span<void* const> dst);
 

@@ -45,6 +45,11 @@ struct TransportCaps {
   bool batches = false;
   // Buffers live in device memory: copy, zero, add and scratch are the transport's own.
   bool device_memory = false;
+  // A pair's transfers (or a group's broadcasts) match in the order they are issued, whatever
+  // their tags (NCCL; MPI's native broadcasts): the engine then posts nothing of an operation
+  // but inside its own calls (no InFlight::poll while waiting on another), so that every device
+  // issues in its program's order; the devices must then wait on their operations in one order.
+  bool ordered_matching = false;
   // The largest data tag; tags above it are the transport's own (control messages).
   int max_tag = 32767;
   // The most scratch memory a chain stages a strided box through (per chain and device; at

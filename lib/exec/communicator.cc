@@ -162,6 +162,7 @@ void Communicator::barrier() {
         peers.insert(peers.end(), c->next.begin(), c->next.end());
       }
     transport_->idle(nullptr, peers, ++polls, since);
+    poll_in_flight();  // a chain's peer may wait on another operation of this device
   }
   transport_->barrier([this] { poll_in_flight(); });
 }

@@ -121,22 +121,42 @@ TagBlock Group::reserve(std::size_t streams, std::weak_ptr<InFlight> op) const {
     return !held || held->done();
   });
   if (!op.expired()) {
-    s.comm->in_flight_.push_back(op);
+    // Pruned as it doubles: ops that completed at once are never polled away.
+    auto& live = s.comm->in_flight_;
+    if (live.size() >= s.comm->prune_in_flight_at_) {
+      s.comm->prune_in_flight();
+      s.comm->prune_in_flight_at_ = std::max<std::size_t>(64, 2 * live.size());
+    }
+    live.push_back(op);
     s.live.push_back({start, length, std::move(op)});
   }
   return TagBlock(s.base, start, length, s.window);
 }
 
-void Communicator::poll_in_flight() {
-  if (polling_ || in_flight_.empty()) return;  // an op polled here that waits polls no others
-  const detail::Raised raised(polling_);
+void Communicator::prune_in_flight() {
   std::erase_if(in_flight_, [](const std::weak_ptr<InFlight>& w) {
     const auto op = w.lock();
     return !op || op->done();
   });
+}
+
+void Communicator::poll_in_flight() {
+  // (An op polled here that waits polls no others; where transfers match in issue order, a
+  // poll would issue them in an order that differs between devices.)
+  if (polling_ || in_flight_.empty() || caps_.ordered_matching) return;
+  const detail::Raised raised(polling_);
+  prune_in_flight();
   // By index, each op held while it runs: polling one may start another (a reservation).
-  for (std::size_t i = 0; i < in_flight_.size(); ++i)
-    if (const auto op = in_flight_[i].lock(); op && !op->done()) op->poll();
+  for (std::size_t i = 0; i < in_flight_.size(); ++i) {
+    const auto op = in_flight_[i].lock();
+    if (!op || op->done()) continue;
+    try {
+      op->poll();
+    } catch (const std::exception&) {
+      // The op keeps its failure and throws it where it is tested or waited on: the wait this
+      // poll helps is another operation's, which its own peers end if they must.
+    }
+  }
 }
 
 std::uint32_t Group::window() const {

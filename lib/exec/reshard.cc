@@ -320,18 +320,22 @@ void Transfer::wait() {
 
 std::int64_t reshard_scratch_bytes(const Plan& plan, int device) {
   const auto elem = static_cast<double>(dtype_size(plan.src().dtype()));
-  std::map<int, double> per_phase;  // what post() stages for the reduces of each phase
+  // What post() stages for the reduces of each (root, phase); the devices move through the
+  // phases apart, so all of them together hold at most each one's peak at once.
+  std::map<std::pair<int, int>, double> staged;
   for (const Op& op : plan.ops()) {
     if (op.kind != OpKind::Reduce || (device >= 0 && op.root != device)) continue;
     const auto others =
         std::count_if(op.peers.begin(), op.peers.end(), [&](int p) { return p != op.root; });
-    per_phase[op.phase] +=
+    staged[{op.root, op.phase}] +=
         static_cast<double>(others) * static_cast<double>(op.box.volume()) * elem;
   }
-  double most = 0;
-  for (const auto& [phase, bytes] : per_phase) most = std::max(most, bytes);
+  std::map<int, double> peak;
+  for (const auto& [at, bytes] : staged) peak[at.first] = std::max(peak[at.first], bytes);
+  double total = 0;
+  for (const auto& [root, bytes] : peak) total += bytes;
   constexpr double kMost = 4.6e18;  // ~2^62: a caller may add tiles to it
-  return static_cast<std::int64_t>(std::min(most, kMost));
+  return static_cast<std::int64_t>(std::min(total, kMost));
 }
 
 void detail::check_members(const Group& group, const std::vector<const Mesh*>& meshes) {

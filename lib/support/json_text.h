@@ -23,6 +23,8 @@ namespace meshcast::detail {
 
 // Nesting any reader here accepts (deeper: a ParseError, before the stack or a tree grows).
 constexpr int kMaxJsonDepth = 256;
+// Values parse_json() builds a tree of by default (~550 MB of empty objects at most).
+constexpr std::size_t kMaxJsonValues = std::size_t{1} << 22;
 
 // nlohmann's DOM builder, watching each object's keys, and bounding the tree: nesting as
 // JsonReader does, and its values (a 60 MB file of "{}," was a tree of 2.3 GB; the documents that
@@ -33,9 +35,8 @@ template <class Json>
 class StrictJsonBuilder : public nlohmann::detail::json_sax_dom_parser<Json> {
  public:
   using Base = nlohmann::detail::json_sax_dom_parser<Json>;
-  static constexpr std::size_t kMaxValues = std::size_t{1} << 22;
-
-  StrictJsonBuilder(Json& j, std::string field) : Base(j, true), field_(std::move(field)) {}
+  StrictJsonBuilder(Json& j, std::string field, std::size_t max_values)
+      : Base(j, true), field_(std::move(field)), max_values_(max_values) {}
   bool start_object(std::size_t n) {
     open();
     keys_.emplace_back();
@@ -78,13 +79,14 @@ class StrictJsonBuilder : public nlohmann::detail::json_sax_dom_parser<Json> {
     if (++depth_ > kMaxJsonDepth) throw ParseError(field_, "not valid JSON: nested too deeply");
   }
   bool value() {
-    if (++values_ > kMaxValues)
-      throw ParseError(field_, "more than " + std::to_string(kMaxValues) +
+    if (++values_ > max_values_)
+      throw ParseError(field_, "more than " + std::to_string(max_values_) +
                                    " JSON values (a file of this kind is far smaller)");
     return true;
   }
 
   std::string field_;
+  std::size_t max_values_;
   int depth_ = 0;
   std::size_t values_ = 0;
   std::vector<std::unordered_set<std::string>> keys_;  // one set per open object
@@ -93,7 +95,8 @@ class StrictJsonBuilder : public nlohmann::detail::json_sax_dom_parser<Json> {
 
 // `Json`: nlohmann::ordered_json where the order of an object's members is kept.
 template <class Json = nlohmann::json>
-Json parse_json(const std::string& text, const std::string& field) {
+Json parse_json(const std::string& text, const std::string& field,
+                std::size_t max_values = kMaxJsonValues) {
   const auto brief = [](std::string s) {
     for (char& c : s)
       if (c < 32 || c >= 127) c = '?';
@@ -104,7 +107,7 @@ Json parse_json(const std::string& text, const std::string& field) {
   if (const auto nul = text.find('\0'); nul != std::string::npos)
     throw ParseError(field, "not valid JSON: a NUL byte at byte " + std::to_string(nul));
   Json j;
-  StrictJsonBuilder<Json> builder(j, field);
+  StrictJsonBuilder<Json> builder(j, field, max_values);
   try {
     nlohmann::json::sax_parse(text, &builder);
   } catch (const nlohmann::json::exception& e) {

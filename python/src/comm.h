@@ -100,6 +100,16 @@ class Busy {
     c.get();
     life_.enter();
   }
+  // A call that starts an operation on `uses`: refused (Life::check_free) once this thread is
+  // the communicator's, so that no other call changes the operations in flight meanwhile.
+  Busy(const Comm& c, const std::vector<MemorySpan>& uses) : Busy(c) {
+    try {
+      life_.check_free(uses);
+    } catch (...) {
+      life_.leave();
+      throw;
+    }
+  }
   ~Busy() { life_.leave(); }
   Busy(const Busy&) = delete;
   Busy& operator=(const Busy&) = delete;

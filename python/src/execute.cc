@@ -49,7 +49,6 @@ Prepared prepare(const P& plan, py::handle comm, py::handle src, py::handle dst,
   const Array b =
       tile_array(dst, plan.dst(), me, "dst", true, p.keep, tiles ? &tiles->second : nullptr);
   check_disjoint(a, "src", b, "dst");
-  p.group.comm.life().check_free(p.keep.spans);
   p.src = a.data;
   p.dst = b.data;
   return p;
@@ -72,7 +71,7 @@ auto with_plan(py::handle plan, F&& f) {
 void reshard_py(py::object plan, py::object comm, py::object src, py::object dst) {
   with_plan(plan, [&](const auto& pl, const PyPlan* py_plan) {
     Prepared p = prepare(pl, comm, src, dst, py_plan);
-    const Busy call(p.group.comm);
+    const Busy call(p.group.comm, p.keep.spans);
     py::gil_scoped_release release;
     reshard(pl, p.group.group, p.src, p.dst);
   });
@@ -81,9 +80,10 @@ void reshard_py(py::object plan, py::object comm, py::object src, py::object dst
 Handle ireshard_py(py::object plan, py::object comm, py::object src, py::object dst) {
   return with_plan(plan, [&](const auto& pl, const PyPlan* py_plan) {
     Prepared p = prepare(pl, comm, src, dst, py_plan);
+    const std::vector<MemorySpan> uses = p.keep.spans;
     Handle h(p.group, std::move(p.keep));
     {
-      const Busy call(p.group.comm);
+      const Busy call(p.group.comm, uses);
       py::gil_scoped_release release;
       h.op->transfer = ireshard(pl, p.group.group, p.src, p.dst);
     }
@@ -162,9 +162,8 @@ py::object all_reduce_py(py::object comm, py::object send, py::object recv, cons
   expect_elements(b, a.elements(), "recv", "as many as send");
   if (a.data != b.data) check_disjoint(a, "send", b, "recv");
   Collective c;
-  s.group.comm.life().check_free(s.keep.spans);
   {
-    const Busy call(s.group.comm);
+    const Busy call(s.group.comm, s.keep.spans);
     py::gil_scoped_release release;
     c = iall_reduce(s.group.group, a.data, b.data, a.elements(), a.dtype, rop, s.options);
   }
@@ -184,9 +183,8 @@ py::object reduce_scatter_py(py::object comm, py::object send, py::object recv,
                       std::to_string(a.elements()) + " over " + std::to_string(s.n));
   check_disjoint(a, "send", b, "recv");
   Collective c;
-  s.group.comm.life().check_free(s.keep.spans);
   {
-    const Busy call(s.group.comm);
+    const Busy call(s.group.comm, s.keep.spans);
     py::gil_scoped_release release;
     c = ireduce_scatter(s.group.group, a.data, b.data, a.elements(), a.dtype, rop, s.options);
   }
@@ -207,9 +205,8 @@ py::object all_gather_py(py::object comm, py::object send, py::object recv,
                    s.k * b.elements() / s.n * static_cast<std::int64_t>(dtype_size(b.dtype));
   if (a.data != own) check_disjoint(a, "send", b, "recv");
   Collective c;
-  s.group.comm.life().check_free(s.keep.spans);
   {
-    const Busy call(s.group.comm);
+    const Busy call(s.group.comm, s.keep.spans);
     py::gil_scoped_release release;
     c = iall_gather(s.group.group, a.data, b.data, b.elements(), a.dtype, s.options);
   }
@@ -223,9 +220,8 @@ py::object broadcast_py(py::object comm, py::object buf, py::handle root_obj, bo
     throw py::value_error("root: device " + std::to_string(root) + " is not in the group");
   Array a = collective_array(buf, "buf", root != s.group.comm.rank(), s.keep);
   Collective c;
-  s.group.comm.life().check_free(s.keep.spans);
   {
-    const Busy call(s.group.comm);
+    const Busy call(s.group.comm, s.keep.spans);
     py::gil_scoped_release release;
     c = ibroadcast(s.group.group, root, a.data, a.elements(), a.dtype, s.options);
   }
@@ -270,9 +266,8 @@ py::object all_to_all_py(py::object comm, py::object send, py::object recv, py::
   auto sc = counts_arg(send_counts, a, s.n, "send_counts", "send");
   auto rc = counts_arg(recv_counts, b, s.n, "recv_counts", "recv");
   Collective c;
-  s.group.comm.life().check_free(s.keep.spans);
   {
-    const Busy call(s.group.comm);
+    const Busy call(s.group.comm, s.keep.spans);
     py::gil_scoped_release release;
     c = iall_to_allv(s.group.group, a.data, sc, b.data, rc, a.dtype, s.options);
   }
@@ -292,8 +287,7 @@ std::string sparse_all_reduce_py(py::object comm, py::object grad, py::object ou
                           ", got " + to_string(o.dtype) + " of shape " + shape_text(o.shape));
   check_disjoint(g, "grad", o, "out");
   const SparseMethod m = parse_sparse_method(method, "method");
-  s.group.comm.life().check_free(s.keep.spans);
-  const Busy call(s.group.comm);
+  const Busy call(s.group.comm, s.keep.spans);
   py::gil_scoped_release release;
   const auto* values = static_cast<const float*>(g.data);
   SparseRows rows = SparseRows::from_dense({values, static_cast<std::size_t>(g.elements())},
@@ -309,7 +303,7 @@ double reshard_loop(py::object plan, py::object comm, py::object src, py::object
   if (iters < 1) throw py::value_error("iters: must be >= 1");
   return with_plan(plan, [&](const auto& pl, const PyPlan* py_plan) {
     Prepared p = prepare(pl, comm, src, dst, py_plan);
-    const Busy call(p.group.comm);
+    const Busy call(p.group.comm, p.keep.spans);
     py::gil_scoped_release release;
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) reshard(pl, p.group.group, p.src, p.dst);

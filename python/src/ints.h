@@ -39,15 +39,18 @@ inline int int32_arg(py::handle obj, const std::string& arg) {
       int_arg(obj, arg, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
 }
 
-// A real number (an int or a float; not a bool, not a str), naming `arg` in a TypeError.
+// A real number (an int, a float, a numpy scalar: anything with __float__ or __index__; not a
+// bool, not text), naming `arg` in a TypeError.
 inline double float_arg(py::handle obj, const std::string& arg) {
-  if (PyBool_Check(obj.ptr()) || !(PyFloat_Check(obj.ptr()) || PyIndex_Check(obj.ptr())))
+  const auto* number = Py_TYPE(obj.ptr())->tp_as_number;
+  const bool real = number && (number->nb_float || number->nb_index);
+  if (PyBool_Check(obj.ptr()) || !real || PyUnicode_Check(obj.ptr()) || PyBytes_Check(obj.ptr()))
     throw py::type_error(arg + ": expected a number, got " +
                          py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
   const double v = PyFloat_AsDouble(obj.ptr());
-  if (v == -1.0 && PyErr_Occurred()) {  // an int too large for a double
+  if (v == -1.0 && PyErr_Occurred()) {  // an int too large for a double, a failing __float__
     PyErr_Clear();
-    throw py::value_error(arg + ": out of range");
+    throw py::value_error(arg + ": not a number in a double's range");
   }
   return v;
 }
@@ -83,7 +86,7 @@ inline std::vector<std::int64_t> ints_arg(py::handle obj, const std::string& arg
 // A sequence (list, tuple, numpy array) of ints of C++'s int range: device ids. A lone int is a
 // TypeError, not a list of one.
 inline std::vector<int> int32s_arg(py::handle obj, const std::string& arg) {
-  if (!py::isinstance<py::sequence>(obj) && !py::hasattr(obj, "__array__"))
+  if (!py::isinstance<py::sequence>(obj))
     throw py::type_error(arg + ": expected a sequence of ints, got " +
                          py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
   std::vector<int> out;

@@ -114,7 +114,6 @@ Bound bind_buffers(const SyncPlan& plan, py::object comm, py::object src, py::ob
     uses.push_back({&writes[i], "dst['" + plan.tensors()[i].name + "']", true});
   }
   check_disjoint(std::move(uses));
-  b.group.comm.life().check_free(b.keep.spans);
   for (std::size_t i = 0; i < reads.size(); ++i) {
     b.src.push_back(reads[i].data);
     b.dst.push_back(writes[i].data);
@@ -192,7 +191,7 @@ there; meshcast sync --no-fork).
       "sync",
       [](const SyncPlan& plan, py::object comm, py::object src, py::object dst) {
         Bound b = bind_buffers(plan, comm, src, dst);
-        const Busy call(b.group.comm);
+        const Busy call(b.group.comm, b.keep.spans);
         py::gil_scoped_release release;
         sync(plan, b.group.group, b.src, b.dst);
       },
@@ -206,9 +205,10 @@ of the layout's dtype and local shape. Every device of the sync calls it.
       "isync",
       [](const SyncPlan& plan, py::object comm, py::object src, py::object dst) {
         Bound b = bind_buffers(plan, comm, src, dst);
+        const std::vector<MemorySpan> uses = b.keep.spans;
         Handle h(b.group, std::move(b.keep));
         {
-          const Busy call(b.group.comm);
+          const Busy call(b.group.comm, uses);
           py::gil_scoped_release release;
           h.op->transfer = isync(plan, b.group.group, b.src, b.dst);
         }

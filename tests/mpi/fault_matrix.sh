@@ -29,6 +29,7 @@ pid_of_rank() {
 }
 
 # One broadcast chain 0 -> 1 -> 2 -> 3 (device 0 sends, 1 and 2 forward, 3 only receives).
+export MESHCAST_MAX_RUN_BYTES=1024T  # runs until a fault ends it
 args=(reshard --shape 4096,1024 --dtype f32 --src 1@0:RR --dst 3@1-3:RR --strategy broadcast
       --iters 1000000)
 for backend in ${BACKENDS:-mpi}; do

@@ -122,7 +122,7 @@ o = json.loads(sys.stdin.readline()); print(o["verified"], o["mismatches"], o["m
 
   # A generator killed mid-sync: the 7 survivors name it and exit within the timeout (5 s) plus
   # the liveness check's grace (a dead process is usually named within a second).
-  MESHCAST_TIMEOUT=5 "${run[@]}" --enable-recovery -np 8 "$mc" sync "${model[@]}" \
+  MESHCAST_MAX_RUN_BYTES=1024T MESHCAST_TIMEOUT=5 "${run[@]}" --enable-recovery -np 8 "$mc" sync "${model[@]}" \
     --backend "$backend" --iters 100000 >"$tmp/out" 2>&1 &
   job=$!
   sleep 8  # past start-up (reading, planning, filling), inside the timed syncs

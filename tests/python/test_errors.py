@@ -99,6 +99,12 @@ def test_not_in_mesh_must_be_none():
     mc.LocalWorld(2).run(step)
 
 
+def test_numbers_of_numpy_are_numbers():
+    # (pybind11 took them; the arguments read by hand must too.)
+    assert mc.LocalWorld(np.int64(2), timeout=np.float32(5)).run(lambda c: c.rank) == [0, 1]
+    assert mc.LocalWorld(2).run(lambda c: c.rank, devices=np.array([1, 0])) == [1, 0]
+
+
 def test_comm_arguments_are_named_in_one_line():
     def step(comm):
         seen = []
@@ -330,6 +336,7 @@ def test_bad_world_arguments():
     (lambda: mc.predict_sync(MOVES, fork=1), TypeError, "fork: expected a bool, got int"),
     (lambda: mc.plan_sync(MOVES, 0).index(3), TypeError, "name: expected a str, got int"),
     (lambda: mc.LocalWorld(2, timeout="1"), TypeError, "timeout: expected a number, got str"),
+    (lambda: mc.LocalWorld(2, timeout=True), TypeError, "timeout: expected a number, got bool"),
     (lambda: mc.LocalWorld(2).run(5), TypeError, "fn: expected a callable, got int"),
     (lambda: mc.LocalWorld(2).run(len, devices=[2**40]), ValueError, "devices[0]: 1099511627776"),
     (lambda: mc.LocalWorld(2).run(len, devices=1), TypeError, "devices: expected a sequence"),

@@ -107,6 +107,11 @@ bad() {  # field, then args of `reshard` (of $CMD when set); the status is $STAT
 }
 S=(--shape 8,8 --dtype f32)
 bad src.mesh "${S[@]}" --src 2x2@0-4:S0R --dst 4@0-3:S0R --verify
+# An option given empty is refused, not taken for its default (as sync's are).
+for cmd in plan simulate reshard; do
+  CMD=$cmd bad "topology: given empty" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology ""
+done
+CMD=demo bad "topology: given empty" --topology ""
 bad dst.mesh "${S[@]}" --src 2x2@0-3:S0R --dst 2x2@0-4:S0R --verify
 bad src.mesh "${S[@]}" --src 2x2@[0,0,1,2]:S0R --dst 4@0-3:S0R --verify
 bad src.spec "${S[@]}" --src 2x2@0-3:S0RR --dst 4@0-3:S0R --verify

@@ -314,6 +314,11 @@ run --model "$TMP/typo.json" --iters 1
 if [[ $rc -eq 2 && $(cat "$TMP/err") == "meshcast: tensors.w.dst_dtyp: unknown key of an explicit entry (expected shape, dtype, src, dst, dst_dtype)" ]]
 then ok; else bad "a misspelt key of an explicit entry: rc=$rc $(cat "$TMP/err")"; fi
 
+# Iterations are bounded by what they move in all (a run of hours is refused before it starts).
+MESHCAST_MAX_RUN_BYTES=1M run --model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --iters 3
+if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q "^meshcast: run bytes: 3 iterations of .* exceed the limit of 1.00 MiB" "$TMP/err"
+then ok; else bad "sync iterations over the run bound: rc=$rc $(cat "$TMP/err")"; fi
+
 run --model "$TMP/missing.json"  # I/O: exit 4, the path and the reason
 if [[ $rc -eq 4 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q "missing.json" "$TMP/err"; then ok; else
   bad "missing model file: rc=$rc $(cat "$TMP/err")"; fi
