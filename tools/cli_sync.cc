@@ -178,13 +178,13 @@ SyncStats predict_steps(const Loaded& l) {
   for (const StepKind& k : step_kinds(l)) {
     const SyncStats p = predict_sync(k.step->moves, l.topology, l.options);
     messages += p.messages;
+    ++priced;
     if (messages > limits().plan_ops)
       throw ValidationError(
-          "plan ops", "the " + std::to_string(++priced) + " kinds of step of mode " + l.mode +
+          "plan ops", "the " + std::to_string(priced) + " kinds of step of mode " + l.mode +
                           " priced so far hold " + std::to_string(messages) +
                           " messages, over the limit of " + std::to_string(limits().plan_ops) +
                           " (raise it with MESHCAST_MAX_PLAN_OPS)");
-    ++priced;
     total.messages += p.messages * k.count;
     total.boxes += p.boxes * k.count;
     total.bytes_moved += p.bytes_moved * k.count;

@@ -200,6 +200,11 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
   std::optional<PlanInputs> in;
   std::optional<Plan> made;
   bool discover = false;  // --topology auto on a process backend: planned once the job found it
+  // What the iterations move in all, each the plan's bytes moved and copied.
+  const auto check_run = [&](const Plan& p) {
+    check_run_bytes(iters, static_cast<double>(p.stats().bytes_moved) +
+                               static_cast<double>(p.stats().bytes_local));
+  };
   // This rank's input checked and planned; on a process backend once the job has started, every
   // rank's failure agreed (checked_together).
   const auto prepare = [&] {
@@ -222,9 +227,7 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
       check_local_capacity(made ? made->src() : in->src, made ? made->dst() : in->dst);
     discover = !saved && run.backend != "local" && is_auto_topology(args.topology);
     if (!made && !discover) made = plan(in->src, in->dst, in->topology, in->options);
-    if (made)
-      check_run_bytes(iters, static_cast<double>(made->stats().bytes_moved) +
-                                 static_cast<double>(made->stats().bytes_local));
+    if (made) check_run(*made);
     if (run.backend == "local")  // again, with the scratch of the plan's reduces
       check_local_capacity(
           {&made->src(), &made->dst()}, "shape",
@@ -249,8 +252,7 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
         agree(s.boot,
               {{"topology", "auto " + std::to_string(std::hash<std::string>{}(args.topology))}});
         made = plan(in->src, in->dst, discover_job_topology(s, args.topology), in->options);
-        check_run_bytes(iters, static_cast<double>(made->stats().bytes_moved) +
-                                   static_cast<double>(made->stats().bytes_local));
+        check_run(*made);
       }
       ProcessRun pr = run_plan_on(*made, s, iters, run.verify);
       root = pr.root;
@@ -437,16 +439,25 @@ int main(int argc, char** argv) {
               << std::endl;
     return 2;
   }
+  // What was printed must have reached stdout (a full disk, a closed pipe): a JSON reader would
+  // otherwise take a cut document, or none, for a success. (errno: cleared before the output.)
+  const auto reached_stdout = [](int status) {
+    std::cout.flush();
+    if (!std::cout)
+      throw meshcast::IoError("stdout", std::string("cannot write the output: ") +
+                                            (errno ? std::strerror(errno) : "the stream failed"));
+    return status;
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --help-all, --version
-    errno = 0;
-    const int status = app.exit(e);
-    std::cout.flush();
-    if (std::cout) return status;
-    std::cerr << "meshcast: stdout: cannot write the output: "
-              << (errno ? std::strerror(errno) : "the stream failed") << std::endl;
-    return 4;
+    try {
+      errno = 0;
+      return reached_stdout(app.exit(e));
+    } catch (const std::exception& x) {
+      report_error(x);
+      return exit_status(x);
+    }
   } catch (const CLI::ParseError& e) {
     std::cerr << command.path << ": " << one_line(e.what()) << " (see " << command.path
               << " --help)" << std::endl;
@@ -469,14 +480,8 @@ int main(int argc, char** argv) {
   };
   try {
     const int status = run();
-    // What was printed must have reached stdout (a full disk, a closed pipe): a JSON reader
-    // would otherwise take a cut document, or none, for a success.
     errno = 0;
-    std::cout.flush();
-    if (!std::cout)
-      throw meshcast::IoError("stdout", std::string("cannot write the output: ") +
-                                            (errno ? std::strerror(errno) : "the stream failed"));
-    return status;
+    return reached_stdout(status);
   } catch (const std::exception& e) {
     report_error(e);
     return exit_status(e);

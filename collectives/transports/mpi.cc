@@ -241,8 +241,7 @@ class MpiTransport final : public Transport {
         check(MPI_Get_elements_x(&st, MPI_BYTE, &got), "MPI_Get_elements_x");
         detail::check_arrived(r.peers.front(), got, std::exchange(r.expect, -1));
       }
-      // A loop of test() alone (no wait) still learns of a peer that died.
-      if (!done && (++unfinished_tests_ & 255) == 0) watchdog_.watch();
+      if (!done) watchdog_.watch_sometimes();
       return done != 0;
     }
     // A transfer MPI failed (a peer left, or sent more than was expected): the peer's doing.
@@ -451,7 +450,6 @@ class MpiTransport final : public Transport {
   MpiOptions opt_;
   Control control_;
   detail::Watchdog watchdog_;
-  unsigned unfinished_tests_ = 0;  // test() calls that found a request not done
   std::map<std::vector<int>, MPI_Comm> groups_;
   bool peer_failed_ = false;
 };

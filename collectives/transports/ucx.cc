@@ -202,8 +202,7 @@ class UcxTransport final : public Transport {
     }
     if (r.status != UCS_OK) peer_failed(r.peer, r.status);
     if (failed_[static_cast<std::size_t>(r.peer)]) peer_failed(r.peer, UCS_OK);
-    // A loop of test() alone (no wait) still learns of a peer that died.
-    if ((++unfinished_tests_ & 255) == 0) watchdog_.watch();
+    watchdog_.watch_sometimes();
     return false;
   }
 
@@ -409,7 +408,6 @@ class UcxTransport final : public Transport {
   std::vector<char> failed_;  // per peer: UCX reported its endpoint broken
   Control control_;
   detail::Watchdog watchdog_;
-  unsigned unfinished_tests_ = 0;  // test() calls that found a request not done
 };
 
 }  // namespace

@@ -55,6 +55,11 @@ class Watchdog {
   // Call while waiting: answers pings; throws the CommError another device abandoned with, or
   // one naming a peer whose process ended (told to the others first, as abandon() does).
   void watch();
+  // watch() on every 256th call: for a transport's test() of a request not done, so that a loop
+  // of test() alone (no wait) still learns of a peer that died.
+  void watch_sometimes() {
+    if ((++unwatched_ & 255) == 0) watch();
+  }
   // Call when a wait saw no progress for the timeout: pings every rank and throws a CommError
   // naming the first that does not answer within a grace period (one of `peers`, the devices
   // waited on, where one of them is silent), the others in its cause (or, if all answer, the
@@ -81,6 +86,7 @@ class Watchdog {
   int rank_, size_;
   double timeout_;
   bool failed_ = false;
+  unsigned unwatched_ = 0;                     // watch_sometimes() calls
   std::vector<char> answered_;                 // during diagnose(): pongs received
   std::vector<std::pair<int, long>> visible_;  // (rank, pid) of peers on this machine
   std::chrono::steady_clock::time_point next_check_{};

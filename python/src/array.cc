@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "meshcast/error.h"
+#include "python/src/ints.h"
 
 namespace meshcast::python {
 namespace {
@@ -220,7 +221,7 @@ Array view_array(py::handle obj, const std::string& arg, bool writable) {
   type_error(arg,
              "expected a numpy array or a tensor with __dlpack__ (e.g. a torch CPU "
              "tensor), got " +
-                 py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+                 type_name(obj));
 }
 
 DType to_dtype(py::handle obj, const std::string& arg) {

@@ -107,8 +107,7 @@ Comm from_mpi4py(py::object comm, py::handle timeout_obj) {
   if (import_mpi4py() < 0) throw py::error_already_set();
   auto mpi = py::module_::import("mpi4py.MPI");
   if (!py::isinstance(comm, mpi.attr("Comm")))
-    throw py::type_error("comm: expected an mpi4py.MPI.Comm, got " +
-                         py::str(py::type::handle_of(comm).attr("__name__")).cast<std::string>());
+    throw py::type_error("comm: expected an mpi4py.MPI.Comm, got " + type_name(comm));
   MPI_Comm* handle = PyMPIComm_Get(comm.ptr());
   if (!handle) throw py::error_already_set();
   // Before asking it anything: MPI refuses every question to MPI_COMM_NULL.
@@ -346,7 +345,7 @@ PyGroup group_arg(py::handle obj, const char* arg) {
     return PyGroup{c.get().world(), c};
   }
   throw py::type_error(std::string(arg) + ": expected a meshcast Comm or Group, got " +
-                       py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+                       type_name(obj));
 }
 
 void bind_comm(py::module_& m) {

@@ -64,8 +64,7 @@ auto with_plan(py::handle plan, F&& f) {
     return f(p.plan, &p);
   }
   if (py::isinstance<RankPlan>(plan)) return f(plan.cast<const RankPlan&>(), nullptr);
-  throw py::type_error("plan: expected a meshcast Plan or RankPlan, got " +
-                       py::str(py::type::handle_of(plan).attr("__name__")).cast<std::string>());
+  throw py::type_error("plan: expected a meshcast Plan or RankPlan, got " + type_name(plan));
 }
 
 void reshard_py(py::object plan, py::object comm, py::object src, py::object dst) {

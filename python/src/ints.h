@@ -16,12 +16,16 @@ namespace meshcast::python {
 
 namespace py = pybind11;
 
+// The name of obj's type, for messages.
+inline std::string type_name(py::handle obj) {
+  return py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>();
+}
+
 // An int in [lo, hi]: TypeError for a non-integer, ValueError out of range, naming `arg`.
 inline std::int64_t int_arg(py::handle obj, const std::string& arg, std::int64_t lo,
                             std::int64_t hi) {
   if (!PyIndex_Check(obj.ptr()) || PyBool_Check(obj.ptr()))
-    throw py::type_error(arg + ": expected an int, got " +
-                         py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+    throw py::type_error(arg + ": expected an int, got " + type_name(obj));
   const auto i = py::reinterpret_steal<py::object>(PyNumber_Index(obj.ptr()));
   if (!i) throw py::error_already_set();
   int overflow = 0;
@@ -45,8 +49,7 @@ inline double float_arg(py::handle obj, const std::string& arg) {
   const auto* number = Py_TYPE(obj.ptr())->tp_as_number;
   const bool real = number && (number->nb_float || number->nb_index);
   if (PyBool_Check(obj.ptr()) || !real || PyUnicode_Check(obj.ptr()) || PyBytes_Check(obj.ptr()))
-    throw py::type_error(arg + ": expected a number, got " +
-                         py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+    throw py::type_error(arg + ": expected a number, got " + type_name(obj));
   const double v = PyFloat_AsDouble(obj.ptr());
   if (v == -1.0 && PyErr_Occurred()) {  // an int too large for a double, a failing __float__
     PyErr_Clear();
@@ -58,8 +61,7 @@ inline double float_arg(py::handle obj, const std::string& arg) {
 // True or False (not 0 or 1), naming `arg` in a TypeError.
 inline bool bool_arg(py::handle obj, const std::string& arg) {
   if (!PyBool_Check(obj.ptr()))
-    throw py::type_error(arg + ": expected a bool, got " +
-                         py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+    throw py::type_error(arg + ": expected a bool, got " + type_name(obj));
   return obj.ptr() == Py_True;
 }
 
@@ -73,8 +75,7 @@ inline std::vector<std::int64_t> ints_arg(py::handle obj, const std::string& arg
     return {int_arg(obj, arg, lo, hi)};
   if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj) ||
       py::isinstance<py::bytes>(obj))
-    throw py::type_error(arg + ": expected a sequence of ints, got " +
-                         py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+    throw py::type_error(arg + ": expected a sequence of ints, got " + type_name(obj));
   const auto seq = py::reinterpret_borrow<py::sequence>(obj);
   std::vector<std::int64_t> out;
   out.reserve(seq.size());
@@ -87,18 +88,12 @@ inline std::vector<std::int64_t> ints_arg(py::handle obj, const std::string& arg
 // TypeError, not a list of one.
 inline std::vector<int> int32s_arg(py::handle obj, const std::string& arg) {
   if (!py::isinstance<py::sequence>(obj))
-    throw py::type_error(arg + ": expected a sequence of ints, got " +
-                         py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+    throw py::type_error(arg + ": expected a sequence of ints, got " + type_name(obj));
   std::vector<int> out;
   for (std::int64_t v :
        ints_arg(obj, arg, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()))
     out.push_back(static_cast<int>(v));
   return out;
-}
-
-// The name of obj's type, for messages.
-inline std::string type_name(py::handle obj) {
-  return py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>();
 }
 
 // A str (or, `path`, an os.PathLike), naming `arg` in a TypeError otherwise.

@@ -108,7 +108,7 @@ Topology topology_arg(py::handle obj) {
   if (py::isinstance<Topology>(obj)) return obj.cast<Topology>();
   if (py::isinstance<py::str>(obj)) return load_topology(obj.cast<std::string>());
   throw py::type_error("topology: expected None, a Topology, a file path or a preset name, got " +
-                       py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+                       type_name(obj));
 }
 
 py::object local_shape(const Layout& layout, py::handle device_obj) {
