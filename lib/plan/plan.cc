@@ -9,10 +9,12 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <type_traits>
 
 #include "lib/plan/op_text.h"
 #include "lib/plan/plan_check.h"
+#include "lib/plan/plan_stats.h"
 #include "lib/support/json_text.h"
 #include "lib/support/text.h"
 #include "meshcast/error.h"
@@ -323,6 +325,49 @@ std::string Plan::to_json() const {
   return std::move(os).str();
 }
 
+// A saved plan's byte counts are what its ops move: the run bound (MESHCAST_MAX_RUN_BYTES) and
+// the reported bandwidth are taken from them. Without the topology it was planned on, the split
+// between intra-host and network bytes is checked only to add up.
+namespace {
+void check_saved_stats(const Plan& p) {
+  struct OneHost {
+    std::vector<int> all;
+    const std::vector<int>& devices() const { return all; }
+    std::size_t slot(int d) const {
+      return static_cast<std::size_t>(std::lower_bound(all.begin(), all.end(), d) - all.begin());
+    }
+    int host(int) const { return 0; }
+  } where{p.devices()};
+  const PlanStats& saved = p.stats();
+  const PlanStats ops = detail::account(p.ops(), where, dtype_size(p.src().dtype()));
+  const auto differ = [](const std::string& key, const std::string& saved, const std::string& ops) {
+    throw ValidationError("plan.stats." + key, "says " + saved + " where the ops give " + ops);
+  };
+  for (const auto& [key, s, o] : {std::tuple{"bytes_moved", saved.bytes_moved, ops.bytes_moved},
+                                  std::tuple{"bytes_local", saved.bytes_local, ops.bytes_local}})
+    if (s != o) differ(key, std::to_string(s), std::to_string(o));
+  if (saved.bytes_intra_host > saved.bytes_moved ||
+      saved.bytes_network != saved.bytes_moved - saved.bytes_intra_host)
+    differ("bytes_network", std::to_string(saved.bytes_network),
+           std::to_string(saved.bytes_moved - saved.bytes_intra_host) +
+               " (bytes_moved less bytes_intra_host)");
+  for (const auto& [key, s, o] : {std::tuple{"sent", &saved.sent, &ops.sent},
+                                  std::tuple{"received", &saved.received, &ops.received}})
+    if (*s != *o) {
+      // The first device they disagree on (a device absent from one map counts 0 there).
+      auto at = [](const std::map<int, std::int64_t>& m, int d) {
+        const auto it = m.find(d);
+        return it == m.end() ? std::int64_t{0} : it->second;
+      };
+      for (const int d : where.all)
+        if (at(*s, d) != at(*o, d) || s->count(d) != o->count(d))
+          differ(std::string(key) + "." + std::to_string(d), std::to_string(at(*s, d)),
+                 std::to_string(at(*o, d)));
+      throw ValidationError("plan.stats." + std::string(key), "names a device outside the plan");
+    }
+}
+}  // namespace
+
 // Read in place (JsonReader): a 30 MB plan loads in a fraction of a second, where a tree of it
 // took seconds and gigabytes.
 Plan Plan::from_json(std::string_view text) {
@@ -426,6 +471,7 @@ Plan Plan::from_json(std::string_view text) {
          value_of(kBalances, balance, "plan.balance"), std::move(topology), std::move(ops),
          std::move(st), streams);
   p.validate();
+  check_saved_stats(p);
   return p;
 }
 

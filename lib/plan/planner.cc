@@ -14,6 +14,7 @@
 #include "lib/plan/link_timeline.h"
 #include "lib/plan/links.h"
 #include "lib/plan/multicast_tree.h"
+#include "lib/plan/plan_stats.h"
 #include "lib/plan/strategy_price.h"
 #include "lib/plan/task_ops.h"
 #include "meshcast/error.h"
@@ -278,55 +279,6 @@ bool search(std::vector<Unit>& units, Order& order, LinkTimeline& s, const PlanO
   return false;
 }
 
-PlanStats account(const std::vector<Op>& ops, const LinkTimeline& s, std::int64_t elem) {
-  PlanStats st;
-  // Per-device sums in dense arrays (a map update per hop dominated large plans), turned into
-  // the maps at the end: a device gets an entry once any hop names it, as with map::operator[].
-  const std::size_t n = s.devices().size();
-  std::vector<std::int64_t> sent(n, 0), received(n, 0);
-  std::vector<char> sends(n, 0), receives(n, 0);
-  auto hop = [&](int from, int to, std::int64_t bytes) {
-    const std::size_t f = s.slot(from), t = s.slot(to);
-    sent[f] += bytes;
-    sends[f] = 1;
-    received[t] += bytes;
-    receives[t] = 1;
-    st.bytes_moved += bytes;
-    (s.host(from) == s.host(to) ? st.bytes_intra_host : st.bytes_network) += bytes;
-  };
-  for (const Op& op : ops) {
-    const std::int64_t bytes = op.box.volume() * elem;
-    switch (op.kind) {
-      case OpKind::Copy:
-        st.bytes_local += bytes;
-        break;
-      case OpKind::Zero:
-        break;
-      case OpKind::Multicast: {  // a chain root -> peers[0] -> peers[1] -> ..., or a tree
-        const auto n = static_cast<std::int64_t>(op.peers.size());
-        for (std::int64_t k = 0; k < n; ++k) {
-          const std::int64_t from = multicast_parent(k, n, op.group, op.fork);
-          hop(from < 0 ? op.root : op.peers[static_cast<std::size_t>(from)],
-              op.peers[static_cast<std::size_t>(k)], bytes);
-        }
-        break;
-      }
-      case OpKind::Reduce:
-        for (int c : op.peers)
-          if (c == op.root)
-            st.bytes_local += bytes;
-          else
-            hop(c, op.root, bytes);
-        break;
-    }
-  }
-  for (std::size_t i = 0; i < n; ++i) {  // devices() is sorted: append in key order
-    if (sends[i]) st.sent.emplace_hint(st.sent.end(), s.devices()[i], sent[i]);
-    if (receives[i]) st.received.emplace_hint(st.received.end(), s.devices()[i], received[i]);
-  }
-  return st;
-}
-
 // `fans_out` (optional) tells whether the strategy mattered (see Builder::fans_out_).
 // The ops of units in `order`, each multicast's receivers in chain order, as a tree of chains
 // where the model prefers one (not an all-gather's forwarding: see TreeShapes).
@@ -372,7 +324,7 @@ Plan plan_with(const Layout& src, const Layout& dst, const TaskGrid& grid, LinkT
     for (std::int64_t i = 0; i < grid.size(); ++i) t.task(i, -1, ops);
     detail::order_ops(ops);
     if (fans_out) *fans_out = t.fans_out();
-    PlanStats st = account(ops, s, elem);
+    PlanStats st = detail::account(ops, s, elem);
     st.predicted_seconds = analytic(ops);
     return Plan(src, dst, strategy, opt.balance, s.topology().name(), std::move(ops), std::move(st),
                 t.streams());
@@ -392,7 +344,7 @@ Plan plan_with(const Layout& src, const Layout& dst, const TaskGrid& grid, LinkT
   } else {
     ops = ops_of(units, order, s, strategy);
   }
-  PlanStats st = account(ops, s, elem);
+  PlanStats st = detail::account(ops, s, elem);
   st.predicted_seconds = analytic(ops);
   st.search_truncated = truncated;
   return Plan(src, dst, strategy, opt.balance, s.topology().name(), std::move(ops), std::move(st),

@@ -380,6 +380,10 @@ for src in 2@0-1: 2@0-1:R; do
   if [ "$rc" -eq 0 ] && grep -q "yes, 0 mismatches" "$TMP/out"; then ok
   else bad_result "reshard --plan of a 0-d tensor --src $src: rc=$rc $(head -c 300 "$TMP/err")"; fi
 done
+# A saved plan's byte counts are its ops': the run bound and the bandwidth are taken from them.
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["stats"]["bytes_moved"]=1
+json.dump(j, open(sys.argv[2], "w"))' "$TMP/saved.json" "$TMP/understated.json"
+bad "plan.stats.bytes_moved: says 1 where the ops give" --plan "$TMP/understated.json"
 printf '{"src": "2@0-1:S0"}' >"$TMP/notaplan.json"
 bad "plan" --plan "$TMP/notaplan.json"
 STATUS=4 bad "plan: cannot read" --plan "$TMP/absent.json"
