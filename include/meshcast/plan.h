@@ -126,7 +126,9 @@ class Plan {
 
   // One JSON document; from_json(to_json()) == *this. from_json throws ParseError("plan...")
   // for malformed text (a duplicate key included), a ValidationError("plan.ops", ...) for more
-  // than limits().plan_ops ops, and validates the plan (below) before returning it.
+  // than limits().plan_ops ops, and validates the plan (below) before returning it; its stats'
+  // byte counts must be what its ops move (ValidationError("plan.stats.bytes_moved", ...)),
+  // the intra-host and network split only add up, predicted_seconds is taken as written.
   std::string to_json() const;
   // The same document written straight to `os`, op by op (no tree, no string of it in memory).
   void write_json(std::ostream& os) const;
