@@ -278,6 +278,30 @@ void check_train_memory(const Run& r, const std::string& backend) {
       bound, "TRAIN_MEMORY_BYTES");
 }
 
+// The arithmetic of the steps after `done`, counted as a dense transformer's (the full sequence
+// in every block, as train_memory does): per token, 6 flops per weight of the linears and the
+// head (forward and backward) and 12 x seq x d per block for attention; a held-out evaluation,
+// a forward pass, every eval_every steps. In double: the largest options overflow 64 bits.
+double train_flops(const Run& r, int done) {
+  const tr::ModelConfig& m = r.model;
+  const double d = m.d_model, f = m.ffn_width(), seq = m.seq, layers = m.layers;
+  const double weights = layers * (4 * d * d + 2 * d * f) + d * m.vocab;
+  const double per_token = 6 * weights + 12 * layers * seq * d;
+  const double steps = std::max(0, r.train.steps - done);
+  const double evals = std::ceil(steps / r.eval_every);
+  return (steps + evals / 3) * per_token * r.train.batch * seq;
+}
+
+// Refuses, before any work, a run whose steps would compute for hours: --steps 16000000 of the
+// default model counts 2.4e16 flops, two weeks here.
+void check_train_flops(const Run& r, int done) {
+  const double flops = train_flops(r, done);
+  check_limit(
+      "train flops",
+      flops >= 0x1p62 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(flops),
+      limits().train_flops, "TRAIN_FLOPS");
+}
+
 // Creates `dir` if need be and proves it writable (a file created and removed in it) before any
 // work: a run must not be lost at its end to an output it cannot write.
 void require_writable_dir(const std::string& dir, const std::string& field) {
@@ -753,6 +777,8 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
     if (!a.checkpoint_dir.empty()) require_writable_dir(a.checkpoint_dir, "checkpoint-dir");
     description = model_identity(kind, run->model);
     saved = check_checkpoints(a, description);
+    check_train_flops(*run,
+                      static_cast<int>(std::clamp<std::int64_t>(saved.step, 0, run->train.steps)));
     if (!run->batches) read_corpus(*run, a);
   };
   if (a.plan) {  // trains nothing: no backend

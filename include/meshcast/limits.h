@@ -19,6 +19,8 @@ struct Limits {
   std::int64_t svg_elements = 20000;                         // above: an aggregated picture
   std::int64_t buffer_bytes = std::int64_t{16} << 30;        // one process's tensor buffers
   std::int64_t train_memory_bytes = std::int64_t{16} << 30;  // estimated training memory
+  // Arithmetic of a training run's steps (about an hour at the 20 GFLOP/s of 2 cores).
+  std::int64_t train_flops = std::int64_t{1} << 46;
   std::int64_t run_bytes = std::int64_t{4} << 40;  // bytes a run moves over all its iterations
   std::int64_t devices = std::int64_t{1} << 20;    // device ids a job may name (MESHCAST_SIZE)
   std::int64_t local_threads = 1024;               // device threads of the in-process backend

@@ -34,6 +34,7 @@ Limits from_env() {
   override_from_env(l.svg_elements, "SVG_ELEMENTS");
   override_from_env(l.buffer_bytes, "BUFFER_BYTES");
   override_from_env(l.train_memory_bytes, "TRAIN_MEMORY_BYTES");
+  override_from_env(l.train_flops, "TRAIN_FLOPS");
   override_from_env(l.run_bytes, "RUN_BYTES");
   override_from_env(l.devices, "DEVICES");
   override_from_env(l.local_threads, "LOCAL_THREADS");

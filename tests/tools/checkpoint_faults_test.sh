@@ -156,5 +156,15 @@ read -r rc kib err <<<"$got"
 expect_exit 2 "train memory: " env MESHCAST_MAX_TRAIN_MEMORY_BYTES=100000 \
   "$mc" train gpt "${small[@]}" --steps 1
 
+# Time: a run's arithmetic is bounded before any work (--steps 16000000 of the default model is
+# two weeks here), counting the steps a --resume has left: 2 of the small model's 6 are within
+# 1e8 flops (36 M a step with its evaluation), 6 from the start are not.
+expect_exit 2 "train flops: " "$mc" train gpt --steps 16000000 --out "$tmp/out"
+fresh
+expect_exit 2 "train flops: " env MESHCAST_MAX_TRAIN_FLOPS=100000000 \
+  "$mc" train gpt "${small[@]}" --steps 6
+MESHCAST_MAX_TRAIN_FLOPS=100000000 resume gpt --steps 6 >/dev/null &&
+  ok || bad "a resumed run's 2 steps were counted as 6"
+
 echo "checkpoint_faults_test: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
