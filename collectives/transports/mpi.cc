@@ -177,6 +177,10 @@ class MpiTransport final : public Transport {
   }
   // Destructors report nothing: the frees below are best effort.
   ~MpiTransport() override {
+    for (auto& c : cancelled_) {  // never ended: left to MPI (as a dead peer's are)
+      (void)MPI_Request_free(&c.req);
+      if (c.type != MPI_DATATYPE_NULL) (void)MPI_Type_free(&c.type);
+    }
     for (auto& [k, c] : groups_) (void)MPI_Comm_free(&c);
     // Freeing the window is collective on the node: not with a failed peer (it could hang),
     // whichever transport of this process saw the failure.
@@ -284,7 +288,25 @@ class MpiTransport final : public Transport {
     // effort, as Transport::cancel allows).
     if (r.req == MPI_REQUEST_NULL || r.collective) return;
     check(MPI_Cancel(&r.req), "MPI_Cancel");
-    check(MPI_Request_free(&r.req), "MPI_Request_free");
+    // Open MPI cancels no send: one the peer matched goes on reading its region until it ends,
+    // and a freed request would leave that to MPI_Finalize, after the region was freed.
+    cancelled_.push_back(
+        {std::exchange(r.req, MPI_REQUEST_NULL), std::exchange(r.type, MPI_DATATYPE_NULL)});
+  }
+
+  bool settle_cancelled(Clock::time_point until) override {
+    for (int polls = 0;; ++polls) {
+      std::erase_if(cancelled_, [](Cancelled& c) {
+        int done = 0;
+        // An error ends it too: its peer failed, and MPI moves nothing more for it.
+        if (MPI_Test(&c.req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 1;
+        if (done && c.type != MPI_DATATYPE_NULL) (void)MPI_Type_free(&c.type);
+        return done != 0;
+      });
+      if (cancelled_.empty()) return true;
+      if (Clock::now() >= until) return false;
+      if (polls > 64) sched_yield();
+    }
   }
 
   std::byte* node_segment(int device) override {
@@ -452,6 +474,11 @@ class MpiTransport final : public Transport {
   detail::Watchdog watchdog_;
   std::map<std::vector<int>, MPI_Comm> groups_;
   bool peer_failed_ = false;
+  struct Cancelled {
+    MPI_Request req;
+    MPI_Datatype type;  // owned, when not a predefined type
+  };
+  std::vector<Cancelled> cancelled_;  // cancel()'s, until settle_cancelled() finds them ended
 };
 
 }  // namespace

@@ -47,7 +47,9 @@ ucp_tag_t make_tag(int src, int tag) {
 struct UcxRequest : Request::Impl {
   void* handle = nullptr;  // UCX request, null once complete
   ucs_status_t status = UCS_OK;
-  Region region;  // a strided region: what the generic datatype's callbacks read or write
+  // A strided region: what the generic datatype's callbacks read or write, at an address that
+  // stays put while a cancelled request may still call them (settle_cancelled).
+  std::unique_ptr<Region> region;
   int peer = -1;
   std::int64_t expect = -1;  // a receive's bytes: UCX takes a shorter message silently
   std::size_t arrived = 0;   // a receive's length, as its callback (on_recv) found it
@@ -163,6 +165,7 @@ class UcxTransport final : public Transport {
         return true;
       });
     }
+    for (auto& c : cancelled_) ucp_request_free(c.handle);  // ended by the worker's end
     ucp_worker_destroy(worker_);
     ucp_dt_destroy(region_dt_);
     ucp_cleanup(context_);
@@ -221,13 +224,27 @@ class UcxTransport final : public Transport {
     if (polls > 64) sched_yield();
   }
 
-  // Once cancelled, UCX frees the request when it completes.
+  // UCX cancels receives; a send the peer matched goes on packing from its region until it
+  // ends: kept, with its region, until settle_cancelled() finds it ended.
   void cancel(Request::Impl& impl) override {
     auto& r = static_cast<UcxRequest&>(impl);
     if (!r.handle) return;
     ucp_request_cancel(worker_, r.handle);
-    ucp_request_free(r.handle);
-    r.handle = nullptr;
+    cancelled_.push_back({std::exchange(r.handle, nullptr), std::move(r.region)});
+  }
+
+  bool settle_cancelled(Clock::time_point until) override {
+    for (int polls = 0;; ++polls) {
+      ucp_worker_progress(worker_);
+      std::erase_if(cancelled_, [](Cancelled& c) {
+        if (ucp_request_check_status(c.handle) == UCS_INPROGRESS) return false;
+        ucp_request_free(c.handle);
+        return true;
+      });
+      if (cancelled_.empty()) return true;
+      if (Clock::now() >= until) return false;
+      if (polls > 64) sched_yield();
+    }
   }
 
   void barrier(const std::function<void()>& meanwhile) override {
@@ -368,10 +385,10 @@ class UcxTransport final : public Transport {
   std::pair<void*, std::size_t> wire(const Region& r, UcxRequest& req,
                                      ucp_request_param_t& prm) const {
     if (r.is_contiguous()) return {r.origin(), r.bytes()};
-    req.region = r;  // lives as long as the request
+    req.region = std::make_unique<Region>(r);  // lives as long as the request
     prm.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
     prm.datatype = region_dt_;
-    return {&req.region, 1};
+    return {req.region.get(), 1};
   }
 
   // A post that failed at once (its endpoint is broken) fails the request, which test()
@@ -408,6 +425,11 @@ class UcxTransport final : public Transport {
   std::vector<char> failed_;  // per peer: UCX reported its endpoint broken
   Control control_;
   detail::Watchdog watchdog_;
+  struct Cancelled {
+    void* handle;
+    std::unique_ptr<Region> region;
+  };
+  std::vector<Cancelled> cancelled_;  // cancel()'s, until settle_cancelled() finds them ended
 };
 
 }  // namespace

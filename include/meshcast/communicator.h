@@ -162,7 +162,11 @@ class Communicator {
   // True once a request completed (it stays valid; wait() on it returns at once).
   bool test(Request& r);
   // Drops a request in flight (Transport::cancel on each of its parts); the request is reset.
+  // Its parts and their staging are kept until settle_cancelled() finds them ended.
   void cancel(Request& r);
+  // Waits until the requests cancelled so far have ended or `until` has passed (see
+  // Transport::settle_cancelled); true when their regions are the caller's again.
+  bool settle_cancelled(Clock::time_point until);
   // Every device of the world; collective. This device's chains complete first (their members
   // posted them too), so that none of its peers waits, behind the barrier, on a chunk it forwards.
   void barrier();
@@ -216,6 +220,7 @@ class Communicator {
   std::uint64_t groups_made_ = 0;
   std::vector<std::weak_ptr<Group::State>> live_;   // per context: the group that holds it
   std::vector<std::weak_ptr<InFlight>> in_flight_;  // of every group (Group::reserve)
+  std::vector<Request> cancelled_;  // cancel()'s, until settle_cancelled() finds them ended
   std::size_t prune_in_flight_at_ = 64;
   bool polling_ = false;  // inside poll_in_flight
 };

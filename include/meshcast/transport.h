@@ -89,9 +89,17 @@ class Transport {
   // the steps since the last progress (a transport spins first, then yields).
   virtual void idle(const Request::Impl* waiting, std::span<const int> peers, int polls,
                     Clock::time_point since) = 0;
-  // Drops a request in flight: once it returns no peer reads or writes its region any more
-  // (best effort for a request the peer already matched: abort() then ends the operation).
+  // Drops a request in flight: no peer reads or writes its region any more (best effort for a
+  // request the peer already matched: abort() then ends the operation). One that may still
+  // move data (MPI and UCX cannot stop a send the peer matched) is kept by the transport until
+  // settle_cancelled() finds it ended.
   virtual void cancel(Request::Impl& r) = 0;
+  // Moves traffic on until every request cancelled so far has ended or `until` has passed;
+  // true when none is left: their regions are no longer read or written.
+  virtual bool settle_cancelled(Clock::time_point until) {
+    (void)until;
+    return true;
+  }
 
   // Batches (caps().batches): the engine brackets the posts of one phase with these.
   virtual void begin_batch() {}

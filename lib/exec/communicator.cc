@@ -144,7 +144,14 @@ void Communicator::cancel(Request& r) {
   } else {
     transport_->cancel(*r.get());
   }
-  r.reset();
+  // Kept, with a chain's staging, while the transport may still read or write them.
+  cancelled_.push_back(std::exchange(r, Request()));
+}
+
+bool Communicator::settle_cancelled(Clock::time_point until) {
+  if (!transport_->settle_cancelled(until)) return false;
+  cancelled_.clear();
+  return true;
 }
 
 void Communicator::barrier() {

@@ -34,7 +34,7 @@ class Transfer::Executor : public InFlight {
  protected:
   // Posts what it can; `block`: wait until everything completed. True once it has.
   virtual bool advance(bool block) = 0;
-  // Cancels every request in flight (drop()).
+  // Cancels every request in flight (drop(), and after a failure).
   virtual void cancel_all() = 0;
   // Copies, fills and sums on this device's memory, queued (a GPU transport's stream) ahead of
   // the transfers posted after them: step() settles them before the transfer completes.
@@ -46,6 +46,7 @@ class Transfer::Executor : public InFlight {
 
  private:
   bool finished_ = false;
+  void quiesce();          // cancel_all(), then a bounded wait for what the peers matched
   bool stepping_ = false;  // step() is on the stack: poll() leaves it alone
   std::exception_ptr failure_;
 };

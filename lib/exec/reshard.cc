@@ -254,8 +254,9 @@ bool Transfer::Executor::step(bool block) {
   } catch (const std::exception& e) {
     failure_ = std::current_exception();
     comm_.abandon_for(e);
-    try {  // its queued local work ends before the caller gets its buffers back
+    try {  // its queued local work and its transfers end before the caller gets its buffers back
       comm_.transport().settle();
+      quiesce();
     } catch (...) {  // the failure to report is e
     }
     throw;
@@ -266,12 +267,20 @@ bool Transfer::Executor::step(bool block) {
 void Transfer::Executor::drop() noexcept {
   if (done()) return;
   try {
-    cancel_all();
     comm_.abandon(CommError(me_, "dropped a transfer before it completed"));
     comm_.transport().settle();
+    quiesce();
   } catch (...) {  // best effort, as abandon() itself is
   }
   failure_ = std::make_exception_ptr(CommError(me_, "dropped a transfer before it completed"));
+}
+
+// Its requests cancelled, and waited for a while: a transfer the peer matched goes on until it
+// ends (MPI and UCX cannot stop it), and the caller may free the buffers once this returns.
+// The peers, told of the abandon, end theirs.
+void Transfer::Executor::quiesce() {
+  cancel_all();
+  (void)comm_.settle_cancelled(Communicator::Clock::now() + std::chrono::seconds(1));
 }
 
 Transfer Transfer::Executor::start(std::shared_ptr<Executor> exec, const Group& group,

@@ -327,7 +327,8 @@ Handle::~Handle() {
     } catch (const std::exception&) {  // a failed peer: nothing is in flight any more
     }
   }
-  op->transfer.reset();  // abandons it: the peers fail naming this device
+  py::gil_scoped_release release;  // it waits up to a second for sends the peers matched
+  op->transfer.reset();            // abandons it: the peers fail naming this device
 }
 
 bool Handle::test() {
