@@ -239,8 +239,14 @@ std::vector<std::int64_t> saved_steps(const fs::path& dir) {
   fs::directory_iterator it(dir, ec);
   if (ec == std::errc::no_such_file_or_directory) return steps;
   for (; !ec && it != fs::directory_iterator(); it.increment(ec))
-    if (const auto s = step_of(it->path().filename().string()); s && it->is_directory(ec))
+    if (const auto s = step_of(it->path().filename().string())) {
+      // Found before any work: the save of that step would refuse to overwrite it at the end.
+      if (!it->is_directory(ec) && !ec)
+        throw ValidationError("checkpoint", it->path().string() +
+                                                " is not a checkpoint directory: remove it, or "
+                                                "give another --checkpoint-dir");
       steps.push_back(*s);
+    }
   if (ec) throw IoError("checkpoint", dir.string() + ": " + ec.message());
   std::sort(steps.begin(), steps.end());
   return steps;

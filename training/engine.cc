@@ -6,16 +6,19 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <map>
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "meshcast/error.h"
+#include "meshcast/limits.h"
 #include "meshcast/reshard.h"
 #include "training/checkpoint.h"
 #include "training/layers.h"
@@ -551,6 +554,20 @@ int ParallelConfig::devices() const {
   return n;
 }
 
+namespace {
+// devices() multiplies ints: counted in double first (four extents of up to 2^31 overflow even
+// 64 bits), with the stages before it, and bounded by limits().devices.
+void check_stage_devices(const StageShape& s, const std::string& field, double earlier = 0) {
+  const double n = earlier + static_cast<double>(s.dp) * s.rows * s.cols * s.depth;
+  if (n <= static_cast<double>(limits().devices)) return;
+  throw ValidationError(field,
+                        std::string(earlier > 0 ? "with the stages before it, " : "") + "needs " +
+                            (n < 0x1p62 ? std::to_string(std::llround(n)) : "over 2^62") +
+                            " devices, more than the limit of " + std::to_string(limits().devices) +
+                            " (raise it with MESHCAST_MAX_DEVICES)");
+}
+}  // namespace
+
 StageShape parse_stage_shape(const std::string& text, const std::string& field) {
   StageShape s;
   bool tp = false, grid = false;
@@ -564,16 +581,19 @@ StageShape parse_stage_shape(const std::string& text, const std::string& field) 
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != v.size() || n < 1)
+    // stoi skips leading blanks: "dp= 1" would pass where "dp=1 " does not.
+    if (used != v.size() || n < 1 || std::isspace(static_cast<unsigned char>(v.front())))
       throw ParseError(field + "." + name, "expected a positive integer, got '" + v + "'");
     return n;
   };
+  std::set<std::string> keys;
   while (std::getline(in, item, ',')) {
     const auto eq = item.find('=');
     if (eq == std::string::npos)
       throw ParseError(field,
                        "expected key=value items (dp=, tp=, grid=RxCxD), got '" + item + "'");
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (!keys.insert(key).second) throw ParseError(field + "." + key, "given twice");
     if (key == "dp") {
       s.dp = number(value, "dp");
     } else if (key == "tp") {
@@ -595,6 +615,7 @@ StageShape parse_stage_shape(const std::string& text, const std::string& field) 
     }
   }
   if (tp && grid) throw ValidationError(field, "give tp (Megatron) or grid (3D), not both");
+  check_stage_devices(s, field);
   return s;
 }
 
@@ -687,11 +708,14 @@ void validate(const ModelConfig& model, const ParallelConfig& parallel, const Tr
           std::to_string(model.layers) + " blocks cannot fill " + std::to_string(pieces) +
               " pipeline pieces (stages x chunks)");
   const int mb = train.batch / parallel.micro_batches;
+  double devices = 0;
   for (std::size_t i = 0; i < parallel.stages.size(); ++i) {
     const StageShape& s = parallel.stages[i];
     const std::string f = "stages[" + std::to_string(i) + "]";
     require(s.dp >= 1 && s.rows >= 1 && s.cols >= 1 && s.depth >= 1, f,
             "every degree must be at least 1");
+    check_stage_devices(s, f, devices);
+    devices += s.devices();
     require(model.heads % s.cols == 0, f + ".cols",
             std::to_string(s.cols) + " columns do not divide " + std::to_string(model.heads) +
                 " heads");

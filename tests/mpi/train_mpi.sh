@@ -73,5 +73,21 @@ for opt in "--micro-batches 2" "--seed 2" "--schedule eager-1f1b" "--config $tmp
   if [[ $rc -ne 124 && $n -eq $want ]]; then ok; else bad "$opt on rank $who: rc=$rc, $n of 4 refused: $out"; fi
 done
 
+# Rank 1's text differs from the others' under the same name and size (each host's own copy):
+# refused naming data, where stage 0 took its inputs from one text and the last stage its
+# targets from the other.
+mkdir -p "$tmp/wa" "$tmp/wb"
+for w in a b; do
+  python3 -c 'import random, sys; random.seed(sys.argv[2])
+open(sys.argv[1], "w").write("".join(random.choice("abcdefgh \n") for _ in range(30000)))' \
+    "$tmp/w$w/corpus.txt" "$w"
+done
+out=$(timeout 120 "${run[@]}" --enable-recovery -np 4 bash -c "d=$tmp/wa
+  [[ \$OMPI_COMM_WORLD_RANK == 1 ]] && d=$tmp/wb
+  cd \$d && exec $(readlink -f "$mc") ${small[*]} --data corpus.txt" 2>&1)
+rc=$?
+n=$(grep -c "^meshcast: data: rank 1 was started with a different" <<<"$out")
+if [[ $rc -ne 124 && $n -eq 4 ]]; then ok; else bad "another text on rank 1: rc=$rc, $n of 4 refused: $out"; fi
+
 echo "train_mpi: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

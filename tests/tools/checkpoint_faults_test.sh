@@ -156,14 +156,21 @@ read -r rc kib err <<<"$got"
 expect_exit 2 "train memory: " env MESHCAST_MAX_TRAIN_MEMORY_BYTES=100000 \
   "$mc" train gpt "${small[@]}" --steps 1
 
+# A file named as a checkpoint: refused before any work (the save of that step, at the end,
+# would refuse to overwrite it and lose the run).
+mkdir -p "$tmp/cf" && touch "$tmp/cf/step-00000004"
+expect_exit 2 "checkpoint: $tmp/cf/step-00000004 is not a checkpoint directory" \
+  "$mc" train gpt "${small[@]}" --steps 4 --checkpoint-dir "$tmp/cf"
+
 # Time: a run's arithmetic is bounded before any work (--steps 16000000 of the default model is
 # two weeks here), counting the steps a --resume has left: 2 of the small model's 6 are within
-# 1e8 flops (36 M a step with its evaluation), 6 from the start are not.
+# 1e9 flops (304 M a step: 36 M of arithmetic with its evaluation, 2^28 for its one device), 6
+# from the start are not.
 expect_exit 2 "train flops: " "$mc" train gpt --steps 16000000 --out "$tmp/out"
 fresh
-expect_exit 2 "train flops: " env MESHCAST_MAX_TRAIN_FLOPS=100000000 \
+expect_exit 2 "train flops: " env MESHCAST_MAX_TRAIN_FLOPS=1000000000 \
   "$mc" train gpt "${small[@]}" --steps 6
-MESHCAST_MAX_TRAIN_FLOPS=100000000 resume gpt --steps 6 >/dev/null &&
+MESHCAST_MAX_TRAIN_FLOPS=1000000000 resume gpt --steps 6 >/dev/null &&
   ok || bad "a resumed run's 2 steps were counted as 6"
 
 echo "checkpoint_faults_test: $pass passed, $fail failed"

@@ -22,6 +22,10 @@ for kind in gpt utransformer; do
       close "$serial" "$got" && ok || bad "$kind $stages $schedule: losses [$got], serial [$serial]"
     done
   done
+  # Planned on a topology, a pipeline's stage-boundary reshards train the same (its Run's
+  # pointer to the topology once dangled: "internal error: out of memory", exit 1).
+  got=$("$mc" train $kind "${common[@]}" --stages dp=1/dp=2 --topology dgx-a100 | losses)
+  close "$serial" "$got" && ok || bad "$kind on dgx-a100: losses [$got], serial [$serial]"
 done
 
 # GPT on the Debian corpus: the held-out loss falls well below the unigram entropy (a small
@@ -128,6 +132,10 @@ expect_error() {
 }
 expect_error "stages[0].cols" gpt --stages tp=3
 expect_error "stages[1].grid" gpt --stages dp=1/grid=2x2
+expect_error "stages[0].tp: given twice" gpt --stages tp=2,tp=4
+expect_error "stages[0].dp: expected a positive integer, got ' 1'" gpt --stages "dp= 1"
+# 1047553 x 4100 devices wrapped to 4 in 32 bits.
+expect_error "stages[0]: needs 4294967300 devices" gpt --stages dp=1047553,grid=4100x1x1
 expect_error "schedule" gpt --schedule sideways
 expect_error "batch" gpt --micro-batches 3
 expect_error "layers" gpt --stages dp=1/dp=1/dp=1/dp=1/dp=1
