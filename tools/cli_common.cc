@@ -110,7 +110,11 @@ Plan load_plan_file(const PlanArgs& args) {
     throw ValidationError(field, "the saved plan " + args.plan_file + " was made with " + field +
                                      " " + saved + "; leave --" + field + " out to run it");
   };
-  if (!args.topology.empty()) fixed("topology", p.topology());
+  // The same topology again is no change (a plan names its topology, by name).
+  if (!args.topology.empty() &&
+      (is_auto_topology(args.topology, nullptr) ||
+       Topology::resolve(args.topology).name() != p.topology()))
+    fixed("topology", p.topology());
   if (args.strategy != "auto" && parse_strategy(args.strategy, "strategy") != p.strategy())
     fixed("strategy", to_string(p.strategy()));
   if (args.balance != "search" && parse_balance(args.balance, "balance") != p.balance())

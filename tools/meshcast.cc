@@ -162,7 +162,8 @@ void add_plan_options(CLI::App& cmd, PlanArgs& args, bool saved_plan) {
       ->type_name("NAME")
       ->capture_default_str();
   cmd.add_option("--balance", args.balance,
-                 "sender choice: none (first holder), greedy, search (greedy + local search)")
+                 "sender choice: none (first holder), greedy, search (greedy + local search), "
+                 "local (per task, what each device computes alone: --rank's)")
       ->type_name("NAME")
       ->capture_default_str();
   cmd.add_option("--svg", args.svg, "also draw the plan as an SVG picture into this file")

@@ -24,16 +24,16 @@ LinkTimeline::LinkTimeline(const Topology& topology, std::vector<int> devices,
       elem_size_(elem_size),
       chunk_(chunk_bytes) {
   check_chunk(chunk_bytes);
-  int hosts = 0;
   const auto nics = nics_ = static_cast<std::size_t>(topology.nics_per_host());
+  std::vector<int> ids;
+  const std::vector<int> host = plan_hosts(topology, devices_, ids);
   dev_.resize(devices_.size());
   for (std::size_t i = 0; i < devices_.size(); ++i) {
-    dev_[i].host = topology.host_of(devices_[i]);
+    dev_[i].host = host[i];
     dev_[i].rail = static_cast<std::size_t>(topology.nic_of(devices_[i]));
     dev_[i].nic = static_cast<std::size_t>(dev_[i].host) * nics + dev_[i].rail;
-    hosts = std::max(hosts, dev_[i].host + 1);
   }
-  out_.assign(static_cast<std::size_t>(hosts) * nics, 0);
+  out_.assign(ids.size() * nics, 0);
   in_ = out_;
   // The lookup table, where the largest id is not far beyond the device count (ids are >= 0).
   if (!devices_.empty() && static_cast<std::size_t>(devices_.back()) < 4 * devices_.size() + 4096) {

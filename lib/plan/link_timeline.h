@@ -42,7 +42,7 @@ class LinkTimeline {
 
   double makespan() const { return makespan_; }
   double total_end() const { return total_end_; }
-  int host(int device) const { return dev_[index(device)].host; }
+  int host(int device) const { return dev_[index(device)].host; }  // plan_hosts()' number
   // A device's NIC (an index into the per-NIC links) and, for the device at `slot`, its rail
   // from a root whose NIC is `root_nic`: how many NICs of its host its NIC comes after the
   // root's index (chain_order enters a host through rail 0 where it can).

@@ -41,18 +41,25 @@ void check_chunk(std::int64_t chunk) {
     throw ValidationError("chunk_bytes", "must be >= 1 (got " + std::to_string(chunk) + ")");
 }
 
+std::vector<int> plan_hosts(const Topology& topology, const std::vector<int>& devices,
+                            std::vector<int>& ids) {
+  std::vector<int> host(devices.size());
+  for (std::size_t i = 0; i < devices.size(); ++i) host[i] = topology.host_of(devices[i]);
+  ids = host;
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  for (int& h : host)
+    h = static_cast<int>(std::lower_bound(ids.begin(), ids.end(), h) - ids.begin());
+  return host;
+}
+
 Links::Links(const Topology& topology, std::vector<int> devices)
     : topology_(&topology), devices_(std::move(devices)) {
-  int hosts = 0;
   nics_ = static_cast<std::size_t>(topology.nics_per_host());
-  for (int d : devices_) {
-    host_.push_back(topology.host_of(d));
-    nic_.push_back(topology.nic_of(d));
-    hosts = std::max(hosts, host_.back() + 1);
-  }
+  host_ = plan_hosts(topology, devices_, host_ids_);
+  for (int d : devices_) nic_.push_back(topology.nic_of(d));
   bandwidth_.assign(2 * devices_.size(), topology.intra().bandwidth);
-  bandwidth_.resize(bandwidth_.size() + 2 * static_cast<std::size_t>(hosts) * nics_,
-                    topology.nic_bandwidth());
+  bandwidth_.resize(bandwidth_.size() + 2 * host_ids_.size() * nics_, topology.nic_bandwidth());
   // A table where ids are not far beyond the device count (ids are >= 0): pricing and the
   // model look a device up per hop, and the binary search was most of their time.
   if (!devices_.empty() && static_cast<std::size_t>(devices_.back()) < 4 * devices_.size() + 4096) {
@@ -80,8 +87,9 @@ std::size_t Links::slot(int device) const {
 std::string Links::name(std::size_t link) const {
   if (!network(link))
     return "device " + std::to_string(devices_[link / 2]) + (link % 2 ? " recv" : " send");
-  const std::size_t nic = (link - 2 * devices_.size()) / 2, host = nic / nics_;
-  std::string h = topology_->host_name(static_cast<int>(host));
+  const std::size_t nic = (link - 2 * devices_.size()) / 2;
+  const int host = host_ids_[nic / nics_];
+  std::string h = topology_->host_name(host);
   if (h.empty()) h = std::to_string(host);
   if (nics_ > 1) h += " nic " + std::to_string(nic % nics_);
   return "host " + h + (link % 2 ? " in" : " out");

@@ -410,10 +410,13 @@ class PlanChecker {
     const Box& t = tile(dst_, dst_tiles_, i);
     const int dev = dst_.mesh().device(i);
     const std::int64_t volume = t.volume();
-    std::int64_t sum = 0;  // capped at volume + 1: enough to tell, and no overflow
-    for (auto op : w) sum = std::min(sum + box_of(op).volume(), volume + 1);
-    if (sum < volume)
-      throw ValidationError("plan.ops", std::to_string(volume - sum) + " of the " +
+    // Unsigned, capped at volume + 1: enough to tell, and no overflow (a volume may be 2^63 - 1).
+    const auto whole = static_cast<std::uint64_t>(volume);
+    std::uint64_t sum = 0;
+    for (auto op : w)
+      sum = std::min(sum + static_cast<std::uint64_t>(box_of(op).volume()), whole + 1);
+    if (sum < whole)
+      throw ValidationError("plan.ops", std::to_string(whole - sum) + " of the " +
                                             std::to_string(volume) + " elements of device " +
                                             std::to_string(dev) + "'s target tile " + brief(t) +
                                             " are never written");
@@ -462,7 +465,7 @@ class PlanChecker {
         if (covered != box_of(op).volume()) unwritten(op, dev);
       }
     }
-    if (sum != volume)  // disjoint boxes inside the tile cannot add up to more than it
+    if (sum != whole)  // disjoint boxes inside the tile cannot add up to more than it
       throw ValidationError(
           "plan.ops", "device " + std::to_string(dev) + " has elements written more than once");
   }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "meshcast/error.h"
 #include "meshcast/multicast_tree.h"
 #include "meshcast/plan.h"
 
@@ -21,20 +22,25 @@ PlanStats account(const std::vector<Op>& ops, const Where& where, std::int64_t e
   const std::size_t n = devices.size();
   std::vector<std::int64_t> sent(n, 0), received(n, 0);
   std::vector<char> sends(n, 0), receives(n, 0);
+  // Every count is at most bytes_moved or bytes_local: those two are checked.
+  auto add = [](std::int64_t& sum, std::int64_t bytes) {
+    if (__builtin_add_overflow(sum, bytes, &sum))
+      throw ValidationError("shape", "the plan moves more than 2^63 - 1 bytes");
+  };
   auto hop = [&](int from, int to, std::int64_t bytes) {
+    add(st.bytes_moved, bytes);
     const std::size_t f = where.slot(from), t = where.slot(to);
     sent[f] += bytes;
     sends[f] = 1;
     received[t] += bytes;
     receives[t] = 1;
-    st.bytes_moved += bytes;
     (where.host(from) == where.host(to) ? st.bytes_intra_host : st.bytes_network) += bytes;
   };
   for (const Op& op : ops) {
     const std::int64_t bytes = op.box.volume() * elem;
     switch (op.kind) {
       case OpKind::Copy:
-        st.bytes_local += bytes;
+        add(st.bytes_local, bytes);
         break;
       case OpKind::Zero:
         break;
@@ -50,7 +56,7 @@ PlanStats account(const std::vector<Op>& ops, const Where& where, std::int64_t e
       case OpKind::Reduce:
         for (int c : op.peers)
           if (c == op.root)
-            st.bytes_local += bytes;
+            add(st.bytes_local, bytes);
           else
             hop(c, op.root, bytes);
         break;

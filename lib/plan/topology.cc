@@ -44,6 +44,10 @@ constexpr std::int64_t kMaxDeviceId = (std::int64_t{1} << 20) - 1;
 constexpr std::int64_t kMaxNics = 1024;
 constexpr double kGiga = 1e9;
 constexpr double kMicro = 1e6;  // microseconds per second
+// A link's bounds: beyond them predictions lose their meaning (1e308 us made them infinite, and
+// a bandwidth 1e9 times another's outran the simulator's floor).
+constexpr double kMaxBandwidth = 1e15;  // bytes/s (1 PB/s)
+constexpr double kMaxLinkSeconds = 10;  // a latency or overhead
 
 // Unit conversions of from_json, shared with to_json so that both round the same way.
 double gbyte_to_bytes(double v) { return v * kGiga; }
@@ -122,16 +126,16 @@ double default_overhead(const int* nics) {
 }
 
 void check_link(const LinkClass& l, const std::string& path) {
-  if (!(l.bandwidth >= 1) || !std::isfinite(l.bandwidth))
+  if (!(l.bandwidth >= 1 && l.bandwidth <= kMaxBandwidth))
     throw ValidationError(path + ".bandwidth",
-                          "must be a finite number of bytes/s >= 1 (got " + fmt(l.bandwidth) + ")");
-  if (!(l.latency >= 0) || !std::isfinite(l.latency))
-    throw ValidationError(path + ".latency", "must be >= 0 seconds (got " + fmt(l.latency) + ")");
-  if (l.chain_latency && (!(*l.chain_latency >= 0) || !std::isfinite(*l.chain_latency)))
-    throw ValidationError(path + ".chain_latency",
-                          "must be >= 0 seconds (got " + fmt(*l.chain_latency) + ")");
-  if (!(l.overhead >= 0) || !std::isfinite(l.overhead))
-    throw ValidationError(path + ".overhead", "must be >= 0 seconds (got " + fmt(l.overhead) + ")");
+                          "must be in [1, 1e15] bytes/s (got " + fmt(l.bandwidth) + ")");
+  const auto seconds = [&](const char* field, double t) {
+    if (!(t >= 0 && t <= kMaxLinkSeconds))
+      throw ValidationError(path + "." + field, "must be in [0, 10] seconds (got " + fmt(t) + ")");
+  };
+  seconds("latency", l.latency);
+  if (l.chain_latency) seconds("chain_latency", *l.chain_latency);
+  seconds("overhead", l.overhead);
 }
 
 // A link class: exactly one of bandwidth_gbyte_s / bandwidth_gbit_s, and latency_us; the
@@ -162,11 +166,13 @@ LinkClass link_at(const json& j, const std::string& path, const char* name, int*
   const double v = number_at(j[key], path + "." + key);
   if (!(v > 0)) throw ValidationError(path + "." + key, "must be > 0 (got " + fmt(v) + ")");
   LinkClass l{name, gbyte ? gbyte_to_bytes(v) : gbit_to_bytes(v), 0};
-  if (!std::isfinite(l.bandwidth)) throw ValidationError(path + "." + key, "too large");
+  if (!(l.bandwidth <= kMaxBandwidth))
+    throw ValidationError(path + "." + key, "too large (above 1e15 bytes/s)");
   if (l.bandwidth < 1) throw ValidationError(path + "." + key, "too small (below 1 byte/s)");
   const auto microseconds = [&](const char* field) {
     const double us = number_at(j[field], path + "." + field);
-    if (!(us >= 0)) throw ValidationError(path + "." + field, "must be >= 0 (got " + fmt(us) + ")");
+    if (!(us >= 0 && us <= kMaxLinkSeconds * kMicro))
+      throw ValidationError(path + "." + field, "must be in [0, 1e7] (got " + fmt(us) + ")");
     return us_to_seconds(us);
   };
   require(j, path, "latency_us");

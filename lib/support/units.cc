@@ -32,7 +32,9 @@ std::string human_rate(double bytes_per_second) {
 
 std::string human_seconds(double seconds) {
   char buf[48];
-  if (seconds >= 1)
+  if (seconds >= 1e9)  // %.3f of a huge time would not fit: its unit was cut off
+    std::snprintf(buf, sizeof buf, "%.3g s", seconds);
+  else if (seconds >= 1)
     std::snprintf(buf, sizeof buf, "%.3f s", seconds);
   else if (seconds >= 1e-3)
     std::snprintf(buf, sizeof buf, "%.3f ms", seconds * 1e3);

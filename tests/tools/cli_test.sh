@@ -166,6 +166,12 @@ printf '{"name": "x", "links": {"intra": {"bandwidth_gbyte_s": 1, "latency_us": 
 bad "topology.hosts\[1\].devices\[1\]" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/dup.json"
 printf '{"name": "x", "links": {"intra": {"bandwidth_gbyte_s": 0, "latency_us": 1}}, "single_host": true}' >"$TMP/zero.json"
 bad "topology.links.intra.bandwidth_gbyte_s" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/zero.json"
+# Times and rates a link cannot have (1e308 us made every prediction infinite, written as null
+# into a plan its own reader refused; a bandwidth 10^9 times another's outran the simulator).
+printf '{"name": "x", "links": {"intra": {"bandwidth_gbyte_s": 1, "latency_us": 1}, "network": {"bandwidth_gbit_s": 1, "latency_us": 1, "overhead_us": 1e308}}, "hosts": [{"devices": [0, 1]}, {"devices": [2, 3]}]}' >"$TMP/slow.json"
+bad "topology.links.network.overhead_us: must be in \[0, 1e7\]" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/slow.json"
+printf '{"name": "x", "links": {"intra": {"bandwidth_gbyte_s": 1e12, "latency_us": 1}}, "single_host": true}' >"$TMP/fast.json"
+bad "topology.links.intra.bandwidth_gbyte_s: too large" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/fast.json"
 printf '{"name": "x", ' >"$TMP/trunc.json"
 bad "topology" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/trunc.json"
 bad "topology" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP"
@@ -246,6 +252,21 @@ MESHCAST_MAX_SIMULATE_WORK=100 limit_case "simulate work: .* exceeds the limit o
   simulate --shape 256,256 --dtype f32 --src 16x16@0-255:S0S1 --dst 16x16@256-511:S1S0
 MESHCAST_MAX_BUFFER_BYTES=100 limit_case "buffer bytes: .* exceeds the limit of 100" 2 200000 \
   reshard "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:RS0
+# A plan's links are sized by the hosts it uses, not by its topology's: a 32-byte move on 2^20
+# hosts x 256 NICs took 12.6 GB and 22 s.
+printf '%s' '{"name": "wide", "links": {"intra": {"bandwidth_gbyte_s": 10, "latency_us": 1},
+  "network": {"bandwidth_gbit_s": 10, "latency_us": 5, "nics_per_host": 256}},
+  "uniform": {"hosts": 1048576, "devices_per_host": 1}}' >"$TMP/wide.json"
+limit_case "" 0 200000 simulate --shape 8 --dtype f32 --src 1@0:R --dst 1@1048575:R --topology "$TMP/wide.json"
+grep -q "host host1048575 nic 0 in" "$TMP/out" && ok || bad_result "wide topology: $(head -c 400 "$TMP/out")"
+# simulate's work is its flows' link entries (a chain's grow with its receivers): 1,024 chains
+# of 4,096 receivers each, some 600 events, are far over 10^8 of them (counted as flows, 6e5).
+MESHCAST_MAX_SIMULATE_WORK=100000000 limit_case "simulate work: .* exceeds the limit of 100000000" 2 400000 \
+  simulate --shape 3,5,7,9,11,13,15,17,19,21 --dtype f32 --src 2x2x2x2x2x2x2x2x2x2@0-1023:S0S1S2S3S4S5S6S7S8S9 \
+  --dst 4096@1024-5119:RRRRRRRRRR --strategy broadcast
+# Byte counts past 2^63 - 1 are refused, not printed negative.
+limit_case "shape: the plan moves more than 2^63 - 1 bytes" 2 200000 \
+  plan --shape 9223372036854775807 --dtype i8 --src 1@0:R --dst 4@1-4:R --strategy sendrecv
 # Iterations are bounded by what they move in all: a run of hours is refused before it starts.
 limit_case "run bytes: 100000 iterations of .* exceed the limit of 4.00 TiB" 2 200000 \
   reshard --shape 4096,4096 --dtype f64 --src 2x2@0-3:S0S1 --dst 4@4-7:S0R --iters 100000
@@ -369,6 +390,12 @@ bad "dtype: .*moves f32, not f64" --plan "$TMP/saved.json" --dtype f64
 bad "dst: .*moves 4@4-7:RS0, not 4@4-7:S0R" --plan "$TMP/saved.json" --dst 4@4-7:S0R
 bad "strategy: the saved plan" --plan "$TMP/saved.json" --strategy broadcast
 bad "topology: the saved plan" --plan "$TMP/saved.json" --topology dgx-a100
+# The topology it was made on, named again, changes nothing.
+run plan --shape 8,6 --dtype f32 --src 2x2@0-3:S0S1 --dst 4@4-7:RS0 --topology aws-p3.8xlarge --json
+cp "$TMP/out" "$TMP/saved-aws.json"
+run reshard --plan "$TMP/saved-aws.json" --topology aws-p3.8xlarge --verify
+if [ "$rc" -eq 0 ] && grep -q "yes, 0 mismatches" "$TMP/out"; then ok
+else bad_result "reshard --plan with its own topology: rc=$rc $(head -c 300 "$TMP/err")"; fi
 bad "shape: required" --dtype f32 --src 2x2@0-3:S0S1 --dst 4@4-7:RS0
 # A 0-d tensor's saved plan (shape [], as Python writes it) runs with its own layouts, in either
 # spelling of its spec.
