@@ -111,9 +111,8 @@ Plan load_plan_file(const PlanArgs& args) {
                                      " " + saved + "; leave --" + field + " out to run it");
   };
   // The same topology again is no change (a plan names its topology, by name).
-  if (!args.topology.empty() &&
-      (is_auto_topology(args.topology, nullptr) ||
-       Topology::resolve(args.topology).name() != p.topology()))
+  if (!args.topology.empty() && (is_auto_topology(args.topology, nullptr) ||
+                                 Topology::resolve(args.topology).name() != p.topology()))
     fixed("topology", p.topology());
   if (args.strategy != "auto" && parse_strategy(args.strategy, "strategy") != p.strategy())
     fixed("strategy", to_string(p.strategy()));

@@ -99,10 +99,10 @@ struct Setup {
   int n = 0, k = 0;
 };
 
-Setup setup(py::handle comm, const std::string& algorithm, py::handle topology) {
+Setup setup(py::handle comm, py::handle algorithm, py::handle topology) {
   Setup s{group_arg(comm), {}, nullptr, {}, 0, 0};
   // Python spells names with underscores; the C++ names use hyphens ("recursive-doubling").
-  std::string name = algorithm;
+  std::string name = str_arg(algorithm, "algorithm");
   std::replace(name.begin(), name.end(), '_', '-');
   s.options.algorithm = parse_algorithm(name, "algorithm");
   if (!topology.is_none()) {
@@ -151,10 +151,11 @@ py::object finish(Setup& s, Collective c, bool async_op) {
   return py::none();
 }
 
-py::object all_reduce_py(py::object comm, py::object send, py::object recv, const std::string& op,
-                         const std::string& algorithm, py::object topology, bool async_op) {
+py::object all_reduce_py(py::object comm, py::object send, py::object recv, py::handle op,
+                         py::handle algorithm, py::object topology, py::handle async_op_arg) {
+  const bool async_op = bool_arg(async_op_arg, "async_op");
   Setup s = setup(comm, algorithm, topology);
-  const ReduceOp rop = parse_reduce_op(op, "op");
+  const ReduceOp rop = parse_reduce_op(str_arg(op, "op"), "op");
   Array a = collective_array(send, "send", recv.is_none(), s.keep);
   Array b = recv.is_none() ? a : collective_array(recv, "recv", true, s.keep);
   same_dtype(a, b, "recv");
@@ -169,11 +170,11 @@ py::object all_reduce_py(py::object comm, py::object send, py::object recv, cons
   return finish(s, std::move(c), async_op);
 }
 
-py::object reduce_scatter_py(py::object comm, py::object send, py::object recv,
-                             const std::string& op, const std::string& algorithm,
-                             py::object topology, bool async_op) {
+py::object reduce_scatter_py(py::object comm, py::object send, py::object recv, py::handle op,
+                             py::handle algorithm, py::object topology, py::handle async_op_arg) {
+  const bool async_op = bool_arg(async_op_arg, "async_op");
   Setup s = setup(comm, algorithm, topology);
-  const ReduceOp rop = parse_reduce_op(op, "op");
+  const ReduceOp rop = parse_reduce_op(str_arg(op, "op"), "op");
   Array a = collective_array(send, "send", false, s.keep);
   Array b = collective_array(recv, "recv", true, s.keep);
   same_dtype(a, b, "recv");
@@ -190,8 +191,9 @@ py::object reduce_scatter_py(py::object comm, py::object send, py::object recv,
   return finish(s, std::move(c), async_op);
 }
 
-py::object all_gather_py(py::object comm, py::object send, py::object recv,
-                         const std::string& algorithm, py::object topology, bool async_op) {
+py::object all_gather_py(py::object comm, py::object send, py::object recv, py::handle algorithm,
+                         py::object topology, py::handle async_op_arg) {
+  const bool async_op = bool_arg(async_op_arg, "async_op");
   Setup s = setup(comm, algorithm, topology);
   Array b = collective_array(recv, "recv", true, s.keep);
   Array a = collective_array(send, "send", false, s.keep);
@@ -212,9 +214,11 @@ py::object all_gather_py(py::object comm, py::object send, py::object recv,
   return finish(s, std::move(c), async_op);
 }
 
-py::object broadcast_py(py::object comm, py::object buf, py::handle root_obj, bool async_op) {
+py::object broadcast_py(py::object comm, py::object buf, py::handle root_obj,
+                        py::handle async_op_arg) {
+  const bool async_op = bool_arg(async_op_arg, "async_op");
   const int root = int32_arg(root_obj, "root");
-  Setup s = setup(comm, "auto", py::none());
+  Setup s = setup(comm, py::str("auto"), py::none());
   if (!s.group.group.contains(root))
     throw py::value_error("root: device " + std::to_string(root) + " is not in the group");
   Array a = collective_array(buf, "buf", root != s.group.comm.rank(), s.keep);
@@ -256,8 +260,9 @@ std::vector<std::int64_t> counts_arg(py::handle obj, const Array& a, int n, cons
 }
 
 py::object all_to_all_py(py::object comm, py::object send, py::object recv, py::object send_counts,
-                         py::object recv_counts, bool async_op) {
-  Setup s = setup(comm, "auto", py::none());
+                         py::object recv_counts, py::handle async_op_arg) {
+  const bool async_op = bool_arg(async_op_arg, "async_op");
+  Setup s = setup(comm, py::str("auto"), py::none());
   Array a = collective_array(send, "send", false, s.keep);
   Array b = collective_array(recv, "recv", true, s.keep);
   same_dtype(a, b, "recv");
@@ -274,8 +279,9 @@ py::object all_to_all_py(py::object comm, py::object send, py::object recv, py::
 }
 
 std::string sparse_all_reduce_py(py::object comm, py::object grad, py::object out,
-                                 const std::string& method, py::object topology) {
-  Setup s = setup(comm, "auto", topology);
+                                 py::handle method_arg, py::object topology) {
+  const std::string method = str_arg(method_arg, "method");
+  Setup s = setup(comm, py::str("auto"), topology);
   Array g = collective_array(grad, "grad", false, s.keep);
   Array o = collective_array(out, "out", true, s.keep);
   if (g.dtype != DType::f32 || g.shape.size() != 2)

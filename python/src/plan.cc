@@ -125,7 +125,7 @@ void bind_plan(py::module_& m) {
 An N-D grid over distinct device ids, row-major. Mesh("2x4@8-15"), Mesh("2x2@[0,2,4,6]"),
 or Mesh(shape=(2, 4), devices=range(8, 16)).
 )doc")
-      .def(py::init([](const std::string& text) { return Mesh::parse(text, "mesh"); }),
+      .def(py::init([](py::handle text) { return Mesh::parse(str_arg(text, "text"), "mesh"); }),
            py::arg("text"))
       .def(py::init([](py::object shape, py::object devices) {
              auto shape_v = ints_arg(shape, "shape", std::numeric_limits<std::int64_t>::min(),
@@ -167,8 +167,9 @@ Layout((1024, 1024), "f32", "2x4@0-7:S0R"). dtype: "f16", "bf16", "f32", "f64", 
 and the mesh axes splitting it (S0, S01); "+P1" marks a pending sum over axis 1. A 0-d
 tensor: shape (), spec "" or "R" (every device holds its one element).
 )doc")
-      .def(py::init([](py::object shape, py::object dtype, const std::string& text) {
-             return Layout::parse(shape_arg(shape), to_dtype(dtype, "dtype"), text, "layout");
+      .def(py::init([](py::object shape, py::object dtype, py::handle text) {
+             return Layout::parse(shape_arg(shape), to_dtype(dtype, "dtype"),
+                                  str_arg(text, "layout"), "layout");
            }),
            py::arg("shape"), py::arg("dtype"), py::arg("layout"))
       .def_property_readonly("shape", &shape_of)
@@ -329,7 +330,10 @@ bound_seconds (the busiest link's bytes / bandwidth) and links (busiest first).
           "The plan drawn as SVG text: hosts as boxes, network transfers apart from intra-host "
           "ones.")
       .def(
-          "rank", [](const PyPlan& p, int device) { return p.plan.rank(device); },
+          "rank",
+          [](const PyPlan& p, py::handle device) {
+            return p.plan.rank(int32_arg(device, "device"));
+          },
           py::arg("device"), "Device `device`'s part of the plan (a RankPlan).")
       .def("__str__", [](const PyPlan& p) { return p.plan.str(); })
       .def("__repr__",
@@ -349,11 +353,11 @@ bound_seconds (the busiest link's bytes / bandwidth) and links (busiest first).
 
   m.def(
       "plan",
-      [](const Layout& src, const Layout& dst, py::object topology, const std::string& strategy,
-         const std::string& balance) {
+      [](const Layout& src, const Layout& dst, py::object topology, py::handle strategy,
+         py::handle balance) {
         PlanOptions o;
-        o.strategy = strategy_arg(strategy);
-        o.balance = parse_balance(balance, "balance");
+        o.strategy = strategy_arg(str_arg(strategy, "strategy"));
+        o.balance = parse_balance(str_arg(balance, "balance"), "balance");
         Topology t = topology_arg(topology);
         py::gil_scoped_release release;
         Plan p = meshcast::plan(src, dst, t, o);
@@ -369,10 +373,11 @@ Returns a Plan; meshcast.reshard(plan, comm, src_array, dst_array) executes it.
 )doc");
   m.def(
       "plan_rank",
-      [](const Layout& src, const Layout& dst, int device, py::object topology,
-         const std::string& strategy) {
+      [](const Layout& src, const Layout& dst, py::handle device_arg, py::object topology,
+         py::handle strategy) {
+        const int device = int32_arg(device_arg, "device");
         PlanOptions o;
-        o.strategy = strategy_arg(strategy);
+        o.strategy = strategy_arg(str_arg(strategy, "strategy"));
         o.balance = Balance::Local;
         Topology t = topology_arg(topology);
         py::gil_scoped_release release;
