@@ -4,10 +4,13 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "meshcast/bootstrap.h"
@@ -213,26 +216,66 @@ py::list run_local(LocalWorld& world, py::handle fn, py::handle devices_obj) {
     const LocalWorld* w;
     ~Done() { running.erase(std::find(running.begin(), running.end(), w)); }
   } done{&world};
+  // The devices run on a thread of their own while this one (Python's main thread, where
+  // signal handlers run) looks for a Ctrl-C every 50 ms: it is raised in every device still
+  // running Python, whose peers then fail naming it, and re-raised here once they all ended.
+  // (A device inside a blocking call sees it when the call returns, within its timeout.)
+  std::vector<unsigned long> in_fn(static_cast<std::size_t>(n), 0);  // thread ids, by the GIL
+  std::exception_ptr failure;
+  py::object interrupt, value, trace;  // what the signal handler raised
   {
     py::gil_scoped_release release;
-    world.run(
-        [&](Communicator& c) {
-          py::gil_scoped_acquire gil;
-          auto life = std::make_shared<Life>();
-          try {
-            results[static_cast<std::size_t>(c.rank())] = fn(Comm(&c, nullptr, life));
-          } catch (py::error_already_set& e) {
-            life->end(c);
-            (void)e.what();  // formats the message while this thread holds the GIL
-            throw;
-          } catch (...) {
-            life->end(c);
-            throw;
-          }
-          life->end(c);
-        },
-        devices);
+    std::promise<void> ended;
+    std::future<void> end = ended.get_future();
+    std::thread runner([&] {
+      try {
+        world.run(
+            [&](Communicator& c) {
+              py::gil_scoped_acquire gil;
+              auto life = std::make_shared<Life>();
+              auto& me = in_fn[static_cast<std::size_t>(c.rank())];
+              me = PyThread_get_thread_ident();
+              try {
+                results[static_cast<std::size_t>(c.rank())] = fn(Comm(&c, nullptr, life));
+              } catch (py::error_already_set& e) {
+                me = 0;
+                life->end(c);
+                (void)e.what();  // formats the message while this thread holds the GIL
+                throw;
+              } catch (...) {
+                me = 0;
+                life->end(c);
+                throw;
+              }
+              me = 0;
+              life->end(c);
+            },
+            devices);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      ended.set_value();
+    });
+    while (end.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+      if (interrupt) continue;
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() == 0) continue;
+      PyObject *type = nullptr, *v = nullptr, *tb = nullptr;
+      PyErr_Fetch(&type, &v, &tb);
+      interrupt = py::reinterpret_steal<py::object>(type);
+      value = py::reinterpret_steal<py::object>(v);
+      trace = py::reinterpret_steal<py::object>(tb);
+      for (const unsigned long t : in_fn)
+        if (t != 0) PyThreadState_SetAsyncExc(t, interrupt.ptr());
+    }
+    runner.join();
   }
+  if (interrupt) {
+    failure = nullptr;  // (with the GIL: it may hold a Python exception)
+    PyErr_Restore(interrupt.release().ptr(), value.release().ptr(), trace.release().ptr());
+    throw py::error_already_set();
+  }
+  if (failure) std::rethrow_exception(failure);
   py::list out;
   if (devices.empty()) {
     for (auto& r : results) out.append(r ? r : py::none());

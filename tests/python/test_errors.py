@@ -1,4 +1,6 @@
 """Bad arguments give ValueError / TypeError naming the argument; no crash, no hang."""
+import subprocess
+import sys
 import threading
 import time
 
@@ -554,3 +556,26 @@ def test_checks_hold_on_every_call_of_a_plan():
         return True
 
     assert mc.LocalWorld(2).run(step) == [True, True]
+
+
+def test_ctrl_c_reaches_a_local_world_whose_devices_run_python():
+    # Its devices run on threads of their own; Ctrl-C was seen only once every fn returned
+    # (never, for one that loops). Now it is raised in each device running Python and here.
+    script = (
+        "import os, signal, threading, time\n"
+        "import meshcast as mc\n"
+        "looped = []\n"
+        "def fn(comm):\n"
+        "    if comm.rank == 1:\n"
+        "        end = time.monotonic() + 60\n"
+        "        while time.monotonic() < end:\n"
+        "            pass\n"
+        "        looped.append(True)\n"
+        "    comm.barrier()\n"
+        "threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+        "try:\n"
+        "    mc.LocalWorld(2, timeout=120).run(fn)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', looped)\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.stdout.strip() == "interrupted []", r.stdout + r.stderr
