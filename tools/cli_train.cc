@@ -312,6 +312,7 @@ void check_train_flops(const Run& r, int done) {
 // Creates `dir` if need be and proves it writable (a file created and removed in it) before any
 // work: a run must not be lost at its end to an output it cannot write.
 void require_writable_dir(const std::string& dir, const std::string& field) {
+  if (dir.empty()) throw ValidationError(field, "is empty (give a directory)");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw IoError(field, "cannot create " + dir + ": " + ec.message());

@@ -74,10 +74,16 @@ Corpus Corpus::load(const std::string& path, double held_out_fraction, std::size
     part.insert(part.end(), all.begin() + static_cast<std::ptrdiff_t>(at),
                 all.begin() + static_cast<std::ptrdiff_t>(std::min(all.size(), at + block)));
   }
-  if (c.train.size() < min_bytes || c.held_out.size() < min_bytes)
-    throw ValidationError("data", path + ": " + std::to_string(all.size()) +
-                                      " bytes are too few for samples of " +
-                                      std::to_string(min_bytes) + " in training and held-out text");
+  if (c.train.size() < min_bytes || c.held_out.size() < min_bytes) {
+    // Held out enough once its j-th block (in the j*k-th place) holds the rest of min_bytes.
+    const std::size_t j = (min_bytes + block - 1) / block;
+    const std::size_t need = (j * k - 1) * block + min_bytes - (j - 1) * block;
+    throw ValidationError(
+        "data", path + ": " + std::to_string(all.size()) + " bytes are too few for samples of " +
+                    std::to_string(min_bytes) + " in training and held-out text (every " +
+                    std::to_string(k) + "th block of " + std::to_string(block) +
+                    " bytes is held out: it needs at least " + std::to_string(need) + " bytes)");
+  }
   std::array<double, 256> count{};
   for (auto b : c.train) count[b] += 1;
   for (double n : count)
