@@ -9,7 +9,7 @@ packages=(
   googletest libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
   openmpi-bin libopenmpi-dev libucx-dev ucx-utils libscalapack-openmpi-dev libopenblas-dev
   zlib1g-dev python3-pil
-  iproute2
+  iproute2 util-linux
   python3-dev pybind11-dev python3-numpy python3-pytest python3-mpi4py python3-torch
   python3-venv python3-pip python3-setuptools python3-wheel
 )

@@ -2,6 +2,8 @@
 // parallelism on the in-process backend (one thread per device) or one process per device (mpi
 // under mpirun); shows progress, evaluates on held-out data, checkpoints, and writes a loss
 // curve, a step-time chart and a JSON summary at the end. Only device 0 reports.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -24,6 +26,7 @@
 #include "lib/support/fnv.h"
 #include "lib/support/json_text.h"
 #include "lib/support/text.h"
+#include "meshcast/bootstrap.h"
 #include "meshcast/collectives.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
@@ -322,6 +325,34 @@ void require_writable_dir(const std::string& dir, const std::string& field) {
   ::close(fd);
   ::unlink(probe.c_str());
 }
+
+// Holds DIR/.lock (flock) for the run: a second run on the same --checkpoint-dir is refused
+// before any work, where its saves removed the first's save in flight (a killed save's
+// remains look the same) or interleaved two models' checkpoints. Taken by one process of a
+// job (the local backend's, mpi's rank 0); released when the process ends.
+class CheckpointLock {
+ public:
+  explicit CheckpointLock(const std::string& dir) {
+    const std::string path = dir + "/.lock";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      throw IoError("checkpoint-dir", "cannot open " + path + ": " + std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      ::close(fd_);
+      if (e == EWOULDBLOCK)
+        throw ValidationError("checkpoint-dir", dir + " is in use by another run (it holds " +
+                                                    path + "); give another directory");
+      throw IoError("checkpoint-dir", "cannot lock " + path + ": " + std::strerror(e));
+    }
+  }
+  ~CheckpointLock() { ::close(fd_); }
+  CheckpointLock(const CheckpointLock&) = delete;
+  CheckpointLock& operator=(const CheckpointLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 // What identifies the model in its checkpoints' manifests: its kind and the options that decide
 // its parameters' shapes (not the stages: a checkpoint reshards onto any).
@@ -851,8 +882,13 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
       outcome.parameters = parameters;
     }
   };
+  std::optional<CheckpointLock> lock;
+  const auto take_lock = [&] {
+    if (!a.checkpoint_dir.empty()) lock.emplace(a.checkpoint_dir);
+  };
   if (a.backend == "local") {
     prepare();
+    take_lock();
     t0 = std::chrono::steady_clock::now();
     LocalWorld world(run->parallel.devices());
     world.run(body);
@@ -860,7 +896,10 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
 #ifdef MESHCAST_HAS_MPI
   else {
     with_process_backend(a.backend, [&](ProcessSession& s) {
-      checked_together(s.boot, prepare);
+      checked_together(s.boot, [&] {
+        prepare();
+        if (s.boot.rank() == 0) take_lock();  // (its other ranks would hold it against it)
+      });
       // A rank given other options, another config or other training text would hang or train
       // another model: refuse it first.
       const Run& r = *run;

@@ -162,6 +162,14 @@ mkdir -p "$tmp/cf" && touch "$tmp/cf/step-00000004"
 expect_exit 2 "checkpoint: $tmp/cf/step-00000004 is not a checkpoint directory" \
   "$mc" train gpt "${small[@]}" --steps 4 --checkpoint-dir "$tmp/cf"
 
+# A directory another run is using (its lock held, as a run holds it) is refused before any
+# work: the second run's saves removed the first's save in flight.
+mkdir -p "$tmp/busy"
+expect_exit 2 "checkpoint-dir: $tmp/busy is in use by another run" \
+  flock "$tmp/busy/.lock" "$mc" train gpt "${small[@]}" --steps 2 --checkpoint-dir "$tmp/busy"
+"$mc" train gpt "${small[@]}" --steps 2 --checkpoint-dir "$tmp/busy" >/dev/null &&
+  ok || bad "a directory whose lock is free was refused"
+
 # Time: a run's arithmetic is bounded before any work (--steps 16000000 of the default model is
 # two weeks here), counting the steps a --resume has left: 2 of the small model's 6 are within
 # 1e9 flops (304 M a step: 36 M of arithmetic with its evaluation, 2^28 for its one device), 6
