@@ -303,7 +303,7 @@ double train_flops(const Run& r, int done) {
 }
 
 // Refuses, before any work, a run whose steps would compute for hours: --steps 16000000 of the
-// default model counts 2.4e16 flops, two weeks here.
+// default model counts 2.8e16 flops, over two weeks here.
 void check_train_flops(const Run& r, int done) {
   const double flops = train_flops(r, done);
   check_limit(
@@ -486,9 +486,10 @@ class Progress {
 
 // A resumed run's steps before the checkpoint, from the run JSON the earlier run left in --out,
 // so that the charts and the JSON cover the whole run; none (with a warning) when that file is
-// missing or of another model or configuration.
+// missing, of another model or configuration, of a run that saved into another checkpoint
+// directory (another run's losses were spliced in), or ends before the checkpoint.
 std::vector<tr::StepStats> history(const std::string& path, const nlohmann::json& identity,
-                                   std::int64_t resumed_from) {
+                                   const std::string& checkpoint_dir, std::int64_t resumed_from) {
   std::vector<tr::StepStats> steps;
   try {
     const nlohmann::json j =
@@ -499,6 +500,12 @@ std::vector<tr::StepStats> history(const std::string& path, const nlohmann::json
     for (const auto& [key, value] : identity["config"].items())
       if (j["config"].value(key, nlohmann::json()) != value)
         throw std::runtime_error("it was run with another " + key);
+    const nlohmann::json saved_in = j["config"].value("checkpoint_dir", nlohmann::json());
+    std::error_code ec;
+    if (!saved_in.is_string() || saved_in.get<std::string>().empty() ||
+        std::filesystem::weakly_canonical(saved_in.get<std::string>(), ec) !=
+            std::filesystem::weakly_canonical(checkpoint_dir, ec))
+      throw std::runtime_error("it saved no checkpoint into " + checkpoint_dir);
     for (const auto& e : j.at("steps")) {
       tr::StepStats st;
       st.step = e.at("step").get<int>();
@@ -512,6 +519,8 @@ std::vector<tr::StepStats> history(const std::string& path, const nlohmann::json
       st.grad_norm = e.at("grad_norm").get<double>();
       steps.push_back(st);
     }
+    if (steps.empty() || steps.back().step != resumed_from)
+      throw std::runtime_error("its steps do not reach step " + std::to_string(resumed_from));
   } catch (const std::exception& e) {
     warn(path + " holds no history of this run (" + one_line(e.what()) +
          "): the charts start at step " + std::to_string(resumed_from + 1));
@@ -864,7 +873,7 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
         std::cout << "resuming at step " << step << " of " << r.train.steps
                   << " from the checkpoint in " << a.checkpoint_dir << '\n';
       // The steps before the checkpoint, for the charts and the JSON.
-      if (step > 0) earlier = history(run_json, description, step);
+      if (step > 0) earlier = history(run_json, description, a.checkpoint_dir, step);
     };
     int first = -1;
     mine.on_step = [&](const tr::StepStats& s) {

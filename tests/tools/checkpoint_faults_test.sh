@@ -58,7 +58,10 @@ err=$(cat "$tmp/stderr")
   ok || bad "edited manifest: rc=$rc, stderr: $err"
 [[ -d $ck/step-00000004.corrupt && -d $ck/step-00000006 ]] && ok ||
   bad "edited manifest: after the run: $(ls "$ck")"
-close "$full" "$(losses <"$tmp/stdout")" && ok || bad "edited manifest: resumed losses differ"
+# (Its --out holds the uninterrupted run's JSON, which saved no checkpoint into $ck: not this
+# run's history, so its steps start after the checkpoint.)
+close "$(cut -d' ' -f3- <<<"$full")" "$(losses <"$tmp/stdout")" && ok ||
+  bad "edited manifest: resumed losses differ"
 # When every checkpoint is corrupt, the run is refused naming the newest, and changes nothing.
 fresh
 for step in 2 4; do
@@ -161,6 +164,17 @@ expect_exit 2 "train memory: " env MESHCAST_MAX_TRAIN_MEMORY_BYTES=100000 \
 mkdir -p "$tmp/cf" && touch "$tmp/cf/step-00000004"
 expect_exit 2 "checkpoint: $tmp/cf/step-00000004 is not a checkpoint directory" \
   "$mc" train gpt "${small[@]}" --steps 4 --checkpoint-dir "$tmp/cf"
+
+# A resumed run's history is that of the run that saved its checkpoint: another run's JSON in
+# its --out (another seed, no checkpoint directory) is not spliced in as its first steps.
+fresh
+base=("${small[@]:0:${#small[@]}-2}")  # (without --out)
+"$mc" train gpt "${base[@]}" --steps 6 --seed 9 --out "$tmp/other" >/dev/null
+"$mc" train gpt "${base[@]}" --steps 6 --out "$tmp/other" --checkpoint-dir "$ck" --resume \
+  >"$tmp/stdout" 2>"$tmp/stderr"
+steps=$(python3 -c 'import json,sys; print(*[s["step"] for s in json.load(sys.stdin)["steps"]])' <"$tmp/stdout")
+[[ $steps == "5 6" && $(cat "$tmp/stderr") == *"holds no history of this run (it saved no checkpoint into $ck)"* ]] &&
+  ok || bad "another run's history: steps [$steps], stderr: $(cat "$tmp/stderr")"
 
 # A directory another run is using (its lock held, as a run holds it) is refused before any
 # work: the second run's saves removed the first's save in flight.
