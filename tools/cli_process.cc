@@ -8,16 +8,21 @@
 // and verify together. Only rank 0 prints. Built only when the MPI backend is.
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "cli.h"
+#include "lib/support/text.h"
 #include "meshcast/bootstrap.h"
 #include "meshcast/discover.h"
 #include "meshcast/error.h"
@@ -149,7 +154,7 @@ double peer_timeout() {
   if (!text) return 60;
   char* end = nullptr;
   const double t = std::strtod(text, &end);
-  if (end == text || *end != '\0' || !(t >= 1 && t <= 86400))
+  if (!detail::plain_decimal(text) || end == text || *end != '\0' || !(t >= 1 && t <= 86400))
     throw ValidationError("MESHCAST_TIMEOUT", "expected seconds in [1, 86400], got '" +
                                                   std::string(text).substr(0, 32) + "'");
   return t;
@@ -167,6 +172,43 @@ struct Sessions {
 #endif
 };
 
+// MPI's start waits in the launcher (PMIx) for every rank of the job: one that died there,
+// under mpirun --enable-recovery, left the others waiting for ever. A process whose MPI has
+// not started within the rendezvous timeout says so and exits 3, as for a peer found failed
+// later (the CLI may; the library leaves it to its caller).
+class StartWatch {
+ public:
+  explicit StartWatch(double seconds)
+      : thread_([this, seconds] {
+          std::unique_lock lock(mutex_);
+          if (done_cv_.wait_for(lock, std::chrono::duration<double>(seconds),
+                                [&] { return done_; }))
+            return;
+          std::fprintf(
+              stderr,
+              "meshcast: mpi: MPI did not start within %g s (MESHCAST_RENDEZVOUS_TIMEOUT): "
+              "a rank of the job ended or never started\n",
+              seconds);
+          std::_Exit(3);
+        }) {}
+  ~StartWatch() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    done_cv_.notify_all();
+    thread_.join();
+  }
+  StartWatch(const StartWatch&) = delete;
+  StartWatch& operator=(const StartWatch&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: it starts once the rest is made
+};
+
 void start_and_run(const std::string& backend, const std::function<void(ProcessSession&)>& fn,
                    Sessions& s) {
   // The bootstrap: a TCP rendezvous when the environment gives one (ucx, nccl), else MPI.
@@ -176,7 +218,10 @@ void start_and_run(const std::string& backend, const std::function<void(ProcessS
   mpi_options.timeout_seconds = timeout;
   mpi_options.exchange_timeout_seconds =
       LaunchEnv::timeout_from([](const char* name) { return std::getenv(name); });
-  if (!s.tcp) s.mpi = std::make_unique<MpiSession>(nullptr, nullptr, mpi_options);
+  if (!s.tcp) {
+    const StartWatch watch(mpi_options.exchange_timeout_seconds);
+    s.mpi = std::make_unique<MpiSession>(nullptr, nullptr, mpi_options);
+  }
   Bootstrap& boot = s.tcp ? static_cast<Bootstrap&>(*s.tcp) : *s.mpi;
   Communicator* comm = s.mpi ? &s.mpi->world() : nullptr;
 #ifdef MESHCAST_HAS_UCX

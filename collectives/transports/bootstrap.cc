@@ -359,6 +359,9 @@ bool self_connected(int fd) {
 // One connection attempt to `a`, waiting at most a second (so that a lost SYN is retried);
 // invalid with the reason in `why` when it failed.
 Socket connect_once(const addrinfo* a, Clock::time_point until, std::string& why) {
+  // Past the deadline no attempt is made: `why` keeps the last real reason (an attempt given no
+  // time said "timed out" where every one had been refused).
+  if (Clock::now() >= until) return {};
   Socket s(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
   if (!s.valid()) fail("socket: " + errno_text(errno));
   int rc = ::connect(s.get(), a->ai_addr, a->ai_addrlen);
@@ -760,26 +763,30 @@ std::vector<std::vector<unsigned char>> TcpBootstrap::Impl::gather_as_peer(
   bool early = false;
   c.check(write_exact(c.fd, head.data(), head.size(), d, who, &early), false);
   if (!early) c.check(write_exact(c.fd, mine.data(), mine.size(), d, who, &early), false);
+  // Rank 0 answers once every rank's part arrived, or names the silent rank at its own
+  // deadline, which may come after this one's (it may have started later): waiting as long
+  // blamed rank 0, healthy, for another rank's silence.
+  const auto answer = after(2 * seconds);
   unsigned char h[12];
-  c.recv(h, 8, d);
+  c.recv(h, 8, answer);
   if (get_le(h, 4) != kMagic)
     fail(who + " sent something that is not a meshcast bootstrap message (out of step?)");
-  if (get_le(h + 4, 4) == kError) fail(who + " reports: " + c.error_text(d));
+  if (get_le(h + 4, 4) == kError) fail(who + " reports: " + c.error_text(answer));
   if (get_le(h + 4, 4) != kTable || early) fail(who + " answered out of step");
-  c.recv(h + 8, 4, d);
+  c.recv(h + 8, 4, answer);
   if (get_le(h + 8, 4) != static_cast<std::uint64_t>(size))
     fail(who + " answered with a table of another size");
   std::vector<std::vector<unsigned char>> all(static_cast<std::size_t>(size));
   std::uint64_t total = 0;
   for (auto& bytes : all) {
     unsigned char b[8];
-    c.recv(b, 8, d);
+    c.recv(b, 8, answer);
     const std::uint64_t n = get_le(b, 8);
     total += n;
     if (n > kMaxBytes || total > kMaxTableBytes)
       fail(who + " announced " + std::to_string(n) + " bytes for one rank (at most 1 GiB, 4 GiB " +
            "for all)");
-    c.recv_growing(bytes, n, d);
+    c.recv_growing(bytes, n, answer);
   }
   return all;
 }

@@ -270,7 +270,8 @@ double LaunchEnv::timeout_from(const Getenv& env) {
   char* stop = nullptr;
   errno = 0;
   const double v = std::strtod(s.c_str(), &stop);
-  if (s.empty() || errno != 0 || *stop != '\0' || !(v > 0) || !std::isfinite(v) || v > 1e7)
+  if (!detail::plain_decimal(s) || errno != 0 || *stop != '\0' || !(v > 0) || !std::isfinite(v) ||
+      v > 1e7)
     throw ValidationError("MESHCAST_RENDEZVOUS_TIMEOUT",
                           detail::quote(s) + " is not a positive number of seconds");
   return v;
@@ -279,7 +280,9 @@ double LaunchEnv::timeout_from(const Getenv& env) {
 std::optional<LaunchEnv> LaunchEnv::from(const Getenv& env) {
   // With MESHCAST_RANK and MESHCAST_SIZE both given the job is started by hand (maybe inside
   // an allocation whose variables describe another layout): no launcher variable is read.
-  const Launcher& l = env("MESHCAST_RANK") && env("MESHCAST_SIZE") ? kByHand : *pick_launcher(env);
+  // (MESHCAST_LAUNCHER is checked either way: a typo there must not pass in one case only.)
+  const Launcher* picked = pick_launcher(env);
+  const Launcher& l = env("MESHCAST_RANK") && env("MESHCAST_SIZE") ? kByHand : *picked;
   if (&l == &kByHand && !env("MESHCAST_RENDEZVOUS") && !env("MESHCAST_RANK") &&
       !env("MESHCAST_SIZE"))
     return std::nullopt;  // started alone, or by a launcher meshcast does not read

@@ -1,6 +1,7 @@
 // Small helpers for the text parsers (mesh, spec, shape) and reports. Internal to lib/.
 #pragma once
 
+#include <cctype>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -34,6 +35,13 @@ inline std::int64_t digits_value(std::string_view s, std::int64_t max) {
     v = v * 10 + d;
   }
   return v;
+}
+
+// A number as people write one in a variable: digits, a point, an exponent (strtod also takes
+// hex, "inf", "nan" and leading blanks).
+inline bool plain_decimal(std::string_view s) {
+  return !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '.') &&
+         s.find_first_not_of("0123456789.eE+-") == std::string_view::npos;
 }
 
 // Parses a non-negative decimal integer <= max; throws ParseError(field) naming `what`.
