@@ -288,10 +288,11 @@ void check_train_memory(const Run& r, const std::string& backend) {
 // The arithmetic of the steps after `done`, counted as a dense transformer's (the full sequence
 // in every block, as train_memory does): per token, 6 flops per weight of the linears and the
 // head (forward and backward) and 12 x seq x d per block for attention; a held-out evaluation,
-// a forward pass, every eval_every steps. Each device's step also counts 2^28 (13 ms here) for
-// what is not arithmetic (its messages, waits and threads: a 64-device step of a tiny model
-// took 1.3-2.7 s). In double: the largest options overflow 64 bits.
-double train_flops(const Run& r, int done) {
+// a forward pass, every eval_every steps. With the local backend each device's step also
+// counts 2^24 (0.8 ms here) for what is not arithmetic (its thread's messages and waits, on
+// this machine's cores: a 256-device step of a 1-wide model took 3 s). In double: the largest
+// options overflow 64 bits.
+double train_flops(const Run& r, int done, bool local) {
   const tr::ModelConfig& m = r.model;
   const double d = m.d_model, f = m.ffn_width(), seq = m.seq, layers = m.layers;
   const double weights = layers * (4 * d * d + 2 * d * f) + d * m.vocab;
@@ -299,13 +300,13 @@ double train_flops(const Run& r, int done) {
   const double steps = std::max(0, r.train.steps - done);
   const double evals = std::ceil(steps / r.eval_every);
   return (steps + evals / 3) * per_token * r.train.batch * seq +
-         steps * 0x1p28 * static_cast<double>(r.parallel.devices());
+         steps * 0x1p24 * (local ? static_cast<double>(r.parallel.devices()) : 1.0);
 }
 
 // Refuses, before any work, a run whose steps would compute for hours: --steps 16000000 of the
-// default model counts 2.8e16 flops, over two weeks here.
-void check_train_flops(const Run& r, int done) {
-  const double flops = train_flops(r, done);
+// default model counts 2.4e16 flops, two weeks here.
+void check_train_flops(const Run& r, int done, bool local) {
+  const double flops = train_flops(r, done, local);
   check_limit(
       "train flops",
       flops >= 0x1p62 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(flops),
@@ -829,7 +830,8 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
     description = model_identity(kind, run->model);
     saved = check_checkpoints(a, description);
     check_train_flops(*run,
-                      static_cast<int>(std::clamp<std::int64_t>(saved.step, 0, run->train.steps)));
+                      static_cast<int>(std::clamp<std::int64_t>(saved.step, 0, run->train.steps)),
+                      a.backend == "local");
     if (!run->batches) read_corpus(*run, a);
   };
   if (a.plan) {  // trains nothing: no backend

@@ -83,6 +83,9 @@ Measured ping_pong(Communicator& c, void* buf, std::size_t bytes, int peer, int 
   const double stream = large / 2 - m.latency;
   // A large message no slower than a small one (noise): its whole one-way time, at least 1 ns.
   m.bandwidth = static_cast<double>(bytes) / std::max(stream > 0 ? stream : large / 2, 1e-9);
+  // Within what a topology takes: noise must not make a discovered topology invalid.
+  m.bandwidth = std::clamp(m.bandwidth, 1.0, LinkClass::kMaxBandwidth);
+  m.latency = std::min(m.latency, LinkClass::kMaxSeconds);
   return m;
 }
 

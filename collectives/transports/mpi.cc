@@ -177,10 +177,11 @@ class MpiTransport final : public Transport {
   }
   // Destructors report nothing: the frees below are best effort.
   ~MpiTransport() override {
-    for (auto& c : cancelled_) {  // never ended: left to MPI (as a dead peer's are)
-      (void)MPI_Request_free(&c.req);
-      if (c.type != MPI_DATATYPE_NULL) (void)MPI_Type_free(&c.type);
-    }
+    for (auto* v : {&cancelled_, &given_up_})
+      for (auto& c : *v) {  // never ended: left to MPI (as a dead peer's are)
+        (void)MPI_Request_free(&c.req);
+        if (c.type != MPI_DATATYPE_NULL) (void)MPI_Type_free(&c.type);
+      }
     for (auto& [k, c] : groups_) (void)MPI_Comm_free(&c);
     // Freeing the window is collective on the node: not with a failed peer (it could hang),
     // whichever transport of this process saw the failure.
@@ -295,16 +296,24 @@ class MpiTransport final : public Transport {
   }
 
   bool settle_cancelled(Clock::time_point until) override {
-    for (int polls = 0;; ++polls) {
-      std::erase_if(cancelled_, [](Cancelled& c) {
+    const auto ended = [](std::vector<Cancelled>& v) {
+      std::erase_if(v, [](Cancelled& c) {
         int done = 0;
         // An error ends it too: its peer failed, and MPI moves nothing more for it.
         if (MPI_Test(&c.req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 1;
         if (done && c.type != MPI_DATATYPE_NULL) (void)MPI_Type_free(&c.type);
         return done != 0;
       });
+    };
+    ended(given_up_);  // looked at, not waited for: a later caller's wait is its own
+    for (int polls = 0;; ++polls) {
+      ended(cancelled_);
       if (cancelled_.empty()) return true;
-      if (Clock::now() >= until) return false;
+      if (Clock::now() >= until) {
+        given_up_.insert(given_up_.end(), cancelled_.begin(), cancelled_.end());
+        cancelled_.clear();
+        return false;
+      }
       if (polls > 64) sched_yield();
     }
   }
@@ -479,6 +488,7 @@ class MpiTransport final : public Transport {
     MPI_Datatype type;  // owned, when not a predefined type
   };
   std::vector<Cancelled> cancelled_;  // cancel()'s, until settle_cancelled() finds them ended
+  std::vector<Cancelled> given_up_;   // still going at a settle_cancelled() deadline
 };
 
 }  // namespace

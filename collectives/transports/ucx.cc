@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <span>
@@ -165,7 +166,8 @@ class UcxTransport final : public Transport {
         return true;
       });
     }
-    for (auto& c : cancelled_) ucp_request_free(c.handle);  // ended by the worker's end
+    for (auto* v : {&cancelled_, &given_up_})
+      for (auto& c : *v) ucp_request_free(c.handle);  // ended by the worker's end
     ucp_worker_destroy(worker_);
     ucp_dt_destroy(region_dt_);
     ucp_cleanup(context_);
@@ -234,15 +236,23 @@ class UcxTransport final : public Transport {
   }
 
   bool settle_cancelled(Clock::time_point until) override {
-    for (int polls = 0;; ++polls) {
-      ucp_worker_progress(worker_);
-      std::erase_if(cancelled_, [](Cancelled& c) {
+    const auto ended = [](std::vector<Cancelled>& v) {
+      std::erase_if(v, [](Cancelled& c) {
         if (ucp_request_check_status(c.handle) == UCS_INPROGRESS) return false;
         ucp_request_free(c.handle);
         return true;
       });
+    };
+    for (int polls = 0;; ++polls) {
+      ucp_worker_progress(worker_);
+      if (polls == 0) ended(given_up_);  // looked at, not waited for: this wait is the caller's
+      ended(cancelled_);
       if (cancelled_.empty()) return true;
-      if (Clock::now() >= until) return false;
+      if (Clock::now() >= until) {
+        std::move(cancelled_.begin(), cancelled_.end(), std::back_inserter(given_up_));
+        cancelled_.clear();
+        return false;
+      }
       if (polls > 64) sched_yield();
     }
   }
@@ -430,6 +440,7 @@ class UcxTransport final : public Transport {
     std::unique_ptr<Region> region;
   };
   std::vector<Cancelled> cancelled_;  // cancel()'s, until settle_cancelled() finds them ended
+  std::vector<Cancelled> given_up_;   // still going at a settle_cancelled() deadline
 };
 
 }  // namespace

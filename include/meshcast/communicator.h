@@ -164,8 +164,9 @@ class Communicator {
   // Drops a request in flight (Transport::cancel on each of its parts); the request is reset.
   // Its parts and their staging are kept until settle_cancelled() finds them ended.
   void cancel(Request& r);
-  // Waits until the requests cancelled so far have ended or `until` has passed (see
-  // Transport::settle_cancelled); true when their regions are the caller's again.
+  // Waits until the requests cancelled since the last call have ended or `until` has passed
+  // (see Transport::settle_cancelled); true when their regions are the caller's again. Those
+  // still going then are kept, and not waited for again.
   bool settle_cancelled(Clock::time_point until);
   // Every device of the world; collective. This device's chains complete first (their members
   // posted them too), so that none of its peers waits, behind the barrier, on a chunk it forwards.
@@ -221,6 +222,7 @@ class Communicator {
   std::vector<std::weak_ptr<Group::State>> live_;   // per context: the group that holds it
   std::vector<std::weak_ptr<InFlight>> in_flight_;  // of every group (Group::reserve)
   std::vector<Request> cancelled_;  // cancel()'s, until settle_cancelled() finds them ended
+  std::vector<Request> given_up_;   // still going at a settle_cancelled() deadline
   std::size_t prune_in_flight_at_ = 64;
   bool polling_ = false;  // inside poll_in_flight
 };

@@ -20,6 +20,11 @@ inline constexpr double kDefaultNetworkOverhead = 2e-6;
 // is busy: n messages from one device take n x overhead), then travels `latency` and streams at
 // `bandwidth`.
 struct LinkClass {
+  // The bounds a topology's links are checked against (beyond them predictions lose their
+  // meaning: infinite times, a simulator floor faster than a link).
+  static constexpr double kMaxBandwidth = 1e15;  // bytes/s
+  static constexpr double kMaxSeconds = 10;      // a latency or an overhead
+
   LinkClass() = default;
   LinkClass(std::string name_, double bandwidth_, double latency_,
             std::optional<double> chain_latency_ = {}, double overhead_ = 0)

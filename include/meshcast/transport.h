@@ -94,8 +94,9 @@ class Transport {
   // move data (MPI and UCX cannot stop a send the peer matched) is kept by the transport until
   // settle_cancelled() finds it ended.
   virtual void cancel(Request::Impl& r) = 0;
-  // Moves traffic on until every request cancelled so far has ended or `until` has passed;
-  // true when none is left: their regions are no longer read or written.
+  // Moves traffic on until every request cancelled since the last call has ended or `until` has
+  // passed; true when none is left: their regions are no longer read or written. Those still
+  // going are kept (ended when they end) but not waited for again.
   virtual bool settle_cancelled(Clock::time_point until) {
     (void)until;
     return true;

@@ -3,6 +3,7 @@
 #include "meshcast/communicator.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "lib/exec/chain.h"
@@ -149,9 +150,12 @@ void Communicator::cancel(Request& r) {
 }
 
 bool Communicator::settle_cancelled(Clock::time_point until) {
-  if (!transport_->settle_cancelled(until)) return false;
+  const bool settled = transport_->settle_cancelled(until);
+  // Still going at the deadline (a peer that never ends its side): kept, with their staging,
+  // while the communicator lives, and not waited for by the next caller.
+  if (!settled) std::move(cancelled_.begin(), cancelled_.end(), std::back_inserter(given_up_));
   cancelled_.clear();
-  return true;
+  return settled;
 }
 
 void Communicator::barrier() {

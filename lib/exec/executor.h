@@ -46,8 +46,9 @@ class Transfer::Executor : public InFlight {
 
  private:
   bool finished_ = false;
-  void quiesce();          // cancel_all(), then a bounded wait for what the peers matched
-  bool stepping_ = false;  // step() is on the stack: poll() leaves it alone
+  void cancel_quietly() noexcept;  // cancel_all(), its failure swallowed
+  void wait_cancelled() noexcept;  // a bounded wait for what the peers had already matched
+  bool stepping_ = false;          // step() is on the stack: poll() leaves it alone
   std::exception_ptr failure_;
 };
 

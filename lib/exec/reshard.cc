@@ -254,11 +254,13 @@ bool Transfer::Executor::step(bool block) {
   } catch (const std::exception& e) {
     failure_ = std::current_exception();
     comm_.abandon_for(e);
-    try {  // its queued local work and its transfers end before the caller gets its buffers back
+    // Its queued local work and its transfers end before the caller gets its buffers back.
+    cancel_quietly();
+    try {
       comm_.transport().settle();
-      quiesce();
     } catch (...) {  // the failure to report is e
     }
+    wait_cancelled();
     throw;
   }
   return finished_;
@@ -266,21 +268,32 @@ bool Transfer::Executor::step(bool block) {
 
 void Transfer::Executor::drop() noexcept {
   if (done()) return;
+  // Each step on its own: one that fails must not leave requests posted on the buffers.
+  cancel_quietly();
   try {
     comm_.abandon(CommError(me_, "dropped a transfer before it completed"));
     comm_.transport().settle();
-    quiesce();
   } catch (...) {  // best effort, as abandon() itself is
   }
+  wait_cancelled();
   failure_ = std::make_exception_ptr(CommError(me_, "dropped a transfer before it completed"));
 }
 
-// Its requests cancelled, and waited for a while: a transfer the peer matched goes on until it
-// ends (MPI and UCX cannot stop it), and the caller may free the buffers once this returns.
-// The peers, told of the abandon, end theirs.
-void Transfer::Executor::quiesce() {
-  cancel_all();
-  (void)comm_.settle_cancelled(Communicator::Clock::now() + std::chrono::seconds(1));
+void Transfer::Executor::cancel_quietly() noexcept {
+  try {
+    cancel_all();
+  } catch (...) {  // best effort: wait_cancelled() still waits for what was cancelled
+  }
+}
+
+// A transfer the peer matched goes on until it ends (MPI and UCX cannot stop it): waited for a
+// while, so that the caller may free the buffers once this returns. The peers, told of the
+// abandon, end theirs.
+void Transfer::Executor::wait_cancelled() noexcept {
+  try {
+    (void)comm_.settle_cancelled(Communicator::Clock::now() + std::chrono::seconds(1));
+  } catch (...) {
+  }
 }
 
 Transfer Transfer::Executor::start(std::shared_ptr<Executor> exec, const Group& group,

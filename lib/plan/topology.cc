@@ -44,10 +44,10 @@ constexpr std::int64_t kMaxDeviceId = (std::int64_t{1} << 20) - 1;
 constexpr std::int64_t kMaxNics = 1024;
 constexpr double kGiga = 1e9;
 constexpr double kMicro = 1e6;  // microseconds per second
-// A link's bounds: beyond them predictions lose their meaning (1e308 us made them infinite, and
-// a bandwidth 1e9 times another's outran the simulator's floor).
-constexpr double kMaxBandwidth = 1e15;  // bytes/s (1 PB/s)
-constexpr double kMaxLinkSeconds = 10;  // a latency or overhead
+// (1e308 us made predictions infinite, and a bandwidth 1e9 times another's outran the
+// simulator's floor.)
+constexpr double kMaxBandwidth = LinkClass::kMaxBandwidth;
+constexpr double kMaxLinkSeconds = LinkClass::kMaxSeconds;
 
 // Unit conversions of from_json, shared with to_json so that both round the same way.
 double gbyte_to_bytes(double v) { return v * kGiga; }

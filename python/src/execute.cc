@@ -333,8 +333,9 @@ Handle::~Handle() {
     } catch (const std::exception&) {  // a failed peer: nothing is in flight any more
     }
   }
-  py::gil_scoped_release release;  // it waits up to a second for sends the peers matched
-  op->transfer.reset();            // abandons it: the peers fail naming this device
+  // Abandons it (the peers fail naming this device), with the GIL held: no other call may use
+  // the communicator meanwhile (it waits up to a second for what the peers already matched).
+  op->transfer.reset();
 }
 
 bool Handle::test() {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "python/src/bound.h"
@@ -58,11 +59,16 @@ inline double float_arg(py::handle obj, const std::string& arg) {
   return v;
 }
 
-// True or False (not 0 or 1), naming `arg` in a TypeError.
+// True or False, or numpy's (not 0 or 1), naming `arg` in a TypeError.
 inline bool bool_arg(py::handle obj, const std::string& arg) {
-  if (!PyBool_Check(obj.ptr()))
-    throw py::type_error(arg + ": expected a bool, got " + type_name(obj));
-  return obj.ptr() == Py_True;
+  if (PyBool_Check(obj.ptr())) return obj.ptr() == Py_True;
+  const std::string_view type = Py_TYPE(obj.ptr())->tp_name;  // numpy 1's, numpy 2's
+  if (type == "numpy.bool_" || type == "numpy.bool") {
+    const int v = PyObject_IsTrue(obj.ptr());
+    if (v < 0) throw py::error_already_set();
+    return v != 0;
+  }
+  throw py::type_error(arg + ": expected a bool, got " + type_name(obj));
 }
 
 // An int, or a sequence of ints, each in [lo, hi] (argument `arg`, elements `arg[i]`).

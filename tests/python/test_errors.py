@@ -579,3 +579,14 @@ def test_ctrl_c_reaches_a_local_world_whose_devices_run_python():
         "    print('interrupted', looped)\n")
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert r.stdout.strip() == "interrupted []", r.stdout + r.stderr
+
+
+def test_numpy_bools_are_bools():
+    # async_op is read by hand (1 and None were taken as bools); numpy's bool still is one.
+    def fn(comm):
+        x = np.ones(4)
+        h = mc.all_reduce(comm, x, async_op=np.bool_(True))
+        h.wait()
+        mc.all_reduce(comm, x, async_op=np.bool_(False))
+        return float(x[0])
+    assert mc.LocalWorld(1).run(fn) == [1.0]
