@@ -186,8 +186,8 @@ class StartWatch {
             return;
           std::fprintf(
               stderr,
-              "meshcast: mpi: MPI did not start within %g s (MESHCAST_RENDEZVOUS_TIMEOUT): "
-              "a rank of the job ended or never started\n",
+              "meshcast: mpi: MPI did not start within %g s: a rank of the job ended or never "
+              "started (or the job starts slower: raise MESHCAST_RENDEZVOUS_TIMEOUT)\n",
               seconds);
           std::_Exit(3);
         }) {}
