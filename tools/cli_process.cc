@@ -211,9 +211,10 @@ class StartWatch {
 
 void start_and_run(const std::string& backend, const std::function<void(ProcessSession&)>& fn,
                    Sessions& s) {
+  // Read first: a bad value is refused before the rendezvous waits for the others.
+  const double timeout = peer_timeout();
   // The bootstrap: a TCP rendezvous when the environment gives one (ucx, nccl), else MPI.
   if (backend != "mpi") s.tcp = TcpBootstrap::from_env();
-  const double timeout = peer_timeout();
   MpiOptions mpi_options;
   mpi_options.timeout_seconds = timeout;
   mpi_options.exchange_timeout_seconds =
