@@ -264,6 +264,15 @@ grep -q "host host1048575 nic 0 in" "$TMP/out" && ok || bad_result "wide topolog
 MESHCAST_MAX_SIMULATE_WORK=100000000 limit_case "simulate work: .* exceeds the limit of 100000000" 2 400000 \
   simulate --shape 3,5,7,9,11,13,15,17,19,21 --dtype f32 --src 2x2x2x2x2x2x2x2x2x2@0-1023:S0S1S2S3S4S5S6S7S8S9 \
   --dst 4096@1024-5119:RRRRRRRRRR --strategy broadcast
+# A flow starved by rounding moves at a floor below its slowest link, not its first's: with a
+# port 10^9 times faster than the network the floor outran the link bound.
+printf '%s' '{"name": "skew", "links": {"intra": {"bandwidth_gbyte_s": 1e5, "latency_us": 1},
+  "network": {"bandwidth_gbit_s": 1e-5, "latency_us": 1}},
+  "hosts": [{"devices": [0, 1, 2, 3]}, {"devices": [4, 5, 6, 7]}]}' >"$TMP/skew.json"
+run simulate --shape 4096 --dtype f32 --src 1@0:R --dst 1@4:R --topology "$TMP/skew.json" --json
+if python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))
+sys.exit(not j["simulated_seconds"] >= 0.999 * j["bound_seconds"] > 13)' "$TMP/out"; then ok
+else bad_result "skewed links: $(head -c 400 "$TMP/out")"; fi
 # Byte counts past 2^63 - 1 are refused, not printed negative.
 limit_case "shape: the plan moves more than 2^63 - 1 bytes" 2 200000 \
   plan --shape 9223372036854775807 --dtype i8 --src 1@0:R --dst 4@1-4:R --strategy sendrecv

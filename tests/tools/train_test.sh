@@ -132,6 +132,10 @@ expect_error() {
 }
 expect_error "stages[0].cols" gpt --stages tp=3
 expect_error "stages[1].grid" gpt --stages dp=1/grid=2x2
+expect_exit 2 "out: is empty" "$mc" train gpt --out ""
+# Every 10th KiB is held out: 9,216 bytes hold none of it; the error says what would.
+head -c 9216 /usr/share/common-licenses/GPL-3 >"$tmp/short.txt"
+expect_exit 2 "it needs at least 9222 bytes" "$mc" train gpt --data "$tmp/short.txt" --seq 4 --out "$tmp/out"
 expect_error "stages[0].tp: given twice" gpt --stages tp=2,tp=4
 expect_error "stages[0].dp: expected a positive integer, got ' 1'" gpt --stages "dp= 1"
 # 1047553 x 4100 devices wrapped to 4 in 32 bits.
