@@ -45,10 +45,11 @@ class Transfer::Executor : public InFlight {
   TagBlock tags_;
 
  private:
-  bool finished_ = false;
   void cancel_quietly() noexcept;  // cancel_all(), its failure swallowed
   void wait_cancelled() noexcept;  // a bounded wait for what the peers had already matched
-  bool stepping_ = false;          // step() is on the stack: poll() leaves it alone
+
+  bool finished_ = false;
+  bool stepping_ = false;  // step() is on the stack: poll() leaves it alone
   std::exception_ptr failure_;
 };
 
