@@ -17,10 +17,18 @@ echo "seed $seed (FAULT_SEED=$seed reproduces the delays)"
 tmp=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 
-# pid of the meshcast process of rank R among the children of mpirun $1
-pid_of_rank() {
+# The ranks of this script's current job only: each job's carry FAULT_MATRIX_JOB=$tag (other
+# tests' meshcast ranks, run alongside, were taken for its victim or its survivors).
+ranks_of_job() {
   local p
   for p in $(pgrep -f "$cli reshard"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "FAULT_MATRIX_JOB=$tag" && echo "$p"
+  done
+}
+# pid of the meshcast process of rank R of the job
+pid_of_rank() {
+  local p
+  for p in $(ranks_of_job); do
     if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
       echo "$p"
       return
@@ -36,8 +44,9 @@ for backend in ${BACKENDS:-mpi}; do
   for sig in KILL STOP; do
     for victim in 0 2 3; do
       name="$backend SIG$sig device $victim"
-      "${run[@]}" --enable-recovery -np 4 "$cli" "${args[@]}" --backend "$backend" \
-        >"$tmp/out" 2>&1 &
+      tag="$$.$backend.$sig.$victim"
+      "${run[@]}" --enable-recovery -x "FAULT_MATRIX_JOB=$tag" -np 4 "$cli" "${args[@]}" \
+        --backend "$backend" >"$tmp/out" 2>&1 &
       job=$!
       sleep "$((2 + RANDOM % 3)).$((RANDOM % 10))"  # past start-up, at a random moment
       pid=$(pid_of_rank "$job" "$victim")
@@ -58,9 +67,8 @@ for backend in ${BACKENDS:-mpi}; do
       kill -CONT "$pid" 2>/dev/null
       for ((i = 0; i < 30; ++i)); do  # each survivor exits right after its line
         survivors=0
-        for p in $(pgrep -f "$cli reshard"); do  # ranks only (mpirun's command line matches too)
-          [[ $p != "$pid" ]] && grep -qz OMPI_COMM_WORLD_RANK= "/proc/$p/environ" 2>/dev/null &&
-            survivors=$((survivors + 1))
+        for p in $(ranks_of_job); do
+          [[ $p != "$pid" ]] && survivors=$((survivors + 1))
         done
         [[ $survivors -eq 0 ]] && break
         sleep 0.1
