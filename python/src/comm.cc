@@ -304,7 +304,8 @@ void Life::check_free(const std::vector<MemorySpan>& spans) {
   std::lock_guard lock(mutex_);
   for (const Tracked& t : pending_) {
     const auto op = t.op.lock();
-    if (!op || op->done()) continue;
+    // (Not yet started: the operation being checked is tracked already.)
+    if (!op || op->observed || (!op->transfer && !op->collective)) continue;
     for (const MemorySpan& in_flight : t.spans)
       for (const MemorySpan& s : spans)
         if ((s.writes || in_flight.writes) && s.begin < in_flight.end && in_flight.begin < s.end)

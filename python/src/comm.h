@@ -27,6 +27,10 @@ struct Pending {
   std::optional<Transfer> transfer;
   std::optional<Collective> collective;
   bool abandoned = false;  // left unfinished when its communicator ended: never done
+  // Its wait() returned, or its test() said True: the same on every device (its completion
+  // alone is not: one device's may come before another's asks), so the in-flight check
+  // (Life::check_free) counts it until then.
+  bool observed = false;
   bool done() const;
 };
 

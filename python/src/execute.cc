@@ -341,7 +341,10 @@ Handle::~Handle() {
 bool Handle::test() {
   const Busy call(group->comm);  // raises once the communicator ended
   py::gil_scoped_release release;
-  return (!op->transfer || op->transfer->test()) && (!op->collective || op->collective->test());
+  const bool done =
+      (!op->transfer || op->transfer->test()) && (!op->collective || op->collective->test());
+  if (done) op->observed = true;  // (the call is the communicator's only one: Busy)
+  return done;
 }
 
 void Handle::wait() {
@@ -349,6 +352,7 @@ void Handle::wait() {
   py::gil_scoped_release release;
   if (op->transfer) op->transfer->wait();
   if (op->collective) op->collective->wait();
+  op->observed = true;
 }
 
 bool Handle::done() const { return op->done(); }
