@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "cli.h"
+#include "lib/support/saturated.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
 #ifdef MESHCAST_HAS_NCCL
@@ -256,20 +257,17 @@ void check_local_capacity(const std::vector<const Layout*>& layouts, const std::
     }
   }
   if (need > static_cast<double>(limits().buffer_bytes) && name)
-    throw ValidationError(
-        "buffer bytes",
-        human_bytes(static_cast<std::int64_t>(std::min(need, 9e18))) +
-            (scratch > 0 ? " of tile and scratch buffers" : " of tile buffers") +
-            " exceed the limit of " + human_bytes(limits().buffer_bytes) +
-            " (raise it with MESHCAST_MAX_BUFFER_BYTES); the largest: " + name(biggest) + ", " +
-            human_bytes(static_cast<std::int64_t>(std::min(most, 9e18))));
-  check_limit("buffer bytes", static_cast<std::int64_t>(std::min(need, 9e18)),
-              limits().buffer_bytes, "BUFFER_BYTES");
+    throw ValidationError("buffer bytes",
+                          human_bytes(detail::saturated_int64(need)) +
+                              (scratch > 0 ? " of tile and scratch buffers" : " of tile buffers") +
+                              " exceed the limit of " + human_bytes(limits().buffer_bytes) +
+                              " (raise it with MESHCAST_MAX_BUFFER_BYTES); the largest: " +
+                              name(biggest) + ", " + human_bytes(detail::saturated_int64(most)));
+  check_limit("buffer bytes", detail::saturated_int64(need), limits().buffer_bytes, "BUFFER_BYTES");
   const double usable = usable_memory_bytes();
   if (usable > 0 && need > usable)
     throw ValidationError(
-        field, "the local backend needs " +
-                   human_bytes(static_cast<std::int64_t>(std::min(need, 9.2e18))) +
+        field, "the local backend needs " + human_bytes(detail::saturated_int64(need)) +
                    " of tile buffers, more than " +
                    std::to_string(static_cast<int>(kMemoryShare * 100)) + "% of this machine's " +
                    human_bytes(static_cast<std::int64_t>(usable / kMemoryShare)) + " memory");

@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
-#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -25,6 +24,7 @@
 #include "cli.h"
 #include "lib/support/fnv.h"
 #include "lib/support/json_text.h"
+#include "lib/support/saturated.h"
 #include "lib/support/text.h"
 #include "meshcast/bootstrap.h"
 #include "meshcast/collectives.h"
@@ -279,10 +279,7 @@ double train_memory(const Run& r, bool one_device) {
 void check_train_memory(const Run& r, const std::string& backend) {
   const double bytes = train_memory(r, backend != "local");
   const auto bound = limits().train_memory_bytes;
-  check_limit(
-      "train memory",
-      bytes >= 0x1p62 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(bytes),
-      bound, "TRAIN_MEMORY_BYTES");
+  check_limit("train memory", detail::saturated_int64(bytes), bound, "TRAIN_MEMORY_BYTES");
 }
 
 // The arithmetic of the steps after `done`, counted as a dense transformer's (the full sequence
@@ -307,10 +304,7 @@ double train_flops(const Run& r, int done, bool local) {
 // default model counts 2.4e16 flops, two weeks here.
 void check_train_flops(const Run& r, int done, bool local) {
   const double flops = train_flops(r, done, local);
-  check_limit(
-      "train flops",
-      flops >= 0x1p62 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(flops),
-      limits().train_flops, "TRAIN_FLOPS");
+  check_limit("train flops", detail::saturated_int64(flops), limits().train_flops, "TRAIN_FLOPS");
 }
 
 // Creates `dir` if need be and proves it writable (a file created and removed in it) before any

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "lib/plan/task_ops.h"
+#include "lib/support/saturated.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
 #include "meshcast/units.h"
@@ -178,19 +179,14 @@ PlanSize combined(const PlanSize& a, const PlanSize& b) {
   return c;
 }
 
-namespace {
-std::int64_t clamp(double v) {
-  return v >= 9e18 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(v);
-}
-}  // namespace
-
 std::int64_t plan_memory_bound(std::int64_t max_bytes) {
   return max_bytes > 0 ? max_bytes : limits().plan_memory_bytes;
 }
 
 void check_plan_size(const PlanSize& size, std::int64_t max_bytes) {
-  check_limit("plan ops", clamp(size.ops), limits().plan_ops, "PLAN_OPS");
-  const std::int64_t bound = plan_memory_bound(max_bytes), bytes = clamp(size.bytes);
+  check_limit("plan ops", detail::saturated_int64(size.ops), limits().plan_ops, "PLAN_OPS");
+  const std::int64_t bound = plan_memory_bound(max_bytes),
+                     bytes = detail::saturated_int64(size.bytes);
   if (bytes <= bound) return;
   // One line with what the plan would be and the bound, e.g. "plan memory: an estimated
   // 17.00 GiB (1 box, 65538 ops, strategy sendrecv) exceeds the limit of 8.00 GiB (...)".
@@ -205,7 +201,8 @@ void check_plan_size(const PlanSize& size, std::int64_t max_bytes) {
 }
 
 bool within_limits(const PlanSize& size, std::int64_t max_bytes) {
-  return clamp(size.ops) <= limits().plan_ops && clamp(size.bytes) <= plan_memory_bound(max_bytes);
+  return detail::saturated_int64(size.ops) <= limits().plan_ops &&
+         detail::saturated_int64(size.bytes) <= plan_memory_bound(max_bytes);
 }
 
 }  // namespace meshcast

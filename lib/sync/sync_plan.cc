@@ -14,6 +14,7 @@
 #include "lib/plan/op_text.h"
 #include "lib/plan/task_ops.h"
 #include "lib/support/fnv.h"
+#include "lib/support/saturated.h"
 #include "meshcast/cost.h"
 #include "meshcast/error.h"
 #include "meshcast/plan_size.h"
@@ -222,7 +223,7 @@ void check_sync_size(const std::vector<TensorMove>& tensors, bool whole,
       if (its > most) largest = t, most = its;
     }
     std::ostringstream os;
-    const auto n = static_cast<std::int64_t>(std::min(most, 9e18));  // an estimate may exceed it
+    const std::int64_t n = detail::saturated_int64(most);  // an estimate may exceed 2^63
     os << e.cause() << "; the largest: tensors." << tensors[largest].name << ", "
        << (ops ? std::to_string(n) + " ops" : human_bytes(n));
     throw ValidationError(e.field(), os.str());

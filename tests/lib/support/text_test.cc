@@ -1,5 +1,6 @@
 // The text parsers of lib/support/text.h: digits up to a bound (also bounds under 10), byte
-// sizes with binary units, and the one-line errors naming their field.
+// sizes with binary units, and the one-line errors naming their field; and the saturating
+// conversion of an estimate (lib/support/saturated.h) the limit checks take.
 #include "lib/support/text.h"
 
 #include <gtest/gtest.h>
@@ -7,10 +8,23 @@
 #include <cstdint>
 #include <limits>
 
+#include "lib/support/saturated.h"
+
 namespace meshcast::detail {
 namespace {
 
 constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+
+TEST(Saturated, EstimatesPastInt64AreTheLargestInt64) {
+  EXPECT_EQ(saturated_int64(0), 0);
+  EXPECT_EQ(saturated_int64(5.9), 5);
+  EXPECT_EQ(saturated_int64(0x1p62), std::int64_t{1} << 62);
+  EXPECT_EQ(saturated_int64(0x1p63), kMax);  // one past the largest int64
+  EXPECT_EQ(saturated_int64(1e300), kMax);
+  EXPECT_EQ(saturated_int64(std::numeric_limits<double>::infinity()), kMax);
+  EXPECT_EQ(saturated_int64(std::numeric_limits<double>::quiet_NaN()), kMax);  // refused
+  EXPECT_EQ(saturated_int64(-1e300), std::numeric_limits<std::int64_t>::min());
+}
 
 TEST(Text, ParseUintTakesDigitsUpToTheBound) {
   EXPECT_EQ(parse_uint("0", 0, "f", "n"), 0);
