@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "arrived.h"
+#include "lib/support/saturated.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
 #include "meshcast/reshard.h"
@@ -398,6 +399,10 @@ LocalWorld::LocalWorld(int size, std::size_t node_segment_bytes, double timeout_
   check_limit("size", size, limits().devices, "DEVICES");
   if (!(timeout_seconds > 0 && timeout_seconds <= 1e6))
     throw ValidationError("timeout_seconds", "must be in (0, 1e6] seconds");
+  // Every device's segment is allocated and zeroed here: bounded first, as buffers are.
+  check_limit("node_segment_bytes",
+              detail::saturated_int64(static_cast<double>(node_segment_bytes) * size),
+              limits().buffer_bytes, "BUFFER_BYTES");
   state_ = std::make_shared<State>(size, node_segment_bytes);
   state_->timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_seconds * 1000));
 }
@@ -411,9 +416,14 @@ void LocalWorld::run(const std::function<void(Communicator&)>& fn,
   std::vector<int> ranks = devices;
   if (ranks.empty())
     for (int r = 0; r < size(); ++r) ranks.push_back(r);
-  for (int r : ranks)
+  std::vector<bool> named(size());
+  for (int r : ranks) {
     if (r < 0 || r >= size())
       throw ValidationError("devices", "device " + std::to_string(r) + " is outside the world");
+    if (named[r])  // two threads would share its inbox
+      throw ValidationError("devices", "device " + std::to_string(r) + " is named twice");
+    named[r] = true;
+  }
   // A thread each: bounded before any starts.
   check_limit("local devices", static_cast<std::int64_t>(ranks.size()), limits().local_threads,
               "LOCAL_THREADS");

@@ -23,7 +23,8 @@ Range intersect(Range a, Range b);
 
 // Shard k of a dimension of n elements split p ways: [floor(k*n/p), floor((k+1)*n/p)).
 // Shards may be empty when p > n; together they cover [0, n) exactly once.
-// shard_range(10, 4, 1) == {2, 5}.
+// shard_range(10, 4, 1) == {2, 5}. Throws ValidationError("shard") unless n >= 0, p >= 1 and
+// 0 <= k < p.
 Range shard_range(std::int64_t n, std::int64_t p, std::int64_t k);
 
 class Box {
@@ -38,7 +39,7 @@ class Box {
   const std::vector<Range>& ranges() const { return r_; }
   std::vector<std::int64_t> extents() const;
   std::vector<std::int64_t> origin() const;
-  // Number of elements (0 when any range is empty).
+  // Number of elements (0 when any range is empty); ValidationError("box") past 2^63 - 1.
   std::int64_t volume() const;
   bool empty() const { return volume() == 0; }
   bool contains(const Box& inner) const;

@@ -37,7 +37,8 @@ struct Prediction {
 };
 
 // Throws ValidationError("topology") when the topology does not place a device of the plan,
-// ValidationError("chunk_bytes") when chunk_bytes < 1.
+// ValidationError("chunk_bytes") when chunk_bytes < 1, and as Plan::validate() for an op that
+// is not valid (a hand-built plan; it need not write every target element: a scenario is priced).
 Prediction predict(const Plan& plan, const Topology& topology,
                    std::int64_t chunk_bytes = kDefaultChunkBytes);
 

@@ -19,15 +19,16 @@ class LocalWorld {
   // collectives run their shared-memory algorithm here too; by default they send (one copy per
   // transfer here already). A wait that sees no progress for `timeout_seconds` fails with a
   // CommError naming the device it waits on; a wait on a device whose function has returned
-  // fails at once. `size` is at most limits().devices.
+  // fails at once. `size` is at most limits().devices, and size x node_segment_bytes at most
+  // limits().buffer_bytes (ValidationError).
   explicit LocalWorld(int size, std::size_t node_segment_bytes = 0, double timeout_seconds = 60);
   ~LocalWorld();
   LocalWorld(const LocalWorld&) = delete;
   LocalWorld& operator=(const LocalWorld&) = delete;
 
   int size() const;
-  // Runs fn(comm) on one thread per device of `devices` (all when empty; at most
-  // limits().local_threads) and joins them. If a thread throws, the others' pending waits fail
+  // Runs fn(comm) on one thread per device of `devices` (all when empty; each at most once; at
+  // most limits().local_threads) and joins them. If a thread throws, the others' pending waits fail
   // with CommError naming it, and the first exception is rethrown here.
   void run(const std::function<void(Communicator&)>& fn, const std::vector<int>& devices = {});
 

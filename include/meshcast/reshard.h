@@ -26,13 +26,14 @@ void reshard(const Plan& plan, Communicator& comm, const void* src_local, void* 
 
 // A reshard in flight. test() moves it on as far as it can without blocking (posting each
 // phase, as one batch, once the previous one completed) and says whether it finished; wait()
-// finishes it. Progress happens inside these calls, and inside any later operation on the same
-// group that needs its tags. It keeps its own copy of the device's part of the plan; the
-// communicator and both buffers must outlive it. A failed peer makes them throw CommError
-// naming it. Destroying it before it completed abandons the move (the peers fail with an error
-// naming this device); a message a peer already took in goes on until it ends (MPI and UCX
-// cannot stop it), for up to a second, so that neither side's buffers are read or written once
-// the destructor (or the failed wait) returns.
+// finishes it. After a failure each later test() and wait() throws it again; done() says only
+// that nothing is in flight any more (finished or failed). Progress happens inside these calls, and
+// inside any later operation on the same group that needs its tags. It keeps its own copy of the
+// device's part of the plan; the communicator and both buffers must outlive it. A failed peer makes
+// them throw CommError naming it. Destroying it before it completed abandons the move (the peers
+// fail with an error naming this device); a message a peer already took in goes on until it ends
+// (MPI and UCX cannot stop it), for up to a second, so that neither side's buffers are read or
+// written once the destructor (or the failed wait) returns.
 class Transfer {
  public:
   Transfer();

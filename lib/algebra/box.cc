@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "meshcast/error.h"
+
 namespace meshcast {
 
 Range intersect(Range a, Range b) {
@@ -11,11 +13,23 @@ Range intersect(Range a, Range b) {
   return hi > lo ? Range{lo, hi} : Range{lo, lo};
 }
 
+namespace {
+// floor(k*n/p) without overflowing k*n: n = q*p + r, so k*n/p = k*q + floor(k*r/p), and k*r
+// (below p*p) fits 64 bits unless p is past 2^31 (mesh extents never are; 128 bits then).
+std::int64_t shard_start(std::int64_t q, std::int64_t r, std::int64_t p, std::int64_t k) {
+  std::int64_t kr;
+  if (!__builtin_mul_overflow(k, r, &kr)) return k * q + kr / p;
+  return k * q + static_cast<std::int64_t>(static_cast<__int128>(k) * r / p);
+}
+}  // namespace
+
 Range shard_range(std::int64_t n, std::int64_t p, std::int64_t k) {
-  // floor(k*n/p) without overflowing k*n: n = q*p + r, so k*n/p = k*q + floor(k*r/p), with
-  // k*r < p*p (p is a product of mesh extents, far below 2^31).
+  if (p < 1 || n < 0 || k < 0 || k >= p)
+    throw ValidationError("shard", "shard " + std::to_string(k) + " of " + std::to_string(n) +
+                                       " elements split " + std::to_string(p) +
+                                       " ways (n >= 0 and 0 <= k < p)");
   const std::int64_t q = n / p, r = n % p;
-  return {k * q + k * r / p, (k + 1) * q + (k + 1) * r / p};
+  return {shard_start(q, r, p, k), shard_start(q, r, p, k + 1)};
 }
 
 Box Box::whole(const std::vector<std::int64_t>& shape) {
@@ -43,7 +57,9 @@ std::int64_t Box::volume() const {
   for (const Range& x : r_)
     if (x.empty()) return 0;  // first: the other extents may overflow together
   std::int64_t v = 1;
-  for (const Range& x : r_) v *= x.size();
+  for (const Range& x : r_)
+    if (__builtin_mul_overflow(v, x.size(), &v))
+      throw ValidationError("box", str() + " holds more than 2^63 - 1 elements");
   return v;
 }
 

@@ -145,17 +145,21 @@ class ReshardExecutor final : public Transfer::Executor {
   }
 
   Region src_region(const Box& b) const {
-    require(src_tile_.contains(b) && src_tile_.ndim(), "source");
+    require(b, src_tile_, "source");
     return Region::of(src_, elem_, src_tile_, b);
   }
   Region dst_region(const Box& b) const {
-    require(dst_tile_.contains(b) && dst_tile_.ndim(), "target");
+    require(b, dst_tile_, "target");
     return Region::of(dst_, elem_, dst_tile_, b);
   }
   // A plan naming a device for data it does not hold is corrupt: refuse rather than write
-  // outside a buffer.
-  void require(bool ok, const char* side) const {
-    if (!ok)
+  // outside a buffer. So is an empty box (a hand-built RankPlan's): it would write nothing
+  // where the plan promised the box.
+  void require(const Box& b, const Box& tile, const char* side) const {
+    if (b.empty())
+      throw ValidationError(
+          "plan", "device " + std::to_string(me_) + " is asked for an empty box " + b.str());
+    if (!tile.contains(b) || !tile.ndim())
       throw ValidationError("plan", "device " + std::to_string(me_) +
                                         " is asked for a box outside its " + side + " tile");
   }
@@ -314,6 +318,7 @@ Transfer::Transfer() = default;
 Transfer::~Transfer() { give_up(); }
 Transfer::Transfer(Transfer&&) noexcept = default;
 Transfer& Transfer::operator=(Transfer&& other) noexcept {
+  if (this == &other) return *this;  // giving itself up would abandon the move
   give_up();
   exec_ = std::move(other.exec_);
   return *this;
@@ -334,10 +339,13 @@ bool Transfer::test() {
   return true;
 }
 
+// Kept until it finished, as in test(): after a failure every later wait() or test() throws
+// it again (a second wait() that returned would say the data arrived).
 void Transfer::wait() {
   if (!exec_) return;
-  const std::shared_ptr<Executor> e = std::move(exec_);
+  const std::shared_ptr<Executor> e = exec_;
   e->step(true);
+  exec_.reset();
 }
 
 std::int64_t reshard_scratch_bytes(const Plan& plan, int device) {

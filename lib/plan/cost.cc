@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "lib/plan/plan_check.h"
 #include "link_timeline.h"
 #include "links.h"
 
@@ -11,6 +12,7 @@ namespace meshcast {
 
 Prediction predict(const Plan& plan, const Topology& topology, std::int64_t chunk_bytes) {
   detail::check_chunk(chunk_bytes);
+  detail::check_plan_ops(plan);  // its phases and boxes index the link timeline
   const detail::Links links(topology, plan.devices());
   Prediction p;
   p.seconds = links.analytic_seconds(

@@ -363,10 +363,28 @@ std::vector<int> union_devices(const Layout& src, const Layout& dst) {
   return d;
 }
 
+void check_plan_options(const PlanOptions& o, const std::string& field) {
+  const auto refuse = [&](const char* name, const std::string& why) {
+    throw ValidationError(field + "." + name, why);
+  };
+  if (o.strategy < Strategy::Auto || o.strategy > Strategy::AllGather)
+    refuse("strategy", "is not a Strategy (" + std::to_string(static_cast<int>(o.strategy)) + ")");
+  if (o.balance < Balance::None || o.balance > Balance::Local)
+    refuse("balance", "is not a Balance (" + std::to_string(static_cast<int>(o.balance)) + ")");
+  if (o.search_moves < 0)
+    refuse("search_moves", "must be >= 0, got " + std::to_string(o.search_moves));
+  if (!(o.search_seconds >= 0)) refuse("search_seconds", "must be >= 0 (infinity: no cap)");
+  check_chunk(o.chunk_bytes);
+  if (o.max_plan_bytes < 0)
+    refuse("max_plan_bytes",
+           "must be >= 0 (0: the limit in force), got " + std::to_string(o.max_plan_bytes));
+}
+
 }  // namespace detail
 
 Plan plan(const Layout& src, const Layout& dst, const Topology& topology,
           const PlanOptions& options) {
+  detail::check_plan_options(options);
   // Refused before any work when even the smallest candidate would not fit.
   check_plan_size(estimate_plan_size(src, dst, options.strategy, options.balance),
                   options.max_plan_bytes);

@@ -61,6 +61,7 @@ namespace detail {
 namespace {
 
 PlanOptions local_rule(const PlanOptions& options) {
+  check_plan_options(options);
   PlanOptions o = options;
   if (o.balance != Balance::None) o.balance = Balance::Local;
   return o;

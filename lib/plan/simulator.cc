@@ -10,6 +10,7 @@
 #include <queue>
 #include <span>
 
+#include "lib/plan/plan_check.h"
 #include "links.h"
 #include "meshcast/cost.h"
 #include "meshcast/error.h"
@@ -323,6 +324,7 @@ Simulation simulate(const Plan& plan, const Topology& topology, std::int64_t chu
   // At least two events per op (its start and its end), each updating at least its own flows.
   check_limit("simulate work", 2 * static_cast<std::int64_t>(plan.ops().size()),
               limits().simulate_work, "SIMULATE_WORK");
+  detail::check_plan_ops(plan);  // its phases and boxes index the simulator's tables
   Simulator sim(plan, topology, chunk_bytes);
   Simulation s = sim.run();
   s.links = sim.links().loads(plan, chunk_bytes);

@@ -12,6 +12,7 @@
 
 #include "lib/plan/links.h"
 #include "lib/plan/op_text.h"
+#include "lib/plan/planner.h"
 #include "lib/plan/task_ops.h"
 #include "lib/support/fnv.h"
 #include "lib/support/saturated.h"
@@ -30,6 +31,7 @@ std::string tensor_field(std::size_t i, const char* what) {
 }
 
 void check(const std::vector<TensorMove>& tensors, const SyncOptions& o) {
+  detail::check_plan_options(o.plan, "plan");
   if (o.max_staging_bytes < 8)  // one element of any dtype
     throw ValidationError("max_staging_bytes",
                           "must be at least 8, got " + std::to_string(o.max_staging_bytes));

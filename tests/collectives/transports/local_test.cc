@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <mutex>
 #include <numeric>
 #include <stdexcept>
@@ -235,6 +236,25 @@ TEST(LocalWorld, Barrier) {
 
 // A device that throws: the others' waits (on it, on third parties, in a barrier) fail with a
 // CommError naming it, and run() rethrows the original exception, quickly.
+// Bounded before anything is allocated: every device's node segment (SIZE_MAX wrapped the
+// allocation and crashed); and each device runs on one thread only (two shared an inbox).
+TEST(LocalWorld, SegmentsAndDevicesAreCheckedBeforeTheyRun) {
+  for (const std::size_t bytes : {SIZE_MAX, std::size_t{1} << 40}) try {
+      LocalWorld w(2, bytes);
+      ADD_FAILURE() << bytes << " bytes of node segment accepted";
+    } catch (const ValidationError& e) {
+      EXPECT_EQ(e.field(), "node_segment_bytes") << e.what();
+    }
+  LocalWorld w(3);
+  try {
+    w.run([](Communicator&) {}, {0, 0, 1});
+    ADD_FAILURE() << "a device named twice accepted";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.field(), "devices") << e.what();
+    EXPECT_NE(std::string(e.what()).find("device 0 is named twice"), std::string::npos);
+  }
+}
+
 TEST(LocalWorld, FailingDeviceFailsTheOthersWaitsAndRunRethrows) {
   for (int delay_ms : {0, 50}) {
     LocalWorld w(5);

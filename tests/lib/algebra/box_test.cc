@@ -5,6 +5,7 @@
 
 #include <limits>
 
+#include "meshcast/error.h"
 #include "support/testing.h"
 
 namespace meshcast {
@@ -67,7 +68,9 @@ TEST(ShardRange, LargeExtentsDoNotOverflow) {
                              (std::int64_t{1} << 62) + 12345,
                              (std::int64_t{1} << 40) + 7,
                              1000000007};
-  const std::int64_t ps[] = {1, 2, 3, 7, 64, 1000, 65521, std::int64_t{1} << 20, (1 << 30) - 1};
+  const std::int64_t ps[] = {
+      1,   2, 3, 7, 64, 1000, 65521, std::int64_t{1} << 20, (1 << 30) - 1, std::int64_t{1} << 40,
+      kMax};  // k*r past 2^63 too
   for (auto n : ns)
     for (auto p : ps) {
       std::vector<std::int64_t> ks = {0, 1, p / 2, p - 2, p - 1};
@@ -83,6 +86,19 @@ TEST(ShardRange, LargeExtentsDoNotOverflow) {
     }
   expect_shard_law(kMax, 7);
   expect_shard_law(kMax - 3, 33);
+}
+
+TEST(ShardRange, ArgumentsOutsideTheirRangeAreRefused) {
+  EXPECT_THROW(shard_range(10, 0, 0), ValidationError);  // was a division by zero
+  EXPECT_THROW(shard_range(10, -2, 0), ValidationError);
+  EXPECT_THROW(shard_range(-1, 2, 0), ValidationError);
+  EXPECT_THROW(shard_range(10, 4, 4), ValidationError);
+  EXPECT_THROW(shard_range(10, 4, -1), ValidationError);
+  try {
+    shard_range(10, 0, 0);
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.field(), "shard");
+  }
 }
 
 TEST(ShardRange, RandomCover) {
@@ -182,6 +198,10 @@ TEST(Box, Accessors) {
   EXPECT_FALSE(b.contains(Box::whole({4, 8})));
   EXPECT_TRUE(b.contains(Box({{1, 1}, {50, 60}}))) << "an empty box lies in every box";
   EXPECT_FALSE(b.contains(Box({{0, 4}}))) << "ndim differs";
+  // A volume past 2^63 - 1 is refused, not wrapped (2^40 x 2^40 wrapped to 0: an empty box).
+  const Box huge({{0, std::int64_t{1} << 40}, {0, std::int64_t{1} << 40}});
+  EXPECT_THROW((void)huge.volume(), ValidationError);
+  EXPECT_EQ(Box({{0, std::int64_t{1} << 40}, {0, 0}}).volume(), 0);
   std::ostringstream os;
   os << b;
   EXPECT_EQ(os.str(), "[0:4,2:8]");

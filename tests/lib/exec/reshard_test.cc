@@ -141,6 +141,61 @@ TEST(Reshard, AnotherDevicesPartIsRefused) {
   }
 }
 
+// A transfer whose peer failed throws on every wait() and test() after, not only the first: a
+// second wait() that returned would say the data arrived. Moved onto itself it stays in flight.
+TEST(Reshard, AFailedTransferThrowsOnEveryWait) {
+  const Layout src = Layout::parse({4}, DType::f32, "2@0-1:S0");
+  const Layout dst = Layout::parse({4}, DType::f32, "2@0-1:R");
+  const Plan p = plan(src, dst);
+  LocalWorld world(2);
+  std::vector<std::vector<float>> a(2, std::vector<float>(2, 1.0f)), b(2, std::vector<float>(4));
+  int thrown = 0;
+  bool done = false;
+  try {
+    world.run([&](Communicator& comm) {
+      if (comm.rank() == 1) throw std::runtime_error("device 1 gives up");
+      Transfer t = ireshard(p, comm, a[0].data(), b[0].data());
+      Transfer& same = t;
+      t = std::move(same);  // a self-move keeps it: nothing abandoned
+      for (int i = 0; i < 3; ++i) try {
+          if (i == 2)
+            (void)t.test();
+          else
+            t.wait();
+        } catch (const CommError&) {
+          ++thrown;
+        }
+      done = t.done();
+    });
+    ADD_FAILURE() << "run() returned";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "device 1 gives up");
+  }
+  EXPECT_EQ(thrown, 3);
+  EXPECT_TRUE(done) << "a failed transfer has nothing in flight";
+}
+
+// A hand-built part with an empty box is refused, not run as a move that writes nothing.
+TEST(Reshard, AnEmptyBoxInAHandBuiltPartIsRefused) {
+  const Layout l = Layout::parse({8}, DType::f32, "2@0-1:S0");
+  const RankPlan good = plan_rank(l, l, 0);
+  ASSERT_EQ(good.ops().size(), 1u);
+  for (const Box& empty : {Box({{2, 2}}), Box({{3, 1}})}) {
+    std::vector<Op> ops = good.ops();
+    ops[0].box = empty;
+    const RankPlan bad(l, l, good.strategy(), good.balance(), 0, ops, good.streams());
+    std::vector<float> a(4, 1.0f), b(4, 0.0f);
+    LocalWorld world(2);
+    try {
+      world.run([&](Communicator& comm) { reshard(bad, comm, a.data(), b.data()); }, {0});
+      ADD_FAILURE() << "ran " << empty.str();
+    } catch (const ValidationError& e) {
+      EXPECT_EQ(e.field(), "plan") << e.what();
+      EXPECT_NE(std::string(e.what()).find("empty box"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // ireshard(): two reshards in flight at once between the same devices, on one group (each takes
 // tags of its own from it), moved on only by test(), first one then the other on even devices
 // and the other way round on odd ones; multi-phase plans included.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include "meshcast/error.h"
@@ -184,6 +185,23 @@ TEST(Cost, BadInputIsRefusedNamingTheField) {
     FAIL() << "a topology without device 7 accepted";
   } catch (const ValidationError& e) {
     EXPECT_EQ(e.field(), "topology");
+  }
+}
+
+// A hand-built plan's ops are checked before they index anything: a negative or far phase, a
+// box of another ndim or past the tensor crashed predict() and simulate(). One need not write
+// every element (the scenarios above do not).
+TEST(Cost, AnOpThatIsNotValidIsRefusedBeforeItIsPriced) {
+  const std::vector<Plan> bad = {
+      hand_plan(16, {send(0, 16, 0, {2}, -3)}),
+      hand_plan(16, {send(0, 16, 0, {2}, std::numeric_limits<int>::max())}),
+      hand_plan(16, {send(0, 32, 0, {2})}),
+      hand_plan(16, {Op{OpKind::Multicast, 0, Box({{0, 4}, {0, 4}}), 0, {2}, false}}),
+      hand_plan(16, {send(0, 16, 0, {9})}),
+  };
+  for (const Plan& p : bad) {
+    EXPECT_THROW(predict(p, hosts4()), ValidationError) << p.str();
+    EXPECT_THROW(simulate(p, hosts4()), ValidationError) << p.str();
   }
 }
 

@@ -3,6 +3,7 @@
 // topology-aware expected tables.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <set>
 
@@ -401,6 +402,42 @@ TEST(Planner, MismatchedInputsNameTheField) {
   } catch (const ValidationError& e) {
     EXPECT_EQ(e.field().rfind("topology", 0), 0u) << e.what();
   }
+}
+
+// Options out of their range are refused naming the field, by plan() and plan_rank() alike
+// (a negative memory bound, a NaN cap and an enum value outside its names were taken).
+TEST(Planner, OptionsOutsideTheirRangeAreRefused) {
+  const auto a = Layout::parse({4, 4}, DType::f32, "2x2:S0R");
+  const auto b = Layout::parse({4, 4}, DType::f32, "2x2@4-7:RS0");
+  const auto refused = [&](const PlanOptions& o, const std::string& field) {
+    for (int form = 0; form < 2; ++form) try {
+        if (form == 0)
+          plan(a, b, Topology::single_host(), o);
+        else
+          plan_rank(a, b, 4, Topology::single_host(), o);
+        ADD_FAILURE() << field << " accepted";
+      } catch (const ValidationError& e) {
+        EXPECT_EQ(e.field(), field) << e.what();
+      }
+  };
+  PlanOptions o;
+  o.max_plan_bytes = -1;
+  refused(o, "options.max_plan_bytes");
+  o = {};
+  o.search_seconds = std::numeric_limits<double>::quiet_NaN();
+  refused(o, "options.search_seconds");
+  o = {};
+  o.search_moves = -1;
+  refused(o, "options.search_moves");
+  o = {};
+  o.strategy = static_cast<Strategy>(42);
+  refused(o, "options.strategy");
+  o = {};
+  o.balance = static_cast<Balance>(-1);
+  refused(o, "options.balance");
+  o = {};
+  o.chunk_bytes = 0;
+  refused(o, "chunk_bytes");
 }
 
 TEST(Topology, HostNamesAndTheirBounds) {
