@@ -207,8 +207,9 @@ struct Collective::State : InFlight {
     for (const auto& c : r.copies)
       if (c.bytes && c.from != c.to) std::memmove(c.to, c.from, c.bytes);
     reqs.clear();
-    // Zero-byte messages are skipped on both sides (both know the sizes). A round is one batch:
-    // a batching transport (NCCL) must issue both sides of an exchange together.
+    // Zero-byte messages are skipped on both sides (both know the sizes), but for a first one,
+    // which carries the signature (exchange_signatures). A round is one batch: a batching
+    // transport (NCCL) must issue both sides of an exchange together.
     comm->begin_batch();
     if (next == 1) {  // the first round: the lone signatures, checked once it completed
       for (const auto& m : program.signature_recvs())
@@ -221,7 +222,7 @@ struct Collective::State : InFlight {
     for (const auto& m : r.sends)
       if (m.bytes) {
         reqs.push_back(comm->isend(Region::contiguous(m.ptr, m.bytes), m.peer, tag));
-        sent += static_cast<std::int64_t>(m.bytes - (m.signed_ ? sizeof(std::uint64_t) : 0));
+        sent += static_cast<std::int64_t>(m.bytes - (m.signed_ ? Signature::kBytes : 0));
       }
     comm->end_batch();
     posted = true;
@@ -326,7 +327,7 @@ Collective iall_reduce(const Group& group, const void* send, void* recv, std::in
   const std::span<const int> members = group.devices();
   check_reduction(send, recv, count, count, dtype, op);
   check_not_node(o);
-  Program p({Signature::Kind::AllReduce, dtype, op});
+  Program p({Signature::Kind::AllReduce, dtype, op, 0, static_cast<std::uint64_t>(count)});
   const std::size_t bytes = static_cast<std::size_t>(count) * p.elem();
   const auto hosts = host_groups(members, o.topology);
   const Algorithm algorithm = choose(
@@ -363,7 +364,7 @@ Collective ireduce_scatter(const Group& group, const void* send, void* recv, std
   const auto pieces = detail::split(count, members.size());
   check_reduction(send, recv, count, pieces[me].size(), dtype, op);
   check_not_node(o);
-  Program p({Signature::Kind::ReduceScatter, dtype, op});
+  Program p({Signature::Kind::ReduceScatter, dtype, op, 0, static_cast<std::uint64_t>(count)});
   const std::size_t bytes = static_cast<std::size_t>(count) * p.elem();
   const auto hosts = host_groups(members, o.topology);
   const Algorithm a = choose(
@@ -402,7 +403,7 @@ Collective iall_gatherv(const Group& group, const void* send, void* recv,
   const std::span<const int> members = group.devices();
   const std::vector<Span> pieces = gather_pieces(members, counts, send, recv, me, dtype);
   check_not_node(o);
-  Program p({Signature::Kind::AllGather, dtype});
+  Program p({Signature::Kind::AllGather, dtype, ReduceOp::Sum, 0, Signature::digest(counts)});
   p.add_round().copies.push_back({static_cast<const std::byte*>(send), p.at(recv, pieces[me].lo),
                                   static_cast<std::size_t>(pieces[me].size()) * p.elem()});
   // log2(n) rounds instead of the ring's n - 1 (recursive doubling for a power of two, Bruck's
@@ -458,7 +459,8 @@ Collective ibroadcast(const Group& group, int root, void* buf, std::int64_t coun
   chain.insert(chain.end(), members.begin(), it);
   const std::size_t pos =
       (me + members.size() - static_cast<std::size_t>(it - members.begin())) % members.size();
-  Program p({Signature::Kind::Broadcast, dtype, ReduceOp::Sum, root});
+  Program p(
+      {Signature::Kind::Broadcast, dtype, ReduceOp::Sum, root, static_cast<std::uint64_t>(count)});
   detail::chain_broadcast(p, chain, pos, buf, static_cast<std::size_t>(count) * p.elem(),
                           kBroadcastChunk);
   return start(group, std::move(p));
@@ -535,19 +537,21 @@ void all_to_allv(const Group& group, const void* send, std::span<const std::int6
 namespace detail {
 
 void Program::exchange_signatures() {
-  constexpr std::size_t kWord = sizeof(std::uint64_t);
+  constexpr std::size_t kSig = Signature::kBytes;
   // Up to this many elements a first message carries the signature: two copies of it cost less
   // than a message of its own (0.9 us per all-reduce of 8 bytes under Open MPI's shared memory);
   // beyond it the signature travels alone. Elements, not bytes: both sides choose alike when
-  // they disagree on the dtype's width.
+  // they disagree on the dtype's width. An empty first message carries it too (sent, where
+  // empty messages are not): a member given other sizes would otherwise take no signature from
+  // a peer it sends nothing to, and a later message for another's; or wait for the timeout.
   constexpr std::size_t kCarried = 2048;  // 8 KiB of f32
   const auto first = [](std::vector<int>& seen, int peer) {
     if (std::find(seen.begin(), seen.end(), peer) != seen.end()) return false;
     seen.push_back(peer);
     return true;
   };
-  const std::uint64_t word = sig_.word();
-  std::size_t bytes = kWord;
+  const auto carries = [&](const Message& m) { return m.bytes / elem_ <= kCarried; };
+  std::size_t bytes = kSig;
   std::byte *mine = nullptr, *at = nullptr;
   std::vector<int> to, from;
   // Twice over the first message to and from each peer: to size one block, then to lay the
@@ -555,37 +559,35 @@ void Program::exchange_signatures() {
   for (const bool lay : {false, true}) {
     if (lay) {
       mine = scratch(bytes);
-      std::memcpy(mine, &word, kWord);
-      at = mine + kWord;
+      sig_.write(mine);
+      at = mine + kSig;
     }
     to.clear();
     from.clear();
     for (Round& r : rounds_) {
       for (Message& m : r.sends) {
-        if (!m.bytes || !first(to, m.peer)) continue;
-        const bool carries = m.bytes / elem_ <= kCarried;
+        if (!first(to, m.peer)) continue;
         if (!lay) {
-          bytes += carries ? kWord + m.bytes : 0;
-        } else if (!carries) {
-          sig_sends_.push_back({m.peer, mine, kWord});
+          bytes += carries(m) ? kSig + m.bytes : 0;
+        } else if (!carries(m)) {
+          sig_sends_.push_back({m.peer, mine, kSig});
         } else {
-          std::memcpy(at, mine, kWord);
-          r.copies.push_back({m.ptr, at + kWord, m.bytes});  // after the round's own copies
-          m = {m.peer, at, kWord + m.bytes, true};
+          std::memcpy(at, mine, kSig);
+          r.copies.push_back({m.ptr, at + kSig, m.bytes});  // after the round's own copies
+          m = {m.peer, at, kSig + m.bytes, true};
           at += m.bytes;
         }
       }
       for (Message& m : r.recvs) {
-        if (!m.bytes || !first(from, m.peer)) continue;
-        const bool carries = m.bytes / elem_ <= kCarried;
+        if (!first(from, m.peer)) continue;
         if (!lay) {
-          bytes += kWord + (carries ? m.bytes : 0);
-        } else if (!carries) {
-          sig_recvs_.push_back({m.peer, at, kWord});
-          at += kWord;
+          bytes += kSig + (carries(m) ? m.bytes : 0);
+        } else if (!carries(m)) {
+          sig_recvs_.push_back({m.peer, at, kSig});
+          at += kSig;
         } else {
-          r.arrivals.push_back({at + kWord, m.ptr, m.bytes});
-          m = {m.peer, at, kWord + m.bytes, true};
+          r.arrivals.push_back({at + kSig, m.ptr, m.bytes});
+          m = {m.peer, at, kSig + m.bytes, true};
           at += m.bytes;
         }
       }
@@ -594,12 +596,8 @@ void Program::exchange_signatures() {
 }
 
 void Program::check_signatures(const std::vector<Message>& received) const {
-  for (const Message& m : received) {
-    if (&received != &sig_recvs_ && !m.signed_) continue;
-    std::uint64_t theirs;
-    std::memcpy(&theirs, m.ptr, sizeof theirs);
-    sig_.check(theirs, m.peer);
-  }
+  for (const Message& m : received)
+    if (&received == &sig_recvs_ || m.signed_) sig_.check(m.ptr, m.peer);
 }
 
 std::byte* Program::scratch(std::size_t bytes) {

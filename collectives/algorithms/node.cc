@@ -21,11 +21,12 @@ namespace {
 constexpr std::size_t kLine = 64;  // one writer per cache line
 constexpr std::size_t kMaxMembers = 64;
 // Line 0: the stamp; line 1: the owner's record (stamp, readers, its position, its collective's
-// signature word, which a reader checks against its own before it uses the data); lines 2-5: the
+// signature, which a reader checks against its own before it uses the data); lines 2-5: the
 // readers' devices (for errors); then one acknowledgement line per reader position.
 constexpr std::size_t kRecord = kLine, kDevices = 2 * kLine, kAcks = 6 * kLine;
 constexpr std::size_t kHeader = kAcks + kLine * kMaxMembers;
 static_assert(kMaxMembers * sizeof(int) <= kAcks - kDevices);
+static_assert(3 * sizeof(std::uint64_t) + Signature::kBytes <= kLine);
 static_assert(std::atomic_ref<std::uint64_t>::is_always_lock_free,
               "node memory needs lock-free 64-bit atomics (other processes see them)");
 // Up to this size an all-reduce reduces whole vectors (bench/mpi_collectives: below it the two
@@ -77,7 +78,7 @@ class Exchange {
     last[0] = stamp(step);
     last[1] = group_.size();
     last[2] = me_;
-    last[3] = sig_.word();
+    sig_.write(reinterpret_cast<std::byte*>(last + 3));
     std::copy(group_.begin(), group_.end(), devices);
     word(seg).store(last[0], std::memory_order_release);
   }
@@ -89,7 +90,7 @@ class Exchange {
     spin_until(comm_, group_.subspan(j, 1),
                [&] { return word(seg).load(std::memory_order_acquire) == s; });
     // The owner rewrites its record only once every reader acknowledged: still this one's.
-    sig_.check(reinterpret_cast<const std::uint64_t*>(seg + kRecord)[3], group_[j]);
+    sig_.check(seg + kRecord + 3 * sizeof(std::uint64_t), group_[j]);
     read(static_cast<const std::byte*>(seg + kHeader));
     word(ack(seg, me_)).store(s, std::memory_order_release);
   }
@@ -107,6 +108,13 @@ class Exchange {
   std::uint64_t id_;
   Signature sig_;
 };
+
+// The all-gather's sizes as the transports' path signs them (Signature::digest of the counts).
+std::uint64_t digest(const std::vector<Span>& pieces) {
+  std::vector<std::int64_t> counts;
+  for (const Span& s : pieces) counts.push_back(s.size());
+  return Signature::digest(counts);
+}
 
 std::size_t bytes_of(const Span& s, std::size_t elem) {
   return static_cast<std::size_t>(s.size()) * elem;
@@ -195,30 +203,36 @@ bool node_capable(const Group& group) {
 
 void node_all_gatherv(const Group& group, std::size_t me, const void* send, void* recv,
                       const std::vector<Span>& pieces, DType dtype) {
-  Exchange ex(group, me, {Signature::Kind::AllGather, dtype});
+  Exchange ex(group, me, {Signature::Kind::AllGather, dtype, ReduceOp::Sum, 0, digest(pieces)});
   gather(ex, 0, me, static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), pieces,
          dtype_size(dtype));
 }
 
 void node_reduce_scatter(const Group& group, std::size_t me, const void* send, void* recv,
                          const std::vector<Span>& pieces, DType dtype, ReduceOp op) {
-  Exchange ex(group, me, {Signature::Kind::ReduceScatter, dtype, op});
+  Exchange ex(group, me,
+              {Signature::Kind::ReduceScatter, dtype, op, 0,
+               static_cast<std::uint64_t>(pieces.empty() ? 0 : pieces.back().hi)});
   reduce(ex, 0, me, static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), pieces,
          dtype, op);
 }
 
 void node_all_reduce(const Group& group, std::size_t me, const void* send, void* recv,
                      std::int64_t count, DType dtype, ReduceOp op) {
-  Exchange ex(group, me, {Signature::Kind::AllReduce, dtype, op});
+  Exchange ex(group, me,
+              {Signature::Kind::AllReduce, dtype, op, 0, static_cast<std::uint64_t>(count)});
   auto* out = static_cast<std::byte*>(recv);
   const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
   if (bytes <= std::min(kWholeBytes, ex.capacity())) {
     // Every member publishes the whole vector and reduces all of them, in group order so that
     // every member ends with the same bits: one wait for the others instead of two.
-    if (bytes == 0) return;
-    ex.publish(0, [&](std::byte* d) { std::memcpy(d, send, bytes); });
+    // Also an empty vector, whose signature says so to members given more.
+    ex.publish(0, [&](std::byte* d) {
+      if (bytes) std::memcpy(d, send, bytes);
+    });
     for (std::size_t j = 0; j < group.devices().size(); ++j) {
       auto combine = [&](const std::byte* d) {
+        if (!bytes) return;
         if (j == 0)
           std::memcpy(out, d, bytes);  // in place, the caller's input is in its segment
         else

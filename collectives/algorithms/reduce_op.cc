@@ -17,15 +17,28 @@ namespace {
 // wins (numpy's maximum; std::max kept the first operand, so members disagreed), of two NaNs
 // the one of larger bits, and +0 over -0.
 template <class T>
-T float_max(T x, T y) {
+T larger_bits(T x, T y) {
   using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  return std::bit_cast<Bits>(x) > std::bit_cast<Bits>(y) ? x : y;
+}
+
+template <class T>
+T float_max(T x, T y) {
   if (x != x || y != y) {
     if (x == x) return y;
     if (y == y) return x;
-    return std::bit_cast<Bits>(x) > std::bit_cast<Bits>(y) ? x : y;
+    return larger_bits(x, y);
   }
   if (x == y) return std::signbit(x) ? y : x;
   return x > y ? x : y;
+}
+
+// The sum, the same bits whichever operand comes first: of two NaNs the hardware keeps the
+// first operand's (x86), so members that add them in different orders disagreed; the one of
+// larger bits, as max does.
+template <class T>
+T float_sum(T x, T y) {
+  return x != x && y != y ? larger_bits(x, y) : x + y;
 }
 
 template <class T>
@@ -33,11 +46,12 @@ void combine(const void* from, const void* base, void* to, std::int64_t n, Reduc
   const T* a = static_cast<const T*>(from);
   const T* b = static_cast<const T*>(base);
   T* c = static_cast<T*>(to);
-  if (op == ReduceOp::Sum)
-    for (std::int64_t i = 0; i < n; ++i) c[i] = static_cast<T>(b[i] + a[i]);
-  else if constexpr (std::is_floating_point_v<T>)
-    for (std::int64_t i = 0; i < n; ++i) c[i] = float_max(b[i], a[i]);
-  else
+  if constexpr (std::is_floating_point_v<T>) {
+    if (op == ReduceOp::Sum)
+      for (std::int64_t i = 0; i < n; ++i) c[i] = float_sum(b[i], a[i]);
+    else
+      for (std::int64_t i = 0; i < n; ++i) c[i] = float_max(b[i], a[i]);
+  } else
     for (std::int64_t i = 0; i < n; ++i) c[i] = std::max(b[i], a[i]);
 }
 
@@ -70,7 +84,7 @@ void combine_half(const void* from, const void* base, void* to, std::int64_t n, 
   auto* c = static_cast<unsigned short*>(to);
   for (std::int64_t i = 0; i < n; ++i) {
     const float x = ToFloat(a[i]), y = ToFloat(b[i]);
-    c[i] = FromFloat(op == ReduceOp::Sum ? y + x : float_max(y, x));
+    c[i] = FromFloat(op == ReduceOp::Sum ? float_sum(y, x) : float_max(y, x));
   }
 }
 

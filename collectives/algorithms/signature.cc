@@ -1,5 +1,8 @@
 #include "signature.h"
 
+#include <cstring>
+
+#include "lib/support/fnv.h"
 #include "meshcast/error.h"
 
 namespace meshcast::detail {
@@ -41,9 +44,32 @@ std::string Signature::str() const {
          to_string(dtype);
 }
 
-void Signature::check(std::uint64_t theirs, int device) const {
-  if (theirs == word()) return;
+void Signature::write(std::byte* to) const {
+  const std::uint64_t w[2] = {word(), sizes};
+  std::memcpy(to, w, kBytes);
+}
+
+std::uint64_t Signature::digest(std::span<const std::int64_t> counts) {
+  Fnv f;
+  for (std::int64_t c : counts) f.add(c);
+  return f.h;
+}
+
+void Signature::check(const std::byte* written, int device) const {
+  std::uint64_t w[2];
+  std::memcpy(w, written, kBytes);
+  const std::uint64_t theirs = w[0];
   const std::string who = "device " + std::to_string(device);
+  if (theirs == word()) {
+    if (w[1] == sizes) return;
+    if (kind == Kind::AllGather)
+      throw ValidationError("counts", who + " passes other counts than this device's to " + str() +
+                                          ": every member passes the same counts");
+    throw ValidationError("count", who + " passes " + std::to_string(w[1]) + " elements to " +
+                                       str() + " where this device passes " +
+                                       std::to_string(sizes) +
+                                       ": every member passes the same count");
+  }
   const auto byte = [&](int shift) { return static_cast<std::uint8_t>(theirs >> shift); };
   if (theirs >> 48 != kMark || byte(16) != static_cast<std::uint8_t>(kind))
     throw ValidationError("collective", who + " runs another collective than this device's " +

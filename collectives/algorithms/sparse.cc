@@ -96,11 +96,35 @@ std::int64_t count_distinct(const Group& group, const SparseRows& mine,
   return std::min(mine.rows, static_cast<std::int64_t>(-static_cast<double>(m) * std::log(zero)));
 }
 
+// Every member's table has the same rows and width, agreed before any row travels: a member of
+// a smaller table would place another's rows past the end of its output. One small all-reduce
+// (each size and its negation, max), refused alike on every member.
+void agree_on_table(const Group& group, const SparseRows& mine, const CollectiveOptions& o) {
+  std::int64_t sizes[4] = {mine.rows, mine.width, -mine.rows, -mine.width};
+  all_reduce(group, sizes, sizes, 4, DType::i64, ReduceOp::Max, latency_bound(o));
+  for (int k = 0; k < 2; ++k)
+    if (sizes[k] != -sizes[k + 2])
+      throw ValidationError(k == 0 ? "rows" : "width",
+                            "members pass tables of " + std::to_string(-sizes[k + 2]) + " to " +
+                                std::to_string(sizes[k]) + (k == 0 ? " rows" : " floats a row") +
+                                ": every member passes the same rows and width");
+}
+
+// A row index that came from a peer, checked before it places anything (a record corrupted or
+// of a peer that disagrees must not write past the table).
+void check_row(std::int64_t index, std::int64_t rows) {
+  if (index < 0 || index >= rows)
+    throw ValidationError("indices", "a member sent row " + std::to_string(index) +
+                                         ", outside the table's " + std::to_string(rows) + " rows");
+}
+
 }  // namespace
 
 SparseRows SparseRows::from_dense(std::span<const float> dense, std::int64_t rows,
                                   std::int64_t width) {
-  if (rows < 0 || width < 0 || static_cast<std::int64_t>(dense.size()) != rows * width)
+  std::int64_t floats = 0;
+  if (rows < 0 || width < 0 || __builtin_mul_overflow(rows, width, &floats) ||
+      static_cast<std::int64_t>(dense.size()) != floats)
     throw ValidationError("dense", "holds " + std::to_string(dense.size()) + " floats, not " +
                                        std::to_string(rows) + " x " + std::to_string(width));
   SparseRows s{rows, width, {}, {}};
@@ -116,12 +140,17 @@ SparseRows SparseRows::from_dense(std::span<const float> dense, std::int64_t row
 
 void SparseRows::validate() const {
   if (rows < 0 || width < 0) throw ValidationError("rows", "rows and width must be >= 0");
+  std::int64_t floats = 0;  // the table's, and the rows' here: each below 2^63 - 1
+  if (__builtin_mul_overflow(rows, width, &floats) ||
+      __builtin_mul_overflow(static_cast<std::int64_t>(indices.size()), width, &floats))
+    throw ValidationError("rows", std::to_string(rows) + " rows of " + std::to_string(width) +
+                                      " floats exceed 2^63 - 1");
   for (std::size_t k = 0; k < indices.size(); ++k)
     if (indices[k] < 0 || indices[k] >= rows || (k && indices[k] <= indices[k - 1]))
       throw ValidationError("indices", "must increase strictly within [0, " + std::to_string(rows) +
                                            "); entry " + std::to_string(k) + " is " +
                                            std::to_string(indices[k]));
-  if (values.size() != indices.size() * static_cast<std::size_t>(width))
+  if (static_cast<std::int64_t>(values.size()) != floats)
     throw ValidationError("values", "holds " + std::to_string(values.size()) + " floats for " +
                                         std::to_string(indices.size()) + " rows of " +
                                         std::to_string(width));
@@ -170,7 +199,8 @@ double sparse_traffic(SparseMethod m, std::span<const std::int64_t> nonzero_rows
   }
   switch (m) {
     case SparseMethod::Dense:
-      return 2 * (n - 1) / n * static_cast<double>(rows * width) * sizeof(float);
+      return 2 * (n - 1) / n * static_cast<double>(rows) * static_cast<double>(width) *
+             sizeof(float);
     case SparseMethod::AllGather:
       return (total - least) * rb;
     case SparseMethod::Balanced: {
@@ -199,6 +229,7 @@ SparseMethod sparse_all_reduce(const Group& group, const SparseRows& mine, std::
   const auto me = static_cast<std::size_t>(group.index_of(rank));
   const std::size_t n = group.devices().size();
   const std::int64_t w = mine.width;
+  agree_on_table(group, mine, o);
   // Every member's row count: what auto weighs and what the all-gather receives (the dense and
   // balanced methods need none; every round counts where latency dominates).
   std::vector<std::int64_t> nnz;
@@ -214,6 +245,7 @@ SparseMethod sparse_all_reduce(const Group& group, const SparseRows& mine, std::
   }
   std::fill(out.begin(), out.end(), 0.0f);
   auto add_row = [&](std::int64_t index, const float* v) {
+    check_row(index, mine.rows);
     float* row = out.data() + index * w;
     for (std::int64_t c = 0; c < w; ++c) row[c] += v[c];
   };
@@ -300,6 +332,7 @@ SparseMethod sparse_all_reduce(const Group& group, const SparseRows& mine, std::
   for (std::int64_t c : owned) bytes.push_back(owned_bytes(c, mine.rows, w));
   const auto all = gather_blocks(group, block, bytes, o);
   auto put = [&](std::int64_t index, const float* v) {
+    check_row(index, mine.rows);
     std::memcpy(out.data() + index * w, v, static_cast<std::size_t>(w) * sizeof(float));
   };
   const std::byte* at_block = all.data();

@@ -32,7 +32,8 @@ struct SparseRows {
 
   // The rows of a dense table that hold a non-zero element.
   static SparseRows from_dense(std::span<const float> dense, std::int64_t rows, std::int64_t width);
-  // Throws ValidationError("indices" / "values") unless well formed.
+  // Throws ValidationError("indices" / "values" / "rows") unless well formed (rows x width below
+  // 2^63).
   void validate() const;
 };
 
@@ -52,8 +53,9 @@ double sparse_traffic(SparseMethod m, std::span<const std::int64_t> nonzero_rows
                       std::int64_t distinct_rows, std::int64_t rows, std::int64_t width);
 
 // Sums the members' `mine` over the group into `out` (rows * width floats, dense), on every
-// member; every member passes the same rows, width and method. Float sums may differ from a
-// serial sum by order only. Returns the method used.
+// member; every member passes the same rows, width and method (rows and width are agreed first,
+// one small all-reduce: members that differ all throw ValidationError("rows" / "width")). Float
+// sums may differ from a serial sum by order only. Returns the method used.
 SparseMethod sparse_all_reduce(const Group& group, const SparseRows& mine, std::span<float> out,
                                SparseMethod method = SparseMethod::Auto,
                                const CollectiveOptions& options = {});

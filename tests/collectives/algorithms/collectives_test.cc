@@ -536,6 +536,77 @@ TEST(Collectives, MembersThatDisagreeFailNamingTheField) {
   }
 }
 
+// Members given other counts, on every path: no member returns (each would hold pieces of other
+// bounds: stale bytes through node memory, a sum of too few members where one side's piece was
+// empty and not sent), and none waits for the timeout: each fails naming the count and the
+// other device (the counts of an all-gather), or by the length of a message, or by another
+// member's failure.
+TEST(Collectives, MembersGivenOtherCountsFail) {
+  struct Case {
+    Algorithm algorithm;
+    int n;
+    std::int64_t count, odd_count;  // the last member's
+    bool gather;
+  };
+  for (const Case c :
+       {Case{Algorithm::SharedMemory, 2, 8, 4, false},
+        Case{Algorithm::SharedMemory, 3, 9000, 6000, false},
+        Case{Algorithm::SharedMemory, 2, 8, 4, true}, Case{Algorithm::Ring, 2, 2, 1, false},
+        Case{Algorithm::HalvingDoubling, 2, 2, 1, false},
+        Case{Algorithm::RecursiveDoubling, 3, 3000, 2999, false},
+        Case{Algorithm::Auto, 2, 4, 0, false}, Case{Algorithm::Ring, 3, 6, 3, true},
+        Case{Algorithm::Auto, 4, 4000, 4004, true}}) {
+    SCOPED_TRACE(to_string(c.algorithm) + (c.gather ? " all_gather " : " all_reduce ") +
+                 std::to_string(c.count) + " vs " + std::to_string(c.odd_count));
+    LocalWorld w(c.n, c.algorithm == Algorithm::SharedMemory ? kSmallSegment : 0, 2.0);
+    const auto outcome = outcomes(w, c.n, [&](Communicator& comm) {
+      const std::int64_t count = comm.rank() == c.n - 1 ? c.odd_count : c.count;
+      std::vector<float> x(static_cast<std::size_t>(count * c.n), 1.0f);
+      CollectiveOptions o;
+      o.algorithm = c.algorithm;
+      if (c.gather)
+        all_gather(comm.world(), x.data(), x.data(), count, DType::f32, o);
+      else
+        all_reduce(comm.world(), x.data(), x.data(), count, DType::f32, ReduceOp::Sum, o);
+    });
+    for (const auto& o : outcome) {
+      EXPECT_NE(o, "returned");
+      EXPECT_EQ(o.find("no progress"), std::string::npos) << o;
+      EXPECT_TRUE(o.find(c.gather ? "counts: device " : "count: device ") != std::string::npos ||
+                  o.find(" bytes where ") != std::string::npos ||
+                  o.find(": failed: ") != std::string::npos)
+          << o;
+    }
+  }
+}
+
+// A sum of NaNs of different payloads: every member ends with the same bits (the hardware keeps
+// the first operand's NaN, and recursive doubling's partners add in opposite orders).
+TEST(Collectives, SumsOfNaNsGiveEveryMemberTheSameBits) {
+  const auto nan = [](std::uint32_t bits) { return std::bit_cast<float>(bits); };
+  for (Algorithm a : {Algorithm::RecursiveDoubling, Algorithm::Ring, Algorithm::Auto})
+    for (int n : {2, 3, 5}) {
+      std::mutex m;
+      std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
+      LocalWorld w(n);
+      w.run([&](Communicator& comm) {
+        const auto r = static_cast<std::uint32_t>(comm.rank());
+        std::vector<float> x = {nan(0x7fc00000u + r), nan(0xffc00000u - r), 1.0f,
+                                r % 2 ? nan(0x7fc00001u) : -nan(0x7fc00001u)};
+        CollectiveOptions o;
+        o.algorithm = a;
+        all_reduce(comm.world(), x.data(), x.data(), 4, DType::f32, ReduceOp::Sum, o);
+        std::lock_guard<std::mutex> lock(m);
+        results[r] = std::move(x);
+      });
+      for (int r = 1; r < n; ++r)
+        EXPECT_EQ(0, std::memcmp(results[static_cast<std::size_t>(r)].data(), results[0].data(),
+                                 4 * sizeof(float)))
+            << to_string(a) << ", " << n << " devices: device " << r << " differs";
+      EXPECT_TRUE(std::isnan(results[0][0]));
+    }
+}
+
 // Members that name different roots of a broadcast: device 2 names root 0 where the others
 // name 1, and receives from device 1 in either chain, the same bytes. It is refused naming the
 // root (no member but the root, which only sends, returns), on a small message (its signature

@@ -9,6 +9,9 @@
 #include <cmath>
 #include <mutex>
 #include <random>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "meshcast/error.h"
 #include "meshcast/local.h"
@@ -149,6 +152,58 @@ TEST(Sparse, BadInputNamesTheField) {
   const SparseRows f = SparseRows::from_dense(dense, 4, 2);
   EXPECT_EQ(f.indices, (std::vector<std::int64_t>{1, 3}));
   EXPECT_EQ(f.values, (std::vector<float>{1, 0, 0, 2}));
+}
+
+// Members whose tables differ in rows or width are refused naming the field, by every method:
+// a member of the smaller table placed another's rows past the end of its output. (Both refuse
+// once the sizes are agreed; here one's return may fail the other first, as a peer that returned
+// does in this backend.)
+TEST(Sparse, MembersWithTablesOfOtherSizesAreRefused) {
+  for (SparseMethod method :
+       {SparseMethod::Auto, SparseMethod::Dense, SparseMethod::AllGather, SparseMethod::Balanced})
+    for (const bool by_width : {false, true}) {
+      SCOPED_TRACE(to_string(method) + (by_width ? " width" : " rows"));
+      std::mutex m;
+      std::vector<std::string> fields;
+      LocalWorld w(2);
+      EXPECT_ANY_THROW(w.run([&](Communicator& comm) {
+        const bool small = comm.rank() == 1;
+        const std::int64_t rows = small && !by_width ? 500 : 1000,
+                           width = small && by_width ? 2 : 4;
+        SparseRows mine{rows, width, {small ? 1 : 990}, std::vector<float>(width, 1.0f)};
+        std::vector<float> backing(4000, 0.0f);
+        std::span<float> out(backing.data(), static_cast<std::size_t>(rows * width));
+        const auto untouched = [&] {
+          for (std::size_t i = out.size(); i < backing.size(); ++i)
+            ASSERT_EQ(backing[i], 0.0f) << "written past the output at " << i;
+        };
+        try {
+          sparse_all_reduce(comm.world(), mine, out, method);
+        } catch (const ValidationError& e) {
+          untouched();
+          std::lock_guard<std::mutex> lock(m);
+          fields.push_back(e.field());
+          throw;
+        } catch (const CommError&) {
+          untouched();
+          throw;
+        }
+      }));
+      ASSERT_FALSE(fields.empty());
+      for (const std::string& f : fields) EXPECT_EQ(f, by_width ? "width" : "rows");
+    }
+}
+
+// rows x width past 2^63 - 1 is refused, not wrapped to a small table.
+TEST(Sparse, TablesPastInt64AreRefused) {
+  const SparseRows huge{std::int64_t{1} << 62, 4, {5}, {1, 2, 3, 4}};
+  EXPECT_THROW(huge.validate(), ValidationError);
+  LocalWorld w(1);
+  w.run([&](Communicator& comm) {
+    EXPECT_THROW(sparse_all_reduce(comm.world(), huge, {}, SparseMethod::Dense), ValidationError);
+  });
+  const std::vector<float> none;
+  EXPECT_THROW(SparseRows::from_dense(none, std::int64_t{1} << 62, 4), ValidationError);
 }
 
 }  // namespace
