@@ -140,9 +140,10 @@ void write_plan_json_with_cost(std::ostream& os, const Plan& plan, const Topolog
 std::int64_t parse_chunk(const std::string& text);
 // A positive iteration count; throws ValidationError("iters").
 int parse_iters(const std::string& text);
-// Refuses a run whose iterations (and its warm-up) would move more than limits().run_bytes:
-// `bytes` per iteration (a run of hours is refused before it starts, as a plan too large is).
-void check_run_bytes(int iters, double bytes);
+// Refuses a run whose iterations (and its warm-up) would move more than limits().run_bytes or
+// make more than limits().run_transfers transfers: `bytes` and `transfers` per iteration (a run
+// of hours is refused before it starts, as a plan too large is).
+void check_run(int iters, double bytes, double transfers);
 // Refuses (ValidationError "backend") a backend that is unknown or not built in.
 void check_backend(const std::string& backend);
 // `meshcast` links no CUDA, so that it starts on any machine; where the NCCL backend is built,

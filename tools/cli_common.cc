@@ -141,14 +141,20 @@ int parse_iters(const std::string& text) {
   return static_cast<int>(parse_int_in(text, "iters", 1, kMaxIters));
 }
 
-void check_run_bytes(int iters, double bytes) {
-  const double total = (iters + 1.0) * bytes;  // (no overflow: iters <= kMaxIters)
-  if (total > static_cast<double>(limits().run_bytes))
+void check_run(int iters, double bytes, double transfers) {
+  const double runs = iters + 1.0;  // (no overflow: iters <= kMaxIters)
+  if (runs * bytes > static_cast<double>(limits().run_bytes))
     throw ValidationError("run bytes", std::to_string(iters) + " iterations of " +
-                                           human_bytes(static_cast<std::int64_t>(bytes)) +
+                                           human_bytes(detail::saturated_int64(bytes)) +
                                            " exceed the limit of " +
                                            human_bytes(limits().run_bytes) +
                                            " (raise it with MESHCAST_MAX_RUN_BYTES)");
+  if (runs * transfers > static_cast<double>(limits().run_transfers))
+    throw ValidationError("run transfers", std::to_string(iters) + " iterations of " +
+                                               std::to_string(detail::saturated_int64(transfers)) +
+                                               " transfers exceed the limit of " +
+                                               std::to_string(limits().run_transfers) +
+                                               " (raise it with MESHCAST_MAX_RUN_TRANSFERS)");
 }
 
 void check_backend(const std::string& backend) {

@@ -19,6 +19,7 @@
 #include "cli.h"
 #include "lib/support/fnv.h"
 #include "lib/support/json_text.h"
+#include "lib/support/saturated.h"
 #include "lib/support/text.h"
 #include "meshcast/bootstrap.h"
 #include "meshcast/cost.h"
@@ -175,6 +176,7 @@ std::vector<StepKind> step_kinds(const Loaded& l) {
 SyncStats predict_steps(const Loaded& l) {
   SyncStats total;
   std::int64_t messages = 0, priced = 0;
+  double bounding = -1;  // the largest bound a kind of step adds: its busiest link is reported
   for (const StepKind& k : step_kinds(l)) {
     const SyncStats p = predict_sync(k.step->moves, l.topology, l.options);
     messages += p.messages;
@@ -191,7 +193,8 @@ SyncStats predict_steps(const Loaded& l) {
     total.bytes_network += p.bytes_network * k.count;
     total.predicted_seconds += p.predicted_seconds * static_cast<double>(k.count);
     total.link_bound_seconds += p.link_bound_seconds * static_cast<double>(k.count);
-    if (total.busiest_link.empty()) total.busiest_link = p.busiest_link;
+    if (const double adds = p.link_bound_seconds * static_cast<double>(k.count); adds > bounding)
+      bounding = adds, total.busiest_link = p.busiest_link;
   }
   total.tensors = static_cast<std::int64_t>(l.model.moves.size());
   return total;
@@ -577,6 +580,27 @@ double target_bytes(const Loaded& l) {
   return bytes;
 }
 
+// Refuses, before any planning, a run whose devices' plans would exceed the planning memory:
+// each device in this process (every device on the local backend) holds every tensor, at
+// kTensorPlanBytes, and 12 bytes for each id of its meshes (both layouts' id lists, copied into
+// the device's plan, and a chain's receivers on each of its devices: 11.8 KB a tensor and
+// device measured for 512 -> 512 devices, where 64 tensors on the local backend took 1.4 GB).
+void check_plans_memory(const ModelManifest& m, std::size_t devices_here) {
+  double per_device = 0;
+  for (const TensorMove& t : m.moves)
+    per_device += static_cast<double>(kTensorPlanBytes) +
+                  12.0 * static_cast<double>(t.src.mesh().size() + t.dst.mesh().size());
+  const double bytes = per_device * static_cast<double>(devices_here);
+  if (bytes > static_cast<double>(limits().plan_memory_bytes))
+    throw ValidationError("plan memory",
+                          detail::counted(static_cast<std::int64_t>(devices_here), "device") +
+                              "' plans of " +
+                              detail::counted(static_cast<std::int64_t>(m.moves.size()), "tensor") +
+                              ", an estimated " + human_bytes(detail::saturated_int64(bytes)) +
+                              ", exceed the limit of " + human_bytes(limits().plan_memory_bytes) +
+                              " (raise it with MESHCAST_MAX_PLAN_MEMORY_BYTES)");
+}
+
 // One rank's sync (every device's on the local backend, `s` null): its input checked (on a
 // process backend together with every rank's), then saved, priced or run.
 int sync_rank(const SyncArgs& args, ProcessSession* s) {
@@ -589,9 +613,17 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
     iters = parse_iters(a.iters);
     l = load(a);
     devices = sync_devices(l->model.moves);
-    if (!a.predict && a.save_plan.empty()) check_run_bytes(iters, target_bytes(*l));
+    if (!a.predict && a.save_plan.empty()) {
+      // Every target device takes each tensor of each step in one transfer at least (per-tensor
+      // and gather modes sync each tensor alone).
+      double moves = 0;
+      for (const Step& st : l->steps)
+        for (const TensorMove& t : st.moves) moves += static_cast<double>(t.dst.mesh().size());
+      check_run(iters, target_bytes(*l), moves);
+      check_plans_memory(l->model, s ? 1 : devices.size());
+    }
     if (!s) return;
-    const int needed = devices.back() + 1;
+    const std::int64_t needed = std::int64_t{devices.back()} + 1;  // (the largest id is 2^31 - 1)
     if (!a.system.empty() && s->comm.size() != needed)
       throw ValidationError("system", "places " + std::to_string(needed) +
                                           " devices (trainers and generators), but " +

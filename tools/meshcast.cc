@@ -202,9 +202,11 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
   std::optional<Plan> made;
   bool discover = false;  // --topology auto on a process backend: planned once the job found it
   // What the iterations move in all, each the plan's bytes moved and copied.
-  const auto check_run = [&](const Plan& p) {
-    check_run_bytes(iters, static_cast<double>(p.stats().bytes_moved) +
-                               static_cast<double>(p.stats().bytes_local));
+  const auto check_iterations = [&](const Plan& p) {
+    check_run(
+        iters,
+        static_cast<double>(p.stats().bytes_moved) + static_cast<double>(p.stats().bytes_local),
+        static_cast<double>(p.ops().size()));
   };
   // This rank's input checked and planned; on a process backend once the job has started, every
   // rank's failure agreed (checked_together).
@@ -228,7 +230,7 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
       check_local_capacity(made ? made->src() : in->src, made ? made->dst() : in->dst);
     discover = !saved && run.backend != "local" && is_auto_topology(args.topology);
     if (!made && !discover) made = plan(in->src, in->dst, in->topology, in->options);
-    if (made) check_run(*made);
+    if (made) check_iterations(*made);
     if (run.backend == "local")  // again, with the scratch of the plan's reduces
       check_local_capacity(
           {&made->src(), &made->dst()}, "shape",
@@ -253,7 +255,7 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
         agree(s.boot,
               {{"topology", "auto " + std::to_string(std::hash<std::string>{}(args.topology))}});
         made = plan(in->src, in->dst, discover_job_topology(s, args.topology), in->options);
-        check_run(*made);
+        check_iterations(*made);
       }
       ProcessRun pr = run_plan_on(*made, s, iters, run.verify);
       root = pr.root;

@@ -23,8 +23,12 @@ struct Limits {
   // Arithmetic of a training run's steps (about an hour at the 20 GFLOP/s of 2 cores).
   std::int64_t train_flops = std::int64_t{1} << 46;
   std::int64_t run_bytes = std::int64_t{4} << 40;  // bytes a run moves over all its iterations
-  std::int64_t devices = std::int64_t{1} << 20;    // device ids a job may name (MESHCAST_SIZE)
-  std::int64_t local_threads = 1024;               // device threads of the in-process backend
+  // Transfers a run makes over all its iterations (a reshard's ops, a sync's tensors times their
+  // target devices): each costs its setup and completion whatever its bytes (tens of
+  // microseconds for a tiny tensor's).
+  std::int64_t run_transfers = std::int64_t{1} << 27;
+  std::int64_t devices = std::int64_t{1} << 20;  // device ids a job may name (MESHCAST_SIZE)
+  std::int64_t local_threads = 1024;             // device threads of the in-process backend
 };
 
 // The limits in force: the defaults above, each replaced by MESHCAST_MAX_<NAME> when that is

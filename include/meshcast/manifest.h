@@ -51,7 +51,8 @@
 //   expert index of more than 9 digits is refused.
 // * column-parallel, dim 0 over tp (and a column layer's bias with it, as Megatron's
 //   ColumnParallelLinear): q/k/v/qkv projections (q_proj k_proj v_proj qkv_proj
-//   query_key_value c_attn linear_qkv wq wk wv q_b_proj kv_b_proj), gate/up (gate_proj up_proj
+//   query_key_value c_attn linear_qkv wq wk wv q_b_proj kv_b_proj, and BERT's query key
+//   value), gate/up (gate_proj up_proj
 //   gate_up_proj w1 w3 c_fc fc1 dense_h_to_4h linear_fc1), vocabulary embeddings and heads
 //   (embed_tokens wte word_embeddings tok_embeddings embed_in lm_head output_layer embed_out).
 // * row-parallel, dim 1 over tp (bias replicated): o_proj down_proj dense out_proj c_proj w2
@@ -103,6 +104,10 @@ struct ModelManifest {
 
 // At most this many tensors in one file.
 inline constexpr std::int64_t kMaxManifestTensors = std::int64_t{1} << 20;
+// What a tensor of a model holds beside its boxes once read and planned by one device (its name,
+// two layouts of a few small vectors each, its entries in the device's plan): about 3 KiB,
+// measured with 2^20 one-element tensors (3.1 GB per rank under MPI).
+inline constexpr std::int64_t kTensorPlanBytes = 3 << 10;
 
 // Reads a model file (either form). `system` is required for a model config and refused with
 // an explicit one. `cast` (bf16 or f16) is the target dtype of f32 tensors that give no

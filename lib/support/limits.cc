@@ -36,6 +36,7 @@ Limits from_env() {
   override_from_env(l.train_memory_bytes, "TRAIN_MEMORY_BYTES");
   override_from_env(l.train_flops, "TRAIN_FLOPS");
   override_from_env(l.run_bytes, "RUN_BYTES");
+  override_from_env(l.run_transfers, "RUN_TRANSFERS");
   override_from_env(l.devices, "DEVICES");
   override_from_env(l.local_threads, "LOCAL_THREADS");
   return l;

@@ -335,9 +335,9 @@ NameInfo name_info(std::string_view name, std::size_t ndim) {
     const std::string_view next = parts[i + 1];
     if ((one_of(parts[i], kLayerWords) || parts[i] == "experts") && next.size() > 9 &&
         std::all_of(next.begin(), next.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      throw ValidationError("tensors." + std::string(name), "index " + detail::quote(next) +
-                                                                " after '" + std::string(parts[i]) +
-                                                                "' has more than 9 digits");
+      throw ValidationError(tensor_field(name), "index " + detail::quote(next) + " after '" +
+                                                    std::string(parts[i]) +
+                                                    "' has more than 9 digits");
     if (info.layer < 0 && one_of(parts[i], kLayerWords) && is_index(parts[i + 1]))
       info.layer = index_of(parts[i + 1]);
     if (info.expert < 0 && parts[i] == "experts" && is_index(parts[i + 1])) {
@@ -627,11 +627,9 @@ ModelManifest read_model(std::string_view model_json, const SystemConfig* system
   JsonReader r(model_json, "model");
   r.check();  // syntax and keys given twice, before anything else is reported
   std::vector<Entry> entries;
-  // What a tensor holds beside its boxes once read and planned (its name, two layouts of a few
-  // small vectors each, its entries in a device's plan): about 3 KiB, measured with 2^20
-  // one-element tensors (3.1 GB per rank under MPI). Counted against the planning memory as the
-  // tensors are read, so that a model of many tensors is refused within that bound.
-  constexpr std::int64_t kTensorBytes = 3 << 10;
+  // kTensorPlanBytes a tensor, counted against the planning memory as the tensors are read, so
+  // that a model of many tensors is refused within that bound.
+  constexpr std::int64_t kTensorBytes = kTensorPlanBytes;
   const std::int64_t most = limits().plan_memory_bytes / kTensorBytes;
   r.object("model", [&](std::string_view name) {
     const auto n = static_cast<std::int64_t>(entries.size());

@@ -319,6 +319,37 @@ MESHCAST_MAX_RUN_BYTES=1M run --model models/gpt2-small.json --system models/sys
 if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q "^meshcast: run bytes: 3 iterations of .* exceed the limit of 1.00 MiB" "$TMP/err"
 then ok; else bad "sync iterations over the run bound: rc=$rc $(cat "$TMP/err")"; fi
 
+# ... and by their transfers: 2,000 one-element tensors a million times, tensor by tensor, would
+# run for 16 hours.
+python3 -c 'import sys
+open(sys.argv[1], "w").write("{" + ",".join("\"t%d\":{\"shape\":[1],\"dtype\":\"F32\",\"src\":\"1@0:R\",\"dst\":\"1@1:R\"}" % i for i in range(2000)) + "}")' "$TMP/t2k.json"
+run --model "$TMP/t2k.json" --mode per-tensor --iters 1000000
+if [[ $rc -eq 2 && $(cat "$TMP/err") == "meshcast: run transfers: 1000000 iterations of 2000 transfers exceed the limit of 134217728 (raise it with MESHCAST_MAX_RUN_TRANSFERS)" ]]
+then ok; else bad "sync transfers over the run bound: rc=$rc $(cat "$TMP/err")"; fi
+# Every device of the local backend holds its own plan of every tensor: 1,024 devices' plans of
+# 4,000 tensors on meshes of 512 are refused at once (each device held 12 KB a tensor there).
+python3 -c 'import sys
+open(sys.argv[1], "w").write("{" + ",".join("\"t%d\":{\"shape\":[1],\"dtype\":\"U8\",\"src\":\"512@0-511:R\",\"dst\":\"512@512-1023:R\"}" % i for i in range(4000)) + "}")' "$TMP/wide.json"
+run --model "$TMP/wide.json" --iters 1
+if [[ $rc -eq 2 && $(cat "$TMP/err") == "meshcast: plan memory: 1024 devices' plans of 4000 tensors, an estimated 58.59 GiB, exceed the limit of 8.00 GiB (raise it with MESHCAST_MAX_PLAN_MEMORY_BYTES)" ]]
+then ok; else bad "1,024 devices' plans of 4,000 tensors: rc=$rc $(cat "$TMP/err")"; fi
+
+# Per-tensor and gather report the busiest link of the step that bounds them, not the first
+# step's (a link that carried 1 byte).
+printf '{"small":{"shape":[1],"dtype":"U8","src":"1@0:R","dst":"1@1:R"},"big":{"shape":[100000000],"dtype":"U8","src":"1@2:R","dst":"1@3:R"}}' >"$TMP/links.json"
+for mode in fused per-tensor gather; do
+  run --model "$TMP/links.json" --mode "$mode" --predict --json
+  if [[ $rc -eq 0 && $(field busiest_link) == '"device 2 send"' ]]; then ok; else
+    bad "busiest link of $mode: rc=$rc $(field busiest_link) $(cat "$TMP/err")"; fi
+done
+
+# A name's control characters are not printed (the error is one line of printable text).
+printf '{"x\\u001b[31m\\u000bq.layers.1234567890.w":{"shape":[4],"dtype":"F32"}}' >"$TMP/ctl.json"
+run --model "$TMP/ctl.json" --system models/systems/tp2pp2-to-tp2dp2.json --predict
+if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] && ! LC_ALL=C grep -q '[[:cntrl:]]' <(tr -d '\n' <"$TMP/err") &&
+  grep -q "has more than 9 digits" "$TMP/err"; then ok; else
+  bad "control characters in a name: rc=$rc $(cat -v "$TMP/err")"; fi
+
 run --model "$TMP/missing.json"  # I/O: exit 4, the path and the reason
 if [[ $rc -eq 4 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q "missing.json" "$TMP/err"; then ok; else
   bad "missing model file: rc=$rc $(cat "$TMP/err")"; fi
