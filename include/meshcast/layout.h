@@ -41,7 +41,8 @@ class Layout {
   std::int64_t elements() const;
   std::int64_t bytes() const { return elements() * static_cast<std::int64_t>(dtype_size(dtype_)); }
 
-  // Number of shards of tensor dim `dim` (product of the extents of its axes).
+  // Number of shards of tensor dim `dim` (product of the extents of its axes). Taking a dim,
+  // these throw ValidationError("spec") for one the tensor has not.
   std::int64_t splits(std::size_t dim) const;
   // Shard index of dim `dim` held by the device at mesh linear index `index`.
   std::int64_t shard_index(std::size_t dim, std::int64_t index) const;
@@ -57,7 +58,8 @@ class Layout {
   std::int64_t partial_groups() const;
 
   // Devices (mesh linear indices) whose shard indices equal `shard` (one per dim): the holders
-  // of that tile, in mesh order. Holders of different addends are included.
+  // of that tile, in mesh order. Holders of different addends are included. ValidationError
+  // ("shard") unless there is one index per dim, each in [0, splits(dim)).
   std::vector<std::int64_t> holders(const std::vector<std::int64_t>& shard) const;
   // Replica groups: for each distinct tile (and addend), the devices holding it.
   std::vector<std::vector<int>> replica_groups() const;

@@ -18,13 +18,15 @@ struct Region {
   std::vector<std::int64_t> offset;  // box origin inside the local buffer
   std::vector<std::int64_t> count;   // box extents
 
-  // The region of global box `box` inside the buffer of a device whose tile is `tile`.
+  // The region of global box `box` inside the buffer of a device whose tile is `tile`
+  // (ValidationError("box") unless the tile contains it).
   static Region of(void* base, std::size_t elem_size, const Box& tile, const Box& box);
   // A buffer holding r's box packed (row-major, its extent equal to its count).
   static Region packed_like(const Region& r, void* base);
   // A contiguous buffer of `bytes` bytes.
   static Region contiguous(void* base, std::size_t bytes);
 
+  // ValidationError("region") for a negative count, or elements or bytes past 2^63 - 1.
   std::int64_t elements() const;
   std::size_t bytes() const { return static_cast<std::size_t>(elements()) * elem_size; }
   // True when the box is one contiguous run of the buffer.
@@ -33,7 +35,9 @@ struct Region {
   void* origin() const;
 };
 
-// Copies between two regions of equal counts (shapes may differ in ndim only by collapsing).
+// Copies between two regions of equal counts and element sizes. These functions throw
+// ValidationError("region") for regions of other counts, or one that does not lie in its
+// buffer (extent, offset and count of one ndim, 0 <= offset <= extent - count).
 void copy_region(const Region& from, const Region& to);
 // Packs a region into a contiguous buffer of from.bytes() bytes, and the inverse.
 void pack(const Region& from, void* out);

@@ -21,7 +21,11 @@ class ShardingSpec {
   static ShardingSpec parse(std::string_view text, const std::string& field = "spec");
 
   std::size_t ndim() const { return dims_.size(); }
-  const std::vector<int>& axes(std::size_t dim) const { return dims_[dim]; }
+  // ValidationError("spec") for a dim of no token.
+  const std::vector<int>& axes(std::size_t dim) const {
+    if (dim >= dims_.size()) bad_dim(dim);
+    return dims_[dim];
+  }
   const std::vector<std::vector<int>>& dims() const { return dims_; }
   // Mesh axes holding addends of a pending sum (empty: the value is complete).
   const std::vector<int>& partial() const { return partial_; }
@@ -31,6 +35,8 @@ class ShardingSpec {
   friend bool operator==(const ShardingSpec&, const ShardingSpec&) = default;
 
  private:
+  [[noreturn]] void bad_dim(std::size_t dim) const;
+
   std::vector<std::vector<int>> dims_;
   std::vector<int> partial_;
 };

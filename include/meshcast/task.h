@@ -32,16 +32,19 @@ class TaskGrid {
   const Layout& dst() const { return *dst_; }
   // Number of tasks (0 when a dimension is empty).
   std::int64_t size() const { return size_; }
+  // Taking a task index, these throw ValidationError("task") for one outside [0, size()).
   Box box(std::int64_t i) const;
   // Task i's shard index per dimension in the source and in the destination.
   void shards(std::int64_t i, std::vector<std::int64_t>& src_shard,
               std::vector<std::int64_t>& dst_shard) const;
   // Task i with its holders and destinations listed.
   Task task(std::int64_t i) const;
-  // The tasks whose boxes meet `region`, ascending. O(ndim log pieces + output).
+  // The tasks whose boxes meet `region` (of the tensor's ndim, else ValidationError("region")),
+  // ascending. O(ndim log pieces + output).
   std::vector<std::int64_t> meeting(const Box& region) const;
 
  private:
+  void check_task(std::int64_t i) const;
   struct Piece {
     std::int64_t src_shard, dst_shard;
     Range range;

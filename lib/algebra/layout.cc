@@ -155,6 +155,14 @@ std::int64_t Layout::partial_groups() const {
 std::vector<std::int64_t> Layout::holders(const std::vector<std::int64_t>& shard) const {
   // Fix the coordinates of every splitting axis from the shard indices (mixed radix, major
   // first), then enumerate the free axes in mesh order.
+  if (shard.size() != shape_.size())
+    throw ValidationError("shard", "has " + std::to_string(shard.size()) + " indices for a " +
+                                       std::to_string(shape_.size()) + "-D tensor");
+  for (std::size_t d = 0; d < shard.size(); ++d)
+    if (shard[d] < 0 || shard[d] >= splits(d))
+      throw ValidationError("shard", "index " + std::to_string(shard[d]) + " of dim " +
+                                         std::to_string(d) + " is outside its " +
+                                         std::to_string(splits(d)) + " shards");
   const std::size_t nd = mesh_.ndim();
   std::vector<std::int64_t> fixed(nd, -1);
   for (std::size_t d = 0; d < shape_.size(); ++d) {

@@ -99,7 +99,26 @@ void for_each_run_in(const Region& r, std::size_t lo, std::size_t hi, F&& f) {
   }
 }
 
+// A region built by hand must lie in its buffer: the walks below index by its fields alone.
+void check_region(const Region& r) {
+  const std::size_t n = r.count.size();
+  if (r.extent.size() != n || r.offset.size() != n)
+    throw ValidationError(
+        "region", "extent, offset and count have " + std::to_string(r.extent.size()) + ", " +
+                      std::to_string(r.offset.size()) + " and " + std::to_string(n) + " dims");
+  if (r.elem_size < 1) throw ValidationError("region", "elem_size must be >= 1");
+  for (std::size_t d = 0; d < n; ++d)
+    if (r.count[d] < 0 || r.offset[d] < 0 || r.extent[d] < r.count[d] ||
+        r.offset[d] > r.extent[d] - r.count[d])
+      throw ValidationError("region",
+                            "dim " + std::to_string(d) + ": offset " + std::to_string(r.offset[d]) +
+                                " and count " + std::to_string(r.count[d]) +
+                                " do not lie in an extent of " + std::to_string(r.extent[d]));
+  (void)r.bytes();  // its size fits (else elements() throws)
+}
+
 void check_range(const Region& r, std::size_t offset, std::size_t bytes) {
+  check_region(r);
   if (offset > r.bytes() || bytes > r.bytes() - offset)
     throw ValidationError("region", "byte range [" + std::to_string(offset) + ", " +
                                         std::to_string(offset + bytes) + ") outside a region of " +
@@ -107,6 +126,8 @@ void check_range(const Region& r, std::size_t offset, std::size_t bytes) {
 }
 
 void check_same(const Region& a, const Region& b) {
+  check_region(a);
+  check_region(b);
   if (a.count != b.count || a.elem_size != b.elem_size)
     throw ValidationError("region", "regions of different shapes or element sizes");
 }
@@ -261,6 +282,8 @@ void narrow_run(const std::byte* __restrict in, std::byte* __restrict out, std::
 }  // namespace
 
 Region Region::of(void* base, std::size_t elem_size, const Box& tile, const Box& box) {
+  if (box.ndim() != tile.ndim() || !tile.contains(box))
+    throw ValidationError("box", box.str() + " does not lie in the tile " + tile.str());
   Region r;
   r.base = base;
   r.elem_size = elem_size;
@@ -278,8 +301,12 @@ Region Region::contiguous(void* base, std::size_t bytes) {
 }
 
 std::int64_t Region::elements() const {
-  std::int64_t n = 1;
-  for (auto c : count) n *= c;
+  std::int64_t n = 1, bytes = 0;
+  for (auto c : count)
+    if (c < 0 || __builtin_mul_overflow(n, c, &n))
+      throw ValidationError("region", c < 0 ? "a count is negative" : "its count overflows");
+  if (__builtin_mul_overflow(n, static_cast<std::int64_t>(elem_size), &bytes))
+    throw ValidationError("region", "its bytes overflow");
   return n;
 }
 
@@ -397,6 +424,7 @@ void accumulate(const Region& from, const Region& to, DType dtype) {
 }
 
 void zero_region(const Region& r) {
+  check_region(r);
   auto* dst = static_cast<std::byte*>(r.base);
   for_each_run(r, r, [&](std::int64_t a, std::int64_t, std::int64_t n) {
     std::memset(dst + a, 0, static_cast<std::size_t>(n) * r.elem_size);
@@ -430,6 +458,8 @@ void convert_region(const Region& from, DType from_type, const Region& to, DType
     throw ValidationError("dtype", "cannot convert " + to_string(from_type) + " to " +
                                        to_string(to_type) +
                                        " (conversions are among f32, bf16 and f16)");
+  check_region(from);
+  check_region(to);
   if (from.count != to.count)
     throw ValidationError("region", "converting between regions of different shapes");
   if (from.elem_size != dtype_size(from_type) || to.elem_size != dtype_size(to_type))

@@ -56,6 +56,11 @@ ShardingSpec ShardingSpec::parse(std::string_view text, const std::string& field
   return ShardingSpec(std::move(dims), std::move(partial));
 }
 
+void ShardingSpec::bad_dim(std::size_t dim) const {
+  throw ValidationError("spec", "dim " + std::to_string(dim) + " is out of range for a spec of " +
+                                    std::to_string(dims_.size()) + " dims");
+}
+
 std::string ShardingSpec::str() const {
   std::ostringstream os;
   for (const auto& d : dims_) {

@@ -49,7 +49,14 @@ TaskGrid::TaskGrid(const Layout& src, const Layout& dst) : src_(&src), dst_(&dst
   }
 }
 
+void TaskGrid::check_task(std::int64_t i) const {
+  if (i < 0 || i >= size_)
+    throw ValidationError("task", "index " + std::to_string(i) + " is outside the grid's " +
+                                      std::to_string(size_) + " tasks");
+}
+
 Box TaskGrid::box(std::int64_t i) const {
+  check_task(i);
   std::vector<Range> r(pieces_.size());
   for (std::size_t d = pieces_.size(); d-- > 0;) {
     const auto n = static_cast<std::int64_t>(pieces_[d].size());
@@ -61,6 +68,7 @@ Box TaskGrid::box(std::int64_t i) const {
 
 void TaskGrid::shards(std::int64_t i, std::vector<std::int64_t>& src_shard,
                       std::vector<std::int64_t>& dst_shard) const {
+  check_task(i);
   src_shard.resize(pieces_.size());
   dst_shard.resize(pieces_.size());
   for (std::size_t d = pieces_.size(); d-- > 0;) {
@@ -98,6 +106,9 @@ std::vector<std::int64_t> TaskGrid::meeting(const Box& region) const {
   // Per dimension, the run of pieces meeting the region's range (pieces are sorted and
   // disjoint); the tasks are the product of the runs, ascending in mixed radix.
   const std::size_t nd = pieces_.size();
+  if (region.ndim() != nd)
+    throw ValidationError("region", "a " + std::to_string(region.ndim()) + "-D box " +
+                                        "for a grid of " + std::to_string(nd) + " dims");
   std::vector<std::size_t> lo(nd), hi(nd);
   for (std::size_t d = 0; d < nd; ++d) {
     const auto& ps = pieces_[d];

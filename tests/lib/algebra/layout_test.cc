@@ -148,6 +148,24 @@ TEST(Layout, ReplicaGroupsPartitionTheMesh) {
   }
 }
 
+// Accessors taking a dim or shard indices check them: splits(5) of a 2-D tensor read past the
+// spec's tokens, holders({-1, 0}) answered devices of no tile, holders({}) crashed.
+TEST(Layout, AccessorsRefuseIndicesOutOfRange) {
+  const Layout l = Layout::parse({8, 8}, DType::f32, "2x2:S0R");
+  EXPECT_EQ(l.holders({1, 0}), (std::vector<std::int64_t>{2, 3}));
+  for (const std::vector<std::int64_t>& shard :
+       {std::vector<std::int64_t>{-1, 0}, {2, 0}, {0, 1}, {}, {0, 0, 0}})
+    try {
+      (void)l.holders(shard);
+      ADD_FAILURE() << "holders of " << shard.size() << " indices accepted";
+    } catch (const ValidationError& e) {
+      EXPECT_EQ(e.field(), "shard") << e.what();
+    }
+  EXPECT_THROW((void)l.splits(5), ValidationError);
+  EXPECT_THROW((void)l.shard_index(5, 0), ValidationError);
+  EXPECT_THROW((void)l.spec().axes(2), ValidationError);
+}
+
 TEST(Layout, ValidationNamesTheField) {
   constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
   const Mesh m24 = Mesh::parse("2x4");

@@ -397,6 +397,33 @@ TEST(Region, MismatchedShapesOrDtypeAreRefused) {
   EXPECT_THROW(accumulate(r4, r4b, DType::f64), ValidationError) << "element size 4 is not f64";
 }
 
+// A region built by hand must lie in its buffer before anything walks it: a negative count
+// defeated the byte-range check (its bytes wrapped), a short extent was read past its end, a box
+// outside the tile or of fewer dims became a region outside the buffer.
+TEST(Region, RegionsOutsideTheirBufferAreRefused) {
+  float a[8] = {}, b[8] = {}, out[8] = {};
+  const Region good{a, 4, {8}, {0}, {4}};
+  const std::vector<Region> bad = {
+      Region{b, 4, {8}, {0}, {-4}},  // negative count
+      Region{b, 4, {8}, {6}, {4}},   // past the extent
+      Region{b, 4, {8}, {-1}, {4}},  // before it
+      Region{b, 4, {}, {0}, {4}},    // extent of another ndim
+      Region{b, 0, {8}, {0}, {4}},   // elements of no bytes
+  };
+  for (const Region& r : bad) {
+    EXPECT_THROW(copy_region(good, r), ValidationError);
+    EXPECT_THROW(pack(r, out), ValidationError);
+    EXPECT_THROW(pack_range(r, 0, 4, out), ValidationError);
+    EXPECT_THROW(zero_region(r), ValidationError);
+    EXPECT_THROW(convert_region(r, DType::f32, good, DType::f32), ValidationError);
+  }
+  EXPECT_THROW((void)Region({a, 4, {1}, {0}, {std::int64_t{1} << 62}}).bytes(), ValidationError);
+  const Box tile({{0, 4}, {0, 2}});
+  EXPECT_THROW(Region::of(a, 4, tile, Box({{2, 6}, {0, 2}})), ValidationError);  // outside
+  EXPECT_THROW(Region::of(a, 4, tile, Box({{0, 4}})), ValidationError);          // fewer dims
+  EXPECT_NO_THROW(Region::of(a, 4, tile, Box({{1, 3}, {0, 1}})));
+}
+
 TEST(Region, IsContiguousCases) {
   struct Case {
     std::vector<std::int64_t> extent, offset, count;

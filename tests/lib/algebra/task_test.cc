@@ -156,6 +156,20 @@ TEST(Tasks, SpecialCases) {
                   .empty());
 }
 
+// The grid's accessors check a task index and a region's ndim (they read past its tables).
+TEST(Tasks, GridAccessorsRefuseIndicesOutOfRange) {
+  const auto a = Layout::parse({4, 4}, DType::f32, "2x2:S0R");
+  const auto b = Layout::parse({4, 4}, DType::f32, "2x2@4-7:RS1");
+  const TaskGrid g(a, b);
+  ASSERT_GT(g.size(), 0);
+  EXPECT_NO_THROW(g.box(g.size() - 1));
+  for (std::int64_t i : {std::int64_t{-1}, g.size()}) {
+    EXPECT_THROW(g.box(i), ValidationError) << i;
+    EXPECT_THROW(g.task(i), ValidationError) << i;
+  }
+  EXPECT_THROW(g.meeting(Box({{0, 4}})), ValidationError);
+}
+
 TEST(Tasks, MismatchedShapeOrDtypeNamesTheField) {
   const auto a = Layout::parse({4, 4}, DType::f32, "2x2:S0R");
   try {
