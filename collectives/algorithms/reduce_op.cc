@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "meshcast/collectives.h"
@@ -17,28 +18,25 @@ namespace {
 // wins (numpy's maximum; std::max kept the first operand, so members disagreed), of two NaNs
 // the one of larger bits, and +0 over -0.
 template <class T>
-T larger_bits(T x, T y) {
-  using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
-  return std::bit_cast<Bits>(x) > std::bit_cast<Bits>(y) ? x : y;
-}
-
-template <class T>
 T float_max(T x, T y) {
+  using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
   if (x != x || y != y) {
     if (x == x) return y;
     if (y == y) return x;
-    return larger_bits(x, y);
+    return std::bit_cast<Bits>(x) > std::bit_cast<Bits>(y) ? x : y;
   }
   if (x == y) return std::signbit(x) ? y : x;
   return x > y ? x : y;
 }
 
 // The sum, the same bits whichever operand comes first: of two NaNs the hardware keeps the
-// first operand's (x86), so members that add them in different orders disagreed; the one of
-// larger bits, as max does.
+// first operand's (x86), so members that added them in different orders disagreed. A NaN sum is
+// the one quiet NaN (numpy promises no payload either): a compare and a blend, which vectorize
+// (choosing between two NaNs by their bits ran 3.5x slower on an in-cache vector).
 template <class T>
 T float_sum(T x, T y) {
-  return x != x && y != y ? larger_bits(x, y) : x + y;
+  const T s = x + y;
+  return s != s ? std::numeric_limits<T>::quiet_NaN() : s;
 }
 
 template <class T>

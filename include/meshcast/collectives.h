@@ -34,6 +34,7 @@ namespace meshcast {
 // Sum: integers wrap modulo 2^bits (as numpy's add), bool is logical or, complex numbers add
 // componentwise. Max: bool is logical or; c64 / c128 are refused (ValidationError "op").
 // Max over floats: a NaN wins (numpy's maximum), +0 over -0; every member gets the same bits.
+// A float sum that is NaN is the one quiet NaN (of two NaNs the hardware keeps either's bits).
 enum class ReduceOp { Sum, Max };
 std::string to_string(ReduceOp op);
 ReduceOp parse_reduce_op(std::string_view text, const std::string& field = "op");
