@@ -24,7 +24,9 @@
 // etp_size see below). Other keys are skipped (batch sizes, ...), except those that ask for a
 // placement meshcast does not make, refused by name: one with "parallel" in it (an interleaved
 // pipeline, Megatron's long spellings; sequence_parallel, which splits activations only, is
-// skipped), one ending in "p_size" (vpp_size) or one about colocating the sides. Trainer ranks
+// skipped), one ending in "p_size" (vpp_size), one with "pipeline" or "virtual" in it
+// (Megatron's uneven or virtual stages: decoder_first_pipeline_num_layers,
+// num_layers_per_virtual_pipeline_stage) or one about colocating the sides. Trainer ranks
 // are [0, T), generator ranks
 // [T, T + G) (T, G = the sides' num_gpus). Both sides are placed by the same rule:
 //

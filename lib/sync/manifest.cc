@@ -97,12 +97,15 @@ void validate_side(ParallelConfig& c, const std::string& f) {
 }
 
 // A key of a system config that asks for a placement meshcast does not make (an interleaved
-// pipeline, another spelling of a degree, colocated sides): refused, where skipping it would
-// place the tensors otherwise than asked. Sequence parallelism splits activations only.
+// pipeline, another spelling of a degree, colocated sides, Megatron's uneven or virtual pipeline
+// stages: num_layers_per_virtual_pipeline_stage, decoder_first_pipeline_num_layers, ...):
+// refused, where skipping it would place the tensors otherwise than asked. Sequence
+// parallelism splits activations only.
 void refuse_unsupported(std::string_view key, const std::string& f) {
-  const bool placement =
-      (key.find("parallel") != std::string_view::npos && key != "sequence_parallel") ||
-      key.ends_with("p_size") || key.find("coloc") != std::string_view::npos;
+  const auto has = [&](std::string_view word) { return key.find(word) != std::string_view::npos; };
+  const bool placement = (has("parallel") && key != "sequence_parallel") ||
+                         key.ends_with("p_size") || has("coloc") || has("pipeline") ||
+                         has("virtual");
   if (placement)
     throw ValidationError(f + "." + std::string(key),
                           "not supported: meshcast places by num_gpus, tp_size, pp_size, dp_size, "

@@ -225,6 +225,8 @@ printf '{"train": {"num_gpus": 4, "tp_size": 3}, "generation": {"num_gpus": 2}}'
 printf '{"a": {"shape": [4], "dtype": "F32", "src": "1@0:S0S0", "dst": "1@1:R"}}' >"$TMP/layout.json"
 printf '{"a": {"shape": [4], "dtype": "F32"}, "a": {"shape": [4], "dtype": "F32"}}' >"$TMP/dup.json"
 printf '{"train": {"num_gpus": 4, "tp_size": 2, "pp_size": 2, "vpp_size": 2}, "generation": {"num_gpus": 2}}' >"$TMP/vpp.json"
+printf '{"train": {"num_gpus": 4, "tp_size": 2, "pp_size": 2, "decoder_first_pipeline_num_layers": 3}, "generation": {"num_gpus": 2}}' >"$TMP/uneven.json"
+printf '{"train": {"num_gpus": 4, "tp_size": 2, "pp_size": 2}, "generation": {"num_gpus": 2, "num_layers_per_virtual_pipeline_stage": 1}}' >"$TMP/virtual.json"
 printf '{"train": {"num_gpus": 65536, "tp_size": 8, "pp_size": 4, "dp_size": 2048}, "generation": {"num_gpus": 65536, "tp_size": 4, "dp_size": 16384}}' >"$TMP/huge.json"
 # A prediction is bounded by what it keeps: gpt2-small between meshes of 65,536 devices lists 17 M
 # receivers in chains of 16,384 (3.1 GB when predicted; estimated at 3.71 GiB, over a 2 GB bound).
@@ -246,6 +248,8 @@ tensors.b|--model $TMP/mixed.json
 system.train.tp_size|--model models/gpt2-small.json --system $TMP/degrees.json
 tensors.a.src|--model $TMP/layout.json
 system.train.vpp_size: not supported|--model models/gpt2-small.json --system $TMP/vpp.json
+system.train.decoder_first_pipeline_num_layers: not supported|--model models/gpt2-small.json --system $TMP/uneven.json
+system.generation.num_layers_per_virtual_pipeline_stage: not supported|--model models/gpt2-small.json --system $TMP/virtual.json
 verify|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --predict --verify
 model|--model $TMP/dup.json --system models/systems/tp2pp2-to-tp2dp2.json
 system|--model models/gpt2-small.json
