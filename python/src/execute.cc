@@ -105,6 +105,12 @@ Setup setup(py::handle comm, py::handle algorithm, py::handle topology) {
   std::string name = str_arg(algorithm, "algorithm");
   std::replace(name.begin(), name.end(), '_', '-');
   s.options.algorithm = parse_algorithm(name, "algorithm");
+  // Every call here runs in flight (then waits unless async_op): C++'s message, "only in the
+  // blocking forms", would name forms Python has not.
+  if (s.options.algorithm == Algorithm::SharedMemory)
+    throw py::value_error(
+        "algorithm: shared_memory is C++'s blocking algorithm only; here: auto, ring, "
+        "recursive_doubling, halving_doubling or hierarchical");
   if (!topology.is_none()) {
     s.topology = std::make_shared<Topology>(topology_arg(topology));
     s.options.topology = s.topology.get();

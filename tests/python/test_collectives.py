@@ -145,6 +145,8 @@ def test_collective_errors():
             mc.all_reduce(comm, np.zeros(4, np.complex64), op="max")
         with pytest.raises(ValueError, match="^algorithm"):
             mc.all_reduce(comm, a, algorithm="magic")
+        with pytest.raises(ValueError, match="^algorithm: shared_memory is C.+'s blocking"):
+            mc.all_reduce(comm, a, algorithm="shared_memory")
         with pytest.raises(ValueError, match="^root"):
             mc.broadcast(comm, a, root=7)
         with pytest.raises(ValueError, match="^send: array is read-only"):
