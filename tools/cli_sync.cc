@@ -593,11 +593,13 @@ void check_plans_memory(const ModelManifest& m, std::size_t devices_here) {
   const double bytes = per_device * static_cast<double>(devices_here);
   if (bytes > static_cast<double>(limits().plan_memory_bytes))
     throw ValidationError("plan memory",
-                          detail::counted(static_cast<std::int64_t>(devices_here), "device") +
-                              "' plans of " +
+                          (devices_here == 1 ? std::string("the device's plan")
+                                             : std::to_string(devices_here) + " devices' plans") +
+                              " of " +
                               detail::counted(static_cast<std::int64_t>(m.moves.size()), "tensor") +
                               ", an estimated " + human_bytes(detail::saturated_int64(bytes)) +
-                              ", exceed the limit of " + human_bytes(limits().plan_memory_bytes) +
+                              (devices_here == 1 ? ", exceeds" : ", exceed") + " the limit of " +
+                              human_bytes(limits().plan_memory_bytes) +
                               " (raise it with MESHCAST_MAX_PLAN_MEMORY_BYTES)");
 }
 

@@ -9,9 +9,13 @@ namespace meshcast::detail {
 void chain_broadcast(Program& p, std::span<const int> members, std::size_t me, void* buf,
                      std::size_t bytes, std::size_t chunk) {
   const std::size_t n = members.size();
-  if (n < 2 || bytes == 0) return;
+  if (n < 2) return;
   chunk = std::max<std::size_t>(chunk, 1);
-  const auto chunks = static_cast<std::int64_t>((bytes + chunk - 1) / chunk);
+  // An empty buffer still passes one empty chunk down the chain: it carries the signature
+  // (Program::exchange_signatures), so that a member given more elements fails by the count
+  // instead of waiting for the timeout.
+  const auto chunks =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>((bytes + chunk - 1) / chunk));
   const auto j = static_cast<std::int64_t>(me);
   auto piece = [&](std::int64_t k, int peer) {
     const std::size_t lo = static_cast<std::size_t>(k) * chunk;

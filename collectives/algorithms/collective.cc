@@ -573,7 +573,7 @@ void Program::exchange_signatures() {
           sig_sends_.push_back({m.peer, mine, kSig});
         } else {
           std::memcpy(at, mine, kSig);
-          r.copies.push_back({m.ptr, at + kSig, m.bytes});  // after the round's own copies
+          if (m.bytes) r.copies.push_back({m.ptr, at + kSig, m.bytes});  // after its own copies
           m = {m.peer, at, kSig + m.bytes, true};
           at += m.bytes;
         }
@@ -586,7 +586,7 @@ void Program::exchange_signatures() {
           sig_recvs_.push_back({m.peer, at, kSig});
           at += kSig;
         } else {
-          r.arrivals.push_back({at + kSig, m.ptr, m.bytes});
+          if (m.bytes) r.arrivals.push_back({at + kSig, m.ptr, m.bytes});  // (ptr may be null)
           m = {m.peer, at, kSig + m.bytes, true};
           at += m.bytes;
         }

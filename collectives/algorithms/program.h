@@ -22,7 +22,7 @@ struct Message {
   int peer = -1;  // device id
   std::byte* ptr = nullptr;
   std::size_t bytes = 0;
-  bool signed_ = false;  // its first 8 bytes are the sender's signature word (signature.h)
+  bool signed_ = false;  // its first Signature::kBytes are the sender's signature (signature.h)
 };
 
 // to = base op from (base may be to).

@@ -123,7 +123,8 @@ Collective ibroadcast(const Group& group, int root, void* buf, std::int64_t coun
                       const CollectiveOptions& options = {});
 // Member j's block send_counts[k] goes to member k, which receives recv_counts[j] elements from
 // member j; blocks are packed in group order in both buffers. Every block is posted at once (its
-// one algorithm: options.algorithm other than Auto is refused).
+// one algorithm: options.algorithm other than Auto is refused); an empty one too, as a message
+// of the 16-byte signature alone (docs/design.md, "Members that disagree").
 Collective iall_to_allv(const Group& group, const void* send,
                         std::span<const std::int64_t> send_counts, void* recv,
                         std::span<const std::int64_t> recv_counts, DType dtype,

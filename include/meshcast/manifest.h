@@ -26,7 +26,8 @@
 // pipeline, Megatron's long spellings; sequence_parallel, which splits activations only, is
 // skipped), one ending in "p_size" (vpp_size), one with "pipeline" or "virtual" in it
 // (Megatron's uneven or virtual stages: decoder_first_pipeline_num_layers,
-// num_layers_per_virtual_pipeline_stage) or one about colocating the sides. Trainer ranks
+// num_layers_per_virtual_pipeline_stage; by name, so also one that places nothing, as
+// pipeline_dtype: leave it out) or one about colocating the sides. Trainer ranks
 // are [0, T), generator ranks
 // [T, T + G) (T, G = the sides' num_gpus). Both sides are placed by the same rule:
 //

@@ -13,7 +13,8 @@ std::vector<int> union_devices(const Layout& src, const Layout& dst);
 
 // Throws ValidationError naming the field of `options` that is out of its range (an enum value
 // not among its names, a negative count or bound, a NaN or negative wall-clock cap): `field` is
-// where the options came from ("options" for plan(), "options.plan" for a sync).
+// where the options came from ("options" for plan() and plan_rank(), "plan" for a sync's
+// SyncOptions::plan); chunk_bytes is named "chunk_bytes" alone, as check_chunk() names it.
 void check_plan_options(const PlanOptions& options, const std::string& field = "options");
 
 }  // namespace meshcast::detail

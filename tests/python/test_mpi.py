@@ -88,7 +88,7 @@ def test_a_shorter_message_than_expected_is_refused():
     pytest.importorskip("mpi4py")
     r = mpirun(2, WORKER, "mpi4py", "1", "3", "short", env=env_with_path(), timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "rank 1 failed: device 0: sent 4008 bytes where 4012 were expected" in r.stdout, \
+    assert "rank 1 failed: device 0: sent 4016 bytes where 4020 were expected" in r.stdout, \
         r.stdout
 
 

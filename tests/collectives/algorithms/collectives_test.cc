@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -578,6 +579,29 @@ TEST(Collectives, MembersGivenOtherCountsFail) {
           << o;
     }
   }
+}
+
+// A broadcast member given no elements where the others pass some: it sent and received nothing
+// and returned, its successor waiting for the timeout; an empty chunk now carries the signature.
+TEST(Collectives, ABroadcastMemberGivenNoElementsFailsAtOnce) {
+  LocalWorld w(3, 0, 30.0);
+  std::mutex m;
+  std::vector<std::string> seen(3, "returned");
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_ANY_THROW(w.run([&](Communicator& comm) {
+    const std::int64_t count = comm.rank() == 2 ? 0 : 4;
+    std::vector<float> x(4, 1.0f);
+    try {
+      broadcast(comm.world(), 0, x.data(), count, DType::f32);
+    } catch (const Error& e) {
+      std::lock_guard<std::mutex> lock(m);
+      seen[static_cast<std::size_t>(comm.rank())] = e.what();
+      throw;
+    }
+  }));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  EXPECT_NE(seen[2], "returned");
+  for (const auto& o : seen) EXPECT_EQ(o.find("no progress"), std::string::npos) << o;
 }
 
 // A sum of NaNs of different payloads: every member ends with the same bits (the hardware keeps
