@@ -14,12 +14,14 @@ Range intersect(Range a, Range b) {
 }
 
 namespace {
+__extension__ typedef __int128 i128;  // (GCC's and Clang's; -pedantic would refuse it bare)
+
 // floor(k*n/p) without overflowing k*n: n = q*p + r, so k*n/p = k*q + floor(k*r/p), and k*r
 // (below p*p) fits 64 bits unless p is past 2^31 (mesh extents never are; 128 bits then).
 std::int64_t shard_start(std::int64_t q, std::int64_t r, std::int64_t p, std::int64_t k) {
   std::int64_t kr;
   if (!__builtin_mul_overflow(k, r, &kr)) return k * q + kr / p;
-  return k * q + static_cast<std::int64_t>(static_cast<__int128>(k) * r / p);
+  return k * q + static_cast<std::int64_t>(static_cast<i128>(k) * r / p);
 }
 }  // namespace
 
