@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -77,11 +78,14 @@ struct LocalWorld::State {
     }
   }
 
-  void fail(int rank, const std::string& why) {
+  // The run's first failure, which every device waiting ends with: `rank`'s own error (its
+  // function threw), or the one a device gave up with (abort), which names the device at fault.
+  void fail(int rank, const std::string& why) { fail(rank, CommError(rank, "failed: " + why)); }
+  void fail(int rank, const CommError& error) {
     {
       std::lock_guard<std::mutex> g(fail_m);
       if (failed_rank >= 0) return;
-      failure = why;
+      failure = error;
       failed_rank = rank;
     }
     for (auto& ib : inboxes) {
@@ -106,7 +110,7 @@ struct LocalWorld::State {
   void check() {
     if (failed_rank >= 0) {
       std::lock_guard<std::mutex> g(fail_m);
-      throw CommError(failed_rank.load(), "failed: " + failure);
+      throw *failure;
     }
   }
 
@@ -114,7 +118,7 @@ struct LocalWorld::State {
   std::vector<std::atomic<bool>> left;  // per device: its function has returned
   std::atomic<int> failed_rank{-1};
   std::mutex fail_m;
-  std::string failure;
+  std::optional<CommError> failure;
   std::mutex barrier_m;
   std::condition_variable barrier_cv;
   std::vector<int> members;  // the devices running
@@ -273,11 +277,13 @@ class LocalTransport final : public Transport {
   }
 
   // Before the caller unwinds and frees its buffers: no receiver may start reading them, and
-  // the one that may be reading now has finished. The peers learn of the failure when the
-  // caller's exception leaves LocalWorld::run's function.
+  // the one that may be reading now has finished. The peers end with `why` at once, as a
+  // failure notice ends them on the other transports; the device it names is the one at fault.
   void abort(const Error& why) override {
-    (void)why;
     retract_sends();
+    const int at_fault = why.device() >= 0 ? why.device() : rank_;
+    s_.fail(at_fault, why.device() >= 0 ? CommError(why.device(), why.cause(), why.field())
+                                        : CommError(why.field(), why.cause()));
   }
 
   void barrier(const std::function<void()>& meanwhile) override {

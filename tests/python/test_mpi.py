@@ -196,6 +196,9 @@ def test_the_rendezvous_waits_for_the_timeout_given():
 DROP = (
     "import sys, numpy as np, meshcast as mc\n"
     "how, action = sys.argv[1], sys.argv[2]\n"
+    # A line in one write: mpirun passes on each rank's writes as they come, and print()'s
+    # pieces from two ranks interleaved ('rank 1:rank 0 dropped it').
+    "say = lambda line: (sys.stdout.write(line + '\\n'), sys.stdout.flush())\n"
     "if how == 'mpi4py':\n"
     "    from mpi4py import MPI\n"
     "    comm = mc.from_mpi4py(MPI.COMM_WORLD, timeout=20)\n"
@@ -216,13 +219,13 @@ DROP = (
     "        raise RuntimeError('left in flight')\n"
     "    del h\n"
     "    del a, b\n"
-    "    print('rank 0 dropped it', flush=True)\n"
+    "    say('rank 0 dropped it')\n"
     "else:\n"
     "    try:\n"
     "        h.wait()\n"
-    "        print('rank 1 done', bool((b == 1).all()), flush=True)\n"
+    "        say(f'rank 1 done {bool((b == 1).all())}')\n"
     "    except mc.CommError as e:\n"
-    "        print('rank 1:', e, flush=True)\n")
+    "        say(f'rank 1: {e}')\n")
 
 
 def check_dropped(codes, outs, action):

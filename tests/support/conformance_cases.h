@@ -696,4 +696,20 @@ inline std::string device_stalls(Communicator& comm, int victim, double bound, d
   return survived(comm, reqs, victim, bound, [&] { comm.wait_all(reqs); });
 }
 
+// The victim gives up (Communicator::abandon) and stays, silent, for `linger` seconds, longer
+// than `bound`; the survivors wait on a receive from it: the abort's word must end them, since
+// neither a timeout nor its leaving comes within the bound.
+inline std::string device_abandons(Communicator& comm, int victim, double bound, double linger) {
+  const TagBlock tags = comm.world().reserve(1);
+  comm.barrier();
+  if (comm.rank() == victim) {
+    comm.abandon(CommError(victim, "gave up"));
+    std::this_thread::sleep_for(std::chrono::duration<double>(linger));
+    return "gave up";
+  }
+  Boxed in = Boxed::contiguous(64);
+  std::vector<Request> reqs{comm.irecv(in.region, victim, tags.tag(0))};
+  return survived(comm, reqs, victim, bound, [&] { comm.wait_all(reqs); });
+}
+
 }  // namespace meshcast::conformance

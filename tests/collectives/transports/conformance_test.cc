@@ -85,5 +85,17 @@ TEST(ConformanceFailure, APeerThatStallsIsNamedBySurvivors) {
   for (const auto& line : out.survivors) EXPECT_EQ(line.rfind("CommError after", 0), 0u) << line;
 }
 
+// Within 2 s of a 30 s timeout: the survivors learn of the abort from the transport at once.
+TEST(ConformanceFailure, APeerThatGivesUpIsNamedBySurvivorsAtOnce) {
+  LocalWorld world(4, 0, 30);
+  const Outcome out = run_failure(
+      world, [](Communicator& comm) { return conformance::device_abandons(comm, 1, 2, 4); });
+  EXPECT_EQ(out.thrown, "");  // every survivor caught its CommError; the victim returned
+  for (const auto& line : out.survivors) {
+    EXPECT_EQ(line.rfind("CommError after", 0), 0u) << line;
+    EXPECT_NE(line.find("device 1: gave up"), std::string::npos) << line;
+  }
+}
+
 }  // namespace
 }  // namespace meshcast
