@@ -262,7 +262,11 @@ Collective::Collective(std::shared_ptr<State> s) : s_(std::move(s)) {}
 Collective::~Collective() = default;
 Collective::Collective(Collective&&) noexcept = default;
 Collective& Collective::operator=(Collective&&) noexcept = default;
-bool Collective::test() { return !s_ || s_->drive(false); }
+bool Collective::test() {
+  if (!s_ || s_->drive(false)) return true;
+  s_->comm->progress();
+  return false;
+}
 void Collective::wait() {
   if (s_) s_->finish();
 }

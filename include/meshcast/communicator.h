@@ -161,6 +161,10 @@ class Communicator {
   void wait_all(std::span<Request> rs);
   // True once a request completed (it stays valid; wait() on it returns at once).
   bool test(Request& r);
+  // Moves this device's chains and its operations in flight on a step, as a wait does while it
+  // blocks: an operation's test() calls it when not yet done, so that a loop testing one
+  // operation does not starve another that a peer waits on.
+  void progress();
   // Drops a request in flight (Transport::cancel on each of its parts); the request is reset.
   // Its parts and their staging are kept until settle_cancelled() finds them ended.
   void cancel(Request& r);

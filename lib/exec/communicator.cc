@@ -132,6 +132,11 @@ bool Communicator::test(Request& r) {
   return transport_->test(*r.get());
 }
 
+void Communicator::progress() {
+  advance_chains();
+  poll_in_flight();
+}
+
 void Communicator::cancel(Request& r) {
   if (!r.valid()) return;
   if (auto* c = dynamic_cast<Composite*>(r.get())) {

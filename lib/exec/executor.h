@@ -19,6 +19,7 @@ class Transfer::Executor : public InFlight {
 
   // advance() that hands a failure to the peers (Communicator::abandon_for) and keeps it.
   bool step(bool block);
+  Communicator& comm() const { return comm_; }
   bool done() const override { return finished_ || failure_; }
   void finish() override { step(true); }
   void poll() override {

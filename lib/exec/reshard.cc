@@ -334,7 +334,10 @@ bool Transfer::done() const { return !exec_ || exec_->done(); }
 bool Transfer::test() {
   if (!exec_) return true;
   const std::shared_ptr<Executor> e = exec_;
-  if (!e->step(false)) return false;
+  if (!e->step(false)) {
+    e->comm().progress();
+    return false;
+  }
   exec_.reset();
   return true;
 }
@@ -383,15 +386,12 @@ Transfer ireshard(const RankPlan& plan, const Group& group, const void* src_loca
                   void* dst_local) {
   Communicator& comm = group.comm();
   const int me = comm.rank();
+  // Refused before anything is sent, as a collective is: the communicator stays usable, and a
+  // peer that went ahead names this device (at once if the error ends it, else by its timeout).
   std::shared_ptr<Transfer::Executor> exec;
-  try {
-    detail::check_members(group, {&plan.src().mesh(), &plan.dst().mesh()});
-    if (plan.src().mesh().contains(me) || plan.dst().mesh().contains(me))
-      exec = std::make_shared<ReshardExecutor>(plan, group, src_local, dst_local);
-  } catch (const std::exception& e) {
-    comm.abandon_for(e);
-    throw;
-  }
+  detail::check_members(group, {&plan.src().mesh(), &plan.dst().mesh()});
+  if (plan.src().mesh().contains(me) || plan.dst().mesh().contains(me))
+    exec = std::make_shared<ReshardExecutor>(plan, group, src_local, dst_local);
   // One tag more than the plan's streams: the signatures'.
   return Transfer::Executor::start(std::move(exec), group,
                                    static_cast<std::size_t>(plan.streams()) + 1);

@@ -632,8 +632,7 @@ ModelManifest read_model(std::string_view model_json, const SystemConfig* system
   std::vector<Entry> entries;
   // kTensorPlanBytes a tensor, counted against the planning memory as the tensors are read, so
   // that a model of many tensors is refused within that bound.
-  constexpr std::int64_t kTensorBytes = kTensorPlanBytes;
-  const std::int64_t most = limits().plan_memory_bytes / kTensorBytes;
+  const std::int64_t most = limits().plan_memory_bytes / kTensorPlanBytes;
   r.object("model", [&](std::string_view name) {
     const auto n = static_cast<std::int64_t>(entries.size());
     if (n == kMaxManifestTensors)
@@ -644,7 +643,7 @@ ModelManifest read_model(std::string_view model_json, const SystemConfig* system
                                                " of the model would exceed the limit of " +
                                                human_bytes(limits().plan_memory_bytes) +
                                                ": a tensor takes about " +
-                                               human_bytes(kTensorBytes) +
+                                               human_bytes(kTensorPlanBytes) +
                                                " to read and plan (raise it with "
                                                "MESHCAST_MAX_PLAN_MEMORY_BYTES)");
     if (name.empty()) throw ValidationError("tensors.", "a tensor has an empty name");

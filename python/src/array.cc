@@ -228,7 +228,7 @@ DType to_dtype(py::handle obj, const std::string& arg) {
   // (numpy reads None as its default, float64: a dtype left out by mistake would be taken.)
   if (obj.is_none()) type_error(arg, "None is not a dtype (supported: " + supported() + ")");
   if (py::isinstance<py::str>(obj)) {
-    const auto text = obj.cast<std::string>();
+    const auto text = str_arg(obj, arg);
     for (DType t : kAllDTypes)
       if (to_string(t) == text) return t;
     if (text == "bfloat16") return DType::bf16;

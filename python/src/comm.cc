@@ -204,11 +204,9 @@ py::list run_local(LocalWorld& world, py::handle fn, py::handle devices_obj) {
   // from under the running threads.
   static std::vector<const LocalWorld*> running;
   if (std::find(running.begin(), running.end(), &world) != running.end())
-    throw py::value_error("LocalWorld.run: this world is already running (run() inside its fn)");
-  for (std::size_t i = 0; i < devices.size(); ++i)
-    for (std::size_t j = 0; j < i; ++j)
-      if (devices[i] == devices[j])
-        throw py::value_error("devices: device " + std::to_string(devices[i]) + " twice");
+    throw py::value_error(
+        "LocalWorld.run: this world is already running (run() inside its fn, or on another "
+        "thread)");
   const int n = world.size();
   std::vector<py::object> results(static_cast<std::size_t>(n));
   running.push_back(&world);
@@ -330,6 +328,11 @@ void Life::end(Communicator& comm) {
       if (auto p = t.op.lock()) live.push_back(std::move(p));
     pending_.clear();
   }
+  std::vector<std::shared_ptr<void>> orphans;  // dropped after the session: see below
+  {
+    std::lock_guard lock(call_mutex_);
+    orphans.swap(orphans_);
+  }
   bool abandoned = false;
   for (auto& p : live) {
     if (p->done()) continue;
@@ -350,26 +353,59 @@ void Life::end(Communicator& comm) {
     p->collective.reset();
   }
   alive_.store(false);
+  // Their operations ended above; with the session gone they only let go of their arrays. (One
+  // adopted since is let go by its dropper: adopt_if_busy keeps none once the session ended.)
+  orphans.clear();
+  std::lock_guard lock(call_mutex_);
+  orphans.swap(orphans_);
 }
 
 void Life::enter() {
-  std::lock_guard lock(call_mutex_);
-  if (closing_)
-    throw py::value_error(
-        "comm: its session is ending (a LocalWorld communicator is valid only "
-        "inside run())");
-  if (busy_)
-    throw py::value_error(
-        "comm: in use by another thread (a communicator serves one call at a time)");
-  busy_ = true;
+  for (;;) {
+    std::unique_lock lock(call_mutex_);
+    if (closing_)
+      throw py::value_error(
+          "comm: its session is ending (a LocalWorld communicator is valid only "
+          "inside run())");
+    if (!busy_) {
+      busy_ = true;
+      return;
+    }
+    if (!dropping_)
+      throw py::value_error(
+          "comm: in use by another thread (a communicator serves one call at a time)");
+    lock.unlock();
+    // A drop ends within the transport's timeout. The GIL is taken back without the lock.
+    py::gil_scoped_release release;
+    std::unique_lock wait(call_mutex_);
+    call_done_.wait(wait, [&] { return !dropping_; });
+  }
 }
 
 void Life::leave() {
-  {
-    std::lock_guard lock(call_mutex_);
-    busy_ = false;
+  for (;;) {
+    std::vector<std::shared_ptr<void>> orphans;
+    {
+      std::lock_guard lock(call_mutex_);
+      if (orphans_.empty()) {
+        busy_ = dropping_ = false;
+        break;
+      }
+      orphans.swap(orphans_);
+    }
+    orphans.clear();  // drops them, this thread holding the communicator still
   }
   call_done_.notify_all();
+}
+
+bool Life::adopt_if_busy(std::shared_ptr<void> orphan) {
+  std::lock_guard lock(call_mutex_);
+  if (closing_ || busy_) {
+    if (alive_.load()) orphans_.push_back(std::move(orphan));
+    return true;
+  }
+  busy_ = dropping_ = true;
+  return false;
 }
 
 Communicator& Comm::get() const {

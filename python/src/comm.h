@@ -56,9 +56,15 @@ class Life {
   void check_free(const std::vector<MemorySpan>& spans);
   // A call on the communicator, which serves one thread: throws ValueError while another
   // thread's call is in flight (two threads' barriers would count as two devices') or once the
-  // session is ending. With the GIL held.
+  // session is ending; waits (the GIL released) while another thread drops a handle. With the
+  // GIL held. leave() first drops the handles adopted meanwhile.
   void enter();
   void leave();
+  // A handle dropped unfinished (`orphan` does the drop as it is destroyed) uses the
+  // communicator, so it waits for its turn: while another thread's call is in flight, or the
+  // session ends, the call (as it leaves) or end() drops it, and this returns true. Otherwise
+  // the communicator is the caller's, to drop it now and then leave(). With the GIL held.
+  bool adopt_if_busy(std::shared_ptr<void> orphan);
   // New calls are refused, a call still in flight on another thread is waited for (the GIL
   // released: it ends by completing or failing, within the transport's timeout), unfinished
   // operations are abandoned (their peers fail with an error naming this device), every
@@ -77,6 +83,8 @@ class Life {
   std::mutex call_mutex_;
   std::condition_variable call_done_;
   bool busy_ = false, closing_ = false;
+  bool dropping_ = false;                       // busy_ with a drop, not a call
+  std::vector<std::shared_ptr<void>> orphans_;  // dropped while busy_: the holder drops them
 };
 
 class Comm {

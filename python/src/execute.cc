@@ -332,15 +332,24 @@ Handle::Handle(PyGroup g, Kept arrays)
 Handle::~Handle() {
   // Moved from, finished, or ended with its communicator (Life::end): nothing is in flight.
   if (!op || !group || !group->comm.alive() || op->done()) return;
+  if (!adopted) {
+    Life& life = group->comm.life();
+    auto orphan = std::make_shared<Handle>(std::move(*this));
+    orphan->adopted = true;
+    if (life.adopt_if_busy(orphan)) return;
+    orphan.reset();  // dropped now, below, the communicator this thread's
+    life.leave();
+    return;
+  }
+  py::gil_scoped_release release;
   if (op->collective) {
-    py::gil_scoped_release release;
     try {
       op->collective->wait();
     } catch (const std::exception&) {  // a failed peer: nothing is in flight any more
     }
   }
-  // Abandons it (the peers fail naming this device), with the GIL held: no other call may use
-  // the communicator meanwhile (it waits up to a second for what the peers already matched).
+  // Abandons it: the peers fail naming this device (it waits up to a second for what they
+  // already matched).
   op->transfer.reset();
 }
 

@@ -22,13 +22,16 @@ struct Handle {
   std::shared_ptr<Topology> topology;
   std::optional<PyGroup> group;  // keeps the session alive, and knows when it ended
   std::shared_ptr<Pending> op;   // the session's Life ends it before the communicator goes
+  bool adopted = false;          // its communicator's turn is its destroyer's: it drops at once
   // A handle for an operation about to start on `g`, tracked by its communicator's Life with
   // the memory of its arrays.
   Handle(PyGroup g, Kept arrays);
   Handle(Handle&&) = default;
   Handle& operator=(Handle&&) = default;
   // A collective cannot be abandoned the way a transfer is (its peers would wait on it): one
-  // dropped unfinished is finished here, so that its buffers are never freed under it.
+  // dropped unfinished is finished here, so that its buffers are never freed under it. On the
+  // communicator's turn (Life::adopt_if_busy): a handle may go on any thread, by the garbage
+  // collector too, while the device's own thread is inside a call.
   ~Handle();
   bool test();
   void wait();

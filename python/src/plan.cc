@@ -106,7 +106,7 @@ T pickled(const py::tuple& state, std::size_t i, std::size_t size, const char* t
 Topology topology_arg(py::handle obj) {
   if (obj.is_none()) return Topology::single_host();
   if (py::isinstance<Topology>(obj)) return obj.cast<Topology>();
-  if (py::isinstance<py::str>(obj)) return load_topology(obj.cast<std::string>());
+  if (py::isinstance<py::str>(obj)) return load_topology(str_arg(obj, "topology"));
   throw py::type_error("topology: expected None, a Topology, a file path or a preset name, got " +
                        type_name(obj));
 }

@@ -80,9 +80,9 @@ std::vector<Array> buffers(const SyncPlan& plan, py::handle obj, const std::stri
   for (auto item : d) {
     if (!py::isinstance<py::str>(item.first))
       throw py::type_error(arg + ": keys must be tensor names (str)");
-    if (plan.index(item.first.cast<std::string>()) < 0)
-      throw py::value_error(arg + "['" + item.first.cast<std::string>() +
-                            "']: not a tensor of the sync");
+    const std::string name = str_arg(item.first, arg + " key");
+    if (plan.index(name) < 0)
+      throw py::value_error(arg + "['" + name + "']: not a tensor of the sync");
   }
   std::vector<Array> out;
   for (const TensorMove& m : plan.tensors()) {

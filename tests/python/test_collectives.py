@@ -1,5 +1,6 @@
 """Collectives on numpy arrays and torch tensors against numpy references."""
 import re
+import time
 
 import numpy as np
 import pytest
@@ -96,6 +97,33 @@ def test_broadcast_and_all_to_all_on_a_group(rng):
         np.testing.assert_array_equal(buf, data)
         c = [1, 2, 3, 0][me]
         np.testing.assert_array_equal(recv, np.concatenate([np.full(c, me + 10 * j) for j in range(4)]))
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "halving_doubling"])
+def test_handles_polled_in_other_orders_on_different_devices_complete(algorithm):
+    # Devices 0 and 2 poll the all-reduce first, device 1 the all-gather and the reshard: each
+    # test() moves the device's other operations on, as wait() does (a loop of test() on one
+    # of them alone never ended: its peers waited on the others).
+    n = 3
+    src, dst = mc.Layout((6, 3), "f32", "3:S0R"), mc.Layout((6, 3), "f32", "3:RS0")
+    full = np.arange(18, dtype=np.float32).reshape(6, 3)
+    plan = mc.plan(src, dst)
+
+    def step(comm):
+        me = comm.rank
+        x, g, gathered = np.ones(17), np.full(13, float(me)), np.empty(13 * n)
+        out = np.empty(dst.local_shape(me), np.float32)
+        handles = [mc.all_reduce(comm, x, algorithm=algorithm, async_op=True),
+                   mc.all_gather(comm, g, gathered, async_op=True),
+                   mc.ireshard(plan, comm, full[src.local_box(me)].copy(), out)]
+        for h in handles if me != 1 else handles[::-1]:
+            deadline = time.monotonic() + 30
+            while not h.test():
+                assert time.monotonic() < deadline, "test() never completed"
+        return ((x == n).all() and (gathered == np.repeat(np.arange(n), 13)).all()
+                and (out == full[dst.local_box(me)]).all())
+
+    assert mc.LocalWorld(n, timeout=10).run(step) == [True] * n
 
 
 def test_torch_all_reduce_bf16():

@@ -321,6 +321,10 @@ def test_bad_world_arguments():
     (lambda: mc.plan_sync([("a\ud800", mc.Layout((4,), "f32", "1@0:R"),
                             mc.Layout((4,), "f32", "1@1:R"))], 0),
      ValueError, "tensors[0][0]: not valid text"),
+    (lambda: mc.Layout((4,), "f\udc80", "1:R"), ValueError, "dtype: not valid text"),
+    (lambda: mc.plan(SRC, DST, "\udc80"), ValueError, "topology: not valid text"),
+    (lambda: mc.LocalWorld(2).run(lambda c: mc.sync(mc.plan_sync(MOVES, c.rank), c, {
+        "\udc80": good_src(c.rank)}, {})), ValueError, "src key: not valid text"),
     (lambda: mc.Mesh.__new__(mc.Mesh).__setstate__((5,)), ValueError,
      "Mesh: item 0 of the pickled state has the wrong type"),
     # numpy reads None as float64: a dtype left out is not taken for one.
@@ -421,6 +425,58 @@ def test_handles_outliving_their_world_raise_instead_of_crashing():
     del handles  # no crash on destruction either
 
 
+def test_a_refused_reshard_or_sync_leaves_the_communicator_usable():
+    # Refused before anything is sent, as a collective is: nobody is told, nothing breaks.
+    src, dst = mc.Layout((8,), "f32", "2@0-1:S0"), mc.Layout((8,), "f32", "2@0-1:R")
+    full = np.arange(8, dtype=np.float32)
+
+    def step(comm):
+        me = comm.rank
+        mine, out = full[src.local_box(me)].copy(), np.zeros(8, np.float32)
+        with pytest.raises(ValueError, match=f"^plan: is device {1 - me}'s part"):
+            mc.reshard(mc.plan_rank(src, dst, 1 - me), comm, mine, out)
+        with pytest.raises(ValueError, match="^plan: "):
+            mc.sync(mc.plan_sync([("w", src, dst)], 1 - me), comm, {"w": mine}, {"w": out})
+        mc.reshard(mc.plan(src, dst), comm, mine, out)
+        mc.sync(mc.plan_sync([("w", src, dst)], me), comm, {"w": mine}, {"w": out})
+        return out.tolist()
+
+    assert mc.LocalWorld(2, timeout=10).run(step) == [full.tolist()] * 2
+
+
+def test_a_handle_dropped_on_another_thread_waits_for_the_call_in_flight():
+    # The drop uses the communicator, which device 0's thread is using in all_reduce: it is
+    # left to that call, which drops it as it returns (the two at once corrupted the heap).
+    def step(comm):
+        ones = np.ones(8, np.float32)
+        if comm.rank == 1:
+            time.sleep(0.5)  # device 0's transfer stays unfinished until then
+        box = [mc.ireshard(PLAN, comm, good_src(comm.rank), good_dst(comm.rank))]
+        took = []
+        if comm.rank == 0:
+            def drop():
+                time.sleep(0.2)
+                t = time.monotonic()
+                box.clear()  # the last reference, while device 0 waits in all_reduce
+                took.append(time.monotonic() - t)
+            dropper = threading.Thread(target=drop)
+            dropper.start()
+        mc.all_reduce(comm, ones)
+        if comm.rank == 0:
+            dropper.join()
+            return ones.tolist(), took[0]
+        try:
+            box[0].wait()
+            return ones.tolist(), "done"
+        except mc.CommError as e:
+            return ones.tolist(), str(e)
+
+    (sum0, took), (sum1, said) = mc.LocalWorld(2, timeout=10).run(step)
+    assert sum0 == sum1 == [2.0] * 8  # the drop did not end the all-reduce under way
+    assert took < 0.15, took  # handed to the call in flight, not waited for
+    assert said == "done" or said.startswith("device 0: dropped a transfer"), said
+
+
 @pytest.mark.parametrize("use", [
     lambda: mc.Plan.__new__(mc.Plan).json(),
     lambda: mc.Plan.__new__(mc.Plan).stats,
@@ -515,7 +571,7 @@ def test_negated_torch_view_is_refused():
 
 def test_run_arguments():
     w = mc.LocalWorld(2)
-    with pytest.raises(ValueError, match="^devices: device 1 twice"):
+    with pytest.raises(ValueError, match="^devices: device 1 is named twice"):
         w.run(lambda c: None, devices=[1, 1])
 
     def nested(comm):
