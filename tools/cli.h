@@ -196,6 +196,9 @@ struct ProcessRun {
   bool root = false;
 };
 ProcessRun run_plan_on(const Plan& plan, ProcessSession& session, int iters, bool verify);
+// Refuses a job of fewer ranks than `needed` devices (`exactly`: of another number; a surplus
+// rank would sit idle), naming what the launcher must start; the same on every rank.
+void require_ranks(const ProcessSession& session, int needed, const std::string& why, bool exactly);
 // Runs this rank's own checks of its input (parsing, loading, planning) once the job has
 // started, and fails every rank alike when any rank's fail: the error of the lowest failing
 // rank, which the others report as "rank R: <its line>" with its exit status. A rank that exited

@@ -272,21 +272,24 @@ Topology discover_job_topology(ProcessSession& session, const std::string& topol
   return discover_topology(session.comm, o);
 }
 
+void require_ranks(const ProcessSession& session, int needed, const std::string& why,
+                   bool exactly) {
+  const int size = session.comm.size();
+  if (size == needed || (size > needed && !exactly)) return;
+  const std::string count = (exactly ? "exactly " : "at least ") + std::to_string(needed);
+  if (session.tcp)
+    throw ValidationError("MESHCAST_SIZE", why + ", so it must be " + count + " (it is " +
+                                               std::to_string(size) + ")");
+  throw ValidationError("backend", why + ", so mpirun must start " + count + " ranks (it started " +
+                                       std::to_string(size) + ")");
+}
+
 ProcessRun run_plan_on(const Plan& p, ProcessSession& session, int iters, bool verify) {
   Communicator* comm = &session.comm;
   Bootstrap& boot = session.boot;
-  const bool tcp = session.tcp;
   const int needed = p.devices().back() + 1;
-  if (comm->size() < needed && tcp)
-    throw ValidationError("MESHCAST_SIZE",
-                          "the meshes use device ids up to " + std::to_string(needed - 1) +
-                              ", so it must be at least " + std::to_string(needed) + " (it is " +
-                              std::to_string(comm->size()) + ")");
-  if (comm->size() < needed)
-    throw ValidationError("backend",
-                          "the meshes use device ids up to " + std::to_string(needed - 1) +
-                              ", so mpirun must start at least " + std::to_string(needed) +
-                              " ranks (it started " + std::to_string(comm->size()) + ")");
+  require_ranks(session, needed, "the meshes use device ids up to " + std::to_string(needed - 1),
+                false);
   agree(boot, {{"plan", std::to_string(std::hash<std::string>{}(p.to_json()))},
                {"iters", std::to_string(iters)},
                {"verify", verify ? "on" : "off"},

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -340,6 +341,19 @@ class CheckpointLock {
                                                     path + "); give another directory");
       throw IoError("checkpoint-dir", "cannot lock " + path + ": " + std::strerror(e));
     }
+    // What makes this run's lock its own, for the ranks of a job to look for (same_directory).
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    const std::string token =
+        std::string(host) + ' ' + std::to_string(::getpid()) + ' ' +
+        std::to_string(std::chrono::system_clock::now().time_since_epoch().count()) + '\n';
+    if (::ftruncate(fd_, 0) != 0 ||
+        ::pwrite(fd_, token.data(), token.size(), 0) != static_cast<ssize_t>(token.size()) ||
+        ::fsync(fd_) != 0) {
+      const int e = errno;
+      ::close(fd_);
+      throw IoError("checkpoint-dir", "cannot write " + path + ": " + std::strerror(e));
+    }
   }
   ~CheckpointLock() { ::close(fd_); }
   CheckpointLock(const CheckpointLock&) = delete;
@@ -348,6 +362,26 @@ class CheckpointLock {
  private:
   int fd_ = -1;
 };
+
+// Refuses, on every rank, a --checkpoint-dir that is not one directory for all ranks of the
+// job (node-local scratch on several hosts): each reads the lock rank 0 took and wrote, and all
+// must read rank 0's words. Otherwise each rank would save its own part alone, and the save's
+// checks fail only once the whole run has trained.
+void same_directory(Bootstrap& boot, const std::string& dir) {
+  std::string mine = "(none)";
+  if (std::ifstream in(dir + "/.lock"); in) std::getline(in, mine);
+  const auto all = boot.allgather(std::vector<unsigned char>(mine.begin(), mine.end()));
+  std::string apart;
+  int count = 0;
+  for (std::size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0] && ++count <= 8) apart += (apart.empty() ? "" : ",") + std::to_string(r);
+  if (count)
+    throw ValidationError("checkpoint-dir",
+                          dir + " is not the directory rank 0 locked on " +
+                              (count > 1 ? "ranks " : "rank ") + apart +
+                              (count > 8 ? " and " + std::to_string(count - 8) + " more" : "") +
+                              ": give a directory that every rank shares");
+}
 
 // What identifies the model in its checkpoints' manifests: its kind and the options that decide
 // its parameters' shapes (not the stages: a checkpoint reshards onto any).
@@ -903,8 +937,12 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
     with_process_backend(a.backend, [&](ProcessSession& s) {
       checked_together(s.boot, [&] {
         prepare();
+        require_ranks(s, run->parallel.devices(),
+                      "the stages use " + std::to_string(run->parallel.devices()) + " devices",
+                      true);
         if (s.boot.rank() == 0) take_lock();  // (its other ranks would hold it against it)
       });
+      if (!a.checkpoint_dir.empty()) same_directory(s.boot, a.checkpoint_dir);
       // A rank given other options, another config or other training text would hang or train
       // another model: refuse it first.
       const Run& r = *run;

@@ -867,26 +867,26 @@ bool corrupt(const Error& e) { return e.kind() == ErrorKind::BadInput; }
 
 SavedCheckpoint find_checkpoint(const std::string& dir) {
   SavedCheckpoint found;
-  // Refused as load_checkpoint refuses: every failure is a ValidationError. A corrupt manifest
-  // gives way to the next older checkpoint, as in load_checkpoint.
-  std::exception_ptr newest_failure;
+  // Refused as load_checkpoint refuses: every failure is a ValidationError. A manifest that
+  // cannot be read (corrupt, or missing) gives way to the next older checkpoint, as in
+  // load_checkpoint.
+  std::unique_ptr<Error> newest_failure;
   if (const auto failure = attempt(false, [&] {
         const Newest n = find_newest(dir);
         for (std::int64_t step : n.steps) {
           const fs::path path = fs::path(dir) / step_name(step);
-          try {
-            found.description = read_manifest(path, step).description;
+          auto unread =
+              attempt(false, [&] { found.description = read_manifest(path, step).description; });
+          if (!unread) {
             found.step = step;
             found.path = path.string();
             found.fallback = n.fallback;
             break;
-          } catch (const Error& e) {
-            if (!corrupt(e)) throw;
-            if (!newest_failure) newest_failure = std::current_exception();
-            found.skipped.push_back(e.cause());
           }
+          found.skipped.push_back(unread->cause());
+          if (!newest_failure) newest_failure = std::move(unread);
         }
-        if (found.step < 0 && newest_failure) std::rethrow_exception(newest_failure);
+        if (found.step < 0 && newest_failure) throw *newest_failure;
       }))
     throw ValidationError(failure->field(), failure->cause());
   return found;

@@ -162,8 +162,9 @@ class Communicator {
   // True once a request completed (it stays valid; wait() on it returns at once).
   bool test(Request& r);
   // Moves this device's chains and its operations in flight on a step, as a wait does while it
-  // blocks: an operation's test() calls it when not yet done, so that a loop testing one
-  // operation does not starve another that a peer waits on.
+  // blocks, at most once every 50 us: an operation's test() calls it when not yet done, so that
+  // a loop testing one operation does not starve another that a peer waits on, while a caller
+  // that tests each of many operations in turn does not poll every one for each.
   void progress();
   // Drops a request in flight (Transport::cancel on each of its parts); the request is reset.
   // Its parts and their staging are kept until settle_cancelled() finds them ended.
@@ -228,7 +229,8 @@ class Communicator {
   std::vector<Request> cancelled_;  // cancel()'s, until settle_cancelled() finds them ended
   std::vector<Request> given_up_;   // still going at a settle_cancelled() deadline
   std::size_t prune_in_flight_at_ = 64;
-  bool polling_ = false;  // inside poll_in_flight
+  bool polling_ = false;               // inside poll_in_flight
+  Clock::time_point next_progress_{};  // progress() does nothing before then
 };
 
 }  // namespace meshcast

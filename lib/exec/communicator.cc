@@ -133,6 +133,9 @@ bool Communicator::test(Request& r) {
 }
 
 void Communicator::progress() {
+  const auto now = Clock::now();
+  if (now < next_progress_) return;
+  next_progress_ = now + std::chrono::microseconds(50);
   advance_chains();
   poll_in_flight();
 }

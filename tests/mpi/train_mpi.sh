@@ -32,10 +32,29 @@ for case in "4:--stages dp=1,tp=2/dp=2 --micro-batches 2 --schedule eager-1f1b" 
   fi
 done
 
-# Too few ranks: every rank refuses with exit 2 (no hang).
-out=$(timeout 120 "${run[@]}" -np 2 "$mc" train gpt --stages dp=4 --backend mpi --out "$tmp" 2>&1)
+# Too few ranks, or too many (one would sit idle): every rank refuses with exit 2 (no hang).
+for np in 2 6; do
+  out=$(timeout 120 "${run[@]}" -np $np "$mc" train gpt --stages dp=4 --backend mpi --out "$tmp" 2>&1)
+  rc=$?
+  [[ $rc -eq 2 && $out == *"must start exactly 4 ranks (it started $np)"* ]] && ok ||
+    bad "$np ranks for 4 devices: rc=$rc $out"
+done
+
+# A --checkpoint-dir that is not shared (a relative path from another directory on each rank,
+# as node-local scratch would be): every rank refuses before training, exit 2, nothing saved.
+mkdir -p "$tmp/r0" "$tmp/r1"
+# shellcheck disable=SC2016
+out=$(timeout 120 "${run[@]}" -np 2 bash -c 'cd "$1/r$OMPI_COMM_WORLD_RANK" && exec "$2" train gpt \
+  --steps 2 --batch 8 --seq 16 --d-model 32 --layers 2 --stages dp=2 --backend mpi \
+  --checkpoint-dir ck --out o' _ "$tmp" "$(realpath "$mc")" 2>&1)
 rc=$?
-[[ $rc -ne 0 && $out == *devices* ]] && ok || bad "too few ranks: rc=$rc $out"
+n=$(printf '%s\n' "$out" | grep -c "checkpoint-dir: ck is not the directory rank 0 locked on rank 1")
+[[ $rc -eq 2 && $n -eq 2 && ! -e $tmp/r0/ck/step-00000002 ]] && ok || bad "unshared --checkpoint-dir: rc=$rc n=$n $out"
+# Shared: it trains and saves.
+out=$(timeout 120 "${run[@]}" -np 2 "$mc" train gpt --steps 2 --batch 8 --seq 16 --d-model 32 \
+  --layers 2 --stages dp=2 --backend mpi --checkpoint-dir "$tmp/shared" --out "$tmp" 2>&1)
+rc=$?
+[[ $rc -eq 0 && -d $tmp/shared/step-00000002 ]] && ok || bad "shared --checkpoint-dir: rc=$rc $out"
 
 # Rank 2's option is bad: it says why and the 3 others say it for it, all exit 2, no rank waits
 # for it (--enable-recovery: the job is not ended at its first failed rank, as srun's default

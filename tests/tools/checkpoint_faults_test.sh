@@ -62,6 +62,16 @@ err=$(cat "$tmp/stderr")
 # run's history, so its steps start after the checkpoint.)
 close "$(cut -d' ' -f3- <<<"$full")" "$(losses <"$tmp/stdout")" && ok ||
   bad "edited manifest: resumed losses differ"
+# A newest checkpoint without its manifest (a save cut short by a lost disk) is passed over too.
+fresh
+rm "$ck/step-00000004/manifest.json"
+resume gpt --steps 6 >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+err=$(cat "$tmp/stderr")
+# (Its --out holds the history of the run that saved the checkpoints: all six steps.)
+[[ $rc -eq 0 && $err == *"step-00000004/manifest.json"*"passing over that checkpoint"* ]] &&
+  close "$full" "$(losses <"$tmp/stdout")" && ok ||
+  bad "missing manifest: rc=$rc, stderr: $err"
 # When every checkpoint is corrupt, the run is refused naming the newest, and changes nothing.
 fresh
 for step in 2 4; do
