@@ -623,6 +623,12 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
         for (const TensorMove& t : st.moves) moves += static_cast<double>(t.dst.mesh().size());
       check_run(iters, target_bytes(*l), moves);
       check_plans_memory(l->model, s ? 1 : devices.size());
+      // The local backend plans every device's part in this process, at once: each gets its
+      // share of the planning memory, which auto's choices and the parts' check then keep to
+      // (before, each part could take the whole bound: 128 devices reached 8.5 GB).
+      if (!s && devices.size() > 1)
+        l->options.plan.max_plan_bytes = std::max<std::int64_t>(
+            1, limits().plan_memory_bytes / static_cast<std::int64_t>(devices.size()));
     }
     if (!s) return;
     const std::int64_t needed = std::int64_t{devices.back()} + 1;  // (the largest id is 2^31 - 1)
@@ -741,6 +747,14 @@ int run_sync(const SyncArgs& args) {
     try {
       return sync_rank(args, s);
     } catch (const Error& e) {
+      // The only bound the CLI sets is the local backend's per-device share.
+      const std::string share = "(PlanOptions::max_plan_bytes)";
+      if (const auto at = e.cause().find(share); at != std::string::npos)
+        throw Error(e.kind(), e.field(),
+                    std::string(e.cause()).replace(
+                        at, share.size(),
+                        "(a device's share of MESHCAST_MAX_PLAN_MEMORY_BYTES: the local backend "
+                        "plans every device's part in one process)"));
       const std::string field = "max_staging_bytes", option = "max-staging-bytes";
       if (e.field() == field) throw Error(e.kind(), option, e.cause());
       if (!e.cause().starts_with(field + ": ")) throw;

@@ -244,7 +244,11 @@ void read_corpus(Run& r, const TrainArgs& a) {
 // block's temporaries. Layers per stage rounded up, the full sequence in every block (a
 // U-Transformer's are shorter), and a quarter more for what is not modelled (the backward pass's
 // other temporaries, communication buffers, the allocator's overhead: measured, the sum above
-// came within 10% of the peak RSS). In double: the largest options overflow 64 bits.
+// came within 10% of the peak RSS). Then what grows with the pipeline and the devices rather
+// than the model: every micro-batch's receives are posted when a step starts (8 KiB each, a
+// transfer's state; 16,384 micro-batches over 8 stages of a 1-wide model took 1.3 GB), and each
+// device thread's stack and allocator arena (2 MiB; 256 devices of a tiny model took 468 MB).
+// In double: the largest options overflow 64 bits.
 double train_memory(const Run& r, bool one_device) {
   constexpr double kUnmodelled = 1.25;
   const tr::ModelConfig& m = r.model;
@@ -268,7 +272,9 @@ double train_memory(const Run& r, bool one_device) {
                          samples * std::ceil(m.heads / cols) * seq * seq;
     const double activations =
         micro * (blocks * block + tokens * d + (last ? 2 * tokens * vocab : 0)) + block;
-    const double device = 4 * (4 * params + weights + activations);
+    // Receives from the stage before (forward) and after (backward), per model piece.
+    const double flights = 2 * micro * r.parallel.chunks * (stages > 1 ? 1 : 0);
+    const double device = 4 * (4 * params + weights + activations) + 8192 * flights + 0x1p21;
     total += device * g.devices();
     most = std::max(most, device);
   }
@@ -288,8 +294,10 @@ void check_train_memory(const Run& r, const std::string& backend) {
 // head (forward and backward) and 12 x seq x d per block for attention; a held-out evaluation,
 // a forward pass, every eval_every steps. With the local backend each device's step also
 // counts 2^24 (0.8 ms here) for what is not arithmetic (its thread's messages and waits, on
-// this machine's cores: a 256-device step of a 1-wide model took 3 s). In double: the largest
-// options overflow 64 bits.
+// this machine's cores: a 256-device step of a 1-wide model took 3 s), and every pass of a
+// micro-batch through a stage of a pipeline 2^23 (its transfers: 16,384 micro-batches over 8
+// stages of a 1-wide model took 83 s a step, 0.3 ms a pass). In double: the largest options
+// overflow 64 bits.
 double train_flops(const Run& r, int done, bool local) {
   const tr::ModelConfig& m = r.model;
   const double d = m.d_model, f = m.ffn_width(), seq = m.seq, layers = m.layers;
@@ -297,8 +305,11 @@ double train_flops(const Run& r, int done, bool local) {
   const double per_token = 6 * weights + 12 * layers * seq * d;
   const double steps = std::max(0, r.train.steps - done);
   const double evals = std::ceil(steps / r.eval_every);
+  const double stages = static_cast<double>(r.parallel.stages.size());
+  const double passes = stages > 1 ? 2 * stages * r.parallel.micro_batches * r.parallel.chunks : 0;
   return (steps + evals / 3) * per_token * r.train.batch * seq +
-         steps * 0x1p24 * (local ? static_cast<double>(r.parallel.devices()) : 1.0);
+         steps * 0x1p24 * (local ? static_cast<double>(r.parallel.devices()) : 1.0) +
+         steps * 0x1p23 * passes;
 }
 
 // Refuses, before any work, a run whose steps would compute for hours: --steps 16000000 of the

@@ -8,8 +8,10 @@
 #include <limits>
 #include <map>
 
+#include "lib/support/saturated.h"
 #include "meshcast/cost.h"
 #include "meshcast/error.h"
+#include "meshcast/limits.h"
 #include "meshcast/sparse.h"
 
 namespace meshcast::training {
@@ -332,6 +334,18 @@ std::vector<ConfigEstimate> search_configurations(const ModelConfig& model,
             std::to_string(devices) + " devices, but topology '" + topology.name() +
                 "' does not place device " + std::to_string(d));
   validate(model, ParallelConfig{}, train);  // the model and the batch alone, named as train()
+
+  // Bounded before any is priced: each candidate's estimate walks every device (2^20 devices of
+  // 2^20 samples ran for minutes, unbounded).
+  double work = 0;
+  for (int pp = 1; pp <= std::min(devices, model.layers); ++pp) {
+    if (devices % pp != 0) continue;
+    double batches = 0;
+    for (std::int64_t m = pp; m <= train.batch && train.batch % m == 0; m *= 2) ++batches;
+    work += static_cast<double>(stage_shapes(devices / pp).size()) * batches * devices;
+  }
+  check_limit("train search work", detail::saturated_int64(work), limits().train_search_work,
+              "TRAIN_SEARCH_WORK");
 
   std::vector<ConfigEstimate> out;
   for (int pp = 1; pp <= std::min(devices, model.layers); ++pp) {

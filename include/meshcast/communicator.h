@@ -162,9 +162,10 @@ class Communicator {
   // True once a request completed (it stays valid; wait() on it returns at once).
   bool test(Request& r);
   // Moves this device's chains and its operations in flight on a step, as a wait does while it
-  // blocks, at most once every 50 us: an operation's test() calls it when not yet done, so that
-  // a loop testing one operation does not starve another that a peer waits on, while a caller
-  // that tests each of many operations in turn does not poll every one for each.
+  // blocks, at most once every 50 us and a fifth of the time: an operation's test() calls it
+  // when not yet done, so that a loop testing one operation does not starve another that a
+  // peer waits on, while a caller that tests each of many operations in turn does not poll
+  // every one for each.
   void progress();
   // Drops a request in flight (Transport::cancel on each of its parts); the request is reset.
   // Its parts and their staging are kept until settle_cancelled() finds them ended.

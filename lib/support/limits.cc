@@ -31,6 +31,7 @@ Limits from_env() {
   override_from_env(l.plan_ops, "PLAN_OPS");
   override_from_env(l.plan_memory_bytes, "PLAN_MEMORY_BYTES");
   override_from_env(l.simulate_work, "SIMULATE_WORK");
+  override_from_env(l.train_search_work, "TRAIN_SEARCH_WORK");
   override_from_env(l.svg_elements, "SVG_ELEMENTS");
   override_from_env(l.buffer_bytes, "BUFFER_BYTES");
   override_from_env(l.train_memory_bytes, "TRAIN_MEMORY_BYTES");

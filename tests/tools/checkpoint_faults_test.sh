@@ -18,8 +18,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/../support/train_helpers.sh"
 
 small=(--batch 8 --seq 16 --d-model 32 --layers 2 --heads 4 --json --out "$tmp/out")
 ck=$tmp/ck
-# Every file under a directory and its contents, to show that a refused run changed nothing.
-digest() { (cd "$1" && find . -type f -exec md5sum {} + | sort | md5sum); }
+# Every file under a directory and its contents, to show that a refused run changed nothing
+# (but DIR/.lock, which names the run that last held it).
+digest() { (cd "$1" && find . -type f ! -name .lock -exec md5sum {} + | sort | md5sum); }
 # A fresh $ck holding the checkpoints of steps 2 and 4 of a small GPT.
 fresh() {
   rm -rf "$ck"
@@ -199,6 +200,12 @@ expect_exit 2 "checkpoint-dir: $tmp/busy is in use by another run" \
 # 2e8 flops (53 M a step: 36 M of arithmetic with its evaluation, 2^24 for its one device), 6
 # from the start are not.
 expect_exit 2 "train flops: " "$mc" train gpt --steps 16000000 --out "$tmp/out"
+# So is --plan's search, before it prices any configuration.
+expect_exit 2 "train search work: " "$mc" train gpt --plan --devices 262144 --batch 262144
+# A pipeline's micro-batches count too, whatever the model's size (83 s a step here).
+expect_exit 2 "train flops: " "$mc" train gpt --stages dp=1/dp=1/dp=1/dp=1/dp=1/dp=1/dp=1/dp=1 \
+  --micro-batches 16384 --batch 16384 --seq 1 --d-model 1 --heads 1 --layers 8 --data random \
+  --vocab 2 --steps 300 --out "$tmp/out"
 fresh
 expect_exit 2 "train flops: " env MESHCAST_MAX_TRAIN_FLOPS=200000000 \
   "$mc" train gpt "${small[@]}" --steps 6

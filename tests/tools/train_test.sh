@@ -83,10 +83,10 @@ close "$full" "$(losses <"$tmp/fellback.json")" && ok || bad "resumed from the o
 for d in "$tmp"/ck/step-????????; do
   printf 'X' | dd of="$(ls "$d"/device-*.bin | head -1)" bs=1 seek=17 conv=notrunc 2>/dev/null
 done
-before=$(cd "$tmp/ck" && find . -type f -exec md5sum {} + | sort | md5sum)
+before=$(cd "$tmp/ck" && find . -type f ! -name .lock -exec md5sum {} + | sort | md5sum)
 err=$("$mc" train gpt "${ck[@]}" --steps 8 --checkpoint-dir "$tmp/ck" --resume 2>&1 >/dev/null)
 rc=$?
-after=$(cd "$tmp/ck" && find . -type f -exec md5sum {} + | sort | md5sum)
+after=$(cd "$tmp/ck" && find . -type f ! -name .lock -exec md5sum {} + | sort | md5sum)
 [[ $rc -eq 2 && $err == *"$latest/device-"* && $before == "$after" ]] &&
   ok || bad "every checkpoint corrupt: rc=$rc $err"
 
