@@ -953,7 +953,6 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
                       true);
         if (s.boot.rank() == 0) take_lock();  // (its other ranks would hold it against it)
       });
-      if (!a.checkpoint_dir.empty()) same_directory(s.boot, a.checkpoint_dir);
       // A rank given other options, another config or other training text would hang or train
       // another model: refuse it first.
       const Run& r = *run;
@@ -977,6 +976,7 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
                      {"checkpoint-every", std::to_string(r.checkpoint_every)},
                      {"resume", a.resume ? "on" : "off"},
                      {"checkpoint", std::to_string(saved.step)}});
+      if (!a.checkpoint_dir.empty()) same_directory(s.boot, a.checkpoint_dir);
       root = s.comm.rank() == 0;
       t0 = std::chrono::steady_clock::now();
       body(s.comm);

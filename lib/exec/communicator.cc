@@ -135,7 +135,12 @@ bool Communicator::test(Request& r) {
 void Communicator::progress() {
   const auto start = Clock::now();
   if (start < next_progress_) return;
-  advance_chains();
+  try {
+    advance_chains();
+  } catch (const std::exception&) {
+    // Another operation's chain failed: its own test or wait reports it, as poll_in_flight
+    // leaves an operation's failure to it.
+  }
   poll_in_flight();
   // Polling costs its operations' count: it takes at most a fifth of the time, so that a device
   // with thousands in flight (a pipeline's micro-batches) still has its cores for its work.

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <future>
+#include <iterator>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -328,7 +329,7 @@ void Life::end(Communicator& comm) {
       if (auto p = t.op.lock()) live.push_back(std::move(p));
     pending_.clear();
   }
-  std::vector<std::shared_ptr<void>> orphans;  // dropped after the session: see below
+  std::vector<std::function<void()>> orphans;  // let go once the session ended: see below
   {
     std::lock_guard lock(call_mutex_);
     orphans.swap(orphans_);
@@ -383,8 +384,9 @@ void Life::enter() {
 }
 
 void Life::leave() {
+  std::vector<std::function<void()>> made;  // let go below, the communicator free again
   for (;;) {
-    std::vector<std::shared_ptr<void>> orphans;
+    std::vector<std::function<void()>> orphans;
     {
       std::lock_guard lock(call_mutex_);
       if (orphans_.empty()) {
@@ -393,15 +395,16 @@ void Life::leave() {
       }
       orphans.swap(orphans_);
     }
-    orphans.clear();  // drops them, this thread holding the communicator still
+    for (auto& drop : orphans) drop();  // this thread holding the communicator still
+    std::move(orphans.begin(), orphans.end(), std::back_inserter(made));
   }
   call_done_.notify_all();
 }
 
-bool Life::adopt_if_busy(std::shared_ptr<void> orphan) {
+bool Life::adopt_if_busy(std::function<void()> drop) {
   std::lock_guard lock(call_mutex_);
   if (closing_ || busy_) {
-    if (alive_.load()) orphans_.push_back(std::move(orphan));
+    if (alive_.load()) orphans_.push_back(std::move(drop));
     return true;
   }
   busy_ = dropping_ = true;

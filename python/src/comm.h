@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -60,11 +61,13 @@ class Life {
   // GIL held. leave() first drops the handles adopted meanwhile.
   void enter();
   void leave();
-  // A handle dropped unfinished (`orphan` does the drop as it is destroyed) uses the
-  // communicator, so it waits for its turn: while another thread's call is in flight, or the
-  // session ends, the call (as it leaves) or end() drops it, and this returns true. Otherwise
-  // the communicator is the caller's, to drop it now and then leave(). With the GIL held.
-  bool adopt_if_busy(std::shared_ptr<void> orphan);
+  // Dropping a handle uses the communicator, so `drop` waits for its turn: while another
+  // thread's call is in flight (or the session ends) that call makes it as it leaves (end()
+  // lets it go: it ends every operation itself), and this returns true. Otherwise the
+  // communicator is the caller's, to drop now and then leave(). With the GIL held; `drop`
+  // runs no Python, and what it holds goes only once the communicator is free again (a
+  // session's last reference ends it, and end() waits for that).
+  bool adopt_if_busy(std::function<void()> drop);
   // New calls are refused, a call still in flight on another thread is waited for (the GIL
   // released: it ends by completing or failing, within the transport's timeout), unfinished
   // operations are abandoned (their peers fail with an error naming this device), every
@@ -84,7 +87,7 @@ class Life {
   std::condition_variable call_done_;
   bool busy_ = false, closing_ = false;
   bool dropping_ = false;                       // busy_ with a drop, not a call
-  std::vector<std::shared_ptr<void>> orphans_;  // dropped while busy_: the holder drops them
+  std::vector<std::function<void()>> orphans_;  // adopted drops, for the holder to make
 };
 
 class Comm {

@@ -330,17 +330,21 @@ Handle::Handle(PyGroup g, Kept arrays)
 }
 
 Handle::~Handle() {
-  // Moved from, finished, or ended with its communicator (Life::end): nothing is in flight.
-  if (!op || !group || !group->comm.alive() || op->done()) return;
-  if (!adopted) {
-    Life& life = group->comm.life();
-    auto orphan = std::make_shared<Handle>(std::move(*this));
-    orphan->adopted = true;
-    if (life.adopt_if_busy(orphan)) return;
-    orphan.reset();  // dropped now, below, the communicator this thread's
-    life.leave();
-    return;
-  }
+  // Moved from, waited for, or ended with its communicator (Life::end): nothing in flight. (Not
+  // op->done(): another thread's call may be stepping the operation meanwhile.)
+  if (!op || !group || adopted || op->observed || !group->comm.alive()) return;
+  const PyGroup held = *group;  // the session, until the communicator is free again
+  Life& life = held.comm.life();
+  auto orphan = std::make_shared<Handle>(std::move(*this));
+  orphan->adopted = true;
+  std::function<void()> drop = [orphan] { orphan->drop(); };
+  if (life.adopt_if_busy(drop)) return;
+  drop();
+  life.leave();  // (with any drop adopted meanwhile)
+}  // the arrays, then the session, go with the communicator free
+
+void Handle::drop() {
+  if (op->done()) return;
   py::gil_scoped_release release;
   if (op->collective) {
     try {

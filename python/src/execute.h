@@ -22,7 +22,7 @@ struct Handle {
   std::shared_ptr<Topology> topology;
   std::optional<PyGroup> group;  // keeps the session alive, and knows when it ended
   std::shared_ptr<Pending> op;   // the session's Life ends it before the communicator goes
-  bool adopted = false;          // its communicator's turn is its destroyer's: it drops at once
+  bool adopted = false;          // moved into a drop (~Handle), which ends what is in flight
   // A handle for an operation about to start on `g`, tracked by its communicator's Life with
   // the memory of its arrays.
   Handle(PyGroup g, Kept arrays);
@@ -33,6 +33,9 @@ struct Handle {
   // communicator's turn (Life::adopt_if_busy): a handle may go on any thread, by the garbage
   // collector too, while the device's own thread is inside a call.
   ~Handle();
+  // Ends what is in flight (a collective finished, a transfer abandoned), holding the
+  // communicator.
+  void drop();
   bool test();
   void wait();
   bool done() const;
