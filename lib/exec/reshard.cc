@@ -386,12 +386,15 @@ Transfer ireshard(const RankPlan& plan, const Group& group, const void* src_loca
                   void* dst_local) {
   Communicator& comm = group.comm();
   const int me = comm.rank();
-  // Refused before anything is sent, as a collective is: the communicator stays usable, and a
-  // peer that went ahead names this device (at once if the error ends it, else by its timeout).
   std::shared_ptr<Transfer::Executor> exec;
-  detail::check_members(group, {&plan.src().mesh(), &plan.dst().mesh()});
-  if (plan.src().mesh().contains(me) || plan.dst().mesh().contains(me))
-    exec = std::make_shared<ReshardExecutor>(plan, group, src_local, dst_local);
+  try {
+    detail::check_members(group, {&plan.src().mesh(), &plan.dst().mesh()});
+    if (plan.src().mesh().contains(me) || plan.dst().mesh().contains(me))
+      exec = std::make_shared<ReshardExecutor>(plan, group, src_local, dst_local);
+  } catch (const std::exception& e) {
+    comm.abandon_for(e);
+    throw;
+  }
   // One tag more than the plan's streams: the signatures'.
   return Transfer::Executor::start(std::move(exec), group,
                                    static_cast<std::size_t>(plan.streams()) + 1);

@@ -479,17 +479,21 @@ class SyncExecutor final : public Transfer::Executor {
 Transfer isync(const SyncPlan& plan, const Group& group, std::span<const void* const> src,
                std::span<void* const> dst) {
   Communicator& comm = group.comm();
-  // Refused before anything is sent, as ireshard is.
   std::shared_ptr<Transfer::Executor> exec;
-  std::vector<const Mesh*> meshes;
-  bool mine = false;
-  for (const TensorMove& t : plan.tensors()) {
-    meshes.push_back(&t.src.mesh());
-    meshes.push_back(&t.dst.mesh());
-    mine = mine || t.src.mesh().contains(comm.rank()) || t.dst.mesh().contains(comm.rank());
+  try {
+    std::vector<const Mesh*> meshes;
+    bool mine = false;
+    for (const TensorMove& t : plan.tensors()) {
+      meshes.push_back(&t.src.mesh());
+      meshes.push_back(&t.dst.mesh());
+      mine = mine || t.src.mesh().contains(comm.rank()) || t.dst.mesh().contains(comm.rank());
+    }
+    detail::check_members(group, meshes);
+    if (mine) exec = std::make_shared<SyncExecutor>(plan, group, src, dst);
+  } catch (const std::exception& e) {
+    comm.abandon_for(e);
+    throw;
   }
-  detail::check_members(group, meshes);
-  if (mine) exec = std::make_shared<SyncExecutor>(plan, group, src, dst);
   // One tag more than the plan's streams: the signatures' (lib/exec/signatures.h).
   return Transfer::Executor::start(std::move(exec), group,
                                    static_cast<std::size_t>(plan.streams()) + 1);
