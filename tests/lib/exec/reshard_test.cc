@@ -2,6 +2,7 @@
 // test allocates and fills with its own values, checked element by element by its own reference.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -151,10 +152,15 @@ TEST(Reshard, AFailedTransferThrowsOnEveryWait) {
   std::vector<std::vector<float>> a(2, std::vector<float>(2, 1.0f)), b(2, std::vector<float>(4));
   int thrown = 0;
   bool done = false;
+  std::atomic<bool> started{false};  // device 1 fails once the transfer is in flight, not before
   try {
     world.run([&](Communicator& comm) {
-      if (comm.rank() == 1) throw std::runtime_error("device 1 gives up");
+      if (comm.rank() == 1) {
+        while (!started) std::this_thread::yield();
+        throw std::runtime_error("device 1 gives up");
+      }
       Transfer t = ireshard(p, comm, a[0].data(), b[0].data());
+      started = true;
       Transfer& same = t;
       t = std::move(same);  // a self-move keeps it: nothing abandoned
       for (int i = 0; i < 3; ++i) try {
