@@ -7,10 +7,13 @@ that each source tile meets many target tiles. With --partial the 2-D tensors al
 pending sum over the source mesh's second axis. With --random every tensor draws its own meshes
 (1-, 2- and 3-D: 128, 2x64, 8x16, 4x4x8 -> 8x16, 16x8, 4x32, 2x4x16), its splits (several axes
 on one dimension, in any order) and its pending sums, at most 2^28 elements each: no two
-tensors alike, so nothing a model's repeated layers share helps. Deterministic (seeded): the same
-file each run.
+tensors alike, so nothing a model's repeated layers share helps. With --gather every tensor,
+of its own extent, is split over devices 0-127 and wanted whole on each of them (an all-gather
+of the model: each device takes part in every tensor, 127 receivers a box); --rotate gives each
+tensor's source mesh its own order of the devices, so that no two tensors' layouts are alike.
+Deterministic (seeded): the same file each run.
 
-    python3 bench/uneven_model.py [--partial | --random] > uneven.json
+    python3 bench/uneven_model.py [--partial | --random | --gather [--rotate]] > uneven.json
     meshcast sync --model uneven.json --predict --json   # plan_seconds: one device's planning
 """
 import argparse
@@ -73,6 +76,16 @@ def random_model():
     return tensors
 
 
+def gather_model(rotate):
+    tensors = {}
+    for i in range(1000):
+        r = i % 128 if rotate else 0
+        src = f"128@[{r}-127,0-{r - 1}]" if r else "128@0-127"
+        tensors[f"t{i}"] = {"shape": [4096 + 1000 * i + 1], "dtype": "F32",
+                            "src": src + ":S0", "dst": "128@0-127:R"}
+    return tensors
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     kind = parser.add_mutually_exclusive_group()
@@ -80,8 +93,18 @@ def main():
                       help="the 2-D tensors' sources hold pending sums")
     kind.add_argument("--random", action="store_true",
                       help="every tensor its own random meshes, splits and sums")
+    kind.add_argument("--gather", action="store_true",
+                      help="every tensor all-gathered over the same 128 devices")
+    parser.add_argument("--rotate", action="store_true",
+                        help="with --gather: each tensor's source mesh in its own device order")
     args = parser.parse_args()
-    json.dump(random_model() if args.random else model(args.partial), sys.stdout)
+    if args.rotate and not args.gather:
+        parser.error("--rotate goes with --gather")
+    if args.gather:
+        tensors = gather_model(args.rotate)
+    else:
+        tensors = random_model() if args.random else model(args.partial)
+    json.dump(tensors, sys.stdout)
     sys.stdout.write("\n")
 
 

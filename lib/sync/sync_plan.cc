@@ -16,6 +16,7 @@
 #include "lib/plan/task_ops.h"
 #include "lib/support/fnv.h"
 #include "lib/support/saturated.h"
+#include "lib/sync/price_class.h"
 #include "meshcast/cost.h"
 #include "meshcast/error.h"
 #include "meshcast/plan_size.h"
@@ -98,19 +99,11 @@ void split_box(const Box& box, std::int64_t max_elems, std::vector<Box>& out) {
   }
 }
 
-// A digest of everything a layout is (continuing `seed`), to find equal layouts.
-std::uint64_t layout_digest(const Layout& l, std::uint64_t seed = detail::Fnv{}.h) {
-  detail::Fnv f{seed};
-  f.add(static_cast<std::int64_t>(l.dtype())).add(static_cast<std::int64_t>(l.ndim()));
+// A digest of everything a layout is.
+std::uint64_t layout_digest(const Layout& l) {
+  detail::Fnv f;
+  detail::add_but_extents(f, l);
   for (std::int64_t n : l.shape()) f.add(n);
-  for (std::int64_t n : l.mesh().shape()) f.add(n);
-  f.add(std::int64_t{-1});  // the mesh's shape ends
-  for (int d : l.mesh().devices()) f.add(d);
-  for (const auto& axes : l.spec().dims()) {
-    f.add(static_cast<std::int64_t>(axes.size()));
-    for (int a : axes) f.add(a);
-  }
-  for (int a : l.spec().partial()) f.add(a);
   return f.h;
 }
 
@@ -308,26 +301,15 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
     key[t + 1] = key[t] + grid.size();
   }
   const std::int64_t total = std::max<std::int64_t>(1, offset.back());
-  // Auto priced per tensor (alike on every device), within a budget for a device's part; then
-  // bounded before any work by the strategies built.
-  // A model's layers repeat their layouts: each distinct pair is priced once (found by a digest,
-  // then compared whole: no text of its meshes kept).
-  std::vector<Strategy> strategy(tensors.size());
-  std::unordered_multimap<std::uint64_t, std::size_t> priced;  // digest -> a tensor priced
+  // Auto priced per class of alike tensors (price_class.h: a model's layers repeat their
+  // layouts), the same on every device, within a budget for a device's part; then bounded
+  // before any work by the strategies built.
+  std::vector<const Layout*> srcs, dsts;
   for (std::size_t t = 0; t < tensors.size(); ++t) {
-    const Layout& src = tensors[t].src;
-    const std::uint64_t digest = layout_digest(planned(t), layout_digest(src));
-    const auto [lo, hi] = priced.equal_range(digest);
-    const auto same = std::find_if(lo, hi, [&](const auto& e) {
-      return tensors[e.second].src == src && planned(e.second) == planned(t);
-    });
-    if (same != hi) {
-      strategy[t] = strategy[same->second];
-      continue;
-    }
-    strategy[t] = detail::tensor_strategy(src, planned(t), topology, options.plan);
-    priced.emplace(digest, t);
+    srcs.push_back(&tensors[t].src);
+    dsts.push_back(&planned(t));
   }
+  std::vector<Strategy> strategy = detail::tensor_strategies(srcs, dsts, topology, options.plan);
   const std::int64_t bound = options.plan.max_plan_bytes;
   if (options.plan.strategy == Strategy::Auto) fit_parts(tensors, strategy, planned, bucket, bound);
   check_sync_size(tensors, device < 0, strategy, planned, bucket, bound);

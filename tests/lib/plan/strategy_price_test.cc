@@ -20,50 +20,6 @@ namespace {
 
 using testing::Rng;
 
-// Each group of device ids shuffled over hosts of its own (1..6 per group, of uneven sizes),
-// 1..4 NICs per host, random link classes (with or without chain latency and per-message
-// overhead).
-Topology random_topology(Rng& rng, std::vector<std::vector<int>> groups) {
-  std::vector<std::vector<int>> on;
-  for (std::vector<int>& ids : groups) {
-    rng.shuffle(ids);
-    const auto first = on.size();
-    on.resize(first + static_cast<std::size_t>(rng.between(1, 6)));
-    const std::size_t hosts = on.size() - first;
-    for (std::size_t i = 0; i < ids.size(); ++i)  // every host gets one, the rest at random
-      on[first +
-         (i < hosts ? i : static_cast<std::size_t>(rng.below(static_cast<std::int64_t>(hosts))))]
-          .push_back(ids[i]);
-  }
-  std::erase_if(on, [](const std::vector<int>& h) { return h.empty(); });
-  auto link = [&](const char* bandwidth_key) {
-    std::ostringstream os;
-    os << "{\"" << bandwidth_key << "\": " << rng.between(1, 200)
-       << ", \"latency_us\": " << rng.between(0, 20);
-    if (rng.chance(1, 2)) os << ", \"chain_latency_us\": " << rng.between(0, 5);
-    os << ", \"overhead_us\": " << (rng.chance(1, 3) ? 0 : rng.between(1, 4));
-    return os.str();
-  };
-  std::ostringstream os;
-  os << "{\"name\": \"random\", \"links\": {\"intra\": " << link("bandwidth_gbyte_s")
-     << "}, \"network\": " << link("bandwidth_gbit_s")
-     << ", \"nics_per_host\": " << rng.between(1, 4) << "}}, \"hosts\": [";
-  for (std::size_t h = 0; h < on.size(); ++h) {
-    os << (h ? ", " : "") << "{\"devices\": [";
-    for (std::size_t k = 0; k < on[h].size(); ++k) os << (k ? ", " : "") << on[h][k];
-    os << "]}";
-  }
-  os << "]}";
-  return Topology::from_json(os.str());
-}
-
-// The devices [0, pool) over hosts shared by all.
-Topology random_topology(Rng& rng, int pool) {
-  std::vector<int> ids(static_cast<std::size_t>(pool));
-  std::iota(ids.begin(), ids.end(), 0);
-  return random_topology(rng, std::vector<std::vector<int>>{ids});
-}
-
 double price(const Layout& src, const Layout& dst, const Topology& topo, Strategy st, Balance rule,
              std::int64_t chunk, bool* fans_out = nullptr, bool fork = true) {
   const TaskGrid grid(src, dst);
