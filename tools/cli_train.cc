@@ -44,17 +44,12 @@ namespace {
 
 namespace tr = meshcast::training;
 
+// Digits only (lo >= 0): no sign, blank or other text ("+4", " 4", "4k").
 long long integer(const std::string& text, const std::string& field, long long lo, long long hi) {
-  std::size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || v < lo || v > hi)
+  const std::int64_t v = detail::digits_value(text, hi);
+  if (v < lo)
     throw ValidationError(field, "expected an integer in " + std::to_string(lo) + ".." +
-                                     std::to_string(hi) + ", got '" + text + "'");
+                                     std::to_string(hi) + ", got " + detail::quote(text));
   return v;
 }
 int positive(const std::string& text, const std::string& field, long long hi = 1LL << 30) {
@@ -76,9 +71,10 @@ double real(const std::string& text, const std::string& field, double lo, double
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != text.size() || !(v >= lo && v <= hi))
+  // As people write one (strtod also takes blanks, hex, "inf" and "nan").
+  if (!detail::plain_decimal(text) || used != text.size() || !(v >= lo && v <= hi))
     throw ValidationError(field, "expected a number in [" + number_text(lo) + ", " +
-                                     number_text(hi) + "], got '" + text + "'");
+                                     number_text(hi) + "], got " + detail::quote(text));
   return v;
 }
 
@@ -117,8 +113,15 @@ constexpr ConfigKey kConfigKeys[] = {
     {"backend", "--backend", &TrainArgs::backend},
 };
 
-// Fills the options not given on the command line from the --config JSON object.
+// Fills the options not given on the command line from the --config JSON object. A value given
+// empty, in either, is refused: "--checkpoint-dir ''" would silently save no checkpoint.
 TrainArgs with_config(TrainArgs a, const CLI::App& cmd) {
+  for (const ConfigKey& k : kConfigKeys)
+    if (const CLI::Option* o = cmd.get_option_no_throw(k.option);
+        k.field != nullptr && o != nullptr && o->count() > 0 && (a.*k.field).empty())
+      throw ValidationError(std::string(k.option).substr(2), "is empty");
+  if (const CLI::Option* o = cmd.get_option_no_throw("--config"); o && o->count() > 0)
+    if (a.config.empty()) throw ValidationError("config", "is empty");
   if (a.config.empty()) return a;
   const nlohmann::json j =
       detail::parse_json(read_input_file(a.config, "config", limits().input_file_bytes), "config");
@@ -141,6 +144,7 @@ TrainArgs with_config(TrainArgs a, const CLI::App& cmd) {
         a.resume = value.get<bool>();
     } else if (value.is_string()) {
       a.*k->field = value.get<std::string>();
+      if ((a.*k->field).empty()) throw ValidationError("config." + key, "is empty");
     } else if (value.is_number()) {
       a.*k->field = value.dump();
     } else {

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "lib/support/text.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
 #include "meshcast/reshard.h"
@@ -574,33 +575,37 @@ void check_stage_devices(const StageShape& s, const std::string& field, double e
                             " devices, more than the limit of " + std::to_string(limits().devices) +
                             " (raise it with MESHCAST_MAX_DEVICES)");
 }
+
+// `text` cut at each `sep`, empty pieces kept: "a,,b," is four.
+std::vector<std::string_view> pieces(std::string_view text, char sep) {
+  std::vector<std::string_view> out;
+  for (std::size_t at = 0;;) {
+    const std::size_t end = text.find(sep, at);
+    out.push_back(text.substr(at, end - at));
+    if (end == std::string_view::npos) return out;
+    at = end + 1;
+  }
+}
 }  // namespace
 
 StageShape parse_stage_shape(const std::string& text, const std::string& field) {
   StageShape s;
   bool tp = false, grid = false;
-  std::stringstream in(text);
-  std::string item;
-  auto number = [&](const std::string& v, const std::string& name) {
-    std::size_t used = 0;
-    int n = 0;
-    try {
-      n = std::stoi(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    // stoi skips leading blanks: "dp= 1" would pass where "dp=1 " does not.
-    if (used != v.size() || n < 1 || std::isspace(static_cast<unsigned char>(v.front())))
-      throw ParseError(field + "." + name, "expected a positive integer, got '" + v + "'");
-    return n;
+  // Digits only: no sign, blank or trailing text ("dp=+2", "dp= 2").
+  auto number = [&](std::string_view v, const std::string& name) {
+    const std::int64_t n = detail::digits_value(v, std::int64_t{1} << 30);
+    if (n < 1)
+      throw ParseError(field + "." + name, "expected a positive integer, got " + detail::quote(v));
+    return static_cast<int>(n);
   };
   std::set<std::string> keys;
-  while (std::getline(in, item, ',')) {
+  for (std::string_view item : pieces(text, ',')) {  // "dp=2," has an empty last item
     const auto eq = item.find('=');
     if (eq == std::string::npos)
-      throw ParseError(field,
-                       "expected key=value items (dp=, tp=, grid=RxCxD), got '" + item + "'");
-    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+      throw ParseError(
+          field, "expected key=value items (dp=, tp=, grid=RxCxD), got " + detail::quote(item));
+    const std::string key(item.substr(0, eq));
+    const std::string_view value = item.substr(eq + 1);
     if (!keys.insert(key).second) throw ParseError(field + "." + key, "given twice");
     if (key == "dp") {
       s.dp = number(value, "dp");
@@ -609,17 +614,16 @@ StageShape parse_stage_shape(const std::string& text, const std::string& field) 
       tp = true;
     } else if (key == "grid") {
       std::vector<int> g;
-      std::stringstream gs(value);
-      std::string part;
-      while (std::getline(gs, part, 'x')) g.push_back(number(part, "grid"));
+      for (std::string_view part : pieces(value, 'x')) g.push_back(number(part, "grid"));
       if (g.size() != 3)
-        throw ParseError(field + ".grid", "expected RxCxD (three extents), got '" + value + "'");
+        throw ParseError(field + ".grid",
+                         "expected RxCxD (three extents), got " + detail::quote(value));
       s.rows = g[0];
       s.cols = g[1];
       s.depth = g[2];
       grid = true;
     } else {
-      throw ParseError(field, "unknown key '" + key + "' (expected dp, tp or grid)");
+      throw ParseError(field, "unknown key " + detail::quote(key) + " (expected dp, tp or grid)");
     }
   }
   if (tp && grid) throw ValidationError(field, "give tp (Megatron) or grid (3D), not both");
