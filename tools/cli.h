@@ -95,6 +95,8 @@ struct SyncArgs {
   // From --plan's file (run_sync fills them): the tensors (explicit form) and the topology.
   std::string model_text, topology_text;
 };
+// What an option given as '' is told: it is refused rather than taken for its default.
+inline constexpr const char* kGivenEmpty = "given empty; leave it out for the default";
 void add_sync_options(CLI::App& cmd, SyncArgs& args);
 int run_sync(const SyncArgs& args);
 // `model` is "gpt" or "utransformer".

@@ -105,8 +105,7 @@ struct Loaded {
 
 Loaded load(const SyncArgs& a) {
   for (const auto& [flag, value] : {std::pair{"cast", &a.cast}, std::pair{"topology", &a.topology}})
-    if (a.given.count(flag) && value->empty())
-      throw ValidationError(flag, "given empty; leave it out for the default");
+    if (a.given.count(flag) && value->empty()) throw ValidationError(flag, kGivenEmpty);
   if (a.predict && a.verify)
     throw ValidationError("verify", "--predict runs nothing to verify; leave one of them out");
   if (a.mode != "fused" && a.mode != "per-tensor" && a.mode != "gather")

@@ -119,9 +119,9 @@ TrainArgs with_config(TrainArgs a, const CLI::App& cmd) {
   for (const ConfigKey& k : kConfigKeys)
     if (const CLI::Option* o = cmd.get_option_no_throw(k.option);
         k.field != nullptr && o != nullptr && o->count() > 0 && (a.*k.field).empty())
-      throw ValidationError(std::string(k.option).substr(2), "is empty");
+      throw ValidationError(std::string(k.option).substr(2), kGivenEmpty);
   if (const CLI::Option* o = cmd.get_option_no_throw("--config"); o && o->count() > 0)
-    if (a.config.empty()) throw ValidationError("config", "is empty");
+    if (a.config.empty()) throw ValidationError("config", kGivenEmpty);
   if (a.config.empty()) return a;
   const nlohmann::json j =
       detail::parse_json(read_input_file(a.config, "config", limits().input_file_bytes), "config");
@@ -144,7 +144,7 @@ TrainArgs with_config(TrainArgs a, const CLI::App& cmd) {
         a.resume = value.get<bool>();
     } else if (value.is_string()) {
       a.*k->field = value.get<std::string>();
-      if ((a.*k->field).empty()) throw ValidationError("config." + key, "is empty");
+      if ((a.*k->field).empty()) throw ValidationError("config." + key, kGivenEmpty);
     } else if (value.is_number()) {
       a.*k->field = value.dump();
     } else {

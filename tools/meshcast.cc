@@ -27,9 +27,8 @@ namespace meshcast::cli {
 namespace {
 
 // An option given as '' is refused rather than taken for its default (as sync's are).
-const CLI::Validator kGivenNonEmpty(
-    [](std::string& v) { return v.empty() ? "given empty; leave it out for the default" : ""; }, "",
-    "non-empty");
+const CLI::Validator kGivenNonEmpty([](std::string& v) { return v.empty() ? kGivenEmpty : ""; }, "",
+                                    "non-empty");
 
 constexpr const char* kFormats = R"(
 Formats:

@@ -132,7 +132,7 @@ expect_error() {
 }
 expect_error "stages[0].cols" gpt --stages tp=3
 expect_error "stages[1].grid" gpt --stages dp=1/grid=2x2
-expect_exit 2 "out: is empty" "$mc" train gpt --out ""
+expect_exit 2 "out: given empty; leave it out for the default" "$mc" train gpt --out ""
 # Every 10th KiB is held out: 9,216 bytes hold none of it; the error says what would.
 head -c 9216 /usr/share/common-licenses/GPL-3 >"$tmp/short.txt"
 expect_exit 2 "it needs at least 9222 bytes" "$mc" train gpt --data "$tmp/short.txt" --seq 4 --out "$tmp/out"
@@ -145,11 +145,11 @@ expect_error "batch: expected an integer in 1..1048576, got '+4'" gpt --batch +4
 expect_error "lr: expected a number in [0, 10], got 'nan'" gpt --lr nan
 expect_error "lr: expected a number in [0, 10], got ' 0.5'" gpt --lr " 0.5"
 # A value given empty is refused, not taken as "none" (no checkpoints, the default topology).
-expect_error "checkpoint-dir: is empty" gpt --checkpoint-dir ""
-expect_error "topology: is empty" gpt --topology ""
-expect_error "config: is empty" gpt --config ""
+expect_error "checkpoint-dir: given empty; leave it out for the default" gpt --checkpoint-dir ""
+expect_error "topology: given empty; leave it out for the default" gpt --topology ""
+expect_error "config: given empty; leave it out for the default" gpt --config ""
 printf '{"checkpoint_dir": ""}' > "$tmp/empty.json"
-expect_error "config.checkpoint_dir: is empty" gpt --config "$tmp/empty.json"
+expect_error "config.checkpoint_dir: given empty; leave it out for the default" gpt --config "$tmp/empty.json"
 # 1047553 x 4100 devices wrapped to 4 in 32 bits.
 expect_error "stages[0]: needs 4294967300 devices" gpt --stages dp=1047553,grid=4100x1x1
 expect_error "schedule" gpt --schedule sideways
