@@ -635,11 +635,8 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
       throw ValidationError("system", "places " + std::to_string(needed) +
                                           " devices (trainers and generators), but " +
                                           std::to_string(s->comm.size()) + " ranks started");
-    if (s->comm.size() < needed)
-      throw ValidationError("backend", "the model's meshes use device ids up to " +
-                                           std::to_string(needed - 1) + ", so " +
-                                           std::to_string(needed) + " ranks are needed (" +
-                                           std::to_string(s->comm.size()) + " started)");
+    require_ranks(*s, static_cast<int>(needed),
+                  "the model's meshes use device ids up to " + std::to_string(needed - 1), false);
   };
   if (!s) prepare();
 #ifdef MESHCAST_HAS_MPI  // without it s is null

@@ -94,6 +94,17 @@ o = json.loads(sys.stdin.readline()); print(o["verified"], o["mismatches"], o["m
   n=$(grep -c '^{' <<<"$out")
   if [[ $rc -eq 0 && $n -eq 1 ]]; then ok; else bad "$backend --predict: rc=$rc, $n reports: $out"; fi
 
+  # Fewer ranks than the meshes' devices: every rank says how many mpirun must start (rank 0
+  # finds it, the others hear it from rank 0).
+  echo '{"w": {"shape": [64], "dtype": "F32", "src": "4@0-3:S0", "dst": "4@4-7:R"}}' >"$tmp/eight.json"
+  out=$(timeout 60 "${run[@]}" --enable-recovery -np 4 bash -c \
+        "$mc sync --model $tmp/eight.json --backend $backend; echo status \$?" 2>&1)
+  rc=$?
+  n=$(grep -c "^meshcast: \(rank 0: \)\?backend: the model's meshes use device ids up to 7, so mpirun must start at least 8 ranks (it started 4)$" <<<"$out")
+  st=$(grep -c "^status 2$" <<<"$out")
+  if [[ $rc -ne 124 && $n -eq 4 && $st -eq 4 ]]; then ok
+  else bad "$backend on 4 ranks of 8: rc=$rc, $n of 4 said it, $st exited 2: $out"; fi
+
   # What rank 0 alone does (save, predict) fails on every rank: the others wait for its
   # outcome instead of leaving it, and wait on none that has ended.
   for opt in "--save-plan $tmp/missing/saved.json|4|save-plan: cannot write" \
