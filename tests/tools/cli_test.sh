@@ -250,6 +250,10 @@ MESHCAST_MAX_PLAN_OPS=100 limit_case "plan ops: .* exceeds the limit of 100" 2 2
   plan --shape 64,64 --dtype f32 --src 64@0-63:S0R --dst 64@64-127:RS0
 MESHCAST_MAX_SIMULATE_WORK=100 limit_case "simulate work: .* exceeds the limit of 100" 2 200000 \
   simulate --shape 256,256 --dtype f32 --src 16x16@0-255:S0S1 --dst 16x16@256-511:S1S0
+# simulate's memory (its flows' link entries, the plan held beside them) is bounded with the
+# plan's before any flow is built: this plan fits 30 MiB, its simulation with it does not.
+MESHCAST_MAX_PLAN_MEMORY_BYTES=30M limit_case "simulate memory: .* exceeds the limit of 31457280" 2 60000 \
+  simulate --shape 65536 --dtype f32 --src 1024:S0 --dst 1024:R --strategy broadcast
 MESHCAST_MAX_BUFFER_BYTES=100 limit_case "buffer bytes: .* exceeds the limit of 100" 2 200000 \
   reshard "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:RS0
 # A plan's links are sized by the hosts it uses, not by its topology's: a 32-byte move on 2^20
