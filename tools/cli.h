@@ -30,6 +30,10 @@ class NcclSession;
 
 namespace meshcast::cli {
 
+// What an option of any subcommand given as '' is told: it is refused rather than taken for its
+// default.
+inline constexpr const char* kGivenEmpty = "given empty; leave it out for the default";
+
 // Options of `plan` and `reshard`, as typed: parsed and validated by make_plan(), so that every
 // message names its field the same way.
 struct PlanArgs {
@@ -95,8 +99,6 @@ struct SyncArgs {
   // From --plan's file (run_sync fills them): the tensors (explicit form) and the topology.
   std::string model_text, topology_text;
 };
-// What an option given as '' is told: it is refused rather than taken for its default.
-inline constexpr const char* kGivenEmpty = "given empty; leave it out for the default";
 void add_sync_options(CLI::App& cmd, SyncArgs& args);
 int run_sync(const SyncArgs& args);
 // `model` is "gpt" or "utransformer".
@@ -200,7 +202,8 @@ struct ProcessRun {
 ProcessRun run_plan_on(const Plan& plan, ProcessSession& session, int iters, bool verify);
 // Refuses a job of fewer ranks than `needed` devices (`exactly`: of another number; a surplus
 // rank would sit idle), naming what the launcher must start; the same on every rank.
-void require_ranks(const ProcessSession& session, int needed, const std::string& why, bool exactly);
+void require_ranks(const ProcessSession& session, std::int64_t needed, const std::string& why,
+                   bool exactly);
 // Runs this rank's own checks of its input (parsing, loading, planning) once the job has
 // started, and fails every rank alike when any rank's fail: the error of the lowest failing
 // rank, which the others report as "rank R: <its line>" with its exit status. A rank that exited

@@ -272,9 +272,9 @@ Topology discover_job_topology(ProcessSession& session, const std::string& topol
   return discover_topology(session.comm, o);
 }
 
-void require_ranks(const ProcessSession& session, int needed, const std::string& why,
+void require_ranks(const ProcessSession& session, std::int64_t needed, const std::string& why,
                    bool exactly) {
-  const int size = session.comm.size();
+  const std::int64_t size = session.comm.size();
   if (size == needed || (size > needed && !exactly)) return;
   const std::string count = (exactly ? "exactly " : "at least ") + std::to_string(needed);
   if (session.tcp)
@@ -287,7 +287,7 @@ void require_ranks(const ProcessSession& session, int needed, const std::string&
 ProcessRun run_plan_on(const Plan& p, ProcessSession& session, int iters, bool verify) {
   Communicator* comm = &session.comm;
   Bootstrap& boot = session.boot;
-  const int needed = p.devices().back() + 1;
+  const std::int64_t needed = std::int64_t{p.devices().back()} + 1;  // ids reach 2^31 - 1
   require_ranks(session, needed, "the meshes use device ids up to " + std::to_string(needed - 1),
                 false);
   agree(boot, {{"plan", std::to_string(std::hash<std::string>{}(p.to_json()))},

@@ -635,7 +635,7 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
       throw ValidationError("system", "places " + std::to_string(needed) +
                                           " devices (trainers and generators), but " +
                                           std::to_string(s->comm.size()) + " ranks started");
-    require_ranks(*s, static_cast<int>(needed),
+    require_ranks(*s, needed,
                   "the model's meshes use device ids up to " + std::to_string(needed - 1), false);
   };
   if (!s) prepare();

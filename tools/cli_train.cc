@@ -114,7 +114,8 @@ constexpr ConfigKey kConfigKeys[] = {
 };
 
 // Fills the options not given on the command line from the --config JSON object. A value given
-// empty, in either, is refused: "--checkpoint-dir ''" would silently save no checkpoint.
+// empty on the command line is refused ("--checkpoint-dir ''" would silently save no
+// checkpoint); in the file it is the default, as a run's run.json writes an option not given.
 TrainArgs with_config(TrainArgs a, const CLI::App& cmd) {
   for (const ConfigKey& k : kConfigKeys)
     if (const CLI::Option* o = cmd.get_option_no_throw(k.option);
@@ -143,8 +144,7 @@ TrainArgs with_config(TrainArgs a, const CLI::App& cmd) {
       else
         a.resume = value.get<bool>();
     } else if (value.is_string()) {
-      a.*k->field = value.get<std::string>();
-      if ((a.*k->field).empty()) throw ValidationError("config." + key, kGivenEmpty);
+      if (const auto text = value.get<std::string>(); !text.empty()) a.*k->field = text;
     } else if (value.is_number()) {
       a.*k->field = value.dump();
     } else {
@@ -169,17 +169,14 @@ struct Run {
 // The --stages text: stage shapes separated by '/', none of them empty.
 std::vector<tr::StageShape> parse_stages(const std::string& text) {
   std::vector<tr::StageShape> stages;
-  for (std::size_t at = 0;;) {
-    const auto slash = text.find('/', at);
-    const std::string item = text.substr(at, slash - at),
-                      field = "stages[" + std::to_string(stages.size()) + "]";
+  for (std::string_view item : detail::split(text, '/')) {
+    const std::string field = "stages[" + std::to_string(stages.size()) + "]";
     if (item.empty())
       throw ParseError(
           field, "empty stage in " + detail::quote(text) + " (expected e.g. dp=2/grid=2x1x2)");
-    stages.push_back(tr::parse_stage_shape(item, field));
-    if (slash == std::string::npos) return stages;
-    at = slash + 1;
+    stages.push_back(tr::parse_stage_shape(std::string(item), field));
   }
+  return stages;
 }
 
 // Everything but the corpus, parsed and validated: no work done yet.

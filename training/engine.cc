@@ -575,17 +575,6 @@ void check_stage_devices(const StageShape& s, const std::string& field, double e
                             " devices, more than the limit of " + std::to_string(limits().devices) +
                             " (raise it with MESHCAST_MAX_DEVICES)");
 }
-
-// `text` cut at each `sep`, empty pieces kept: "a,,b," is four.
-std::vector<std::string_view> pieces(std::string_view text, char sep) {
-  std::vector<std::string_view> out;
-  for (std::size_t at = 0;;) {
-    const std::size_t end = text.find(sep, at);
-    out.push_back(text.substr(at, end - at));
-    if (end == std::string_view::npos) return out;
-    at = end + 1;
-  }
-}
 }  // namespace
 
 StageShape parse_stage_shape(const std::string& text, const std::string& field) {
@@ -599,7 +588,7 @@ StageShape parse_stage_shape(const std::string& text, const std::string& field) 
     return static_cast<int>(n);
   };
   std::set<std::string> keys;
-  for (std::string_view item : pieces(text, ',')) {  // "dp=2," has an empty last item
+  for (std::string_view item : detail::split(text, ',')) {  // "dp=2," has an empty last item
     const auto eq = item.find('=');
     if (eq == std::string::npos)
       throw ParseError(
@@ -614,7 +603,7 @@ StageShape parse_stage_shape(const std::string& text, const std::string& field) 
       tp = true;
     } else if (key == "grid") {
       std::vector<int> g;
-      for (std::string_view part : pieces(value, 'x')) g.push_back(number(part, "grid"));
+      for (std::string_view part : detail::split(value, 'x')) g.push_back(number(part, "grid"));
       if (g.size() != 3)
         throw ParseError(field + ".grid",
                          "expected RxCxD (three extents), got " + detail::quote(value));

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "meshcast/error.h"
 #include "meshcast/units.h"
@@ -22,6 +23,18 @@ inline std::string quote(std::string_view s) {
 // "1 op", "3 ops", "0 phases": a count with its noun, plural unless it is 1.
 inline std::string counted(std::int64_t n, std::string_view noun) {
   return std::to_string(n) + ' ' + std::string(noun) + (n == 1 ? "" : "s");
+}
+
+// `text` cut at each `sep`, empty pieces kept: "a,,b," is four ("" is one), so that a parser
+// sees a stray separator.
+inline std::vector<std::string_view> split(std::string_view text, char sep) {
+  std::vector<std::string_view> out;
+  for (std::size_t at = 0;;) {
+    const std::size_t end = text.find(sep, at);
+    out.push_back(text.substr(at, end - at));
+    if (end == std::string_view::npos) return out;
+    at = end + 1;
+  }
 }
 
 // The value of decimal digits `s` if it is at most `max`, else -1 (also for no digits or a

@@ -6,7 +6,6 @@
 #include <unordered_map>
 
 #include "lib/plan/task_ops.h"
-#include "lib/support/fnv.h"
 
 namespace meshcast::detail {
 namespace {

@@ -37,6 +37,13 @@ err=$(timeout 120 "${run[@]}" -np 2 "$mc" reshard --shape 8 --dtype f32 --src 4@
 rc=$?
 if [[ $rc -eq 2 ]] && grep -q "backend: the meshes use device ids up to 7" <<<"$err"; then ok; else
   bad "too few ranks: rc=$rc: $err"; fi
+# The largest id, 2^31 - 1: the count of ranks it needs does not fit an int (it wrapped, and the
+# check passed).
+err=$(timeout 120 "${run[@]}" -np 1 "$mc" reshard --shape 8 --dtype f32 --src 1@0:S0 \
+      --dst "2@[0,2147483647]:R" --backend mpi 2>&1 >/dev/null)
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q "must start at least 2147483648 ranks (it started 1)" <<<"$err"; then ok
+else bad "id 2^31 - 1: rc=$rc: $err"; fi
 
 # Ranks given different layouts: detected before any transfer.
 err=$(timeout 120 "${run[@]}" -np 2 "$mc" reshard --shape 8 --dtype f32 --src 2@0-1:S0 \

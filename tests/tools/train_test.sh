@@ -55,6 +55,12 @@ printf '{"stages": "dp=2", "micro_batches": 2, "steps": 3, "d_model": 32, "seq":
 got=$("$mc" train gpt --config "$tmp/c.json" --steps 2 --json --out "$tmp/out" | python3 -c 'import json,sys
 j = json.loads(sys.stdin.readline()); print(len(j["steps"]), j["stages"], j["overlap"])')
 [[ $got == "2 dp=2,tp=1 False" ]] && ok || bad "--config: $got"
+# A run repeats from its own run.json's config (which writes the options not given as "").
+python3 -c 'import json,sys; json.dump(json.load(open(sys.argv[1]))["config"], open(sys.argv[2], "w"))' \
+  "$tmp/out/gpt-run.json" "$tmp/again.json"
+first=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$tmp/out/gpt-run.json" | losses)
+again=$("$mc" train gpt --config "$tmp/again.json" --json 2>/dev/null | losses)
+[[ -n $again && $again == "$first" ]] && ok || bad "repeated from run.json: [$again], first [$first]"
 
 # Checkpoints: 6 steps uninterrupted vs 3 steps on one mesh, then resumed on another to 6. The
 # resumed run's JSON (and charts) hold the whole run: the first 3 steps from the earlier JSON.
@@ -148,8 +154,6 @@ expect_error "lr: expected a number in [0, 10], got ' 0.5'" gpt --lr " 0.5"
 expect_error "checkpoint-dir: given empty; leave it out for the default" gpt --checkpoint-dir ""
 expect_error "topology: given empty; leave it out for the default" gpt --topology ""
 expect_error "config: given empty; leave it out for the default" gpt --config ""
-printf '{"checkpoint_dir": ""}' > "$tmp/empty.json"
-expect_error "config.checkpoint_dir: given empty; leave it out for the default" gpt --config "$tmp/empty.json"
 # 1047553 x 4100 devices wrapped to 4 in 32 bits.
 expect_error "stages[0]: needs 4294967300 devices" gpt --stages dp=1047553,grid=4100x1x1
 expect_error "schedule" gpt --schedule sideways

@@ -6,9 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include <numeric>
-#include <sstream>
-
 #include "lib/plan/planner.h"
 #include "meshcast/error.h"
 #include "meshcast/plan.h"

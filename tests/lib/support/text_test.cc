@@ -64,5 +64,18 @@ TEST(Text, ParseBytesTakesBinaryUnitsUpToTheBound) {
     EXPECT_THROW(parse_bytes(bad, kMax, "f"), ParseError) << bad;
 }
 
+TEST(Text, SplitKeepsEveryPieceAndRejoinsToItsText) {
+  using V = std::vector<std::string_view>;
+  EXPECT_EQ(split("a,,b,", ','), (V{"a", "", "b", ""}));
+  EXPECT_EQ(split("", ','), (V{""}));
+  EXPECT_EQ(split("2x1x1x", 'x'), (V{"2", "1", "1", ""}));
+  for (std::string_view text : {"a", ",", ",,x,", "dp=2,tp=2"}) {
+    std::string joined;
+    for (std::string_view piece : split(text, ',')) joined += std::string(piece) + ',';
+    joined.pop_back();
+    EXPECT_EQ(joined, text);
+  }
+}
+
 }  // namespace
 }  // namespace meshcast::detail
