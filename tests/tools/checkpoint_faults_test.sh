@@ -148,9 +148,10 @@ expect_exit 2 "is neither a regular file nor a directory" \
 expect_exit 2 "data size: " env MESHCAST_MAX_DATA_FILE_BYTES=1000 "$mc" train gpt --out "$tmp/out"
 expect_exit 2 "exceeds the limit of 1000 (raise it with MESHCAST_MAX_DATA_FILE_BYTES)" \
   env MESHCAST_MAX_DATA_FILE_BYTES=1000 "$mc" train gpt --out "$tmp/out"
-for stages in "//" "dp=1/" "/dp=1" "dp=1//dp=1" ""; do
+for stages in "//" "dp=1/" "/dp=1" "dp=1//dp=1"; do
   expect_exit 2 "stages[" "$mc" train gpt --stages "$stages" --out "$tmp/out"
 done
+expect_exit 2 "stages: given empty; leave it out for the default" "$mc" train gpt --stages "" --out "$tmp/out"
 
 # A model far over the memory limit is refused from its configuration: exit 2 naming the limit,
 # with little memory used (peak RSS of the process, not time).
