@@ -173,11 +173,15 @@ std::vector<StepKind> step_kinds(const Loaded& l) {
 // together as one plan is (limits().plan_ops), so that a mode of many steps on large meshes is
 // refused within that work, not after hours.
 SyncStats predict_steps(const Loaded& l) {
+  // The whole sync in this process alone: under the whole planning bound, as --predict's (the
+  // local backend gives each device's part a share of it, which the whole sync exceeds).
+  SyncOptions whole = l.options;
+  whole.plan.max_plan_bytes = 0;
   SyncStats total;
   std::int64_t messages = 0, priced = 0;
   double bounding = -1;  // the largest bound a kind of step adds: its busiest link is reported
   for (const StepKind& k : step_kinds(l)) {
-    const SyncStats p = predict_sync(k.step->moves, l.topology, l.options);
+    const SyncStats p = predict_sync(k.step->moves, l.topology, whole);
     messages += p.messages;
     ++priced;
     if (messages > limits().plan_ops)
@@ -686,8 +690,15 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
 #endif
     return 0;
   }
+  // The report's prediction, priced before the run: a sync it refuses ends before any work (it
+  // was priced after the run, which a local sync of 2.5 M messages ran for 16 s and 3 GB).
+  std::optional<SyncStats> predicted;
+  const auto predict = [&] {
+    if (root) predicted = predict_steps(*l);
+  };
   RunResult result;
   if (!s) {
+    predict();
     std::vector<const Layout*> layouts;
     for (const TensorMove& t : l->model.moves) {
       layouts.push_back(&t.src);
@@ -729,11 +740,12 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
     check_job_capacity(s->boot, rank_buffer_bytes(*l, s->comm.rank()), "model");
     // Every rank the same topology: discovered together (identical on every rank).
     if (is_auto_topology(a.topology)) l->topology = discover_job_topology(*s, a.topology);
+    checked_together(s->boot, predict);  // rank 0's outcome is every rank's
     result = run_device(*l, s->comm, iters, a.verify, s->nccl);
     result.mismatches = s->boot.sum(result.mismatches);
   }
 #endif
-  if (root) print(a, *l, predict_steps(*l), &result, result.plan_seconds);
+  if (root) print(a, *l, *predicted, &result, result.plan_seconds);
   return !a.verify || result.mismatches == 0 ? 0 : 1;
 }
 
