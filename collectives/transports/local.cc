@@ -107,6 +107,11 @@ struct LocalWorld::State {
     if (first_left < 0) first_left = rank;
     barrier_cv.notify_all();
   }
+  // A device's copies moved on: every wait of the world goes on while some device progresses
+  // (a device waited on may be busy with other transfers first; a barrier waits for devices
+  // with more to do). A stall of all of them for the timeout fails.
+  void moved() { last_moved.store(Clock::now().time_since_epoch().count()); }
+  Clock::time_point moved_at() const { return Clock::time_point(Clock::duration(last_moved)); }
   void check() {
     if (failed_rank >= 0) {
       std::lock_guard<std::mutex> g(fail_m);
@@ -117,6 +122,7 @@ struct LocalWorld::State {
   std::vector<Inbox> inboxes;
   std::vector<std::atomic<bool>> left;  // per device: its function has returned
   std::atomic<int> failed_rank{-1};
+  std::atomic<Clock::rep> last_moved{0};  // moved()
   std::mutex fail_m;
   std::optional<CommError> failure;
   std::mutex barrier_m;
@@ -219,9 +225,9 @@ class LocalTransport final : public Transport {
   // then yields.
   void idle(const Request::Impl* waiting, std::span<const int> peers, int polls,
             Clock::time_point since) override {
-    if (progress()) last_progress_ = Clock::now();  // this device's copies count as progress
+    progress();
     s_.check();
-    const auto deadline = std::max(since, last_progress_) + s_.timeout;
+    const auto deadline = std::max(since, s_.moved_at()) + s_.timeout;
     const auto* r = static_cast<const LocalRequest*>(waiting);
     if (!r) {
       // A peer that left after writing what the caller waits for: the caller checks once more
@@ -296,15 +302,16 @@ class LocalTransport final : public Transport {
       s_.barrier_cv.notify_all();
       return;
     }
-    const auto deadline = Clock::now() + s_.timeout;
+    const auto entered = Clock::now();
+    const auto deadline = [&] { return std::max(entered, s_.moved_at()) + s_.timeout; };
     const auto passed = [&] {
       return s_.generation != gen || s_.failed_rank >= 0 || s_.first_left >= 0;
     };
     bool woken = false;
     // Back every millisecond, unlocked, for `meanwhile`, until the deadline.
     while (!(woken = s_.barrier_cv.wait_until(
-                 l, std::min(deadline, Clock::now() + std::chrono::milliseconds(1)), passed)) &&
-           Clock::now() < deadline) {
+                 l, std::min(deadline(), Clock::now() + std::chrono::milliseconds(1)), passed)) &&
+           Clock::now() < deadline()) {
       l.unlock();
       meanwhile();
       l.lock();
@@ -318,8 +325,9 @@ class LocalTransport final : public Transport {
         missing = d;
     if (!woken)
       throw CommError(missing, "did not reach the barrier in " +
-                                   std::to_string(s_.timeout.count()) + " ms (device " +
-                                   std::to_string(rank_) + " waits in it)");
+                                   std::to_string(s_.timeout.count()) +
+                                   " ms of no device's progress (device " + std::to_string(rank_) +
+                                   " waits in it)");
     throw CommError(missing, "returned from its function before the barrier that device " +
                                  std::to_string(rank_) + " waits in");
   }
@@ -374,7 +382,9 @@ class LocalTransport final : public Transport {
       std::lock_guard<std::mutex> g(sender.m);
       sender.cv.notify_all();
     }
-    return !todo.empty();
+    if (todo.empty()) return false;
+    s_.moved();  // progress of the world: every wait goes on (State::moved)
+    return true;
   }
 
   // A send no receiver may start copying any more; returns once one copying it has finished.
@@ -394,7 +404,6 @@ class LocalTransport final : public Transport {
   int rank_;
   std::vector<std::weak_ptr<LocalRequest>> sends_;  // this device's sends not seen complete
   std::size_t prune_at_ = 64;
-  Clock::time_point last_progress_{};
   int left_polls_ = 0;  // node memory: this wait's polls since a peer was seen gone
 };
 

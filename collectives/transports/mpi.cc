@@ -239,6 +239,7 @@ class MpiTransport final : public Transport {
     auto& r = static_cast<MpiRequest&>(impl);
     int done = 0;
     MPI_Status st;
+    const bool active = r.req != MPI_REQUEST_NULL;  // a completed one reads back as done again
     const int rc = MPI_Test(&r.req, &done, r.expect >= 0 ? &st : MPI_STATUS_IGNORE);
     if (rc == MPI_SUCCESS) {
       if (done && r.expect >= 0) {  // once: a completed request reads back as an empty one
@@ -246,7 +247,10 @@ class MpiTransport final : public Transport {
         check(MPI_Get_elements_x(&st, MPI_BYTE, &got), "MPI_Get_elements_x");
         detail::check_arrived(r.peers.front(), got, std::exchange(r.expect, -1));
       }
-      if (!done) watchdog_.watch_sometimes();
+      if (!done)
+        watchdog_.watch_sometimes();
+      else if (active)
+        watchdog_.progressed();
       return done != 0;
     }
     // A transfer MPI failed (a peer left, or sent more than was expected): the peer's doing.
@@ -258,9 +262,10 @@ class MpiTransport final : public Transport {
   void idle(const Request::Impl* waiting, std::span<const int> peers, int polls,
             Clock::time_point since) override {
     if ((polls & 15) == 0) watchdog_.watch();  // (its probe also lets MPI progress)
-    if (Clock::now() - since > std::chrono::duration<double>(timeout_))
-      watchdog_.diagnose(waiting ? static_cast<const MpiRequest*>(waiting)->peers
-                                 : std::vector<int>(peers.begin(), peers.end()));
+    if (Clock::now() - since > std::chrono::duration<double>(timeout_ / 2))
+      watchdog_.check_wait(
+          since,
+          waiting ? std::span<const int>(static_cast<const MpiRequest*>(waiting)->peers) : peers);
     // Spin briefly for latency, then yield the core (2-core machines run several ranks).
     // sched_yield, not a sleep: sleep_for(5 us) takes ~80 us here and, since vader moves a
     // large message only inside MPI calls of both sides, sleeping capped point-to-point at

@@ -200,9 +200,11 @@ class UcxTransport final : public Transport {
   bool test(Request::Impl& impl) override {
     auto& r = static_cast<UcxRequest&>(impl);
     if (completed(r)) {
-      if (r.expect >= 0)  // once: test() may be asked again
+      if (r.expect >= 0) {  // once: test() may be asked again
         detail::check_arrived(r.peer, static_cast<std::int64_t>(r.arrived),
                               std::exchange(r.expect, -1));
+        watchdog_.progressed();
+      }
       return true;
     }
     if (r.status != UCS_OK) peer_failed(r.peer, r.status);
@@ -219,8 +221,8 @@ class UcxTransport final : public Transport {
     const std::span<const int> on = r ? std::span<const int>(&r->peer, 1) : peers;
     for (int p : on)
       if (failed_[static_cast<std::size_t>(p)]) peer_failed(p, UCS_OK);
-    if (Clock::now() - since > std::chrono::duration<double>(timeout_))
-      watchdog_.diagnose(std::vector<int>(on.begin(), on.end()));
+    if (Clock::now() - since > std::chrono::duration<double>(timeout_ / 2))
+      watchdog_.check_wait(since, on);
     // Yield, not sleep: a sleep costs ~80 us here, and UCX's shared-memory transports move
     // data only while both sides progress (see mpi.cc).
     if (polls > 64) sched_yield();

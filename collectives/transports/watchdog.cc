@@ -132,20 +132,25 @@ void Watchdog::poll_notices() {
         failed_ = true;
         throw notice_error(m->payload);
       case ControlChannel::Kind::Ping:
-        ch_.post(m->src, ControlChannel::Kind::Pong, "");
+        ch_.post(m->src, ControlChannel::Kind::Pong, std::to_string(progress_));
         break;
       case ControlChannel::Kind::Pong:
-        if (static_cast<std::size_t>(m->src) < answered_.size())
-          answered_[static_cast<std::size_t>(m->src)] = 1;
+        if (const auto src = static_cast<std::size_t>(m->src); src < answered_.size()) {
+          answered_[src] = 1;
+          std::int64_t count = -1;  // a malformed answer: no progress heard
+          std::from_chars(m->payload.data(), m->payload.data() + m->payload.size(), count);
+          heard_[src] = count;
+        }
         break;
     }
   }
 }
 
-void Watchdog::diagnose(const std::vector<int>& peers, double waited, bool exchange) {
-  if (waited < 0) waited = timeout_;
+void Watchdog::ping_all(double waited) {
   answered_.assign(static_cast<std::size_t>(size_), 0);
+  heard_.assign(static_cast<std::size_t>(size_), -1);
   answered_[static_cast<std::size_t>(rank_)] = 1;
+  heard_[static_cast<std::size_t>(rank_)] = progress_;
   for (int p = 0; p < size_; ++p)
     if (p != rank_) ch_.post(p, ControlChannel::Kind::Ping, "");
   const auto until = Clock::now() + std::chrono::duration<double>(std::min(5.0, waited));
@@ -156,6 +161,38 @@ void Watchdog::diagnose(const std::vector<int>& peers, double waited, bool excha
     poll_notices();
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+}
+
+void Watchdog::check_wait(Clock::time_point since, std::span<const int> peers) {
+  const auto half =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_ / 2));
+  if (since != wait_since_) {  // another wait, or this one progressed: asked afresh
+    wait_since_ = since;
+    next_ask_ = since + half;
+    asked_.clear();
+  }
+  const auto now = Clock::now();
+  if (now < next_ask_) return;
+  // Past the timeout a round decides, with diagnose()'s grace; before it (half the timeout in)
+  // it only takes the baseline, and a peer that does not answer at once leaves none: a silent
+  // peer is named at the timeout plus the grace, as without the rounds.
+  const bool due = now - since >= 2 * half;
+  ping_all(due ? timeout_ : std::min(1.0, timeout_ / 4));
+  const bool all = std::find(answered_.begin(), answered_.end(), 0) == answered_.end();
+  const bool moved = all && !asked_.empty() && heard_ != asked_;
+  asked_ = all ? heard_ : std::vector<std::int64_t>();
+  next_ask_ = due ? Clock::now() + half : since + 2 * half;
+  if (!due || moved) return;
+  named(std::vector<int>(peers.begin(), peers.end()), timeout_, false);  // this round's answers
+}
+
+void Watchdog::diagnose(const std::vector<int>& peers, double waited, bool exchange) {
+  if (waited < 0) waited = timeout_;
+  ping_all(waited);
+  named(peers, waited, exchange);
+}
+
+void Watchdog::named(const std::vector<int>& peers, double waited, bool exchange) {
   failed_ = true;
   // Silent peers: those still running (stopped, stuck) are the cause; those whose process
   // ended are named only when no running one is silent.

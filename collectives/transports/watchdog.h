@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,15 @@ class Watchdog {
   void watch_sometimes() {
     if ((++unwatched_ & 255) == 0) watch();
   }
+  // Counts a request of this rank that completed: its progress, which its answers to liveness
+  // checks carry.
+  void progressed() { ++progress_; }
+  // Call from a wait that has seen no progress of its own since `since` (its start, or its last
+  // progress), past half the timeout. From then on, every half timeout, every rank is asked for
+  // its progress: a wait goes on while they all answer and one of them completed a request since
+  // the last asking (the job moves: the device waited on is busy with other transfers first, or
+  // a barrier waits for devices with more to do); else, past the timeout, diagnose(peers).
+  void check_wait(std::chrono::steady_clock::time_point since, std::span<const int> peers);
   // Call when a wait saw no progress for the timeout: pings every rank and throws a CommError
   // naming the first that does not answer within a grace period (one of `peers`, the devices
   // waited on, where one of them is silent), the others in its cause (or, if all answer, the
@@ -86,12 +96,22 @@ class Watchdog {
   int rank_, size_;
   double timeout_;
   bool failed_ = false;
-  unsigned unwatched_ = 0;                     // watch_sometimes() calls
-  std::vector<char> answered_;                 // during diagnose(): pongs received
+  unsigned unwatched_ = 0;           // watch_sometimes() calls
+  std::vector<char> answered_;       // during a ping round: pongs received
+  std::vector<std::int64_t> heard_;  // during a ping round: each rank's progress
+  std::int64_t progress_ = 0;        // requests of this rank completed
+  // check_wait()'s: the wait it watches (its `since`), when it asks next, the progress it heard
+  // last (empty: not asked yet in this wait).
+  std::chrono::steady_clock::time_point wait_since_{}, next_ask_{};
+  std::vector<std::int64_t> asked_;
   std::vector<std::pair<int, long>> visible_;  // (rank, pid) of peers on this machine
   std::chrono::steady_clock::time_point next_check_{};
   void check_processes();
   void poll_notices();
+  // Pings every rank and waits (at most 5 s, or `waited`) for their answers: answered_, heard_.
+  void ping_all(double waited);
+  // diagnose() from the last ping_all()'s answers.
+  [[noreturn]] void named(const std::vector<int>& peers, double waited, bool exchange);
 };
 
 }  // namespace meshcast::detail

@@ -17,8 +17,9 @@ class LocalWorld {
   // A world of `size` devices, ids 0..size-1. With node_segment_bytes > 0 every device also
   // maps a node-memory segment of that size (Communicator::node_segment), so that the blocking
   // collectives run their shared-memory algorithm here too; by default they send (one copy per
-  // transfer here already). A wait that sees no progress for `timeout_seconds` fails with a
-  // CommError naming the device it waits on; a wait on a device whose function has returned
+  // transfer here already). A wait that sees no progress of any device for `timeout_seconds` (no
+  // copy anywhere in the world: a wait of its own goes on longer while others progress) fails
+  // with a CommError naming the device it waits on; a wait on a device whose function has returned
   // fails at once. `size` is at most limits().devices, and size x node_segment_bytes at most
   // limits().buffer_bytes (ValidationError).
   explicit LocalWorld(int size, std::size_t node_segment_bytes = 0, double timeout_seconds = 60);

@@ -13,7 +13,10 @@ namespace meshcast {
 
 struct MpiOptions {
   // A wait that sees no completion for this long checks which ranks are alive (a grace of up
-  // to 5 s) and fails with a CommError naming the dead ones (or, if all are alive, its peers).
+  // to 5 s) and fails with a CommError naming the dead ones (or, if all are alive and none
+  // completed a request in the last half of it, its peers). From half of it on, every rank is
+  // asked every half timeout how many requests it completed: while that grows, the job moves
+  // (the device waited on is busy with other transfers first) and the wait goes on.
   // A rank whose reshard throws tells the others at once (Communicator::abandon). The survivors'
   // CommError names the device that failed (Error::device()).
   double timeout_seconds = 60;

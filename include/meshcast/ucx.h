@@ -14,7 +14,8 @@
 namespace meshcast {
 
 struct UcxOptions {
-  // A wait that sees no completion for this long fails with CommError naming the peers.
+  // A wait that sees no completion for this long fails with CommError naming the peers, unless
+  // the job moves: as MpiOptions::timeout_seconds.
   double timeout_seconds = 60;
   // Multicasts travel as pipelined chains of chunks of this size (Communicator::ibcast);
   // the default is MpiOptions::chunk_bytes', measured there.

@@ -481,7 +481,7 @@ device of the job creates its groups in the same order, members or not (as MPI_C
 
   py::class_<LocalWorld>(m, "LocalWorld", R"doc(
 A world of `size` devices in this process, one thread each (for notebooks and tests).
-A wait that sees no progress for `timeout` seconds fails with CommError.
+A wait that sees no progress of any device for `timeout` seconds fails with CommError.
 )doc")
       .def(py::init([](py::object size, py::handle timeout_obj) {
              const auto n = int_arg(size, "size", std::numeric_limits<int>::min(),

@@ -9,6 +9,8 @@
 // them (many chunks, slots reused), so that multicasts exercise the engine's pipelining.
 // ends: device 0 sends a small tensor to every other device and returns at once, ending its
 // session; the others post their receives a second later, and each must get every element.
+// busy: device 1 waits on device 0, and devices 3.. in a barrier, for three timeouts while device
+// 0 exchanges messages with device 2: every device must print "busy R ok" (no false failure).
 #include <meshcast/meshcast.h>
 #include <meshcast/mpi.h>
 #include <meshcast/testing.h>
@@ -92,6 +94,12 @@ int run(Communicator& comm, const std::string& backend, const std::string& mode)
   }
   try {
     if (mode == "ends") return ends_early(comm, who);
+    if (mode == "busy") {  // no failure: every device must come through
+      const std::string did = conformance::device_busy_elsewhere(comm, 3 * timeout_for(mode));
+      std::printf("%sbusy %d ok: %s\n", who.c_str(), comm.rank(), did.c_str());
+      std::fflush(stdout);
+      return 0;
+    }
     std::string line;
     if (mode == "throw")
       line = conformance::device_throws(comm, kVictim, kBound);
@@ -202,10 +210,11 @@ int main(int argc, char** argv) {
   const std::string backend = argc > 1 ? argv[1] : "mpi";
   const bool tcp = backend == "ucx-tcp";
   const std::string mode = argc > (tcp ? 3 : 2) ? argv[tcp ? 3 : 2] : "cases";
-  if (mode != "cases" && mode != "throw" && mode != "exit" && mode != "stall" && mode != "ends") {
+  if (mode != "cases" && mode != "throw" && mode != "exit" && mode != "stall" && mode != "ends" &&
+      mode != "busy") {
     std::fprintf(stderr,
-                 "usage: conformance mpi|mpi-native|ucx [cases|throw|exit|stall|ends]\n"
-                 "       conformance ucx-tcp N [cases|throw|exit|stall|ends]\n");
+                 "usage: conformance mpi|mpi-native|ucx [cases|throw|exit|stall|ends|busy]\n"
+                 "       conformance ucx-tcp N [cases|throw|exit|stall|ends|busy]\n");
     return 2;
   }
   if (tcp) {

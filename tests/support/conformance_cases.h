@@ -712,4 +712,55 @@ inline std::string device_abandons(Communicator& comm, int victim, double bound,
   return survived(comm, reqs, victim, bound, [&] { comm.wait_all(reqs); });
 }
 
+// Not a failure: device 0 exchanges messages with device 2 for `busy` seconds (longer than the
+// transport's timeout, a millisecond apart), and only then sends to device 1, which waited on it
+// all along; the other devices wait in a barrier meanwhile. The job moves, so no wait may give
+// up (a wait's own lack of progress is no failure while another device progresses). Returns
+// what this device did.
+inline std::string device_busy_elsewhere(Communicator& comm, double busy) {
+  const int me = comm.rank();
+  const TagBlock tags = comm.world().reserve(2);
+  Boxed a = Boxed::contiguous(64), b = Boxed::contiguous(64);
+  std::byte* const flag = a.bytes.data() + 8;  // the first byte of the box
+  std::byte* const echo = b.bytes.data() + 8;
+  comm.barrier();
+  const auto t0 = Clock::now();
+  std::string did = "waited in the barrier";
+  int rounds = 0;
+  if (me == 0) {
+    for (bool more = true; more; ++rounds) {
+      more = std::chrono::duration<double>(Clock::now() - t0).count() < busy;
+      *flag = std::byte{more};
+      Request r = comm.irecv(b.region, 2, tags.tag(0));
+      Request s = comm.isend(a.region, 2, tags.tag(0));
+      comm.wait(s);
+      comm.wait(r);
+      if (*echo != *flag) fail(comm, "device 2 echoed another byte");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    *flag = std::byte{7};
+    Request s = comm.isend(a.region, 1, tags.tag(1));
+    comm.wait(s);
+    did = "exchanged " + std::to_string(rounds) + " rounds with device 2, then sent to device 1";
+  } else if (me == 2) {
+    for (bool more = true; more; ++rounds) {
+      Request r = comm.irecv(b.region, 0, tags.tag(0));
+      comm.wait(r);
+      more = *echo != std::byte{0};
+      Request s = comm.isend(b.region, 0, tags.tag(0));
+      comm.wait(s);
+    }
+    did = "echoed " + std::to_string(rounds) + " rounds";
+  } else if (me == 1) {
+    Request r = comm.irecv(b.region, 0, tags.tag(1));
+    comm.wait(r);
+    if (*echo != std::byte{7}) fail(comm, "device 0's message to device 1 came wrong");
+    did = "received from device 0 after " +
+          std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()).substr(0, 4) +
+          " s";
+  }
+  comm.barrier();
+  return did;
+}
+
 }  // namespace meshcast::conformance

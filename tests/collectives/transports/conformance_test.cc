@@ -97,5 +97,17 @@ TEST(ConformanceFailure, APeerThatGivesUpIsNamedBySurvivorsAtOnce) {
   }
 }
 
+// Device 1 waits on device 0, and device 3 in a barrier, for three times the world's timeout
+// (1 s) while device 0 exchanges messages with device 2: the world moves, so no wait fails.
+TEST(ConformanceFailure, AWaitGoesOnWhileOtherDevicesProgress) {
+  LocalWorld world(4, 0, 1);
+  std::vector<std::string> did(4);
+  world.run([&](Communicator& comm) {
+    did[static_cast<std::size_t>(comm.rank())] = conformance::device_busy_elsewhere(comm, 3);
+  });
+  EXPECT_EQ(did[1].rfind("received from device 0 after", 0), 0u) << did[1];
+  EXPECT_EQ(did[3], "waited in the barrier");
+}
+
 }  // namespace
 }  // namespace meshcast
