@@ -224,6 +224,9 @@ void start_and_run(const std::string& backend, const std::function<void(ProcessS
     s.mpi = std::make_unique<MpiSession>(nullptr, nullptr, mpi_options);
   }
   Bootstrap& boot = s.tcp ? static_cast<Bootstrap&>(*s.tcp) : *s.mpi;
+  // Every rank on one backend before any starts its own: a ucx rank's first exchange (its
+  // worker address) met an mpi rank's first check, and each read the other's bytes.
+  agree(boot, {{"backend", backend}});
   Communicator* comm = s.mpi ? &s.mpi->world() : nullptr;
 #ifdef MESHCAST_HAS_UCX
   UcxOptions ucx_options;

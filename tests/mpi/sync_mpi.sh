@@ -158,5 +158,18 @@ o = json.loads(sys.stdin.readline()); print(o["verified"], o["mismatches"], o["m
   wait $job 2>/dev/null
 done
 
+# Ranks started on different backends: every rank says so before either starts (a ucx rank's
+# worker address met an mpi rank's first check: a garbled line, exit 1 and 3).
+if [[ " ${BACKENDS:-mpi} " == *" ucx "* ]]; then
+  one=(sync "${model[@]}" --iters 1)
+  out=$(timeout 60 "${run[@]}" --enable-recovery -np 7 bash -c "$mc ${one[*]} --backend mpi; echo status \$?" \
+        : -np 1 bash -c "$mc ${one[*]} --backend ucx; echo status \$?" 2>&1)
+  rc=$?
+  n=$(grep -c "^meshcast: \(rank 0: \)\?backend: rank 7 was started with a different backend than the 7 others" <<<"$out")
+  st=$(grep -c "^status 2$" <<<"$out")
+  if [[ $rc -ne 124 && $n -eq 8 && $st -eq 8 ]]; then ok
+  else bad "mpi and ucx ranks: rc=$rc, $n of 8 said it, $st exited 2: $out"; fi
+fi
+
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]
