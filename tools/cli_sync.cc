@@ -297,46 +297,55 @@ RunResult run_device(const Loaded& l, Communicator& comm, int iters, bool verify
   return r;
 }
 
-void print(const SyncArgs& a, const Loaded& l, const SyncStats& p, const RunResult* run,
-           double rank_plan) {
+// `p`: the sync's prediction; null for a run whose whole sync was not priced, `unpriced` saying
+// why (its plan is over the bounds that one process may plan: each rank's part was not).
+void print(const SyncArgs& a, const Loaded& l, const SyncStats* p, const RunResult* run,
+           double rank_plan, const std::string& unpriced = {}) {
   const double seconds = run ? median(run->seconds) : 0;
   const std::int64_t bytes = l.model.bytes();
+  const auto tensors = static_cast<std::int64_t>(l.model.moves.size());
   if (a.json) {
-    nlohmann::json j = {{"mode", a.mode},
-                        {"tensors", p.tensors},
-                        {"model_bytes", bytes},
-                        {"cast", a.cast.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.cast)},
-                        {"fork", !a.no_fork},
-                        {"bytes_moved", p.bytes_moved},
-                        {"bytes_network", p.bytes_network},
-                        {"messages", p.messages},
-                        {"boxes", p.boxes},
-                        {"predicted_seconds", p.predicted_seconds},
-                        {"link_bound_seconds", p.link_bound_seconds},
-                        {"busiest_link", p.busiest_link},
-                        {"plan_seconds", rank_plan},
-                        {"topology", l.topology.name()}};
+    using nlohmann::json;
+    const auto priced = [&](auto field) { return p ? json(p->*field) : json(nullptr); };
+    json j = {{"mode", a.mode},
+              {"tensors", tensors},
+              {"model_bytes", bytes},
+              {"cast", a.cast.empty() ? json(nullptr) : json(a.cast)},
+              {"fork", !a.no_fork},
+              {"bytes_moved", priced(&SyncStats::bytes_moved)},
+              {"bytes_network", priced(&SyncStats::bytes_network)},
+              {"messages", priced(&SyncStats::messages)},
+              {"boxes", priced(&SyncStats::boxes)},
+              {"predicted_seconds", priced(&SyncStats::predicted_seconds)},
+              {"link_bound_seconds", priced(&SyncStats::link_bound_seconds)},
+              {"busiest_link", priced(&SyncStats::busiest_link)},
+              {"plan_seconds", rank_plan},
+              {"topology", l.topology.name()}};
+    if (!p) j["unpriced"] = unpriced;
     if (run) {
       j["backend"] = a.backend;
       j["iters"] = run->seconds.size();
       j["seconds"] = seconds;
       j["times"] = run->seconds;
       j["verified"] = a.verify && run->mismatches == 0;
-      j["mismatches"] = a.verify ? nlohmann::json(run->mismatches) : nlohmann::json(nullptr);
+      j["mismatches"] = a.verify ? json(run->mismatches) : json(nullptr);
     }
     std::cout << j.dump() << '\n';
     return;
   }
-  std::cout << "sync " << p.tensors << " tensors (" << human_bytes(bytes) << "), mode " << a.mode
+  std::cout << "sync " << tensors << " tensors (" << human_bytes(bytes) << "), mode " << a.mode
             << (a.cast.empty() ? "" : ", cast to " + a.cast) << ", topology " << l.topology.name()
-            << '\n'
-            << "messages     " << p.messages << " carrying " << p.boxes << " boxes\n"
-            << "bytes moved  " << human_bytes(p.bytes_moved) << " (network "
-            << human_bytes(p.bytes_network) << ")\n"
-            << "predicted    " << human_seconds(p.predicted_seconds) << " (link bound "
-            << human_seconds(p.link_bound_seconds)
-            << (p.busiest_link.empty() ? "" : ", " + p.busiest_link) << ")\n"
-            << "plan         " << human_seconds(rank_plan) << " per device\n";
+            << '\n';
+  if (p)
+    std::cout << "messages     " << p->messages << " carrying " << p->boxes << " boxes\n"
+              << "bytes moved  " << human_bytes(p->bytes_moved) << " (network "
+              << human_bytes(p->bytes_network) << ")\n"
+              << "predicted    " << human_seconds(p->predicted_seconds) << " (link bound "
+              << human_seconds(p->link_bound_seconds)
+              << (p->busiest_link.empty() ? "" : ", " + p->busiest_link) << ")\n";
+  else
+    std::cout << "predicted    not priced: " << unpriced << '\n';
+  std::cout << "plan         " << human_seconds(rank_plan) << " per device\n";
   if (!run) return;
   std::cout << "backend      " << a.backend << ", " << run->seconds.size()
             << " iterations after a warm-up\n"
@@ -547,7 +556,9 @@ void add_sync_options(CLI::App& cmd, SyncArgs& a) {
       "print one JSON object: mode, cast, fork, topology, tensors, model_bytes, bytes_moved, "
       "bytes_network, messages, boxes, predicted_seconds, link_bound_seconds (busiest "
       "link's bytes / its rate), busiest_link, plan_seconds (one device's planning); "
-      "when run also backend, iters, seconds (median), times, verified, mismatches");
+      "when run also backend, iters, seconds (median), times, verified, mismatches, and "
+      "unpriced where the whole sync is over one process's planning bounds (then bytes_moved "
+      "to busiest_link are null)");
 }
 
 namespace {
@@ -616,7 +627,19 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
   const auto prepare = [&] {
     a = with_saved_sync(args);
     iters = parse_iters(a.iters);
-    l = load(a);
+    try {
+      l = load(a);
+    } catch (const Error& e) {
+      // A value --plan's file fixed is named as the file's field, not as the option.
+      static const std::map<std::string, std::string> kSaved = {
+          {"mode", "mode"},
+          {"cast", "cast"},
+          {"strategy", "strategy"},
+          {"max-staging-bytes", "max_staging_bytes"}};
+      const auto saved = kSaved.find(e.field());
+      if (a.plan_file.empty() || saved == kSaved.end()) throw;
+      throw Error(e.kind(), "plan." + saved->second, e.cause() + " (in " + a.plan_file + ")");
+    }
     devices = sync_devices(l->model.moves);
     if (!a.predict && a.save_plan.empty()) {
       // Every target device takes each tensor of each step in one transfer at least (per-tensor
@@ -681,7 +704,7 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
       const SyncStats p = predict_steps(*l);
       const double plan =
           std::max(rank_plan_seconds(*l, devices.front()), rank_plan_seconds(*l, devices.back()));
-      print(a, *l, p, nullptr, plan);
+      print(a, *l, &p, nullptr, plan);
     };
     if (!s) report();
 #ifdef MESHCAST_HAS_MPI
@@ -690,11 +713,20 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
 #endif
     return 0;
   }
-  // The report's prediction, priced before the run: a sync it refuses ends before any work (it
-  // was priced after the run, which a local sync of 2.5 M messages ran for 16 s and 3 GB).
+  // The report's prediction, priced before the run under the whole planning bound (it was
+  // priced after the run, and a local sync of 2.5 M messages ran 16 s and 3 GB to be refused
+  // there). A whole sync over the bounds of one process is not priced but runs: each rank
+  // plans only its part (a job of tens of thousands of ranks).
   std::optional<SyncStats> predicted;
+  std::string unpriced;
   const auto predict = [&] {
-    if (root) predicted = predict_steps(*l);
+    if (!root) return;
+    try {
+      predicted = predict_steps(*l);
+    } catch (const ValidationError& e) {
+      if (e.field() != "plan memory" && e.field() != "plan ops") throw;
+      unpriced = e.what();
+    }
   };
   RunResult result;
   if (!s) {
@@ -745,7 +777,7 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
     result.mismatches = s->boot.sum(result.mismatches);
   }
 #endif
-  if (root) print(a, *l, *predicted, &result, result.plan_seconds);
+  if (root) print(a, *l, predicted ? &*predicted : nullptr, &result, result.plan_seconds, unpriced);
   return !a.verify || result.mismatches == 0 ? 0 : 1;
 }
 

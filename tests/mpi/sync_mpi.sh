@@ -94,6 +94,16 @@ o = json.loads(sys.stdin.readline()); print(o["verified"], o["mismatches"], o["m
   n=$(grep -c '^{' <<<"$out")
   if [[ $rc -eq 0 && $n -eq 1 ]]; then ok; else bad "$backend --predict: rc=$rc, $n reports: $out"; fi
 
+  # A sync whose whole plan is over one process's planning bound, each rank's part within it:
+  # it runs and verifies, its report not priced (rank 0 refused it at the report, after the run).
+  out=$(timeout 120 "${run[@]}" -np 8 -x MESHCAST_MAX_PLAN_MEMORY_BYTES=30M "$mc" sync "${model[@]}" \
+        --backend "$backend" --iters 1 --verify --json 2>&1)
+  rc=$?
+  got=$(python3 -c 'import json, sys
+j = json.loads([l for l in sys.stdin.read().splitlines() if l.startswith("{")][0])
+print(j["verified"], j["predicted_seconds"], j["unpriced"].startswith("plan memory: "))' <<<"$out" 2>&1)
+  if [[ $rc -eq 0 && $got == "True None True" ]]; then ok; else bad "$backend unpriced run: rc=$rc $got: $out"; fi
+
   # Fewer ranks than the meshes' devices: every rank says how many mpirun must start (rank 0
   # finds it, the others hear it from rank 0).
   echo '{"w": {"shape": [64], "dtype": "F32", "src": "4@0-3:S0", "dst": "4@4-7:R"}}' >"$tmp/eight.json"
