@@ -54,6 +54,7 @@ struct UcxRequest : Request::Impl {
   int peer = -1;
   std::int64_t expect = -1;  // a receive's bytes: UCX takes a shorter message silently
   std::size_t arrived = 0;   // a receive's length, as its callback (on_recv) found it
+  bool counted = false;      // its completion told the watchdog (once: test() may ask again)
 };
 
 // A receive's arrived length goes to the UCX request's own memory (ucp_params_t::request_size),
@@ -200,11 +201,10 @@ class UcxTransport final : public Transport {
   bool test(Request::Impl& impl) override {
     auto& r = static_cast<UcxRequest&>(impl);
     if (completed(r)) {
-      if (r.expect >= 0) {  // once: test() may be asked again
+      if (r.expect >= 0)  // once: test() may be asked again
         detail::check_arrived(r.peer, static_cast<std::int64_t>(r.arrived),
                               std::exchange(r.expect, -1));
-        watchdog_.progressed();
-      }
+      if (!std::exchange(r.counted, true)) watchdog_.progressed();  // a send's too
       return true;
     }
     if (r.status != UCS_OK) peer_failed(r.peer, r.status);

@@ -131,17 +131,22 @@ void Watchdog::poll_notices() {
       case ControlChannel::Kind::Fail:
         failed_ = true;
         throw notice_error(m->payload);
-      case ControlChannel::Kind::Ping:
-        ch_.post(m->src, ControlChannel::Kind::Pong, std::to_string(progress_));
+      case ControlChannel::Kind::Ping:  // "round": answered "round progress"
+        ch_.post(m->src, ControlChannel::Kind::Pong, m->payload + ' ' + std::to_string(progress_));
         break;
-      case ControlChannel::Kind::Pong:
-        if (const auto src = static_cast<std::size_t>(m->src); src < answered_.size()) {
-          answered_[src] = 1;
-          std::int64_t count = -1;  // a malformed answer: no progress heard
-          std::from_chars(m->payload.data(), m->payload.data() + m->payload.size(), count);
-          heard_[src] = count;
-        }
+      case ControlChannel::Kind::Pong: {
+        const auto src = static_cast<std::size_t>(m->src);
+        const char* const end = m->payload.data() + m->payload.size();
+        std::uint64_t round = 0;
+        std::int64_t count = -1;  // a malformed answer: no progress heard
+        const auto r = std::from_chars(m->payload.data(), end, round);
+        if (r.ec != std::errc() || r.ptr == end || round != round_ || src >= answered_.size())
+          break;  // an earlier round's answer, late: not this round's
+        std::from_chars(r.ptr + 1, end, count);
+        answered_[src] = 1;
+        heard_[src] = count;
         break;
+      }
     }
   }
 }
@@ -151,8 +156,9 @@ void Watchdog::ping_all(double waited) {
   heard_.assign(static_cast<std::size_t>(size_), -1);
   answered_[static_cast<std::size_t>(rank_)] = 1;
   heard_[static_cast<std::size_t>(rank_)] = progress_;
+  const std::string round = std::to_string(++round_);
   for (int p = 0; p < size_; ++p)
-    if (p != rank_) ch_.post(p, ControlChannel::Kind::Ping, "");
+    if (p != rank_) ch_.post(p, ControlChannel::Kind::Ping, round);
   const auto until = Clock::now() + std::chrono::duration<double>(std::min(5.0, waited));
   // Notices only: a peer that ends meanwhile (it gave up on the same silent device) must not
   // be named for it.
@@ -173,17 +179,25 @@ void Watchdog::check_wait(Clock::time_point since, std::span<const int> peers) {
   }
   const auto now = Clock::now();
   if (now < next_ask_) return;
-  // Past the timeout a round decides, with diagnose()'s grace; before it (half the timeout in)
-  // it only takes the baseline, and a peer that does not answer at once leaves none: a silent
-  // peer is named at the timeout plus the grace, as without the rounds.
+  // Past the timeout a round decides, with diagnose()'s grace; the first (half the timeout in)
+  // only takes a baseline, and a peer that does not answer it at once (busy outside meshcast a
+  // moment) leaves none of its own: a silent peer is named at the timeout plus the grace.
   const bool due = now - since >= 2 * half;
   ping_all(due ? timeout_ : std::min(1.0, timeout_ / 4));
   const bool all = std::find(answered_.begin(), answered_.end(), 0) == answered_.end();
-  const bool moved = all && !asked_.empty() && heard_ != asked_;
-  asked_ = all ? heard_ : std::vector<std::int64_t>();
+  // Progress within the last timeout: against the round before the last (the last, at the
+  // first decision), on the ranks that answered both.
+  bool moved = false;
+  if (!asked_.empty())
+    for (std::size_t r = 0; r < heard_.size(); ++r)
+      moved |= asked_.front()[r] >= 0 && heard_[r] >= 0 && heard_[r] != asked_.front()[r];
+  asked_.push_back(heard_);
+  if (asked_.size() > 2) asked_.erase(asked_.begin());
   next_ask_ = due ? Clock::now() + half : since + 2 * half;
-  if (!due || moved) return;
-  named(std::vector<int>(peers.begin(), peers.end()), timeout_, false);  // this round's answers
+  if (!due || (all && moved)) return;
+  // This round's answers; the wait's own length (it may have gone on while the job moved).
+  named(std::vector<int>(peers.begin(), peers.end()),
+        std::chrono::duration<double>(now - since).count(), false);
 }
 
 void Watchdog::diagnose(const std::vector<int>& peers, double waited, bool exchange) {

@@ -66,9 +66,11 @@ class Watchdog {
   void progressed() { ++progress_; }
   // Call from a wait that has seen no progress of its own since `since` (its start, or its last
   // progress), past half the timeout. From then on, every half timeout, every rank is asked for
-  // its progress: a wait goes on while they all answer and one of them completed a request since
-  // the last asking (the job moves: the device waited on is busy with other transfers first, or
-  // a barrier waits for devices with more to do); else, past the timeout, diagnose(peers).
+  // its progress (N control messages a round): past the timeout a wait goes on while every rank
+  // answers and one of them completed a request within the last timeout (half of it at the
+  // first decision: the job moves, the device waited on is busy with other transfers first, or
+  // a barrier waits for devices with more to do); else diagnose(peers). Such a wait has no upper
+  // bound while the job moves: two devices stuck on each other are named once the rest stalls.
   void check_wait(std::chrono::steady_clock::time_point since, std::span<const int> peers);
   // Call when a wait saw no progress for the timeout: pings every rank and throws a CommError
   // naming the first that does not answer within a grace period (one of `peers`, the devices
@@ -98,12 +100,13 @@ class Watchdog {
   bool failed_ = false;
   unsigned unwatched_ = 0;           // watch_sometimes() calls
   std::vector<char> answered_;       // during a ping round: pongs received
-  std::vector<std::int64_t> heard_;  // during a ping round: each rank's progress
+  std::vector<std::int64_t> heard_;  // during a ping round: each rank's progress (-1)
+  std::uint64_t round_ = 0;          // ping rounds: a pong answers the round it names
   std::int64_t progress_ = 0;        // requests of this rank completed
-  // check_wait()'s: the wait it watches (its `since`), when it asks next, the progress it heard
-  // last (empty: not asked yet in this wait).
+  // check_wait()'s: the wait it watches (its `since`), when it asks next, the progress heard in
+  // its last two rounds (older first; -1 for a rank that did not answer).
   std::chrono::steady_clock::time_point wait_since_{}, next_ask_{};
-  std::vector<std::int64_t> asked_;
+  std::vector<std::vector<std::int64_t>> asked_;
   std::vector<std::pair<int, long>> visible_;  // (rank, pid) of peers on this machine
   std::chrono::steady_clock::time_point next_check_{};
   void check_processes();
