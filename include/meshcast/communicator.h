@@ -178,7 +178,15 @@ class Communicator {
   // posted them too), so that none of its peers waits, behind the barrier, on a chunk it forwards.
   void barrier();
 
-  // Gives up on what is in flight: the peers end with `why` at once (Transport::abort).
+  // A check this device runs about every 50 ms while it blocks (a wait, a barrier, a collective
+  // spinning on node memory): a Python binding's test for Ctrl-C. What it throws ends the wait
+  // as any failure of this device does: the communicator is given up (abandon_for), its peers
+  // end at once with an error naming this device, and the exception reaches the caller. Null:
+  // none.
+  void set_interrupt(std::function<void()> check) { interrupt_ = std::move(check); }
+
+  // Gives up on what is in flight: the peers end with `why` at once (Transport::abort). Once: a
+  // later call (an operation that fails because of the first) tells them nothing new.
   void abandon(const Error& why);
   // abandon() with what `e` says: an Error naming a failed device passes it on; anything else
   // says that this device failed. reshard() and the collectives call it as they throw.
@@ -208,6 +216,7 @@ class Communicator {
   void poll_in_flight();
   void prune_in_flight();  // drops the done and the gone
   void wait_request(Request::Impl& r);
+  void interrupt_point();  // runs interrupt_ if it is due
   void init_groups();
 
   friend class detail::WaitHook;
@@ -215,6 +224,9 @@ class Communicator {
   // Run now and then while a wait blocks (detail::WaitHook, lib/exec/signatures.h): a check
   // that may end the wait by throwing.
   std::function<void()> while_waiting_;
+  std::function<void()> interrupt_;  // set_interrupt's
+  Clock::time_point next_interrupt_{};
+  bool abandoned_ = false;
 
   std::unique_ptr<Transport> transport_;
   TransportCaps caps_;

@@ -81,6 +81,7 @@ void Communicator::wait_request(Request::Impl& r) {
     }
     transport_->idle(&r, {}, ++polls, since);
     poll_in_flight();
+    interrupt_point();
     if ((polls & 63) == 0 && while_waiting_) {  // a wait longer than a spin (per poll: 2 us a call)
       struct Kept {  // out of the slot while it runs (no recursion), back however it ends
         std::function<void()>& slot;
@@ -89,6 +90,19 @@ void Communicator::wait_request(Request::Impl& r) {
       } kept{while_waiting_, std::exchange(while_waiting_, nullptr)};
       kept.check();
     }
+  }
+}
+
+void Communicator::interrupt_point() {
+  if (!interrupt_) return;
+  const auto now = Clock::now();
+  if (now < next_interrupt_) return;
+  next_interrupt_ = now + std::chrono::milliseconds(50);
+  try {
+    interrupt_();
+  } catch (const std::exception& e) {
+    abandon_for(e);  // a barrier gives up nothing else: its peers would wait on this device
+    throw;
   }
 }
 
@@ -191,11 +205,19 @@ void Communicator::barrier() {
       }
     transport_->idle(nullptr, peers, ++polls, since);
     poll_in_flight();  // a chain's peer may wait on another operation of this device
+    interrupt_point();
   }
-  transport_->barrier([this] { poll_in_flight(); });
+  transport_->barrier([this] {
+    poll_in_flight();
+    interrupt_point();
+  });
 }
 
-void Communicator::abandon(const Error& why) { transport_->abort(why); }
+void Communicator::abandon(const Error& why) {
+  if (abandoned_) return;  // the peers were told; each abort lingers up to a second
+  abandoned_ = true;
+  transport_->abort(why);
+}
 
 void Communicator::abandon_for(const std::exception& e) {
   const auto* err = dynamic_cast<const Error*>(&e);
@@ -209,6 +231,7 @@ void Communicator::idle(std::span<const int> peers, int polls, Clock::time_point
   advance_chains();  // chains forward what arrived
   poll_in_flight();
   transport_->idle(nullptr, peers, polls, since);
+  interrupt_point();
 }
 
 }  // namespace meshcast

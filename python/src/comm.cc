@@ -30,6 +30,36 @@
 #endif
 
 namespace meshcast::python {
+
+namespace {
+// The exception a signal handler raised (type, value, traceback), until raised again. Guarded by
+// the GIL; signals reach only the main thread's checks.
+PyObject* kept_signal[3] = {nullptr, nullptr, nullptr};
+thread_local int quiet = 0;
+}  // namespace
+
+void Interrupted::check(int device) {
+  if (quiet > 0) return;
+  py::gil_scoped_acquire gil;
+  if (!kept_signal[0]) {
+    if (PyErr_CheckSignals() == 0) return;
+    PyErr_Fetch(&kept_signal[0], &kept_signal[1], &kept_signal[2]);
+  }
+  throw Interrupted(device);
+}
+
+void Interrupted::raise(PyObject* comm_error) const {
+  if (!kept_signal[0]) {
+    PyErr_SetString(comm_error, what());
+    return;
+  }
+  PyErr_Restore(kept_signal[0], kept_signal[1], kept_signal[2]);
+  kept_signal[0] = kept_signal[1] = kept_signal[2] = nullptr;
+}
+
+Interrupted::Quiet::Quiet() { ++quiet; }
+Interrupted::Quiet::~Quiet() { --quiet; }
+
 namespace {
 
 // A process session (MPI or UCX over a bootstrap) that Python closes at exit before the host
@@ -47,6 +77,7 @@ struct Session {
   // `dying`: the interpreter ends on an uncaught exception.
   void close(bool dying) {
     if (!transport) return;
+    comm->set_interrupt(nullptr);
     if (life->alive()) life->end(*comm);
 #ifdef MESHCAST_HAS_MPI
     // Freeing an MPI window or communicator is collective: one rank alone (its Comm collected,
@@ -69,6 +100,7 @@ Comm open(std::shared_ptr<Session> s) {
     sessions.push_back(s);
   }
   Communicator* c = s->comm;
+  c->set_interrupt([device = c->rank()] { Interrupted::check(device); });
   auto life = s->life;
   return Comm(c, std::move(s), std::move(life));
 }
@@ -315,6 +347,7 @@ void Life::check_free(const std::vector<MemorySpan>& spans) {
 }
 
 void Life::end(Communicator& comm) {
+  const Interrupted::Quiet quiet;
   {
     // The lock without the GIL: a thread that enters a call waits for the lock holding it.
     py::gil_scoped_release release;

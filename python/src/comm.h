@@ -16,12 +16,38 @@
 
 #include "meshcast/collectives.h"
 #include "meshcast/communicator.h"
+#include "meshcast/error.h"
 #include "meshcast/reshard.h"
 #include "python/src/bound.h"
 
 namespace meshcast::python {
 
 namespace py = pybind11;
+
+// A signal whose Python handler raised (Ctrl-C: KeyboardInterrupt) while a call on a process
+// communicator blocked with the GIL released: check() runs the handlers
+// (Communicator::set_interrupt's check, every 50 ms of a wait), keeps the exception and throws
+// Interrupted through the C++ call, which gives up its operation (the peers end at once,
+// naming this device: a CommError that says so); the module's exception translator raises the
+// kept exception as the call returns to Python. An operation that failed so rethrows it later as
+// that CommError.
+class Interrupted : public CommError {
+ public:
+  explicit Interrupted(int device)
+      : CommError(device, "interrupted by a signal (its Python handler raised)") {}
+  static void check(int device);  // with or without the GIL
+  // With the GIL: the kept exception as Python's error, or else a CommError of what().
+  void raise(PyObject* comm_error) const;
+  // No check for the scope on this thread (a drop, a session's end): what it threw would be
+  // swallowed there, and the signal with it; the signal stays pending for Python instead.
+  class Quiet {
+   public:
+    Quiet();
+    ~Quiet();
+    Quiet(const Quiet&) = delete;
+    Quiet& operator=(const Quiet&) = delete;
+  };
+};
 
 // An operation a Python Handle holds: a transfer (reshard, sync) or a collective in flight.
 struct Pending {

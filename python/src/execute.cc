@@ -345,6 +345,7 @@ Handle::~Handle() {
 
 void Handle::drop() {
   if (op->done()) return;
+  const Interrupted::Quiet quiet;
   py::gil_scoped_release release;
   if (op->collective) {
     try {

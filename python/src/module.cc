@@ -28,6 +28,8 @@ PYBIND11_MODULE(_meshcast, m) {
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const meshcast::python::Interrupted& e) {
+      e.raise(comm.ptr());
     } catch (const meshcast::ValidationError& e) {
       validation(e.what());
     } catch (const meshcast::ParseError& e) {

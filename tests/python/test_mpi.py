@@ -267,3 +267,74 @@ def test_a_transfer_dropped_in_flight_leaves_no_send_behind_on_ucx(tmp_path, act
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=120) for p in procs]
     check_dropped([p.returncode for p in procs], [o[0] + o[1] for o in outs], action)
+
+
+INTERRUPT = (
+    "import os, signal, sys, threading, time, numpy as np, meshcast as mc\n"
+    "how, op = sys.argv[1], sys.argv[2]\n"
+    "say = lambda line: (sys.stdout.write(line + '\\n'), sys.stdout.flush())\n"
+    "if how == 'mpi4py':\n"
+    "    from mpi4py import MPI\n"
+    "    comm = mc.from_mpi4py(MPI.COMM_WORLD, timeout=60)\n"
+    "else:\n"
+    "    comm = mc.from_env(timeout=60)\n"
+    "me = comm.rank\n"
+    "A, B = mc.Layout((1024,), 'f32', '1@0:R'), mc.Layout((1024,), 'f32', '1@1:R')\n"
+    "a, b = np.ones(1024, np.float32), np.zeros(1024, np.float32)\n"
+    "def call():\n"
+    "    if op == 'reshard':\n"
+    "        mc.reshard(mc.plan(A, B), comm, a if me == 0 else None, b if me == 1 else None)\n"
+    "    elif op == 'barrier':\n"
+    "        comm.barrier()\n"
+    "    else:\n"
+    "        mc.all_reduce(comm, a)\n"
+    "if me == 0:\n"
+    # Ctrl-C half a second into a call that waits on rank 1, which comes 5 s later.
+    "    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
+    "    t = time.monotonic()\n"
+    "    try:\n"
+    "        call()\n"
+    "        say('rank 0 was not interrupted')\n"
+    "    except KeyboardInterrupt:\n"
+    "        say(f'rank 0 KeyboardInterrupt after {time.monotonic() - t:.1f} s')\n"
+    "    if how == 'mpi4py':\n"
+    "        time.sleep(7)  # alive while rank 1 reads the notice (mpirun ends the job at exit)\n"
+    "else:\n"
+    "    time.sleep(5)\n"
+    "    try:\n"
+    "        call()  # may pass: rank 0 posted its part before the signal\n"
+    "        call()\n"
+    "        say('rank 1 done')\n"
+    "    except mc.CommError as e:\n"
+    "        say(f'rank 1: {e}')\n")
+
+
+@pytest.mark.parametrize("how,op", [("mpi4py", "reshard"), ("mpi4py", "barrier"),
+                                    ("env", "all_reduce")])
+def test_ctrl_c_ends_a_blocking_call_at_once(tmp_path, how, op):
+    # A call on a process communicator blocks with the GIL released; Python runs a signal's
+    # handler only once it returns. Its waits check for signals every 50 ms: Ctrl-C raises
+    # KeyboardInterrupt within moments, not once the peer arrives (5 s) or the timeout (60 s)
+    # passes, and the peer ends with an error naming the device. (Giving up a transfer takes up
+    # to 2 s: the peers are told, and a send MPI cannot cancel is waited for.)
+    script = tmp_path / "interrupt.py"
+    script.write_text(INTERRUPT)
+    if how == "mpi4py":
+        pytest.importorskip("mpi4py")
+        r = mpirun(2, str(script), how, op, env=env_with_path(), timeout=120)
+        outs = [r.stdout + r.stderr] * 2
+    else:
+        port = str(free_port())
+        procs = []
+        for k in range(2):
+            env = dict(os.environ, **env_with_path(), MESHCAST_RENDEZVOUS=f"127.0.0.1:{port}",
+                       MESHCAST_SIZE="2", MESHCAST_RANK=str(k), MESHCAST_LAUNCHER="meshcast")
+            procs.append(subprocess.Popen([sys.executable, str(script), how, op], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True))
+        outs = ["".join(p.communicate(timeout=120)) for p in procs]
+    m = re.search(r"rank 0 KeyboardInterrupt after ([0-9.]+) s", outs[0])
+    assert m and float(m.group(1)) < 4, outs[0]
+    # UCX moves a notice only while the sender progresses: rank 0 ended, which rank 1 sees.
+    assert re.search(r"rank 1: device 0: (interrupted by a signal \(its Python handler raised\)|"
+                     r"failed: its process \(pid \d+\) ended)", outs[1]), outs[1]

@@ -181,6 +181,39 @@ TEST(Reshard, AFailedTransferThrowsOnEveryWait) {
   EXPECT_TRUE(done) << "a failed transfer has nothing in flight";
 }
 
+// A device's interrupt check (Communicator::set_interrupt: Python's Ctrl-C) that throws ends its
+// blocked wait with that exception, and its peer's wait fails naming it: without the check the
+// wait would last until the peer came.
+TEST(Reshard, AnInterruptEndsAWaitAndItsPeersFailNamingTheDevice) {
+  const Layout src = Layout::parse({64}, DType::f32, "1@0:R");
+  const Layout dst = Layout::parse({64}, DType::f32, "1@1:R");
+  const Plan p = plan(src, dst);
+  LocalWorld world(2);
+  std::vector<float> a(64, 1.0f), b(64);
+  std::atomic<bool> interrupted{false};
+  std::string mine, theirs;
+  int checks = 0;
+  world.run([&](Communicator& comm) {
+    try {
+      if (comm.rank() == 0) {
+        comm.set_interrupt([&] {
+          if (++checks == 3) throw std::runtime_error("stop");
+        });
+        reshard(p, comm, a.data(), nullptr);
+      } else {
+        while (!interrupted) std::this_thread::yield();  // arrives only once device 0 gave up
+        reshard(p, comm, nullptr, b.data());
+      }
+    } catch (const std::exception& e) {
+      (comm.rank() == 0 ? mine : theirs) = e.what();
+    }
+    if (comm.rank() == 0) interrupted = true;
+  });
+  EXPECT_EQ(mine, "stop");
+  EXPECT_EQ(checks, 3) << "one check per 50 ms, none after it threw";
+  EXPECT_EQ(theirs, "device 0: failed: stop");
+}
+
 // A hand-built part with an empty box is refused, not run as a move that writes nothing.
 TEST(Reshard, AnEmptyBoxInAHandBuiltPartIsRefused) {
   const Layout l = Layout::parse({8}, DType::f32, "2@0-1:S0");
