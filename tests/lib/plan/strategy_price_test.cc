@@ -10,21 +10,13 @@
 #include "meshcast/error.h"
 #include "meshcast/plan.h"
 #include "meshcast/plan_size.h"
+#include "support/strategy_price.h"
 #include "support/testing.h"
 
 namespace meshcast {
 namespace {
 
 using testing::Rng;
-
-double price(const Layout& src, const Layout& dst, const Topology& topo, Strategy st, Balance rule,
-             std::int64_t chunk, bool* fans_out = nullptr, bool fork = true) {
-  const TaskGrid grid(src, dst);
-  const detail::LinkTimeline s(topo, detail::union_devices(src, dst), dtype_size(src.dtype()),
-                               chunk);
-  const detail::Links links(topo, s.devices());
-  return detail::strategy_price(grid, s, links, st, rule, chunk, fans_out, fork);
-}
 
 // The price, the prediction of the plan built alike, and the two within rounding.
 void expect_price_matches(const testing::Case& c, const Topology& topo, Strategy st, Balance rule,
@@ -36,7 +28,7 @@ void expect_price_matches(const testing::Case& c, const Topology& topo, Strategy
   opt.fork = fork;
   const Plan p = plan(c.src, c.dst, topo, opt);
   const double want = p.stats().predicted_seconds;
-  const double got = price(c.src, c.dst, topo, st, rule, chunk, nullptr, fork);
+  const double got = testing::strategy_price(c.src, c.dst, topo, st, rule, chunk, nullptr, fork);
   ASSERT_NEAR(got, want, 1e-9 * std::max(want, 1e-12))
       << ctx << " strategy " << to_string(st) << " rule " << to_string(rule) << " fork " << fork
       << "\n"
@@ -168,7 +160,8 @@ TEST(StrategyPrice, AutoBuildsTheLeastPriced) {
     std::optional<Strategy> best;
     double best_price = 0;
     for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
-      const double p = price(c.src, c.dst, topo, st, opt.balance, opt.chunk_bytes, &fans_out);
+      const double p =
+          testing::strategy_price(c.src, c.dst, topo, st, opt.balance, opt.chunk_bytes, &fans_out);
       if (!best || p < best_price * (1 - 1e-9)) best = st, best_price = p;
     }
     const std::string ctx = "case " + std::to_string(i) + ": " + c.str();
@@ -215,7 +208,7 @@ TEST(StrategyPrice, ManyTasksOfRepeatedReceivers) {
     std::optional<Strategy> best;
     double best_price = 0;
     for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
-      const double p = price(src, dst, topo, st, Balance::Local, opt.chunk_bytes);
+      const double p = testing::strategy_price(src, dst, topo, st, Balance::Local, opt.chunk_bytes);
       if (!best || p < best_price * (1 - 1e-9)) best = st, best_price = p;
     }
     ASSERT_EQ(plan(src, dst, topo, opt).strategy(), *best) << ctx;

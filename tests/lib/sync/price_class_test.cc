@@ -6,12 +6,10 @@
 
 #include <gtest/gtest.h>
 
-#include "lib/plan/link_timeline.h"
-#include "lib/plan/links.h"
 #include "lib/plan/planner.h"
-#include "lib/plan/strategy_price.h"
 #include "lib/plan/task_ops.h"
 #include "meshcast/sync.h"
+#include "support/strategy_price.h"
 #include "support/testing.h"
 
 namespace meshcast {
@@ -64,13 +62,8 @@ Shape alike_shape(Rng& rng, const Layout& src, const Layout& dst) {
 // by the cost model: 0.02 is 2% more.
 double regret(const Layout& src, const Layout& dst, const Topology& topo, Strategy shared,
               Strategy own) {
-  const PlanOptions options{.balance = Balance::Local};
-  const TaskGrid grid(src, dst);
-  const detail::LinkTimeline s(topo, detail::union_devices(src, dst), dtype_size(src.dtype()),
-                               options.chunk_bytes);
-  const detail::Links links(topo, s.devices());
   const auto price = [&](Strategy st) {
-    return detail::strategy_price(grid, s, links, st, Balance::Local, options.chunk_bytes);
+    return testing::strategy_price(src, dst, topo, st, Balance::Local, PlanOptions{}.chunk_bytes);
   };
   return price(shared) / price(own) - 1;
 }
