@@ -88,6 +88,8 @@ class Links {
   // Appends the links of a transfer from -> to in `m` messages (from == to: a local copy, the
   // receive port).
   void hop(int from, int to, std::int64_t m, Flow& f) const;
+  // How many links hop() appends: 1 (a local copy), 2 on a host, 4 across hosts.
+  int hop_links(int from, int to) const { return from == to ? 1 : host(from) == host(to) ? 2 : 4; }
   OpTime flows(const Op& op, std::int64_t bytes, std::int64_t chunk, std::vector<Flow>& out) const;
 
   // Bytes over every link (each flow's bytes on each of its links), as LinkLoads busiest first;

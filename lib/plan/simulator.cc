@@ -108,9 +108,7 @@ class Simulator {
       participants += n + 1;
       plan_bytes += static_cast<std::int64_t>(sizeof(Op) + op.peers.size() * sizeof(int) +
                                               op.box.ndim() * sizeof(Range));
-      const auto hop = [&](int from, int to) {
-        entries += from == to ? 1 : links_.host(from) == links_.host(to) ? 2 : 4;
-      };
+      const auto hop = [&](int from, int to) { entries += links_.hop_links(from, to); };
       switch (op.kind) {
         case OpKind::Zero:
           break;

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 
+#include "lib/plan/links.h"
 #include "meshcast/error.h"
 #include "support/testing.h"
 
@@ -36,6 +37,19 @@ Op send(std::int64_t lo, std::int64_t hi, int root, std::vector<int> peers, int 
 constexpr std::int64_t kN = 1 << 22;                      // elements
 constexpr double kBytes = 4.0 * static_cast<double>(kN);  // 16 MiB
 constexpr double kChunk = static_cast<double>(kDefaultChunkBytes);
+
+// The simulator bounds its memory by hop_links() before it builds any flow: the count must be
+// what hop() appends.
+TEST(Cost, HopLinksCountsTheLinksAHopAdds) {
+  const detail::Links links(hosts4(), {0, 1, 2, 3, 4, 5, 6, 7});
+  for (int from = 0; from < 8; ++from)
+    for (int to = 0; to < 8; ++to) {
+      detail::Links::Flow f{{}, {}, 1024};
+      links.hop(from, to, 1, f);
+      EXPECT_EQ(f.links.size(), static_cast<std::size_t>(links.hop_links(from, to)))
+          << from << " -> " << to;
+    }
+}
 
 TEST(Cost, OneSendAcrossHostsIsLatencyPlusBytesOverBandwidth) {
   const Plan p = hand_plan(kN, {send(0, kN, 0, {2})});
