@@ -1,6 +1,7 @@
 // The collectives' front: checks the arguments, picks an algorithm, builds the device's program
 // of rounds (program.h) and runs it round by round as test() and wait() are called.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -198,7 +199,20 @@ struct Collective::State : InFlight {
     } catch (const std::exception& e) {
       failure = std::current_exception();
       comm->abandon_for(e);
+      cancel_posted();
       throw;
+    }
+  }
+  // After a failure in a wait (a peer's, an interrupt): the round's requests are cancelled and
+  // waited for up to a second (MPI and UCX cannot stop what a peer matched; the peers, told,
+  // end theirs), so that none still writes into the scratch or the caller's buffers once the
+  // unwinding frees them.
+  void cancel_posted() noexcept {
+    try {
+      for (Request& q : reqs) comm->cancel(q);
+      reqs.clear();
+      (void)comm->settle_cancelled(Communicator::Clock::now() + std::chrono::seconds(1));
+    } catch (...) {  // best effort, as abandon() is
     }
   }
 

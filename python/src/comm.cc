@@ -36,10 +36,18 @@ namespace {
 // the GIL; signals reach only the main thread's checks.
 PyObject* kept_signal[3] = {nullptr, nullptr, nullptr};
 thread_local int quiet = 0;
+unsigned long main_thread = 0;  // Python's (threading.main_thread().ident)
 }  // namespace
 
+void Interrupted::init() {
+  main_thread =
+      py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+}
+
 void Interrupted::check(int device) {
-  if (quiet > 0) return;
+  // Python runs signal handlers on its main thread only: another thread's wait has nothing to
+  // check, and does not take the GIL (nor a Ctrl-C that is the main thread's).
+  if (quiet > 0 || PyThread_get_thread_ident() != main_thread) return;
   py::gil_scoped_acquire gil;
   if (!kept_signal[0]) {
     if (PyErr_CheckSignals() == 0) return;
@@ -77,8 +85,8 @@ struct Session {
   // `dying`: the interpreter ends on an uncaught exception.
   void close(bool dying) {
     if (!transport) return;
-    comm->set_interrupt(nullptr);
     if (life->alive()) life->end(*comm);
+    comm->set_interrupt(nullptr);  // (no call of another thread is left: end() waited for it)
 #ifdef MESHCAST_HAS_MPI
     // Freeing an MPI window or communicator is collective: one rank alone (its Comm collected,
     // or this process dying of an error) would wait forever on the others. An attached session
@@ -465,6 +473,7 @@ PyGroup group_arg(py::handle obj, const char* arg) {
 }
 
 void bind_comm(py::module_& m) {
+  Interrupted::init();
   // Both classes first, so that signatures name them (Comm.group returns a Group).
   py::class_<Comm> comm(m, "Comm", R"doc(
 One device's endpoint of a job: from LocalWorld.run (threads), from_mpi4py (mpirun) or

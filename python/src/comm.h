@@ -24,8 +24,8 @@ namespace meshcast::python {
 
 namespace py = pybind11;
 
-// A signal whose Python handler raised (Ctrl-C: KeyboardInterrupt) while a call on a process
-// communicator blocked with the GIL released: check() runs the handlers
+// A signal whose Python handler raised (Ctrl-C: KeyboardInterrupt) while a call of Python's main
+// thread on a process communicator blocked with the GIL released: check() runs the handlers
 // (Communicator::set_interrupt's check, every 50 ms of a wait), keeps the exception and throws
 // Interrupted through the C++ call, which gives up its operation (the peers end at once,
 // naming this device: a CommError that says so); the module's exception translator raises the
@@ -35,6 +35,7 @@ class Interrupted : public CommError {
  public:
   explicit Interrupted(int device)
       : CommError(device, "interrupted by a signal (its Python handler raised)") {}
+  static void init();             // at import: which thread is Python's main one
   static void check(int device);  // with or without the GIL
   // With the GIL: the kept exception as Python's error, or else a CommError of what().
   void raise(PyObject* comm_error) const;

@@ -286,7 +286,7 @@ INTERRUPT = (
     "    comm = mc.from_env(timeout=60)\n"
     "me = comm.rank\n"
     "A, B = mc.Layout((1024,), 'f32', '1@0:R'), mc.Layout((1024,), 'f32', '1@1:R')\n"
-    "a, b = np.ones(1024, np.float32), np.zeros(1024, np.float32)\n"
+    "a, b = np.full(1024, 1 + 6 * me, np.float32), np.zeros(1024, np.float32)\n"
     "def call():\n"
     "    if op == 'reshard':\n"
     "        mc.reshard(mc.plan(A, B), comm, a if me == 0 else None, b if me == 1 else None)\n"
@@ -303,9 +303,15 @@ INTERRUPT = (
     "        say('rank 0 was not interrupted')\n"
     "    except KeyboardInterrupt:\n"
     "        say(f'rank 0 KeyboardInterrupt after {time.monotonic() - t:.1f} s')\n"
+    "    fresh = [np.zeros(1024, np.float32) for _ in range(20)]\n"
     "    mark('interrupted')\n"
     "    if how == 'mpi4py':\n"
     "        await_mark('told')  # alive while rank 1 reads the notice (mpirun ends the job)\n"
+    # Rank 1's 7s, sent once rank 0 gave up, reach none of rank 0's memory as its MPI moves on
+    # (the barrier): its requests were cancelled before the call returned (a collective left
+    # them posted on scratch it freed, and a fresh array got the 7s).
+    "        MPI.COMM_WORLD.Barrier()\n"
+    "    say(f'rank 0 memory kept: {bool((a == 1).all()) and not any((f != 0).any() for f in fresh)}')\n"
     "else:\n"
     "    await_mark('interrupted')\n"
     "    try:\n"
@@ -314,11 +320,13 @@ INTERRUPT = (
     "        say('rank 1 done')\n"
     "    except mc.CommError as e:\n"
     "        say(f'rank 1: {e}')\n"
-    "    mark('told')\n")
+    "    mark('told')\n"
+    "    if how == 'mpi4py':\n"
+    "        MPI.COMM_WORLD.Barrier()\n")
 
 
-@pytest.mark.parametrize("how,op", [("mpi4py", "reshard"), ("mpi4py", "barrier"),
-                                    ("env", "all_reduce")])
+@pytest.mark.parametrize("how,op", [("mpi4py", "reshard"), ("mpi4py", "all_reduce"),
+                                    ("env", "barrier")])
 def test_ctrl_c_ends_a_blocking_call_at_once(tmp_path, how, op):
     # A call on a process communicator blocks with the GIL released; Python runs a signal's
     # handler only once it returns. Its waits check for signals every 50 ms: Ctrl-C raises
@@ -332,6 +340,7 @@ def test_ctrl_c_ends_a_blocking_call_at_once(tmp_path, how, op):
         pytest.importorskip("mpi4py")
         r = mpirun(2, str(script), how, op, str(tmp_path), env=env_with_path(), timeout=120)
         outs = [r.stdout + r.stderr] * 2
+        assert r.returncode == 0, outs[0]
     else:
         port = str(free_port())
         procs = []
@@ -342,6 +351,8 @@ def test_ctrl_c_ends_a_blocking_call_at_once(tmp_path, how, op):
                                           env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True))
         outs = ["".join(p.communicate(timeout=120)) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outs
+    assert "rank 0 memory kept: True" in outs[0], outs[0]
     m = re.search(r"rank 0 KeyboardInterrupt after ([0-9.]+) s", outs[0])
     assert m and float(m.group(1)) < 10, outs[0]
     # UCX moves a notice only while the sender progresses: rank 0 ended, which rank 1 sees.
