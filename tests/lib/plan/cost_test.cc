@@ -41,7 +41,8 @@ constexpr double kChunk = static_cast<double>(kDefaultChunkBytes);
 // The simulator bounds its memory by hop_links() before it builds any flow: the count must be
 // what hop() appends.
 TEST(Cost, HopLinksCountsTheLinksAHopAdds) {
-  const detail::Links links(hosts4(), {0, 1, 2, 3, 4, 5, 6, 7});
+  const Topology topo = hosts4();  // (Links keeps a pointer to it)
+  const detail::Links links(topo, {0, 1, 2, 3, 4, 5, 6, 7});
   for (int from = 0; from < 8; ++from)
     for (int to = 0; to < 8; ++to) {
       detail::Links::Flow f{{}, {}, 1024};
