@@ -262,10 +262,9 @@ class MpiTransport final : public Transport {
   void idle(const Request::Impl* waiting, std::span<const int> peers, int polls,
             Clock::time_point since) override {
     if ((polls & 15) == 0) watchdog_.watch();  // (its probe also lets MPI progress)
-    if (Clock::now() - since > std::chrono::duration<double>(timeout_ / 2))
-      watchdog_.check_wait(
-          since,
-          waiting ? std::span<const int>(static_cast<const MpiRequest*>(waiting)->peers) : peers);
+    watchdog_.check_wait(
+        since,
+        waiting ? std::span<const int>(static_cast<const MpiRequest*>(waiting)->peers) : peers);
     // Spin briefly for latency, then yield the core (2-core machines run several ranks).
     // sched_yield, not a sleep: sleep_for(5 us) takes ~80 us here and, since vader moves a
     // large message only inside MPI calls of both sides, sleeping capped point-to-point at

@@ -64,8 +64,9 @@ class Watchdog {
   // Counts a request of this rank that completed: its progress, which its answers to liveness
   // checks carry.
   void progressed() { ++progress_; }
-  // Call from a wait that has seen no progress of its own since `since` (its start, or its last
-  // progress), past half the timeout. From then on, every half timeout, every rank is asked for
+  // Call on every poll of a wait, with the time since which it has seen no progress of its own
+  // (its start, or its last progress): it does nothing before half the timeout has passed since
+  // then. From then on, every half timeout, every rank is asked for
   // its progress (N control messages a round): past the timeout a wait goes on while every rank
   // answers and one of them completed a request within the last timeout (half of it at the
   // first decision: the job moves, the device waited on is busy with other transfers first, or
