@@ -332,14 +332,20 @@ void chain_order(std::vector<int>& peers, int root, const LinkTimeline& s) {
   // Sorts by chain_key, computed once per peer rather than per comparison.
   const int hr = s.host(root);
   const std::size_t root_nic = s.nic(root);
-  thread_local std::vector<std::uint64_t> keys;  // scratch: a plan orders a chain per task
+  thread_local std::vector<std::uint64_t> keys, rest;  // scratch: a plan orders a chain per task
   keys.clear();
-  for (int p : peers) keys.push_back(chain_key(p, s.host(p), s.rail(s.slot(p), root_nic), hr));
+  rest.clear();
+  for (int p : peers) {  // the root's host's first (their keys are the least), else in turn
+    const int h = s.host(p);
+    (h == hr ? keys : rest).push_back(chain_key(p, h, s.rail(s.slot(p), root_nic), hr));
+  }
+  keys.insert(keys.end(), rest.begin(), rest.end());
   // Receivers mostly come host by host in order already (a mesh's): then each host's run is
   // sorted alone (by rail and id), not the whole chain.
   const auto by_host = [](std::uint64_t a, std::uint64_t b) { return a >> 41 < b >> 41; };
-  if (std::is_sorted(keys.begin(), keys.end())) return;
-  if (std::is_sorted(keys.begin(), keys.end(), by_host)) {
+  if (std::is_sorted(keys.begin(), keys.end())) {
+    if (rest.empty() || rest.size() == keys.size()) return;  // peers are in that order
+  } else if (std::is_sorted(keys.begin(), keys.end(), by_host)) {
     for (auto run = keys.begin(); run != keys.end();) {
       const auto next = std::upper_bound(run, keys.end(), *run, by_host);
       std::sort(run, next);
