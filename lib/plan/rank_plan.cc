@@ -70,16 +70,19 @@ PlanOptions local_rule(const PlanOptions& options) {
 }  // namespace
 
 Strategy tensor_strategy(const Layout& src, const Layout& dst, const Topology& topology,
-                         const PlanOptions& options) {
+                         const PlanOptions& options, std::int64_t* work) {
+  if (work) *work = 0;
   if (options.strategy != Strategy::Auto) return options.strategy;
   const PlanOptions o = local_rule(options);
   const TaskGrid grid(src, dst);
   const LinkTimeline s(topology, union_devices(src, dst), dtype_size(src.dtype()), o.chunk_bytes);
-  return auto_strategy(grid, s, o).strategy;
+  const AutoChoice c = auto_strategy(grid, s, o);
+  if (work) *work = c.work;
+  return c.strategy;
 }
 
 TensorOps tensor_ops(const Layout& src, const Layout& dst, int device, const Topology& topology,
-                     const PlanOptions& options, std::int64_t key_offset) {
+                     const PlanOptions& options, std::int64_t key_offset, bool trees) {
   PlanOptions o = local_rule(options);
   const TaskGrid grid(src, dst);
   const LinkTimeline s(topology, union_devices(src, dst), dtype_size(src.dtype()), o.chunk_bytes);
@@ -95,6 +98,7 @@ TensorOps tensor_ops(const Layout& src, const Layout& dst, int device, const Top
   r.balance = o.balance;
   r.tasks = grid.size();
   TaskOps t(grid, s, r.strategy, o.balance, key_offset, o.fork);
+  t.allow_trees(trees);
   t.zeros(device, r.ops);
   if (device < 0) {
     for (std::int64_t i = 0; i < grid.size(); ++i) t.task(i, device, r.ops);

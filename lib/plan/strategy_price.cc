@@ -148,16 +148,24 @@ class PhaseModel {
     for (const Phase& ph : phases_) total += std::max(ph.busiest + ph.latency, ph.alone);
     return total;
   }
+  // Link loads added so far: what pricing cost, counted alike on every device.
+  std::int64_t work() const {
+    std::int64_t n = 0;
+    for (const Phase& ph : phases_) n += ph.adds;
+    return n;
+  }
 
  private:
   struct Phase {
     std::vector<double> load;  // seconds per link
     double busiest = 0;        // the greatest of load (loads only grow)
     double latency = 0, alone = 0;
+    std::int64_t adds = 0;
     void add(std::size_t link, double seconds) {
       double& l = load[link];
       l += seconds;
       busiest = std::max(busiest, l);
+      ++adds;
     }
   };
   Phase& phase(int p) {
@@ -989,6 +997,10 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
   const bool fork = options.fork && options.balance == Balance::Local;
   std::optional<AutoChoice> best;
   double best_price = 0;
+  // What pricing cost: the models' link loads, and each walk's tasks, which cost about ten
+  // loads (their tiles and holders selected, their class found).
+  std::int64_t work = 0;
+  const std::int64_t walk = 10 * grid.size();
   // One receiver per tile: no box fans out, without pricing all the tasks (a device planning
   // its own part alone must not pay for the whole plan's tasks).
   const bool single = holders_per_tile(grid.dst()) == 1;
@@ -1022,6 +1034,7 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
         PhaseModel b(links, s, options.chunk_bytes), r = b, g = b;
         bool fan = true;
         w.run(&b, &r, &g, &fan);
+        work += walk + b.work() + r.work() + g.work();
         classed = b.seconds();
         scatter = Scatter{r.seconds(), g.seconds(), fan};
       }
@@ -1032,6 +1045,7 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
     } else if (st == Strategy::Broadcast) {  // by hop (strategy_price would try classes again)
       PhaseModel m(links, s, options.chunk_bytes);
       walk_tasks(grid, s, st, rule, fork, options.chunk_bytes, &m, nullptr, &fans_out);
+      work += walk + m.work();
       price = m.seconds();
     } else {
       if (!scatter) {  // both from one walk of sendrecv's ops
@@ -1043,17 +1057,24 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
                    best ? best_price * (1 - 1e-9) : std::numeric_limits<double>::infinity());
         // A walk cut short may not have met a box that fans out; a priced candidate (best) did.
         scatter = Scatter{sendrecv.seconds(), allgather.seconds(), fan || best.has_value()};
+        work += 2 * walk + sendrecv.work() + allgather.work();
       }
       price = st == Strategy::SendRecv ? scatter->sendrecv : scatter->allgather;
       fans_out = scatter->fans_out;
     }
-    if (!fans_out) return c;
+    if (!fans_out) {
+      c.work = work;
+      return c;
+    }
     if (!best || price < best_price * (1 - 1e-9)) {
       best = c;
       best_price = price;
     }
   }
-  if (best) return *best;
+  if (best) {
+    best->work = work;
+    return *best;
+  }
   // No whole plan fits (plan() refuses it before this): a device planning its part alone takes
   // the strategy of the smallest part, the same on every device.
   const PlanSize part = estimate_part_size(grid.src(), grid.dst(), Strategy::Auto);

@@ -44,6 +44,7 @@ bool priced_by_class(const TaskGrid& grid, const LinkTimeline& s, Balance rule);
 struct AutoChoice {
   Strategy strategy;
   Balance balance;
+  std::int64_t work = 0;  // what its pricing cost: link loads added, ten per task walked
 };
 AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const PlanOptions& options);
 

@@ -360,7 +360,8 @@ void TaskOps::serve(const Box& box, int root, int phase, bool from_dst, std::int
       // (A sum's root sends from its target: its NIC is a receiver's, no better than the run's.)
       if (!from_dst && forks_from(s_->host(from))) op.fork = chain_fork(op.peers, from, *s_);
     }
-    op.group = trees_.best(op, box.volume() * static_cast<std::int64_t>(s_->elem_size()));
+    if (trees_on_)
+      op.group = trees_.best(op, box.volume() * static_cast<std::int64_t>(s_->elem_size()));
     out(op);
     return;
   }

@@ -90,12 +90,14 @@ struct TensorOps {
   std::int64_t tasks = 0;
 };
 // (device >= 0: refused first, a ValidationError, if estimate_part_size() exceeds the bounds.)
+// `trees`: as TaskOps::allow_trees.
 TensorOps tensor_ops(const Layout& src, const Layout& dst, int device, const Topology& topology,
-                     const PlanOptions& options, std::int64_t key_offset = 0);
+                     const PlanOptions& options, std::int64_t key_offset = 0, bool trees = true);
 // The strategy tensor_ops() builds with: options.strategy, or Auto priced from the task
-// structure (strategy_price.h), the same on every device.
+// structure (strategy_price.h), the same on every device; `work`, if given: what pricing cost
+// (AutoChoice::work; 0 unpriced).
 Strategy tensor_strategy(const Layout& src, const Layout& dst, const Topology& topology,
-                         const PlanOptions& options);
+                         const PlanOptions& options, std::int64_t* work = nullptr);
 
 class TaskOps {
  public:
@@ -118,6 +120,9 @@ class TaskOps {
   // Off (a sendrecv walk): transfers from a holder are handed on with root -1, the holder
   // not chosen (for pricing what does not depend on it: an all-gather's forwarding).
   void choose_senders(bool on) { senders_ = on; }
+  // Off: a broadcast is one chain (group 0), its tree not chosen. A sync executes chains only
+  // (lib/sync/sync_plan.cc), and choosing a tree of 127 receivers was a sixth of planning one.
+  void allow_trees(bool on) { trees_on_ = on; }
   // The broadcast's trees of chains, by shape (the last op's answered at once).
   TreeShapes& trees() { return trees_; }
 
@@ -184,6 +189,7 @@ class TaskOps {
   std::vector<int> rotated_;           // scratch of rotate_chain
   bool fans_out_ = false;
   bool senders_ = true;
+  bool trees_on_ = true;
 };
 
 }  // namespace meshcast::detail

@@ -3,7 +3,6 @@
 // messages of at most a bucket's bytes.
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <optional>
 #include <sstream>
 #include <tuple>
@@ -267,6 +266,69 @@ void fit_parts(const std::vector<TensorMove>& tensors, std::vector<Strategy>& st
   }
 }
 
+// Where a multicast is coalesced: its phase, sender, receivers as a set and whether it forks.
+struct Coalesce {
+  int phase = 0, root = 0;
+  bool fork = false;
+  std::vector<std::uint64_t> set;  // the receivers' (host, id), ascending (ReceiverSet)
+  bool operator==(const Coalesce&) const = default;
+  struct Hash {
+    std::size_t operator()(const Coalesce& k) const {  // a word at a time (Fnv's bytes: slow)
+      std::uint64_t h = static_cast<std::uint64_t>(k.phase) << 33 ^
+                        static_cast<std::uint64_t>(k.root) << 1 ^
+                        static_cast<std::uint64_t>(k.fork);
+      for (std::uint64_t v : k.set) h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+      return static_cast<std::size_t>(h ^ h >> 29);
+    }
+  };
+};
+
+// A chain's receivers as a set: their (host, id) ascending. A chain comes host by host
+// (chain_order), each host's run in a rotation of its order (rotate_chain): the runs are put in
+// order of host and each sorted alone, mostly by a rotation. A sort of each chain, and a map
+// ordered by the sets, were half of a device's planning of 1,000 all-gathers over 128 devices.
+class ReceiverSet {
+ public:
+  void of(const std::vector<int>& peers, const Topology& topology,
+          std::vector<std::uint64_t>& set) {
+    keys_.clear();
+    runs_.clear();
+    for (int p : peers) {
+      const auto h = static_cast<std::uint64_t>(topology.host_of(p));
+      if (keys_.empty() || h != keys_.back() >> 32) runs_.push_back({h, keys_.size(), 0});
+      runs_.back().end = keys_.size() + 1;
+      keys_.push_back(h << 32 | static_cast<std::uint32_t>(p));
+    }
+    std::sort(runs_.begin(), runs_.end(),
+              [](const Run& a, const Run& b) { return a.host < b.host; });
+    set.clear();
+    for (std::size_t r = 0; r < runs_.size(); ++r) {
+      if (r > 0 && runs_[r].host == runs_[r - 1].host) {  // a host met twice: not in runs
+        set.assign(keys_.begin(), keys_.end());
+        std::sort(set.begin(), set.end());
+        return;
+      }
+      const std::ptrdiff_t at = set.end() - set.begin();
+      set.insert(set.end(), keys_.begin() + static_cast<std::ptrdiff_t>(runs_[r].begin),
+                 keys_.begin() + static_cast<std::ptrdiff_t>(runs_[r].end));
+      const auto b = set.begin() + at, cut = std::is_sorted_until(b, set.end());
+      if (cut == set.end()) continue;
+      if (std::is_sorted(cut, set.end()) && set.back() < *b)
+        std::rotate(b, cut, set.end());
+      else
+        std::sort(b, set.end());
+    }
+  }
+
+ private:
+  struct Run {
+    std::uint64_t host;
+    std::size_t begin, end;  // in keys_
+  };
+  std::vector<std::uint64_t> keys_;  // (host, id) in the chain's order
+  std::vector<Run> runs_;
+};
+
 // The sync's ops, coalesced. `device` < 0: every device's (a prediction).
 struct Built {
   std::vector<SyncPlan::Local> locals;
@@ -314,9 +376,7 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
   if (options.plan.strategy == Strategy::Auto) fit_parts(tensors, strategy, planned, bucket, bound);
   check_sync_size(tensors, device < 0, strategy, planned, bucket, bound);
 
-  // phase, root, receivers (sorted), fork or not: a chain's order differs from box to box
-  // (rotate_chain), a message takes its first box's.
-  using Key = std::tuple<int, int, std::vector<int>, bool>;
+  // A chain's order differs from box to box (rotate_chain): a message takes its first box's.
   struct Seg {
     std::int64_t stream;
     SyncPlan::Segment seg;
@@ -326,7 +386,9 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
     bool convert;                   // read from the source and cast: must be packed
   };
   std::vector<std::vector<Op>> kept;  // the ops the segments' orders point into
-  std::map<Key, std::vector<Seg>> coalesced;
+  std::unordered_map<Coalesce, std::vector<Seg>, Coalesce::Hash> coalesced;
+  Coalesce where;  // the op's (its set's capacity kept from op to op)
+  ReceiverSet receivers;
   Built out;
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const TensorMove& m = tensors[t];
@@ -334,7 +396,7 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
     const Layout& dst = planned(t);
     PlanOptions chosen = options.plan;
     chosen.strategy = strategy[t];
-    kept.push_back(detail::tensor_ops(m.src, dst, device, topology, chosen, key[t]).ops);
+    kept.push_back(detail::tensor_ops(m.src, dst, device, topology, chosen, key[t], false).ops);
     const auto wire = static_cast<std::int64_t>(dtype_size(m.dst.dtype()));
     const auto src_elem = static_cast<std::int64_t>(dtype_size(m.src.dtype()));
     const bool cast = m.src.dtype() != m.dst.dtype();
@@ -370,15 +432,19 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
       } else {
         pieces.push_back(op.box);
       }
-      Key k{op.phase, op.root, op.peers, op.fork != 0};
-      std::sort(std::get<2>(k).begin(), std::get<2>(k).end());
+      where.phase = op.phase;
+      where.root = op.root;
+      where.fork = op.fork != 0;
+      receivers.of(op.peers, topology, where.set);
+      auto at = coalesced.find(where);
+      if (at == coalesced.end()) at = coalesced.emplace(where, std::vector<Seg>{}).first;
       for (std::size_t p = 0; p < pieces.size(); ++p)
-        coalesced[k].push_back({stream + static_cast<std::int64_t>(p) * total,
-                                {tensor, pieces[p], op.from_dst},
-                                pieces[p].volume() * wire,
-                                &op.peers,
-                                op.fork,
-                                convert});
+        at->second.push_back({stream + static_cast<std::int64_t>(p) * total,
+                              {tensor, pieces[p], op.from_dst},
+                              pieces[p].volume() * wire,
+                              &op.peers,
+                              op.fork,
+                              convert});
     }
   }
   // Each (phase, sender, receivers) in buckets of consecutive boxes by stream: the same on the
@@ -399,9 +465,9 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
     for (Seg& s : segs) {
       if (s.bytes > pack && !s.convert) {
         flush();
-        out.messages.push_back({.phase = std::get<0>(k),
+        out.messages.push_back({.phase = k.phase,
                                 .kind = OpKind::Multicast,
-                                .root = std::get<1>(k),
+                                .root = k.root,
                                 .peers = *s.order,
                                 .fork = s.fork,
                                 .stream = s.stream,
@@ -412,8 +478,8 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
       }
       if (!msg.segments.empty() && msg.bytes + s.bytes > bucket) flush();
       if (msg.segments.empty()) {
-        msg.phase = std::get<0>(k);
-        msg.root = std::get<1>(k);
+        msg.phase = k.phase;
+        msg.root = k.root;
         msg.peers = *s.order;
         msg.fork = s.fork;
         msg.stream = s.stream;

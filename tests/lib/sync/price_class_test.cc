@@ -170,5 +170,54 @@ TEST(PriceClass, AlikeTensorsTakeTheFirstOnesChoice) {
             (std::vector<Strategy>{Strategy::SendRecv, Strategy::SendRecv}));
 }
 
+// All-gathers over 128 devices whose source meshes each order the devices their own way (no two
+// alike) spend the pricing budget (kPricingWork): those before it take their own choices; past
+// it, a move akin to a priced one (its devices in another order, its extent in an octave
+// priced) takes that one's choice, and a move akin to none takes broadcast, unpriced.
+TEST(PriceClass, PastItsBudgetAMoveTakesAnAkinMovesChoiceUnpriced) {
+  const Topology topo = Topology::uniform("16x8", 16, 8, LinkClass("nvlink", 300e9, 2e-6),
+                                          LinkClass("ib", 100e9, 5e-6));
+  const PlanOptions options{.balance = Balance::Local};
+  const auto gather = [](const std::string& devices, std::int64_t e) {
+    return TensorMove{"g" + std::to_string(e) + "@" + devices,
+                      Layout::parse({e}, DType::f32, "128@" + devices + ":S0"),
+                      Layout::parse({e}, DType::f32, "128@0-127:R")};
+  };
+  // The source's devices rotated by k (k < 128), in two extents: no two moves alike, all in one
+  // octave (4,096 to 8,191 elements).
+  std::vector<TensorMove> moves;
+  std::vector<Strategy> own;
+  std::int64_t spent = 0;
+  std::size_t priced = 0;  // the moves priced: those until the budget is spent
+  for (int k = 0; k < 256 && priced == moves.size(); ++k) {
+    const int r = k % 128;
+    const std::string devices =
+        r == 0 ? "0-127" : "[" + std::to_string(r) + "-127,0-" + std::to_string(r - 1) + "]";
+    moves.push_back(gather(devices, k < 128 ? 4200 + 20 * r : 6800 + 10 * r));
+    std::int64_t work = 0;
+    own.push_back(
+        detail::tensor_strategy(moves.back().src, moves.back().dst, topo, options, &work));
+    if (spent < detail::kPricingWork) ++priced;
+    spent += work;
+  }
+  ASSERT_LT(priced, moves.size()) << "the budget outlasts " << moves.size() << " moves";
+  const std::size_t last = moves.size();
+  // Akin to the priced ones: the devices in an order no move has, an extent no move's.
+  moves.push_back(gather("[1-1,0-0,2-127]", 8150));
+  // Akin to none: the source on a 2x64 mesh. Its own choice is not broadcast.
+  const Shape s{6001};
+  moves.push_back({"other", Layout::parse(s, DType::f32, "2x64@0-127:S01"),
+                   Layout::parse(s, DType::f32, "128@0-127:R")});
+  const Strategy other_own =
+      detail::tensor_strategy(moves.back().src, moves.back().dst, topo, options);
+  ASSERT_NE(other_own, Strategy::Broadcast);
+
+  const std::vector<Strategy> got = strategies(moves, topo, options);
+  for (std::size_t t = 0; t < priced; ++t) EXPECT_EQ(got[t], own[t]) << moves[t].name;
+  EXPECT_EQ(got[last], got[0]);  // the first priced in its octave
+  EXPECT_EQ(got[last + 1], Strategy::Broadcast);
+  EXPECT_EQ(strategies(moves, topo, options), got);  // the same on every device
+}
+
 }  // namespace
 }  // namespace meshcast
