@@ -10,10 +10,12 @@ on one dimension, in any order) and its pending sums, at most 2^28 elements each
 tensors alike, so nothing a model's repeated layers share helps. With --gather every tensor,
 of its own extent, is split over devices 0-127 and wanted whole on each of them (an all-gather
 of the model: each device takes part in every tensor, 127 receivers a box); --rotate gives each
-tensor's source mesh its own order of the devices, so that no two tensors' layouts are alike.
-Deterministic (seeded): the same file each run.
+tensor's source mesh its own order of the devices, so that no two tensors' layouts are alike;
+--apart wants each tensor whole on devices 128-255 instead (a broadcast to other devices: each
+of them receives 128 chains of 128 devices a tensor). Deterministic (seeded): the same file
+each run.
 
-    python3 bench/uneven_model.py [--partial | --random | --gather [--rotate]] > uneven.json
+    python3 bench/uneven_model.py [--partial | --random | --gather [--rotate] [--apart]] > uneven.json
     meshcast sync --model uneven.json --predict --json   # plan_seconds: one device's planning
 """
 import argparse
@@ -76,13 +78,14 @@ def random_model():
     return tensors
 
 
-def gather_model(rotate):
+def gather_model(rotate, apart):
     tensors = {}
     for i in range(1000):
         r = i % 128 if rotate else 0
         src = f"128@[{r}-127,0-{r - 1}]" if r else "128@0-127"
+        dst = "128@128-255" if apart else "128@0-127"
         tensors[f"t{i}"] = {"shape": [4096 + 1000 * i + 1], "dtype": "F32",
-                            "src": src + ":S0", "dst": "128@0-127:R"}
+                            "src": src + ":S0", "dst": dst + ":R"}
     return tensors
 
 
@@ -97,11 +100,14 @@ def main():
                       help="every tensor all-gathered over the same 128 devices")
     parser.add_argument("--rotate", action="store_true",
                         help="with --gather: each tensor's source mesh in its own device order")
+    parser.add_argument("--apart", action="store_true",
+                        help="with --gather: wanted whole on devices 128-255 instead")
     args = parser.parse_args()
-    if args.rotate and not args.gather:
-        parser.error("--rotate goes with --gather")
+    for flag in ("rotate", "apart"):
+        if getattr(args, flag) and not args.gather:
+            parser.error(f"--{flag} goes with --gather")
     if args.gather:
-        tensors = gather_model(args.rotate)
+        tensors = gather_model(args.rotate, args.apart)
     else:
         tensors = random_model() if args.random else model(args.partial)
     json.dump(tensors, sys.stdout)
