@@ -1,6 +1,7 @@
 #include "lib/plan/strategy_price.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -372,6 +373,16 @@ class AllGatherForward {
   std::vector<Nic> totals_;
 };
 
+// What a walk of pricing has cost after `tasks` tasks: its models' link loads, and ten loads a
+// task (its tiles and holders selected, its class found: AutoChoice::work).
+std::int64_t walk_work(std::int64_t tasks, std::initializer_list<const PhaseModel*> models) {
+  std::int64_t n = 10 * tasks;
+  for (const PhaseModel* m : models)
+    if (m) n += m->work();
+  return n;
+}
+constexpr std::int64_t kNoCap = std::numeric_limits<std::int64_t>::max();
+
 // Allgather's forwarding, batched: its loads depend on a task's receivers and slices alone (not
 // on its senders), and a tensor's tasks repeat a few of those (every task of one target tile has
 // the same receivers), so each class is added once, times its tasks. Bounded: past about a
@@ -465,9 +476,12 @@ class ClassWalk {
            grid_.size() >= 2 * static_cast<std::int64_t>(tile_at_.size());
   }
 
-  // The three strategies' ops, each into its model if not null (as walk_tasks, without a cap),
-  // in one walk: most of a task's price by class is finding its class.
-  void run(PhaseModel* broadcast, PhaseModel* sendrecv, PhaseModel* allgather, bool* fans_out) {
+  // The three strategies' ops, each into its model if not null (as walk_tasks, without a price
+  // cap), in one walk: most of a task's price by class is finding its class. False, the models
+  // incomplete, where the walk's work (walk_work, and the receivers its classes hold) passed
+  // `work_cap`.
+  bool run(PhaseModel* broadcast, PhaseModel* sendrecv, PhaseModel* allgather, bool* fans_out,
+           std::int64_t work_cap = kNoCap) {
     PhaseModel* models[3] = {broadcast, sendrecv, allgather};
     for (std::size_t k = 0; k < 3; ++k)
       if (models[k]) sent_[k].assign(s_.devices().size(), Sent{});
@@ -485,6 +499,10 @@ class ClassWalk {
       if (broadcast) this->broadcast(*broadcast, i, g, root, bytes);
       if (sendrecv || allgather) transfers(sendrecv, allgather, i, g, root, box);
       if (held_ > kHeld) flush(broadcast, sendrecv, allgather, true);
+      if (i % 256 == 255 &&
+          walk_work(i, {broadcast, sendrecv, allgather}) + static_cast<std::int64_t>(held_) >
+              work_cap)
+        return false;
     }
     flush(broadcast, sendrecv, allgather, false);
     if (broadcast) broadcast->share_trees(nullptr);
@@ -494,6 +512,7 @@ class ClassWalk {
           models[k]->sends(0, s_.devices()[d], sent_[k][d].bytes[remote],
                            sent_[k][d].messages[remote], remote != 0);
     if (fans_out) *fans_out = fans_out_;
+    return true;
   }
 
  private:
@@ -880,10 +899,12 @@ namespace {
 // price is then only known to be >= cap). Allgather takes two walks: the first prices sendrecv
 // and the forwarding, choosing senders only while sendrecv is priced; the second its scatter,
 // skipped if the forwarding alone reached the cap (where a broadcast is cheaper, the
-// forwarding's many hops mostly do).
-void walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Balance rule, bool fork,
+// forwarding's many hops mostly do). False, the models incomplete, where the walks' work
+// (walk_work) passed `work_cap`.
+bool walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Balance rule, bool fork,
                 std::int64_t chunk, PhaseModel* plain, PhaseModel* gathered, bool* fans_out,
-                double cap = std::numeric_limits<double>::infinity()) {
+                double cap = std::numeric_limits<double>::infinity(),
+                std::int64_t work_cap = kNoCap) {
   // A task's ops arrive one at a time (TaskOps reuses one Op for them): those `plain` prices as
   // they come; for allgather its transfers' receivers, senders and box are noted.
   struct Walk final : OpSink {
@@ -927,13 +948,14 @@ void walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Bala
     w.receivers.clear();
     w.roots.clear();
     first.task(i, -1, w);  // one task's ops at a time: O(its receivers)
+    if (i % 256 == 255 && walk_work(i, {plain, gathered}) > work_cap) return false;
     if (!gathered || w.receivers.size() < 2) continue;
     slices();
     forward.add(*gathered, w.receivers, bytes, w.phase + 1);
   }
   if (plain) plain->share_trees(nullptr);
   if (fans_out) *fans_out = first.fans_out();
-  if (!gathered) return;
+  if (!gathered) return true;
   forward.flush(*gathered);
   // The scatter (and the tasks' local ops), with senders.
   w.plain = nullptr;
@@ -944,7 +966,8 @@ void walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Bala
   scatter.peers.resize(1);
   for (std::int64_t i = 0; i < grid.size(); ++i) {
     Walk::check(w.local, cap);
-    if (!w.local) return;
+    if (!w.local) return true;
+    if (i % 256 == 255 && walk_work(grid.size() + i, {plain, gathered}) > work_cap) return false;
     w.receivers.clear();
     w.roots.clear();
     second.task(i, -1, w);
@@ -965,6 +988,7 @@ void walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Bala
       gathered->op(scatter, bytes[j]);
     }
   }
+  return true;
 }
 
 }  // namespace
@@ -997,10 +1021,7 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
   const bool fork = options.fork && options.balance == Balance::Local;
   std::optional<AutoChoice> best;
   double best_price = 0;
-  // What pricing cost: the models' link loads, and each walk's tasks, which cost about ten
-  // loads (their tiles and holders selected, their class found).
-  std::int64_t work = 0;
-  const std::int64_t walk = 10 * grid.size();
+  std::int64_t work = 0;  // what pricing cost (walk_work of every walk)
   // One receiver per tile: no box fans out, without pricing all the tasks (a device planning
   // its own part alone must not pay for the whole plan's tasks).
   const bool single = holders_per_tile(grid.dst()) == 1;
@@ -1028,13 +1049,14 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
     if (single) return c;
     bool fans_out = true;
     double price = 0;
+    bool priced = true;  // within kAutoWork
     if (!class_tried) {
       class_tried = true;
       if (ClassWalk w(grid, s, rule, options.chunk_bytes, fork); w.applies()) {
         PhaseModel b(links, s, options.chunk_bytes), r = b, g = b;
         bool fan = true;
-        w.run(&b, &r, &g, &fan);
-        work += walk + b.work() + r.work() + g.work();
+        priced = w.run(&b, &r, &g, &fan, kAutoWork - work);
+        work += walk_work(grid.size(), {&b, &r, &g});
         classed = b.seconds();
         scatter = Scatter{r.seconds(), g.seconds(), fan};
       }
@@ -1044,23 +1066,29 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
       fans_out = scatter->fans_out;
     } else if (st == Strategy::Broadcast) {  // by hop (strategy_price would try classes again)
       PhaseModel m(links, s, options.chunk_bytes);
-      walk_tasks(grid, s, st, rule, fork, options.chunk_bytes, &m, nullptr, &fans_out);
-      work += walk + m.work();
+      priced = walk_tasks(grid, s, st, rule, fork, options.chunk_bytes, &m, nullptr, &fans_out,
+                          std::numeric_limits<double>::infinity(), kAutoWork - work);
+      work += walk_work(grid.size(), {&m});
       price = m.seconds();
     } else {
       if (!scatter) {  // both from one walk of sendrecv's ops
         // Priced only until they reach the best price so far: then neither can win.
         PhaseModel sendrecv(links, s, options.chunk_bytes), allgather = sendrecv;
         bool fan = true;
-        walk_tasks(grid, s, Strategy::SendRecv, rule, fork, options.chunk_bytes, &sendrecv,
-                   &allgather, &fan,
-                   best ? best_price * (1 - 1e-9) : std::numeric_limits<double>::infinity());
+        priced = walk_tasks(
+            grid, s, Strategy::SendRecv, rule, fork, options.chunk_bytes, &sendrecv, &allgather,
+            &fan, best ? best_price * (1 - 1e-9) : std::numeric_limits<double>::infinity(),
+            kAutoWork - work);
         // A walk cut short may not have met a box that fans out; a priced candidate (best) did.
         scatter = Scatter{sendrecv.seconds(), allgather.seconds(), fan || best.has_value()};
-        work += 2 * walk + sendrecv.work() + allgather.work();
+        work += walk_work(2 * grid.size(), {&sendrecv, &allgather});
       }
       price = st == Strategy::SendRecv ? scatter->sendrecv : scatter->allgather;
       fans_out = scatter->fans_out;
+    }
+    if (!priced) {
+      best.reset();
+      break;
     }
     if (!fans_out) {
       c.work = work;
@@ -1075,10 +1103,10 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
     best->work = work;
     return *best;
   }
-  // No whole plan fits (plan() refuses it before this): a device planning its part alone takes
-  // the strategy of the smallest part, the same on every device.
+  // No whole plan fits (plan() refuses it before this), or pricing it would pass kAutoWork: the
+  // strategy of the smallest part, the same on every device.
   const PlanSize part = estimate_part_size(grid.src(), grid.dst(), Strategy::Auto);
-  return {part.strategy, Balance::Local};
+  return {part.strategy, Balance::Local, work};
 }
 
 }  // namespace meshcast::detail

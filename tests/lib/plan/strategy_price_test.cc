@@ -243,6 +243,49 @@ TEST(StrategyPrice, AutoOnAWideReplicaSendsInParallel) {
   EXPECT_TRUE(q == p);
 }
 
+// Pricing an all-gather is O(devices^2): over 1,024 devices auto prices it within kAutoWork;
+// over 4,096 it stops at kAutoWork and takes the strategy of the smallest part, unpriced, the
+// same each time (every device of a job computes it alone).
+TEST(StrategyPrice, AutoPastItsWorkTakesTheSmallestPartUnpriced) {
+  const Topology topo =
+      Topology::uniform("8-per-host", 512, 8, LinkClass{"nvlink", 150e9, 2e-6, {}, 1e-6},
+                        LinkClass{"network", 25e9, 5e-6, {}, 2e-6});
+  PlanOptions opt;
+  opt.balance = Balance::Local;
+  const auto gather = [](int n) {
+    const std::string mesh = std::to_string(n) + "@0-" + std::to_string(n - 1);
+    return std::pair{Layout::parse({std::int64_t{1} << 22}, DType::f32, mesh + ":S0"),
+                     Layout::parse({std::int64_t{1} << 22}, DType::f32, mesh + ":R")};
+  };
+  const auto choose = [&](int n) {
+    const auto [src, dst] = gather(n);
+    const TaskGrid grid(src, dst);
+    const detail::LinkTimeline s(topo, detail::union_devices(src, dst), dtype_size(src.dtype()),
+                                 opt.chunk_bytes);
+    return detail::auto_strategy(grid, s, opt);
+  };
+  const detail::AutoChoice small = choose(1024);
+  EXPECT_LT(small.work, detail::kAutoWork);
+  const auto [src, dst] = gather(1024);
+  Strategy least = Strategy::Auto;
+  double least_price = 0;
+  for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
+    const double p = testing::strategy_price(src, dst, topo, st, Balance::Local, opt.chunk_bytes);
+    if (least == Strategy::Auto || p < least_price * (1 - 1e-9)) least = st, least_price = p;
+  }
+  EXPECT_EQ(small.strategy, least);
+
+  const detail::AutoChoice large = choose(4096);
+  EXPECT_GE(large.work, detail::kAutoWork);
+  EXPECT_LT(large.work, 2 * detail::kAutoWork);  // it stopped (pricing it all: about 10x)
+  const auto [src4, dst4] = gather(4096);
+  EXPECT_EQ(large.strategy, estimate_part_size(src4, dst4, Strategy::Auto).strategy);
+  EXPECT_EQ(large.balance, Balance::Local);
+  const detail::AutoChoice again = choose(4096);
+  EXPECT_EQ(again.strategy, large.strategy);
+  EXPECT_EQ(again.work, large.work);
+}
+
 TEST(StrategyPrice, TheMemoryBoundRefusesInOneLine) {
   // Two holders per tile: greedy and search have senders to choose, and keep the candidates.
   const auto src = Layout::parse({64, 64}, DType::f32, "32x2@0-63:S0R");
