@@ -477,16 +477,25 @@ class ClassWalk {
   }
 
   // The three strategies' ops, each into its model if not null (as walk_tasks, without a price
-  // cap), in one walk: most of a task's price by class is finding its class. False, the models
-  // incomplete, where the walk's work (walk_work, and the receivers its classes hold) passed
-  // `work_cap`.
+  // cap), in one walk: most of a task's price by class is finding its class. Adds its cost
+  // (walk_work) to `work` if given. False, the models incomplete, where that and the receivers
+  // its classes hold passed `work_cap`.
   bool run(PhaseModel* broadcast, PhaseModel* sendrecv, PhaseModel* allgather, bool* fans_out,
-           std::int64_t work_cap = kNoCap) {
+           std::int64_t* work = nullptr, std::int64_t work_cap = kNoCap) {
     PhaseModel* models[3] = {broadcast, sendrecv, allgather};
     for (std::size_t k = 0; k < 3; ++k)
       if (models[k]) sent_[k].assign(s_.devices().size(), Sent{});
     if (broadcast) broadcast->share_trees(&ops_.trees());
+    // What the walk cost after task i: the receivers its classes hold too (listed, not added).
+    const auto spent = [&](std::int64_t i) {
+      return walk_work(i, {broadcast, sendrecv, allgather}) + static_cast<std::int64_t>(held_);
+    };
     for (std::int64_t i = 0; i < grid_.size(); ++i) {
+      if (i % 256 == 255 && spent(i) > work_cap) {
+        if (broadcast) broadcast->share_trees(nullptr);
+        if (work) *work += spent(i);
+        return false;
+      }
       ops_.select(i);
       const Box box = grid_.box(i);
       const std::int64_t bytes = box.volume() * elem_;
@@ -499,10 +508,6 @@ class ClassWalk {
       if (broadcast) this->broadcast(*broadcast, i, g, root, bytes);
       if (sendrecv || allgather) transfers(sendrecv, allgather, i, g, root, box);
       if (held_ > kHeld) flush(broadcast, sendrecv, allgather, true);
-      if (i % 256 == 255 &&
-          walk_work(i, {broadcast, sendrecv, allgather}) + static_cast<std::int64_t>(held_) >
-              work_cap)
-        return false;
     }
     flush(broadcast, sendrecv, allgather, false);
     if (broadcast) broadcast->share_trees(nullptr);
@@ -512,6 +517,7 @@ class ClassWalk {
           models[k]->sends(0, s_.devices()[d], sent_[k][d].bytes[remote],
                            sent_[k][d].messages[remote], remote != 0);
     if (fans_out) *fans_out = fans_out_;
+    if (work) *work += walk_work(grid_.size(), {broadcast, sendrecv, allgather});
     return true;
   }
 
@@ -899,11 +905,11 @@ namespace {
 // price is then only known to be >= cap). Allgather takes two walks: the first prices sendrecv
 // and the forwarding, choosing senders only while sendrecv is priced; the second its scatter,
 // skipped if the forwarding alone reached the cap (where a broadcast is cheaper, the
-// forwarding's many hops mostly do). False, the models incomplete, where the walks' work
-// (walk_work) passed `work_cap`.
+// forwarding's many hops mostly do). Adds its cost (walk_work) to `work` if given. False, the
+// models incomplete, where that passed `work_cap`.
 bool walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Balance rule, bool fork,
                 std::int64_t chunk, PhaseModel* plain, PhaseModel* gathered, bool* fans_out,
-                double cap = std::numeric_limits<double>::infinity(),
+                double cap = std::numeric_limits<double>::infinity(), std::int64_t* work = nullptr,
                 std::int64_t work_cap = kNoCap) {
   // A task's ops arrive one at a time (TaskOps reuses one Op for them): those `plain` prices as
   // they come; for allgather its transfers' receivers, senders and box are noted.
@@ -939,23 +945,32 @@ bool walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Bala
     split.sizes(bytes);
     for (std::int64_t& b : bytes) b *= across * w.elem;
   };
+  std::int64_t walked = 0;  // tasks, over both walks
+  const auto over = [&] {
+    return walked % 256 == 255 && walk_work(walked, {plain, gathered}) > work_cap;
+  };
+  const auto done = [&](bool whole) {
+    if (plain) plain->share_trees(nullptr);
+    if (work) *work += walk_work(walked, {plain, gathered});
+    return whole;
+  };
   TaskOps first(grid, s, walk, rule, 0, fork);
   ForwardClasses forward(s, chunk);
   if (plain) plain->share_trees(&first.trees());
-  for (std::int64_t i = 0; i < grid.size() && (w.plain || gathered); ++i) {
+  for (std::int64_t i = 0; i < grid.size() && (w.plain || gathered); ++i, ++walked) {
+    if (over()) return done(false);
     Walk::check(w.plain, cap);
     if (!w.plain) first.choose_senders(false);  // the forwarding needs none
     w.receivers.clear();
     w.roots.clear();
     first.task(i, -1, w);  // one task's ops at a time: O(its receivers)
-    if (i % 256 == 255 && walk_work(i, {plain, gathered}) > work_cap) return false;
     if (!gathered || w.receivers.size() < 2) continue;
     slices();
     forward.add(*gathered, w.receivers, bytes, w.phase + 1);
   }
   if (plain) plain->share_trees(nullptr);
   if (fans_out) *fans_out = first.fans_out();
-  if (!gathered) return true;
+  if (!gathered) return done(true);
   forward.flush(*gathered);
   // The scatter (and the tasks' local ops), with senders.
   w.plain = nullptr;
@@ -964,10 +979,10 @@ bool walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Bala
   Op scatter;  // a transfer of the scatter: sendrecv's, carrying a slice
   scatter.kind = OpKind::Multicast;
   scatter.peers.resize(1);
-  for (std::int64_t i = 0; i < grid.size(); ++i) {
+  for (std::int64_t i = 0; i < grid.size(); ++i, ++walked) {
+    if (over()) return done(false);
     Walk::check(w.local, cap);
-    if (!w.local) return true;
-    if (i % 256 == 255 && walk_work(grid.size() + i, {plain, gathered}) > work_cap) return false;
+    if (!w.local) return done(true);
     w.receivers.clear();
     w.roots.clear();
     second.task(i, -1, w);
@@ -988,7 +1003,7 @@ bool walk_tasks(const TaskGrid& grid, const LinkTimeline& s, Strategy walk, Bala
       gathered->op(scatter, bytes[j]);
     }
   }
-  return true;
+  return done(true);
 }
 
 }  // namespace
@@ -1055,8 +1070,7 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
       if (ClassWalk w(grid, s, rule, options.chunk_bytes, fork); w.applies()) {
         PhaseModel b(links, s, options.chunk_bytes), r = b, g = b;
         bool fan = true;
-        priced = w.run(&b, &r, &g, &fan, kAutoWork - work);
-        work += walk_work(grid.size(), {&b, &r, &g});
+        priced = w.run(&b, &r, &g, &fan, &work, kAutoWork - work);
         classed = b.seconds();
         scatter = Scatter{r.seconds(), g.seconds(), fan};
       }
@@ -1067,8 +1081,7 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
     } else if (st == Strategy::Broadcast) {  // by hop (strategy_price would try classes again)
       PhaseModel m(links, s, options.chunk_bytes);
       priced = walk_tasks(grid, s, st, rule, fork, options.chunk_bytes, &m, nullptr, &fans_out,
-                          std::numeric_limits<double>::infinity(), kAutoWork - work);
-      work += walk_work(grid.size(), {&m});
+                          std::numeric_limits<double>::infinity(), &work, kAutoWork - work);
       price = m.seconds();
     } else {
       if (!scatter) {  // both from one walk of sendrecv's ops
@@ -1077,19 +1090,15 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
         bool fan = true;
         priced = walk_tasks(
             grid, s, Strategy::SendRecv, rule, fork, options.chunk_bytes, &sendrecv, &allgather,
-            &fan, best ? best_price * (1 - 1e-9) : std::numeric_limits<double>::infinity(),
+            &fan, best ? best_price * (1 - 1e-9) : std::numeric_limits<double>::infinity(), &work,
             kAutoWork - work);
         // A walk cut short may not have met a box that fans out; a priced candidate (best) did.
         scatter = Scatter{sendrecv.seconds(), allgather.seconds(), fan || best.has_value()};
-        work += walk_work(2 * grid.size(), {&sendrecv, &allgather});
       }
       price = st == Strategy::SendRecv ? scatter->sendrecv : scatter->allgather;
       fans_out = scatter->fans_out;
     }
-    if (!priced) {
-      best.reset();
-      break;
-    }
+    if (!priced) break;  // the best of those priced whole, if any
     if (!fans_out) {
       c.work = work;
       return c;
@@ -1103,8 +1112,8 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
     best->work = work;
     return *best;
   }
-  // No whole plan fits (plan() refuses it before this), or pricing it would pass kAutoWork: the
-  // strategy of the smallest part, the same on every device.
+  // No whole plan fits (plan() refuses it before this), or pricing passed kAutoWork before any
+  // strategy was priced: the strategy of the smallest part, the same on every device.
   const PlanSize part = estimate_part_size(grid.src(), grid.dst(), Strategy::Auto);
   return {part.strategy, Balance::Local, work};
 }

@@ -39,8 +39,9 @@ inline constexpr std::int64_t kPricingWork = std::int64_t{16} << 20;
 // have spent kPricingWork, a move no priced move is alike to is not priced: it takes the choice
 // of a priced move akin to it (alike but for device ids and extents: meshes of the same shapes
 // that share as many devices, extents that divide alike), the one nearest in size (the first
-// priced of the nearest octave of elements), else broadcast. A device's planning is so bounded
-// whatever the model. The same on every device given the same moves in the same order.
+// priced of the nearest octave of elements), else broadcast (the multicast a sync is built on;
+// its parts' sum then bounds the memory, as for priced choices). A device's planning is so
+// bounded whatever the model. The same on every device given the same moves in the same order.
 std::vector<Strategy> tensor_strategies(const std::vector<const Layout*>& src,
                                         const std::vector<const Layout*>& dst,
                                         const Topology& topology, const PlanOptions& options);

@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <map>
+
 #include "lib/plan/planner.h"
 #include "lib/plan/task_ops.h"
 #include "meshcast/sync.h"
@@ -170,53 +173,71 @@ TEST(PriceClass, AlikeTensorsTakeTheFirstOnesChoice) {
             (std::vector<Strategy>{Strategy::SendRecv, Strategy::SendRecv}));
 }
 
-// All-gathers over 128 devices whose source meshes each order the devices their own way (no two
-// alike) spend the pricing budget (kPricingWork): those before it take their own choices; past
-// it, a move akin to a priced one (its devices in another order, its extent in an octave
-// priced) takes that one's choice, and a move akin to none takes broadcast, unpriced.
-TEST(PriceClass, PastItsBudgetAMoveTakesAnAkinMovesChoiceUnpriced) {
-  const Topology topo = Topology::uniform("16x8", 16, 8, LinkClass("nvlink", 300e9, 2e-6),
-                                          LinkClass("ib", 100e9, 5e-6));
+// All-gathers over 16 devices whose source meshes each order the devices their own way, of
+// extents from 64 up (no two alike), spend the pricing budget (kPricingWork): those before it
+// take their own choices, sendrecv for the small ones and broadcast for the large; past it, a
+// move akin to priced ones (its devices in an order no move has) takes the choice of the first
+// priced in its octave of elements, and a move akin to none takes broadcast, unpriced.
+TEST(PriceClass, PastItsBudgetAMoveTakesTheNearestAkinChoiceUnpriced) {
+  const Topology topo =
+      Topology::uniform("two", 2, 8, LinkClass("nvlink", 300e9, 2e-6), LinkClass("ib", 25e9, 5e-6));
   const PlanOptions options{.balance = Balance::Local};
   const auto gather = [](const std::string& devices, std::int64_t e) {
+    const Shape s{e, 3};
     return TensorMove{"g" + std::to_string(e) + "@" + devices,
-                      Layout::parse({e}, DType::f32, "128@" + devices + ":S0"),
-                      Layout::parse({e}, DType::f32, "128@0-127:R")};
+                      Layout::parse(s, DType::f32, "16@" + devices + ":S0R"),
+                      Layout::parse(s, DType::f32, "16@0-15:RR")};
   };
-  // The source's devices rotated by k (k < 128), in two extents: no two moves alike, all in one
-  // octave (4,096 to 8,191 elements).
+  const auto octave = [](std::int64_t e) {
+    return std::bit_width(static_cast<std::uint64_t>(3 * e));
+  };
   std::vector<TensorMove> moves;
   std::vector<Strategy> own;
+  std::map<int, Strategy> first;  // per octave: its first priced move's choice
   std::int64_t spent = 0;
   std::size_t priced = 0;  // the moves priced: those until the budget is spent
-  for (int k = 0; k < 256 && priced == moves.size(); ++k) {
-    const int r = k % 128;
-    const std::string devices =
-        r == 0 ? "0-127" : "[" + std::to_string(r) + "-127,0-" + std::to_string(r - 1) + "]";
-    moves.push_back(gather(devices, k < 128 ? 4200 + 20 * r : 6800 + 10 * r));
-    std::int64_t work = 0;
-    own.push_back(
-        detail::tensor_strategy(moves.back().src, moves.back().dst, topo, options, &work));
-    if (spent < detail::kPricingWork) ++priced;
-    spent += work;
+  // Extents one bucket apart (1/32 of their octave), each over the 16 rotations of the devices.
+  for (std::int64_t e = 64; e < (std::int64_t{1} << 24) && priced == moves.size();
+       e += std::max<std::int64_t>(1, std::bit_floor(static_cast<std::uint64_t>(e)) / 32)) {
+    for (int r = 0; r < 16 && priced == moves.size(); ++r) {
+      const std::string devices =
+          r == 0 ? "0-15" : "[" + std::to_string(r) + "-15,0-" + std::to_string(r - 1) + "]";
+      moves.push_back(gather(devices, e | 1));  // odd: every extent divides alike (none)
+      std::int64_t work = 0;
+      own.push_back(
+          detail::tensor_strategy(moves.back().src, moves.back().dst, topo, options, &work));
+      if (spent < detail::kPricingWork) {
+        ++priced;
+        first.try_emplace(octave(e | 1), own.back());
+      }
+      spent += work;
+    }
   }
   ASSERT_LT(priced, moves.size()) << "the budget outlasts " << moves.size() << " moves";
+  ASSERT_GE(first.size(), 2u);
+  const auto [small, small_choice] = *first.begin();
+  const auto [large, large_choice] = *first.rbegin();
+  ASSERT_NE(small_choice, large_choice)
+      << "the choice does not turn over octaves " << small << " to " << large;
   const std::size_t last = moves.size();
-  // Akin to the priced ones: the devices in an order no move has, an extent no move's.
-  moves.push_back(gather("[1-1,0-0,2-127]", 8150));
-  // Akin to none: the source on a 2x64 mesh. Its own choice is not broadcast.
-  const Shape s{6001};
-  moves.push_back({"other", Layout::parse(s, DType::f32, "2x64@0-127:S01"),
-                   Layout::parse(s, DType::f32, "128@0-127:R")});
-  const Strategy other_own =
-      detail::tensor_strategy(moves.back().src, moves.back().dst, topo, options);
-  ASSERT_NE(other_own, Strategy::Broadcast);
+  // Akin to the priced ones: the devices in an order no move has, in the least and greatest
+  // octave priced.
+  moves.push_back(gather("[1-1,0-0,2-15]", ((std::int64_t{1} << (small - 1)) / 3 + 2) | 1));
+  moves.push_back(gather("[1-1,0-0,2-15]", ((std::int64_t{1} << (large - 1)) / 3 + 2) | 1));
+  ASSERT_EQ(octave(moves[last].src.shape()[0]), small);
+  ASSERT_EQ(octave(moves[last + 1].src.shape()[0]), large);
+  // Akin to none: the source on a 4x4 mesh. Its own choice is not broadcast.
+  const Shape s{64, 3};
+  moves.push_back({"other", Layout::parse(s, DType::f32, "4x4@0-15:S01R"),
+                   Layout::parse(s, DType::f32, "16@0-15:RR")});
+  ASSERT_NE(detail::tensor_strategy(moves.back().src, moves.back().dst, topo, options),
+            Strategy::Broadcast);
 
   const std::vector<Strategy> got = strategies(moves, topo, options);
   for (std::size_t t = 0; t < priced; ++t) EXPECT_EQ(got[t], own[t]) << moves[t].name;
-  EXPECT_EQ(got[last], got[0]);  // the first priced in its octave
-  EXPECT_EQ(got[last + 1], Strategy::Broadcast);
-  EXPECT_EQ(strategies(moves, topo, options), got);  // the same on every device
+  EXPECT_EQ(got[last], small_choice);
+  EXPECT_EQ(got[last + 1], large_choice);
+  EXPECT_EQ(got[last + 2], Strategy::Broadcast);
 }
 
 }  // namespace
