@@ -1028,7 +1028,8 @@ double strategy_price(const TaskGrid& grid, const LinkTimeline& s, const Links& 
   return m.seconds();
 }
 
-AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const PlanOptions& options) {
+AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const PlanOptions& options,
+                         std::int64_t work_cap) {
   const Links links(s.topology(), s.devices());
   const Balance rule = options.balance == Balance::None ? Balance::None : Balance::Local;
   // Chains fork only where they are built by the local rule itself: greedy and search, which
@@ -1064,13 +1065,13 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
     if (single) return c;
     bool fans_out = true;
     double price = 0;
-    bool priced = true;  // within kAutoWork
+    bool priced = true;  // within work_cap
     if (!class_tried) {
       class_tried = true;
       if (ClassWalk w(grid, s, rule, options.chunk_bytes, fork); w.applies()) {
         PhaseModel b(links, s, options.chunk_bytes), r = b, g = b;
         bool fan = true;
-        priced = w.run(&b, &r, &g, &fan, &work, kAutoWork - work);
+        priced = w.run(&b, &r, &g, &fan, &work, work_cap - work);
         classed = b.seconds();
         scatter = Scatter{r.seconds(), g.seconds(), fan};
       }
@@ -1081,7 +1082,7 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
     } else if (st == Strategy::Broadcast) {  // by hop (strategy_price would try classes again)
       PhaseModel m(links, s, options.chunk_bytes);
       priced = walk_tasks(grid, s, st, rule, fork, options.chunk_bytes, &m, nullptr, &fans_out,
-                          std::numeric_limits<double>::infinity(), &work, kAutoWork - work);
+                          std::numeric_limits<double>::infinity(), &work, work_cap - work);
       price = m.seconds();
     } else {
       if (!scatter) {  // both from one walk of sendrecv's ops
@@ -1091,7 +1092,7 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
         priced = walk_tasks(
             grid, s, Strategy::SendRecv, rule, fork, options.chunk_bytes, &sendrecv, &allgather,
             &fan, best ? best_price * (1 - 1e-9) : std::numeric_limits<double>::infinity(), &work,
-            kAutoWork - work);
+            work_cap - work);
         // A walk cut short may not have met a box that fans out; a priced candidate (best) did.
         scatter = Scatter{sendrecv.seconds(), allgather.seconds(), fan || best.has_value()};
       }
@@ -1112,7 +1113,7 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
     best->work = work;
     return *best;
   }
-  // No whole plan fits (plan() refuses it before this), or pricing passed kAutoWork before any
+  // No whole plan fits (plan() refuses it before this), or pricing passed work_cap before any
   // strategy was priced: the strategy of the smallest part, the same on every device.
   const PlanSize part = estimate_part_size(grid.src(), grid.dst(), Strategy::Auto);
   return {part.strategy, Balance::Local, work};

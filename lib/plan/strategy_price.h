@@ -32,6 +32,13 @@ double strategy_price(const TaskGrid& grid, const LinkTimeline& s, const Links& 
 // devices of both meshes, and tasks are at least twice the destination's tiles.
 bool priced_by_class(const TaskGrid& grid, const LinkTimeline& s, Balance rule);
 
+// What auto spends pricing one move at most (AutoChoice::work), about 0.2 s of the 2-core
+// development machine. Pricing is O(tasks x receivers) where tasks do not repeat their classes:
+// every device pricing an all-gather over 4,096 devices took 2.4 s (8,192: 10 s), for a part it
+// plans in milliseconds. What it costs: such a move is built unpriced (that all-gather, on 8
+// devices a host: sendrecv, 8.3 ms by the cost model, where priced it took broadcast, 5.2 ms).
+inline constexpr std::int64_t kAutoWork = std::int64_t{16} << 20;
+
 // What `auto` builds: the least priced of broadcast, allgather and sendrecv (ties to the
 // earlier), senders by options.balance's task-by-task rule (Local standing in for greedy and
 // search, which need the built plan). A strategy is a candidate if its estimated plan
@@ -48,12 +55,8 @@ struct AutoChoice {
   Balance balance;
   std::int64_t work = 0;  // what its pricing cost: link loads added, ten per task walked
 };
-AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const PlanOptions& options);
-// What auto spends pricing one move at most (AutoChoice::work), about 0.2 s of the 2-core
-// development machine. Pricing is O(tasks x receivers) where tasks do not repeat their classes:
-// every device pricing an all-gather over 4,096 devices took 2.4 s (8,192: 10 s), for a part it
-// plans in milliseconds. What it costs: such a move is built unpriced (that all-gather, on 8
-// devices a host: sendrecv, 8.3 ms by the cost model, where priced it took broadcast, 5.2 ms).
-inline constexpr std::int64_t kAutoWork = std::int64_t{16} << 20;
+// (`work_cap`: kAutoWork but in tests.)
+AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const PlanOptions& options,
+                         std::int64_t work_cap = kAutoWork);
 
 }  // namespace meshcast::detail

@@ -147,7 +147,8 @@ std::uint64_t class_digest(const Layout& src, const Layout& dst) {
 
 std::vector<Strategy> tensor_strategies(const std::vector<const Layout*>& src,
                                         const std::vector<const Layout*>& dst,
-                                        const Topology& topology, const PlanOptions& options) {
+                                        const Topology& topology, const PlanOptions& options,
+                                        std::int64_t budget) {
   std::vector<Strategy> out(src.size(), options.strategy);
   if (options.strategy != Strategy::Auto) return out;
   std::unordered_multimap<std::uint64_t, std::size_t> priced;  // class_digest -> a move priced
@@ -163,7 +164,7 @@ std::vector<Strategy> tensor_strategies(const std::vector<const Layout*>& src,
       out[t] = out[same->second];
       continue;
     }
-    if (spent >= kPricingWork) {
+    if (spent >= budget) {
       const std::optional<std::size_t> near = akin.nearest(t);
       out[t] = near ? out[*near] : Strategy::Broadcast;
       continue;

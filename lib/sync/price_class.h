@@ -42,8 +42,10 @@ inline constexpr std::int64_t kPricingWork = std::int64_t{16} << 20;
 // priced of the nearest octave of elements), else broadcast (the multicast a sync is built on;
 // its parts' sum then bounds the memory, as for priced choices). A device's planning is so
 // bounded whatever the model. The same on every device given the same moves in the same order.
+// (`budget`: kPricingWork but in tests.)
 std::vector<Strategy> tensor_strategies(const std::vector<const Layout*>& src,
                                         const std::vector<const Layout*>& dst,
-                                        const Topology& topology, const PlanOptions& options);
+                                        const Topology& topology, const PlanOptions& options,
+                                        std::int64_t budget = kPricingWork);
 
 }  // namespace meshcast::detail

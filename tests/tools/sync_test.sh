@@ -132,6 +132,8 @@ head -c 100 "$TMP/saved.json" >"$TMP/cut.json"
 # A value the file fixes, edited to a bad one, is named as the file's field.
 sed 's/"mode": *"fused"/"mode": "sideways"/' "$TMP/saved.json" >"$TMP/badmode.json"
 sed 's/"max_staging_bytes": *[0-9]*/"max_staging_bytes": 0/' "$TMP/saved.json" >"$TMP/badstaging.json"
+# A key meshcast never writes (here "fork" mistyped, which would have run with chains that fork).
+sed 's/"fork": *true/"frok": false/' "$TMP/saved.json" >"$TMP/badkey.json"
 while IFS='|' read -r want args; do
   [[ -z $want ]] && continue
   # shellcheck disable=SC2086
@@ -153,6 +155,7 @@ plan: .*NUL byte|--plan $TMP/nul.json
 plan: not valid JSON: unterminated string at byte 100|--plan $TMP/cut.json
 plan.mode: expected fused, per-tensor or gather, got 'sideways' (in |--plan $TMP/badmode.json
 plan.max_staging_bytes: must be at least 8|--plan $TMP/badstaging.json
+plan.frok: unknown key (a saved sync has meshcast_sync_plan, mode|--plan $TMP/badkey.json
 topology|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --topology auto --save-plan $TMP/auto.json
 model|--iters 1
 EOF2
