@@ -434,8 +434,10 @@ SyncArgs with_saved_sync(const SyncArgs& a) {
       if (r.peek() != detail::JsonReader::Type::Object)
         throw ValidationError(field, "missing or not an object");
       (key == "topology" ? topology : tensors) = r.raw();
-    } else {
-      r.skip();
+    } else {  // written by meshcast (the format's keys only grow): a key edited in or mistyped
+      throw ValidationError(field, "unknown key (a saved sync has " + std::string(kSavedSync) +
+                                       ", mode, cast, strategy, max_staging_bytes, fork, "
+                                       "topology and tensors)");
     }
   });
   if (!format) throw ValidationError("plan", not_saved);
