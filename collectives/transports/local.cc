@@ -55,14 +55,28 @@ std::uint64_t key(int peer, int tag) {
          static_cast<std::uint32_t>(tag);
 }
 
+// Requests waiting for their match, per (peer, tag), oldest first.
+using Queues = std::unordered_map<std::uint64_t, std::deque<std::shared_ptr<LocalRequest>>>;
+
+// The oldest request queued under `k`, taken out; null if none. A queue that empties is erased:
+// tags cycle through a group's window, and the empty queues kept would grow with every
+// operation (to 1.4 KB per pair of devices and tag).
+std::shared_ptr<LocalRequest> take(Queues& queues, std::uint64_t k) {
+  const auto it = queues.find(k);
+  if (it == queues.end()) return nullptr;
+  auto r = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) queues.erase(it);
+  return r;
+}
+
 }  // namespace
 
 struct LocalWorld::State {
   struct Inbox {
     std::mutex m;
     std::condition_variable cv;
-    std::unordered_map<std::uint64_t, std::deque<std::shared_ptr<LocalRequest>>> unexpected;
-    std::unordered_map<std::uint64_t, std::deque<std::shared_ptr<LocalRequest>>> posted;
+    Queues unexpected, posted;
     std::vector<std::shared_ptr<LocalRequest>> ready;  // matched receives, to copy
   };
   State(int n, std::size_t segment_bytes)
@@ -178,14 +192,12 @@ class LocalTransport final : public Transport {
     sends_.push_back(req);
     auto& ib = s_.inboxes[static_cast<std::size_t>(dst)];
     std::lock_guard<std::mutex> g(ib.m);
-    auto& q = ib.posted[key(rank_, tag)];
-    if (q.empty()) {
-      ib.unexpected[key(rank_, tag)].push_back(req);
-    } else {
-      q.front()->send = req;
-      ib.ready.push_back(std::move(q.front()));
-      q.pop_front();
+    if (auto recv = take(ib.posted, key(rank_, tag))) {
+      recv->send = req;
+      ib.ready.push_back(std::move(recv));
       ib.cv.notify_all();
+    } else {
+      ib.unexpected[key(rank_, tag)].push_back(req);
     }
     return Request(req);
   }
@@ -194,13 +206,11 @@ class LocalTransport final : public Transport {
     auto req = make(to, src, tag, false);
     auto& ib = s_.inboxes[static_cast<std::size_t>(rank_)];
     std::lock_guard<std::mutex> g(ib.m);
-    auto& q = ib.unexpected[key(src, tag)];
-    if (q.empty()) {
-      ib.posted[key(src, tag)].push_back(req);
-    } else {
-      req->send = std::move(q.front());
-      q.pop_front();
+    if (auto send = take(ib.unexpected, key(src, tag))) {
+      req->send = std::move(send);
       ib.ready.push_back(req);
+    } else {
+      ib.posted[key(src, tag)].push_back(req);
     }
     return Request(req);
   }
@@ -278,7 +288,10 @@ class LocalTransport final : public Transport {
     auto drop = [&](auto& q) {
       std::erase_if(q, [&](const std::shared_ptr<LocalRequest>& p) { return p.get() == &r; });
     };
-    if (auto it = ib.posted.find(key(r.owner, r.tag)); it != ib.posted.end()) drop(it->second);
+    if (auto it = ib.posted.find(key(r.owner, r.tag)); it != ib.posted.end()) {
+      drop(it->second);
+      if (it->second.empty()) ib.posted.erase(it);
+    }
     drop(ib.ready);
   }
 
