@@ -143,16 +143,18 @@ int parse_iters(const std::string& text) {
 
 void check_run(int iters, double bytes, double transfers) {
   const double runs = iters + 1.0;  // (no overflow: iters <= kMaxIters)
+  // The warm-up counts: it moves what an iteration does.
+  const std::string counted =
+      std::to_string(iters) + " iteration" + (iters == 1 ? "" : "s") + " and the warm-up, each of ";
   if (runs * bytes > static_cast<double>(limits().run_bytes))
-    throw ValidationError("run bytes", std::to_string(iters) + " iterations of " +
-                                           human_bytes(detail::saturated_int64(bytes)) +
-                                           " exceed the limit of " +
+    throw ValidationError("run bytes", counted + human_bytes(detail::saturated_int64(bytes)) +
+                                           ", exceed the limit of " +
                                            human_bytes(limits().run_bytes) +
                                            " (raise it with MESHCAST_MAX_RUN_BYTES)");
   if (runs * transfers > static_cast<double>(limits().run_transfers))
-    throw ValidationError("run transfers", std::to_string(iters) + " iterations of " +
+    throw ValidationError("run transfers", counted +
                                                std::to_string(detail::saturated_int64(transfers)) +
-                                               " transfers exceed the limit of " +
+                                               " transfers, exceed the limit of " +
                                                std::to_string(limits().run_transfers) +
                                                " (raise it with MESHCAST_MAX_RUN_TRANSFERS)");
 }

@@ -344,7 +344,7 @@ then ok; else bad "a misspelt key of an explicit entry: rc=$rc $(cat "$TMP/err")
 
 # Iterations are bounded by what they move in all (a run of hours is refused before it starts).
 MESHCAST_MAX_RUN_BYTES=1M run --model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --iters 3
-if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q "^meshcast: run bytes: 3 iterations of .* exceed the limit of 1.00 MiB" "$TMP/err"
+if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q "^meshcast: run bytes: 3 iterations and the warm-up, each of .*, exceed the limit of 1.00 MiB" "$TMP/err"
 then ok; else bad "sync iterations over the run bound: rc=$rc $(cat "$TMP/err")"; fi
 
 # ... and by their transfers: 2,000 one-element tensors a million times, tensor by tensor, would
@@ -352,7 +352,7 @@ then ok; else bad "sync iterations over the run bound: rc=$rc $(cat "$TMP/err")"
 python3 -c 'import sys
 open(sys.argv[1], "w").write("{" + ",".join("\"t%d\":{\"shape\":[1],\"dtype\":\"F32\",\"src\":\"1@0:R\",\"dst\":\"1@1:R\"}" % i for i in range(2000)) + "}")' "$TMP/t2k.json"
 run --model "$TMP/t2k.json" --mode per-tensor --iters 1000000
-if [[ $rc -eq 2 && $(cat "$TMP/err") == "meshcast: run transfers: 1000000 iterations of 2000 transfers exceed the limit of 134217728 (raise it with MESHCAST_MAX_RUN_TRANSFERS)" ]]
+if [[ $rc -eq 2 && $(cat "$TMP/err") == "meshcast: run transfers: 1000000 iterations and the warm-up, each of 2000 transfers, exceed the limit of 134217728 (raise it with MESHCAST_MAX_RUN_TRANSFERS)" ]]
 then ok; else bad "sync transfers over the run bound: rc=$rc $(cat "$TMP/err")"; fi
 # Every device of the local backend holds its own plan of every tensor: 1,024 devices' plans of
 # 4,000 tensors on meshes of 512 are refused at once (each device held 12 KB a tensor there).
