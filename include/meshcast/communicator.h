@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -186,7 +187,10 @@ class Communicator {
   void set_interrupt(std::function<void()> check) { interrupt_ = std::move(check); }
 
   // Gives up on what is in flight: the peers end with `why` at once (Transport::abort). Once: a
-  // later call (an operation that fails because of the first) tells them nothing new.
+  // later call (an operation that fails because of the first) tells them nothing new. The
+  // communicator is given up with it: every later operation on it (a group's reserve() or
+  // next_id(), a barrier) throws at once a CommError naming what `why` names, since its peers
+  // gave it up too and would leave it to wait out its timeout.
   void abandon(const Error& why);
   // abandon() with what `e` says: an Error naming a failed device passes it on; anything else
   // says that this device failed. reshard() and the collectives call it as they throw.
@@ -226,7 +230,8 @@ class Communicator {
   std::function<void()> while_waiting_;
   std::function<void()> interrupt_;  // set_interrupt's
   Clock::time_point next_interrupt_{};
-  bool abandoned_ = false;
+  std::optional<CommError> abandoned_;  // abandon()'s why
+  void check_live() const;              // throws what abandoned_ says
 
   std::unique_ptr<Transport> transport_;
   TransportCaps caps_;

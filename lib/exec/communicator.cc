@@ -190,33 +190,47 @@ bool Communicator::settle_cancelled(Clock::time_point until) {
 }
 
 void Communicator::barrier() {
-  auto since = Clock::now();
-  for (int polls = 0;;) {
-    if (advance_chains()) {
-      polls = 0;
-      since = Clock::now();
-    }
-    if (chains_.empty()) break;
-    std::vector<int> peers;
-    for (const auto& w : chains_)
-      if (const auto c = w.lock()) {
-        if (c->prev >= 0) peers.push_back(c->prev);
-        peers.insert(peers.end(), c->next.begin(), c->next.end());
+  check_live();
+  try {
+    auto since = Clock::now();
+    for (int polls = 0;;) {
+      if (advance_chains()) {
+        polls = 0;
+        since = Clock::now();
       }
-    transport_->idle(nullptr, peers, ++polls, since);
-    poll_in_flight();  // a chain's peer may wait on another operation of this device
-    interrupt_point();
+      if (chains_.empty()) break;
+      std::vector<int> peers;
+      for (const auto& w : chains_)
+        if (const auto c = w.lock()) {
+          if (c->prev >= 0) peers.push_back(c->prev);
+          peers.insert(peers.end(), c->next.begin(), c->next.end());
+        }
+      transport_->idle(nullptr, peers, ++polls, since);
+      poll_in_flight();  // a chain's peer may wait on another operation of this device
+      interrupt_point();
+    }
+    transport_->barrier([this] {
+      poll_in_flight();
+      interrupt_point();
+    });
+  } catch (const std::exception& e) {
+    abandon_for(e);  // its peers gave it up, or will wait on this device
+    throw;
   }
-  transport_->barrier([this] {
-    poll_in_flight();
-    interrupt_point();
-  });
 }
 
 void Communicator::abandon(const Error& why) {
   if (abandoned_) return;  // the peers were told; each abort lingers up to a second
-  abandoned_ = true;
+  abandoned_ = why.device() >= 0 ? CommError(why.device(), why.cause(), why.field())
+                                 : CommError(why.field(), why.cause());
   transport_->abort(why);
+}
+
+void Communicator::check_live() const {
+  if (!abandoned_) return;
+  const std::string cause = abandoned_->cause() + " (an earlier call gave this communicator up)";
+  if (abandoned_->device() >= 0) throw CommError(abandoned_->device(), cause, abandoned_->field());
+  throw CommError(abandoned_->field(), cause);
 }
 
 void Communicator::abandon_for(const std::exception& e) {

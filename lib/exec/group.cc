@@ -105,6 +105,7 @@ Communicator& Group::comm() const {
 TagBlock Group::reserve(std::size_t streams, std::weak_ptr<InFlight> op) const {
   if (!s_) throw ValidationError("group", "is empty (default-constructed)");
   State& s = *s_;
+  s.comm->check_live();
   const auto length = static_cast<std::uint32_t>(std::clamp<std::size_t>(streams, 1, s.window));
   const auto start = static_cast<std::uint32_t>(s.next % s.window);
   s.next += length;
@@ -166,6 +167,7 @@ std::uint32_t Group::window() const {
 
 std::uint64_t Group::next_id() const {
   if (!s_) throw ValidationError("group", "is empty (default-constructed)");
+  s_->comm->check_live();
   std::uint64_t z = s_->context * 0x9e3779b97f4a7c15ull + (++s_->ops);  // splitmix64
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;

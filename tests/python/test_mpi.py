@@ -320,6 +320,12 @@ INTERRUPT = (
     "        say('rank 1 done')\n"
     "    except mc.CommError as e:\n"
     "        say(f'rank 1: {e}')\n"
+    "    t = time.monotonic()\n"
+    "    try:\n"
+    "        call()\n"
+    "        say('rank 1 called again')\n"
+    "    except mc.CommError as e:\n"
+    "        say(f'rank 1 again after {time.monotonic() - t:.1f} s: {e}')\n"
     "    mark('told')\n"
     "    if how == 'mpi4py':\n"
     "        MPI.COMM_WORLD.Barrier()\n")
@@ -358,3 +364,7 @@ def test_ctrl_c_ends_a_blocking_call_at_once(tmp_path, how, op):
     # UCX moves a notice only while the sender progresses: rank 0 ended, which rank 1 sees.
     assert re.search(r"rank 1: device 0: (interrupted by a signal \(its Python handler raised\)|"
                      r"failed: its process \(pid \d+\) ended)", outs[1]), outs[1]
+    # The communicator was given up: a later call on it fails at once, not after its timeout.
+    m = re.search(r"rank 1 again after ([0-9.]+) s: device 0: .*\(an earlier call gave this "
+                  r"communicator up\)", outs[1])
+    assert m and float(m.group(1)) < 10, outs[1]
