@@ -106,6 +106,10 @@ struct Loaded {
 Loaded load(const SyncArgs& a) {
   for (const auto& [flag, value] : {std::pair{"cast", &a.cast}, std::pair{"topology", &a.topology}})
     if (a.given.count(flag) && value->empty()) throw ValidationError(flag, kGivenEmpty);
+  if (a.predict && !a.save_plan.empty())
+    throw ValidationError("save-plan",
+                          "saves the sync and exits, pricing nothing: leave out --predict (price "
+                          "the saved sync with --plan FILE --predict)");
   if (a.predict && a.verify)
     throw ValidationError("verify", "--predict runs nothing to verify; leave one of them out");
   if (a.mode != "fused" && a.mode != "per-tensor" && a.mode != "gather")
@@ -121,9 +125,13 @@ Loaded load(const SyncArgs& a) {
   if (!a.model_text.empty()) {  // a saved plan: explicit layouts, the targets' dtypes written out
     try {  // its cast as given to --save-plan (a no-op on the tensors it wrote)
       l.model = read_model(a.model_text, nullptr, cast);
-    } catch (const ValidationError& e) {
-      if (e.field() != "system") throw;  // it wants a system config: the file has no layouts
-      throw ValidationError("plan.tensors", "every tensor needs its src and dst layouts");
+    } catch (const Error& e) {
+      if (e.field() == "system")  // it wants a system config: the file has no layouts
+        throw ValidationError("plan.tensors", "every tensor needs its src and dst layouts");
+      // Named where they are: in the plan file's tensors, not in a model file.
+      const bool in_tensors = e.field().starts_with("tensors");
+      if (!in_tensors && e.field() != "model") throw;
+      throw Error(e.kind(), in_tensors ? "plan." + e.field() : "plan.tensors", e.cause());
     }
     l.topology = Topology::from_json(a.topology_text);
   } else {

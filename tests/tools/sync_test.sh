@@ -134,6 +134,11 @@ sed 's/"mode": *"fused"/"mode": "sideways"/' "$TMP/saved.json" >"$TMP/badmode.js
 sed 's/"max_staging_bytes": *[0-9]*/"max_staging_bytes": 0/' "$TMP/saved.json" >"$TMP/badstaging.json"
 # A key meshcast never writes (here "fork" mistyped, which would have run with chains that fork).
 sed 's/"fork": *true/"frok": false/' "$TMP/saved.json" >"$TMP/badkey.json"
+# A tensor's field is named as the plan file's, not a model file's.
+sed 's/"dtype": *"BF16"/"dtype": "BF61"/' "$TMP/saved.json" >"$TMP/baddtype.json"
+# An expert group missing its first experts: named for what is missing, not the model's size.
+printf '{"model.layers.0.mlp.experts.2.up_proj.weight": {"shape": [3, 5], "dtype": "F32"},
+  "model.layers.0.mlp.experts.3.up_proj.weight": {"shape": [3, 5], "dtype": "F32"}}' >"$TMP/experts.json"
 while IFS='|' read -r want args; do
   [[ -z $want ]] && continue
   # shellcheck disable=SC2086
@@ -156,6 +161,9 @@ plan: not valid JSON: unterminated string at byte 100|--plan $TMP/cut.json
 plan.mode: expected fused, per-tensor or gather, got 'sideways' (in |--plan $TMP/badmode.json
 plan.max_staging_bytes: must be at least 8|--plan $TMP/badstaging.json
 plan.frok: unknown key (a saved sync has meshcast_sync_plan, mode|--plan $TMP/badkey.json
+plan.tensors.norm.dtype: unknown dtype 'BF61'|--plan $TMP/baddtype.json
+save-plan: saves the sync and exits, pricing nothing|--model $TMP/explicit.json --predict --save-plan $TMP/both.json
+experts.2.up_proj.weight: expert 2: its group needs experts 0 to 2, more than the model's 2 tensors|--model $TMP/experts.json --system models/systems/tp2pp2-to-tp2dp2.json --predict
 topology|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --topology auto --save-plan $TMP/auto.json
 model|--iters 1
 EOF2
