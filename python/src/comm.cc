@@ -19,19 +19,32 @@
 #include "python/src/instance.h"
 #include "python/src/ints.h"
 #ifdef MESHCAST_HAS_MPI
+#include <mpi.h>
+
 #include "meshcast/mpi.h"
 #endif
 #ifdef MESHCAST_HAS_UCX
 #include "meshcast/ucx.h"
 #endif
 #ifdef MESHCAST_HAS_MPI4PY
-#include <mpi.h>
 #include <mpi4py/mpi4py.h>
 #endif
 
 namespace meshcast::python {
 
 namespace {
+#ifdef MESHCAST_HAS_MPI
+// MPI refuses every call after MPI_Finalize by ending the job: checked before one is made.
+void check_not_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);  // (callable at any time)
+  if (finalized)
+    throw py::value_error(
+        "comm: MPI was finalized (MPI.Finalize()): no MPI call can follow it; finalize after the "
+        "last meshcast call, or leave it to mpi4py at exit");
+}
+#endif
+
 // The exception a signal handler raised (type, value, traceback), until raised again. Guarded by
 // the GIL; signals reach only the main thread's checks.
 PyObject* kept_signal[3] = {nullptr, nullptr, nullptr};
@@ -156,6 +169,7 @@ Comm from_mpi4py(py::object comm, py::handle timeout_obj) {
   if (!handle) throw py::error_already_set();
   // Before asking it anything: MPI refuses every question to MPI_COMM_NULL.
   if (*handle == MPI_COMM_NULL) throw py::value_error("comm: MPI.COMM_NULL");
+  check_not_finalized();
   if (comm.attr("Is_inter")().cast<bool>())
     throw py::value_error("comm: an intercommunicator; pass an intracommunicator");
   register_close_at_exit();
@@ -457,6 +471,9 @@ Communicator& Comm::get() const {
     throw py::value_error(
         "comm: its session has ended (a LocalWorld communicator is valid only inside run(), an "
         "MPI one until the interpreter exits)");
+#ifdef MESHCAST_HAS_MPI
+  if (comm_->backend() == "mpi") check_not_finalized();
+#endif
   return *comm_;
 }
 

@@ -60,6 +60,29 @@ def test_a_rank_that_never_attaches_is_waited_for_within_the_timeout(tmp_path):
                          r"attached within 2\.000 s", r.stdout), r.stdout + r.stderr
 
 
+def test_a_call_after_mpi_finalize_is_refused_not_the_job_ended(tmp_path):
+    # MPI ends the job at any call made after MPI_Finalize: meshcast asks first and raises.
+    pytest.importorskip("mpi4py")
+    script = tmp_path / "finalized.py"
+    script.write_text(
+        "import meshcast as mc\n"
+        "from mpi4py import MPI\n"
+        "r = MPI.COMM_WORLD.rank\n"
+        "comm = mc.from_mpi4py(MPI.COMM_WORLD, timeout=10)\n"
+        "comm.barrier()\n"
+        "MPI.Finalize()\n"
+        "for call in (comm.barrier, lambda: mc.from_mpi4py(MPI.COMM_WORLD)):\n"
+        "    try:\n"
+        "        call()\n"
+        "        print(f'rank {r} returned', flush=True)\n"
+        "    except ValueError as e:\n"
+        "        print(f'rank {r}: {e}', flush=True)\n")
+    r = mpirun(2, str(script), env=env_with_path(), timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for k in (0, 1):
+        assert len(re.findall(rf"rank {k}: comm: MPI was finalized", r.stdout)) == 2, r.stdout
+
+
 def test_the_device_waited_on_is_named_before_others_that_are_silent(tmp_path):
     # Device 2 waits on device 1, stalled (6 s); device 0, in no transfer, sleeps longer (8 s)
     # and answers no liveness check either: the timeout names device 1, device 0 only after it.
