@@ -28,6 +28,10 @@ inline std::int64_t int_arg(py::handle obj, const std::string& arg, std::int64_t
   if (!PyIndex_Check(obj.ptr()) || PyBool_Check(obj.ptr()))
     throw py::type_error(arg + ": expected an int, got " + type_name(obj));
   const auto i = py::reinterpret_steal<py::object>(PyNumber_Index(obj.ptr()));
+  if (!i && PyErr_ExceptionMatches(PyExc_TypeError)) {  // a numpy array of other than one element
+    PyErr_Clear();
+    throw py::type_error(arg + ": expected an int, got " + type_name(obj));
+  }
   if (!i) throw py::error_already_set();
   int overflow = 0;
   const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);

@@ -311,6 +311,9 @@ def test_bad_world_arguments():
     (lambda: mc.LocalWorld("2"), TypeError, "size: expected an int, got str"),
     (lambda: mc.Mesh((2,), [2**31, 1]), ValueError, "devices[0]: 2147483648 is out of range"),
     (lambda: mc.Mesh((2,), [0.5, 1]), TypeError, "devices[0]: expected an int, got float"),
+    # A row of a 2-D array: numpy's own TypeError named no argument.
+    (lambda: mc.Mesh((2,), np.array([[0], [1]])), TypeError,
+     "devices[0]: expected an int, got ndarray"),
     (lambda: mc.Layout((2**63,), "u8", "1:R"), ValueError, "shape[0]: 9223372036854775808 is out"),
     (lambda: mc.Layout("8", "f32", "1:R"), TypeError, "shape: expected a sequence of ints, got str"),
     # Text arguments: pybind11's cast of another type raised RuntimeError.
