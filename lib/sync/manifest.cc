@@ -530,12 +530,12 @@ ModelManifest read_config(std::vector<Entry>& entries, const SystemConfig& syste
     auto& ex = tensors[it->second].experts;
     // Every index 0..N-1 must be present: one beyond the number of entries cannot be.
     if (static_cast<std::size_t>(k) >= entries.size())
-      throw ValidationError(tensor_field(e.name),
-                            "expert " + std::to_string(k) + ": its group needs experts 0 to " +
-                                std::to_string(k) + ", more than the model's " +
-                                detail::counted(static_cast<std::int64_t>(entries.size()),
-                                                "tensor") +
-                                " (experts are numbered from 0)");
+      throw ValidationError(
+          tensor_field(e.name),
+          "expert " + std::to_string(k) + ": its group needs experts 0 to " + std::to_string(k) +
+              ", more than the model's " +
+              detail::counted(static_cast<std::int64_t>(entries.size()), "tensor") +
+              " (experts are numbered from 0)");
     if (ex.size() <= static_cast<std::size_t>(k)) ex.resize(static_cast<std::size_t>(k) + 1, kNone);
     if (ex[static_cast<std::size_t>(k)] != kNone)
       throw ValidationError(tensor_field(e.name),
