@@ -34,14 +34,13 @@ namespace meshcast::python {
 
 namespace {
 #ifdef MESHCAST_HAS_MPI
-// MPI refuses every call after MPI_Finalize by ending the job: checked before one is made.
-void check_not_finalized() {
+// MPI refuses every call after MPI_Finalize by ending the job: asked before one is made.
+const char* mpi_finalized() {
   int finalized = 0;
   MPI_Finalized(&finalized);  // (callable at any time)
-  if (finalized)
-    throw py::value_error(
-        "comm: MPI was finalized (MPI.Finalize()): no MPI call can follow it; finalize after the "
-        "last meshcast call, or leave it to mpi4py at exit");
+  return finalized ? "comm: MPI was finalized (MPI.Finalize()): no MPI call can follow it; "
+                     "finalize after the last meshcast call, or leave it to mpi4py at exit"
+                   : nullptr;
 }
 #endif
 
@@ -169,7 +168,7 @@ Comm from_mpi4py(py::object comm, py::handle timeout_obj) {
   if (!handle) throw py::error_already_set();
   // Before asking it anything: MPI refuses every question to MPI_COMM_NULL.
   if (*handle == MPI_COMM_NULL) throw py::value_error("comm: MPI.COMM_NULL");
-  check_not_finalized();
+  if (const char* why = mpi_finalized()) throw py::value_error(why);
   if (comm.attr("Is_inter")().cast<bool>())
     throw py::value_error("comm: an intercommunicator; pass an intracommunicator");
   register_close_at_exit();
@@ -181,6 +180,7 @@ Comm from_mpi4py(py::object comm, py::handle timeout_obj) {
   }
   s->comm = &session->world();
   s->mpi = session.get();
+  s->life->set_unusable(&mpi_finalized);
   s->attached = true;
   s->transport = session;
   return open(std::move(s));
@@ -237,6 +237,7 @@ Comm from_env(py::handle backend_obj, py::handle timeout_obj) {
     }
     s->comm = &session->world();
     s->mpi = session.get();
+    s->life->set_unusable(&mpi_finalized);
     s->transport = session;
     world = s;
 #else
@@ -389,8 +390,10 @@ void Life::end(Communicator& comm) {
     std::lock_guard lock(call_mutex_);
     orphans.swap(orphans_);
   }
+  const bool unusable = this->unusable();
   bool abandoned = false;
   for (auto& p : live) {
+    if (unusable) let_go(*p);
     if (p->done()) continue;
     p->abandoned = true;
     if (!abandoned) {  // the peers fail at once, naming this device, instead of waiting
@@ -416,7 +419,13 @@ void Life::end(Communicator& comm) {
   orphans.swap(orphans_);
 }
 
+void Life::let_go(Pending& p) {
+  if (p.transfer) (void)new Transfer(*std::exchange(p.transfer, std::nullopt));
+  if (p.collective) (void)new Collective(*std::exchange(p.collective, std::nullopt));
+}
+
 void Life::enter() {
+  if (const char* why = unusable()) throw py::value_error(why);
   for (;;) {
     std::unique_lock lock(call_mutex_);
     if (closing_)
@@ -471,9 +480,6 @@ Communicator& Comm::get() const {
     throw py::value_error(
         "comm: its session has ended (a LocalWorld communicator is valid only inside run(), an "
         "MPI one until the interpreter exits)");
-#ifdef MESHCAST_HAS_MPI
-  if (comm_->backend() == "mpi") check_not_finalized();
-#endif
   return *comm_;
 }
 

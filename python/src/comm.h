@@ -76,6 +76,13 @@ struct MemorySpan {
 class Life {
  public:
   bool alive() const { return alive_.load(); }
+  // Why the transport can take no call any more (MPI was finalized: MPI would end the job), or
+  // null. Every call is then refused (ValueError), and an operation in flight is let go of
+  // without a call: its memory is left to the process's end.
+  void set_unusable(const char* (*why)()) { unusable_ = why; }
+  const char* unusable() const { return unusable_ ? unusable_() : nullptr; }
+  // Leaves `p`'s operation to the process's end, untouched (unusable()).
+  static void let_go(Pending& p);
   // `spans`: the memory the operation uses until it completed.
   void track(const std::shared_ptr<Pending>& p, std::vector<MemorySpan> spans);
   // Throws ValueError naming the argument when `spans` (an operation about to start) writes
@@ -115,6 +122,7 @@ class Life {
   bool busy_ = false, closing_ = false;
   bool dropping_ = false;                       // busy_ with a drop, not a call
   std::vector<std::function<void()>> orphans_;  // adopted drops, for the holder to make
+  const char* (*unusable_)() = nullptr;
 };
 
 class Comm {

@@ -344,6 +344,7 @@ Handle::~Handle() {
 }  // the arrays, then the session, go with the communicator free
 
 void Handle::drop() {
+  if (group->comm.life().unusable()) Life::let_go(*op);
   if (op->done()) return;
   const Interrupted::Quiet quiet;
   py::gil_scoped_release release;
