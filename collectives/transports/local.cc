@@ -63,7 +63,7 @@ using Queues = std::unordered_map<std::uint64_t, std::deque<std::shared_ptr<Loca
 // operation (to 1.4 KB per pair of devices and tag).
 std::shared_ptr<LocalRequest> take(Queues& queues, std::uint64_t k) {
   const auto it = queues.find(k);
-  if (it == queues.end()) return nullptr;
+  if (it == queues.end() || it->second.empty()) return nullptr;
   auto r = std::move(it->second.front());
   it->second.pop_front();
   if (it->second.empty()) queues.erase(it);

@@ -188,9 +188,10 @@ class Communicator {
 
   // Gives up on what is in flight: the peers end with `why` at once (Transport::abort). Once: a
   // later call (an operation that fails because of the first) tells them nothing new. The
-  // communicator is given up with it: every later operation on it (a group's reserve() or
-  // next_id(), a barrier) throws at once a CommError naming what `why` names, since its peers
-  // gave it up too and would leave it to wait out its timeout.
+  // communicator is given up with it: every later operation that takes a group's tags or id
+  // (reserve(), next_id(): a reshard, a sync, a collective, agree()) and every barrier throws
+  // at once a CommError naming what `why` names, since its peers gave it up too and would leave
+  // it to wait out its timeout. (A bare isend/irecv is not checked.)
   void abandon(const Error& why);
   // abandon() with what `e` says: an Error naming a failed device passes it on; anything else
   // says that this device failed. reshard() and the collectives call it as they throw.
