@@ -13,6 +13,8 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -568,6 +570,20 @@ MpiSession::~MpiSession() {
     return;
   }
   if (impl_->skip_finalize) impl_->transport->mark_failed();
+  // The end is collective (MPI_Win_free waits for the node, MPI_Finalize for the job): a peer
+  // that died after its last transfer left both waiting forever. A barrier first, watched for a
+  // peer that died (its pid ended, or it gave notice), which then skips them; a live peer slow
+  // to end (still computing) is waited for, as MPI_Finalize would. Not while an exception
+  // unwinds here: the peers may wait on this process for something else.
+  if (!impl_->transport->failed() && std::uncaught_exceptions() == 0) {
+    try {
+      MPI_Request req = MPI_REQUEST_NULL;
+      check(MPI_Ibarrier(impl_->comm, &req), "MPI_Ibarrier");
+      impl_->transport->wait_exchange(req, std::numeric_limits<double>::infinity());
+    } catch (const std::exception&) {
+      impl_->transport->mark_failed();
+    }
+  }
   const bool failed = impl_->transport->failed();
   impl_->world.reset();
   if (impl_->comm != MPI_COMM_WORLD && !failed) (void)MPI_Comm_free(&impl_->comm);

@@ -11,6 +11,10 @@
 // session; the others post their receives a second later, and each must get every element.
 // busy: device 1 waits on device 0, and devices 3.. in a barrier, for three timeouts while device
 // 0 exchanges messages with device 2: every device must print "busy R ok" (no false failure).
+// dies: device 1 dies (exits, its session left as it is) right after the last operation, a
+// byte from each survivor to it; each survivor must end its session (a collective end:
+// MPI_Win_free, MPI_Finalize, which waited forever on the dead device) and print "survivor R
+// ended".
 #include <meshcast/meshcast.h>
 #include <meshcast/mpi.h>
 #include <meshcast/testing.h>
@@ -94,6 +98,27 @@ int run(Communicator& comm, const std::string& backend, const std::string& mode)
   }
   try {
     if (mode == "ends") return ends_early(comm, who);
+    if (mode == "dies") {
+      // Each survivor's last operation is a byte to the victim, which dies once it has them
+      // all: nothing of theirs waits on it any more, and their sessions end after it died.
+      const TagBlock tags = comm.world().reserve(1);
+      std::vector<char> bytes(static_cast<std::size_t>(comm.size()));
+      const auto byte = [&](int d) {
+        return Region::contiguous(&bytes[static_cast<std::size_t>(d)], 1);
+      };
+      if (comm.rank() == kVictim) {
+        std::vector<Request> rs;
+        for (int d = 0; d < comm.size(); ++d)
+          if (d != kVictim) rs.push_back(comm.irecv(byte(d), d, tags.tag(0)));
+        comm.wait_all(rs);
+        std::fflush(stdout);
+        _exit(0);
+      }
+      Request r = comm.isend(byte(comm.rank()), kVictim, tags.tag(0));
+      comm.wait(r);
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      return 0;
+    }
     if (mode == "busy") {  // no failure: every device must come through
       const std::string did = conformance::device_busy_elsewhere(comm, 3 * timeout_for(mode));
       std::printf("%sbusy %d ok: %s\n", who.c_str(), comm.rank(), did.c_str());
@@ -211,9 +236,9 @@ int main(int argc, char** argv) {
   const bool tcp = backend == "ucx-tcp";
   const std::string mode = argc > (tcp ? 3 : 2) ? argv[tcp ? 3 : 2] : "cases";
   if (mode != "cases" && mode != "throw" && mode != "exit" && mode != "stall" && mode != "ends" &&
-      mode != "busy") {
+      mode != "busy" && mode != "dies") {
     std::fprintf(stderr,
-                 "usage: conformance mpi|mpi-native|ucx [cases|throw|exit|stall|ends|busy]\n"
+                 "usage: conformance mpi|mpi-native|ucx [cases|throw|exit|stall|ends|busy|dies]\n"
                  "       conformance ucx-tcp N [cases|throw|exit|stall|ends|busy]\n");
     return 2;
   }
@@ -229,13 +254,19 @@ int main(int argc, char** argv) {
   opt.chunk_bytes = opt.network_chunk_bytes = kChunk;
   opt.staging_bytes = kStaging;
   if (backend == "mpi-native") opt.broadcast = MpiOptions::Broadcast::Native;
-  MpiSession mpi(&argc, &argv, opt);
-  if (backend == "mpi" || backend == "mpi-native") return run(mpi.world(), backend, mode);
+  int rc = 77, rank = -1;  // 77: a backend this build lacks
+  {
+    MpiSession mpi(&argc, &argv, opt);
+    rank = mpi.rank();
+    if (backend == "mpi" || backend == "mpi-native") rc = run(mpi.world(), backend, mode);
 #ifdef MESHCAST_HAS_UCX
-  if (backend == "ucx") {
-    UcxSession ucx(mpi, ucx_options(mode));
-    return run(ucx.world(), backend, mode);
-  }
+    if (backend == "ucx") {
+      UcxSession ucx(mpi, ucx_options(mode));
+      rc = run(ucx.world(), backend, mode);
+    }
 #endif
-  return 77;  // a backend this build lacks
+  }
+  if (mode == "dies" && rc == 0)
+    std::printf("conformance %s dies: survivor %d ended\n", backend.c_str(), rank);
+  return rc;
 }
