@@ -230,8 +230,10 @@ struct RunResult {
 
 // One device's run: its tiles (on the GPU given an NCCL session), its plans, `iters` timed runs
 // of every step after a warm-up, then (verify) every element of every target tile checked.
+// `boot`: a process backend's, over which the ranks plan together (a rank whose own part is over
+// the planning bounds is refused on every rank, not left for the others to find dead).
 RunResult run_device(const Loaded& l, Communicator& comm, int iters, bool verify,
-                     NcclSession* gpu = nullptr) {
+                     Bootstrap* boot = nullptr, NcclSession* gpu = nullptr) {
   const int me = comm.rank();
   const auto& moves = l.model.moves;
   std::vector<std::vector<std::byte>> src(moves.size()), dst(moves.size());
@@ -268,10 +270,16 @@ RunResult run_device(const Loaded& l, Communicator& comm, int iters, bool verify
   void* gathered = nullptr;
   void* whole = nullptr;
   RunResult r;
-  const auto t0 = Clock::now();
   std::vector<SyncPlan> plans;
-  for (const Step& s : l.steps) plans.push_back(plan_sync(s.moves, me, l.topology, l.options));
-  r.plan_seconds = since(t0);
+  const auto plan = [&] {
+    const auto t0 = Clock::now();
+    for (const Step& s : l.steps) plans.push_back(plan_sync(s.moves, me, l.topology, l.options));
+    r.plan_seconds = since(t0);
+  };
+  if (boot)
+    checked_together(*boot, plan);
+  else
+    plan();
   auto buffer = [&](Buffer b, std::size_t i) -> void* {
     if (b == Buffer::Source) return src_at[i];
     if (b == Buffer::Target) return dst_at[i];
@@ -783,7 +791,7 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
     // Every rank the same topology: discovered together (identical on every rank).
     if (is_auto_topology(a.topology)) l->topology = discover_job_topology(*s, a.topology);
     checked_together(s->boot, predict);  // rank 0's outcome is every rank's
-    result = run_device(*l, s->comm, iters, a.verify, s->nccl);
+    result = run_device(*l, s->comm, iters, a.verify, &s->boot, s->nccl);
     result.mismatches = s->boot.sum(result.mismatches);
   }
 #endif

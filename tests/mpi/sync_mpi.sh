@@ -18,6 +18,13 @@ tmp=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 pass=0 fail=0
 ok() { pass=$((pass + 1)); }
+descendants() {  # PID: its processes, children first
+  local p
+  for p in $(pgrep -P "$1"); do
+    echo "$p"
+    descendants "$p"
+  done
+}
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
 for backend in ${BACKENDS:-mpi}; do
@@ -130,6 +137,18 @@ print(j["verified"], j["predicted_seconds"], j["unpriced"].startswith("plan memo
     else bad "$backend $args failing on rank 0: rc=$rc, $n+$own of 8 said it, $st exited $want: $out"; fi
   done
 
+  # A rank whose own part is over its planning bound (here its bound alone is lower) is refused
+  # on every rank, exit 2: the others found it dead (exit 3), or waited out their timeout.
+  out=$(timeout 60 "${run[@]}" --enable-recovery -np 8 bash -c \
+    "[[ \$OMPI_COMM_WORLD_RANK == 6 ]] && export MESHCAST_MAX_PLAN_OPS=10; \
+     $mc sync ${model[*]} --backend $backend --iters 1; echo status \$?" 2>&1)
+  rc=$?
+  n=$(grep -c "^meshcast: rank 6: plan ops: .* exceeds the limit of 10" <<<"$out")
+  own=$(grep -c "^meshcast: plan ops: .* exceeds the limit of 10" <<<"$out")
+  st=$(grep -c "^status 2$" <<<"$out")
+  if [[ $rc -ne 124 && $n -eq 7 && $own -eq 1 && $st -eq 8 ]]; then ok
+  else bad "$backend rank 6 over its planning bound: rc=$rc, $n+$own of 8 said it, $st exited 2: $out"; fi
+
   # A model whose tiles fit each rank's limit but not the 8 ranks of this host together (or,
   # on a machine of over 200 GiB, not one rank's): refused on every rank before any is
   # allocated, exit 2.
@@ -147,9 +166,11 @@ print(j["verified"], j["predicted_seconds"], j["unpriced"].startswith("plan memo
     --backend "$backend" --iters 100000 >"$tmp/out" 2>&1 &
   job=$!
   sleep 8  # past start-up (reading, planning, filling), inside the timed syncs
+  # Rank 5 of this job: among mpirun's descendants only (another job's rank 5 may run beside).
   victim=""
-  for p in $(pgrep -f "$mc sync"); do
-    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=5"; then
+  for p in $(descendants "$job"); do
+    if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q "^$mc sync" &&
+      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=5"; then
       victim=$p
     fi
   done
