@@ -18,6 +18,17 @@ tmp=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 pass=0 fail=0
 ok() { pass=$((pass + 1)); }
+# refused_on_rank RANK STATUS WANT LABEL: in $out (and $rc) of an 8-rank job whose ranks each
+# echo "status N": RANK's input was refused with a line matching WANT, which the 7 others
+# report as "rank RANK: WANT", and every rank exited STATUS.
+refused_on_rank() {
+  local r=$1 status=$2 want=$3 label=$4 n own st
+  n=$(grep -c "^meshcast: rank $r: $want" <<<"$out")
+  own=$(grep -c "^meshcast: $want" <<<"$out")
+  st=$(grep -c "^status $status$" <<<"$out")
+  if [[ $rc -ne 124 && $n -eq 7 && $own -eq 1 && $st -eq 8 ]]; then ok
+  else bad "$label: rc=$rc, $n+$own of 8 said it, $st exited $status: $out"; fi
+}
 descendants() {  # PID: its processes, children first
   local p
   for p in $(pgrep -P "$1"); do
@@ -76,11 +87,7 @@ o = json.loads(sys.stdin.readline()); print(o["verified"], o["mismatches"], o["m
     $mc sync --model \$m --system models/systems/tp2pp2-to-tp2dp2.json --backend $backend
     echo status \$?" 2>&1)
   rc=$?
-  n=$(grep -c "^meshcast: rank 6: tensors\..*\.dtype: unknown dtype 'F33'" <<<"$out")
-  own=$(grep -c "^meshcast: tensors\..*\.dtype: unknown dtype 'F33'" <<<"$out")
-  twos=$(grep -c "^status 2$" <<<"$out")
-  if [[ $rc -ne 124 && $n -eq 7 && $own -eq 1 && $twos -eq 8 ]]; then ok
-  else bad "$backend bad model on rank 6: rc=$rc, $n+$own of 8 said it, $twos exited 2: $out"; fi
+  refused_on_rank 6 2 "tensors\..*\.dtype: unknown dtype 'F33'" "$backend bad model on rank 6"
 
   # Options every rank must share, each given otherwise to rank 3 alone: refused on every rank,
   # naming the option.
@@ -130,11 +137,7 @@ print(j["verified"], j["predicted_seconds"], j["unpriced"].startswith("plan memo
     out=$(timeout 60 "${run[@]}" --enable-recovery -np 8 -x MESHCAST_MAX_PLAN_OPS=300 bash -c \
       "$mc sync ${model[*]} --backend $backend $args; echo status \$?" 2>&1)
     rc=$?
-    n=$(grep -c "^meshcast: rank 0: $what" <<<"$out")
-    own=$(grep -c "^meshcast: $what" <<<"$out")
-    st=$(grep -c "^status $want$" <<<"$out")
-    if [[ $rc -ne 124 && $n -eq 7 && $own -eq 1 && $st -eq 8 ]]; then ok
-    else bad "$backend $args failing on rank 0: rc=$rc, $n+$own of 8 said it, $st exited $want: $out"; fi
+    refused_on_rank 0 "$want" "$what" "$backend $args failing on rank 0"
   done
 
   # A rank whose own part is over its planning bound (here its bound alone is lower) is refused
@@ -143,11 +146,7 @@ print(j["verified"], j["predicted_seconds"], j["unpriced"].startswith("plan memo
     "[[ \$OMPI_COMM_WORLD_RANK == 6 ]] && export MESHCAST_MAX_PLAN_OPS=10; \
      $mc sync ${model[*]} --backend $backend --iters 1; echo status \$?" 2>&1)
   rc=$?
-  n=$(grep -c "^meshcast: rank 6: plan ops: .* exceeds the limit of 10" <<<"$out")
-  own=$(grep -c "^meshcast: plan ops: .* exceeds the limit of 10" <<<"$out")
-  st=$(grep -c "^status 2$" <<<"$out")
-  if [[ $rc -ne 124 && $n -eq 7 && $own -eq 1 && $st -eq 8 ]]; then ok
-  else bad "$backend rank 6 over its planning bound: rc=$rc, $n+$own of 8 said it, $st exited 2: $out"; fi
+  refused_on_rank 6 2 "plan ops: .* exceeds the limit of 10" "$backend rank 6 over its planning bound"
 
   # A model whose tiles fit each rank's limit but not the 8 ranks of this host together (or,
   # on a machine of over 200 GiB, not one rank's): refused on every rank before any is
