@@ -124,7 +124,9 @@ class Topology {
   std::vector<int> host_of_;       // device id -> host, -1 where unplaced
   std::vector<int> rank_on_host_;  // device id -> rank of its id among its host's, -1 unplaced
   void rank_devices();             // fills rank_on_host_ from host_of_
-  std::int64_t placed_ = 0;        // entries of host_of_ that are not -1
+  // Places the hosts' devices (checks as from_hosts() says, naming "PATH[h]..."); ranks them.
+  void place(const std::vector<Host>& hosts, const std::string& path);
+  std::int64_t placed_ = 0;  // entries of host_of_ that are not -1
   std::vector<std::string> host_names_;
 };
 

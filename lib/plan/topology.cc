@@ -318,38 +318,20 @@ Topology Topology::from_json(std::string_view text, const std::string& field) {
   const std::string hpath = field + ".hosts";
   const json& hosts = doc["hosts"];
   if (!hosts.is_array()) wrong_type(hpath, "an array", hosts);
-  if (hosts.empty()) throw ValidationError(hpath, "needs at least one host");
-  std::map<std::string, std::size_t> names;
-  std::map<int, std::string> where;  // device -> path that placed it
+  std::vector<Host> placed(hosts.size());
   for (std::size_t h = 0; h < hosts.size(); ++h) {
     const std::string p = hpath + "[" + std::to_string(h) + "]";
     const json& host = object_at(hosts[h], p);
     only_keys(host, p, {"name", "devices"});
-    std::string name = "host" + std::to_string(h);
-    if (host.contains("name")) {
-      name = string_at(host["name"], p + ".name");
-      if (name.empty()) throw ValidationError(p + ".name", "must not be empty");
-    }
-    if (const auto [it, fresh] = names.emplace(name, h); !fresh)
-      throw ValidationError(p + ".name", "host name " + detail::quote(name) + " used twice (also " +
-                                             hpath + "[" + std::to_string(it->second) + "])");
-    t.host_names_.push_back(name);
+    placed[h].name =
+        host.contains("name") ? string_at(host["name"], p + ".name") : "host" + std::to_string(h);
     const json& devs = require(host, p, "devices");
     if (!devs.is_array()) wrong_type(p + ".devices", "an array", devs);
-    if (devs.empty()) throw ValidationError(p + ".devices", "a host needs at least one device");
-    for (std::size_t i = 0; i < devs.size(); ++i) {
-      const std::string dp = p + ".devices[" + std::to_string(i) + "]";
-      const int d = static_cast<int>(int_at(devs[i], dp, 0, kMaxDeviceId));
-      if (const auto [it, fresh] = where.emplace(d, dp); !fresh)
-        throw ValidationError(
-            dp, "device " + std::to_string(d) + " placed twice (also " + it->second + ")");
-      if (static_cast<std::size_t>(d) >= t.host_of_.size())
-        t.host_of_.resize(static_cast<std::size_t>(d) + 1, -1);
-      t.host_of_[static_cast<std::size_t>(d)] = static_cast<int>(h);
-      ++t.placed_;
-    }
+    for (std::size_t i = 0; i < devs.size(); ++i)
+      placed[h].devices.push_back(static_cast<int>(
+          int_at(devs[i], p + ".devices[" + std::to_string(i) + "]", 0, kMaxDeviceId)));
   }
-  t.rank_devices();
+  t.place(placed, hpath);
   return t;
 }
 
@@ -357,7 +339,6 @@ Topology Topology::from_hosts(std::string name, const std::vector<Host>& hosts, 
                               LinkClass network, int nics_per_host, std::string description) {
   const std::string field = "topology";
   if (name.empty()) throw ValidationError(field + ".name", "must not be empty");
-  if (hosts.empty()) throw ValidationError(field + ".hosts", "needs at least one host");
   if (nics_per_host < 1 || nics_per_host > kMaxNics)
     throw ValidationError(field + ".links.network.nics_per_host",
                           "must be in [1, " + std::to_string(kMaxNics) + "] (got " +
@@ -373,19 +354,25 @@ Topology Topology::from_hosts(std::string name, const std::vector<Host>& hosts, 
   t.network_ = network;
   t.nics_per_host_ = nics_per_host;
   t.all_on_one_ = false;
+  t.place(hosts, field + ".hosts");
+  return t;
+}
+
+void Topology::place(const std::vector<Host>& hosts, const std::string& path) {
+  if (hosts.empty()) throw ValidationError(path, "needs at least one host");
   std::map<std::string, std::size_t> names;
   std::map<int, std::string> where;  // device -> path that placed it
   for (std::size_t h = 0; h < hosts.size(); ++h) {
-    const std::string p = field + ".hosts[" + std::to_string(h) + "]";
+    const std::string p = path + "[" + std::to_string(h) + "]";
     const Host& host = hosts[h];
     if (host.name.empty()) throw ValidationError(p + ".name", "must not be empty");
     if (const auto [it, fresh] = names.emplace(host.name, h); !fresh)
       throw ValidationError(p + ".name", "host name " + detail::quote(host.name) +
-                                             " used twice (also " + field + ".hosts[" +
+                                             " used twice (also " + path + "[" +
                                              std::to_string(it->second) + "])");
     if (host.devices.empty())
       throw ValidationError(p + ".devices", "a host needs at least one device");
-    t.host_names_.push_back(host.name);
+    host_names_.push_back(host.name);
     for (std::size_t i = 0; i < host.devices.size(); ++i) {
       const std::string dp = p + ".devices[" + std::to_string(i) + "]";
       const int d = host.devices[i];
@@ -395,14 +382,13 @@ Topology Topology::from_hosts(std::string name, const std::vector<Host>& hosts, 
       if (const auto [it, fresh] = where.emplace(d, dp); !fresh)
         throw ValidationError(
             dp, "device " + std::to_string(d) + " placed twice (also " + it->second + ")");
-      if (static_cast<std::size_t>(d) >= t.host_of_.size())
-        t.host_of_.resize(static_cast<std::size_t>(d) + 1, -1);
-      t.host_of_[static_cast<std::size_t>(d)] = static_cast<int>(h);
-      ++t.placed_;
+      if (static_cast<std::size_t>(d) >= host_of_.size())
+        host_of_.resize(static_cast<std::size_t>(d) + 1, -1);
+      host_of_[static_cast<std::size_t>(d)] = static_cast<int>(h);
+      ++placed_;
     }
   }
-  t.rank_devices();
-  return t;
+  rank_devices();
 }
 
 void Topology::rank_devices() {
