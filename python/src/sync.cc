@@ -69,8 +69,6 @@ py::dict stats_dict(const SyncStats& s) {
   return d;
 }
 
-// Pointers by tensor index from a dict {name: array}: every tile this device holds (or
-// receives) present, nothing else.
 // Views by tensor index from a dict {name: array}: every tile this device holds (or receives)
 // present, nothing else.
 std::vector<Array> buffers(const SyncPlan& plan, py::handle obj, const std::string& arg,

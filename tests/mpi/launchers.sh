@@ -18,12 +18,9 @@ set -u
 mc=$1
 mpirun=("$2" --allow-run-as-root --oversubscribe --mca btl self,vader)
 backends=${BACKENDS:-mpi ucx}
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+source "$(dirname "${BASH_SOURCE[0]}")/../support/ranks.sh"
 
 tmp=$(mktemp -d)
-pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
   rm -rf "$tmp"
@@ -58,32 +55,10 @@ print(json.loads(open(sys.argv[1]).readline()).get(sys.argv[2]))' "$1" "$2" 2>/d
 args=(reshard --shape 64,48 --dtype f32 --src 2x2@0-3:S0S1 --dst "4@[3,2,1,0]:RS0" --iters 2
       --verify --json --strategy broadcast --balance none)
 
-# launch N VARS-FUNCTION CMD...: ranks N-1..0 in the background, each with the variables
-# `VARS-FUNCTION r` prints (NAME=VALUE words); output of rank r in $tmp/out.r; sets rcs[r].
-launch() {
-  local n=$1 vars=$2 r
-  shift 2
-  pids=()
-  for ((r = n - 1; r >= 0; r--)); do
-    # shellcheck disable=SC2046  # the variables are words
-    env $($vars "$r") timeout 120 "$@" >"$tmp/out.$r" 2>&1 &
-    pids[r]=$!
-  done
-  rcs=()
-  for ((r = 0; r < n; r++)); do
-    wait "${pids[r]}"
-    rcs[r]=$?
-  done
-  pids=()
-}
-
 # verified N WHAT: every rank exited 0, rank 0 printed verified JSON, the others nothing.
 verified() {
-  local n=$1 what=$2 r failed=""
-  for ((r = 0; r < n; r++)); do
-    [[ ${rcs[r]} -eq 0 ]] || failed+=" rank $r: rc=${rcs[r]} ($(tr '\n' ' ' <"$tmp/out.$r" | head -c 300))"
-  done
-  local v others
+  local n=$1 what=$2 failed v others
+  failed=$(rank_failures "$n")
   v=$(json_field "$tmp/out.0" verified)
   others=$(cat "$tmp"/out.[1-9] 2>/dev/null | wc -c)
   if [[ -z $failed && $v == True && $others -eq 0 ]]; then ok; else
@@ -116,7 +91,7 @@ if [[ " $backends " == *" ucx "* ]]; then
     echo "RANK=$1 WORLD_SIZE=4 LOCAL_RANK=$1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port - 1))" \
       "TORCHELASTIC_RUN_ID=launchers-$port"
   }
-  launch 4 torchrun_vars "$mc" "${args[@]}" --backend ucx
+  start_ranks 4 120 torchrun_vars "$mc" "${args[@]}" --backend ucx
   verified 4 "ucx under torchrun's variables"
 
   # Slurm's variables only: the port is 10000 + (16 * job + step) mod 20000.
@@ -126,7 +101,7 @@ if [[ " $backends " == *" ucx "* ]]; then
     echo "SLURM_PROCID=$1 SLURM_NTASKS=4 SLURM_LOCALID=$1 SLURM_JOB_ID=$job SLURM_STEP_ID=$step" \
       "SLURM_JOB_NODELIST=127.0.0.[1-2],other"
   }
-  launch 4 slurm_vars "$mc" "${args[@]}" --backend ucx
+  start_ranks 4 120 slurm_vars "$mc" "${args[@]}" --backend ucx
   verified 4 "ucx under Slurm's variables (port $port)"
 
   # mpirun's ranks with MASTER_ADDR/MASTER_PORT: the TCP rendezvous, MPI never initialised.
@@ -156,7 +131,7 @@ if [[ " $backends " == *" ucx "* ]]; then
     port=$(free_port)
     extra_of() { echo "MESHCAST_HOSTNAME=h$(($1 * hosts / 4))"; }
     auto_vars() { echo "$(torchrun_vars "$1") $(extra_of "$1")"; }
-    launch 4 auto_vars "$mc" "${args[@]}" --backend ucx --topology auto
+    start_ranks 4 120 auto_vars "$mc" "${args[@]}" --backend ucx --topology auto
     verified 4 "ucx --topology auto under torchrun's variables, $hosts host(s)"
     check_auto "ucx --topology auto under torchrun's variables" "$hosts"
   done

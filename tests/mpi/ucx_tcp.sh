@@ -13,12 +13,9 @@ set -u
 [[ -x /usr/bin/python3 ]] && python3() { /usr/bin/python3 "$@"; }
 mode=$1
 prog=$2
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+source "$(dirname "${BASH_SOURCE[0]}")/../support/ranks.sh"
 
 tmp=$(mktemp -d)
-pids=()
 helpers=()
 cleanup() {
   for pid in "${pids[@]}" "${helpers[@]}"; do kill "$pid" 2>/dev/null; done
@@ -57,33 +54,21 @@ time.sleep(max(0, end - time.time()))' "$1" &
   helpers+=($!)
 }
 
-# launch N SECONDS CMD...: starts ranks N-1..0 of one job in the background, output of rank r in
-# $tmp/out.r; waits for all (each under `timeout SECONDS`); sets rcs[r]. On $PORT if set.
+# launch N SECONDS CMD...: one job of N ranks on 127.0.0.1 ($PORT if set, else a free port),
+# as start_ranks runs them.
 launch() {
-  local n=$1 secs=$2
-  shift 2
-  local port=${PORT:-$(free_port)} r
-  pids=()
-  for ((r = n - 1; r >= 0; r--)); do
-    MESHCAST_RENDEZVOUS=127.0.0.1:$port MESHCAST_RANK=$r MESHCAST_SIZE=$n \
-      timeout "$secs" "$@" >"$tmp/out.$r" 2>&1 &
-    pids[r]=$!
-  done
-  rcs=()
-  for ((r = 0; r < n; r++)); do
-    wait "${pids[r]}"
-    rcs[r]=$?
-  done
-  pids=()
+  job_port=${PORT:-$(free_port)} job_size=$1
+  start_ranks "$1" "$2" tcp_vars "${@:3}"
+}
+tcp_vars() {
+  echo "MESHCAST_RENDEZVOUS=127.0.0.1:$job_port MESHCAST_RANK=$1 MESHCAST_SIZE=$job_size"
 }
 
 # check_all N WHAT: every rank exited 0.
 check_all() {
-  local n=$1 what=$2 r failed=""
-  for ((r = 0; r < n; r++)); do
-    [[ ${rcs[r]} -eq 0 ]] || failed+=" rank $r: rc=${rcs[r]} ($(tr '\n' ' ' <"$tmp/out.$r" | head -c 300))"
-  done
-  if [[ -z $failed ]]; then ok; else bad "$what:$failed"; fi
+  local failed
+  failed=$(rank_failures "$1")
+  if [[ -z $failed ]]; then ok; else bad "$2:$failed"; fi
 }
 
 case $mode in
