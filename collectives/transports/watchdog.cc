@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <span>
@@ -223,8 +224,10 @@ void Watchdog::named(const std::vector<int>& peers, double waited, bool exchange
   std::stable_partition(silent.begin(), silent.end(), [&](int p) {
     return std::find(peers.begin(), peers.end(), p) != peers.end();
   });
-  std::ostringstream seconds;  // "3", "0.5": not to_string's "3.000000"
-  seconds << waited;
+  // "3", "0.5", "12.3": to a tenth (a wait measured as 2.00001 s reads "2"), not to_string's
+  // "3.000000".
+  std::ostringstream seconds;
+  seconds << std::round(waited * 10) / 10;
   const std::string after = "no progress for " + seconds.str() + " s";
   // The first device is the one named; the others follow in the cause.
   const auto also = [](std::span<const int> rest, const char* what) {

@@ -111,8 +111,9 @@ def test_the_device_waited_on_is_named_before_others_that_are_silent(tmp_path):
         "except mc.CommError as e:\n"
         "    print(f'rank {me} failed: {e}', flush=True)\n")
     r = mpirun(3, str(script), env=env_with_path(), timeout=120)
-    assert "rank 2 failed: device 1: no progress for 2 s and no answer to a liveness check" \
-        in r.stdout, r.stdout + r.stderr
+    # The wait is the timeout or more (a busy machine polls late), to a tenth of a second.
+    assert re.search(r"rank 2 failed: device 1: no progress for [\d.]+ s and no answer to a "
+                     r"liveness check", r.stdout), r.stdout + r.stderr
 
 
 def test_a_shorter_message_than_expected_is_refused():
@@ -203,7 +204,7 @@ def test_a_rank_whose_call_was_refused_is_named_as_alive():
                          extra=["refuse"])
     assert codes == [3, 3], outs
     assert "rank 1 refused: dst: expected shape (4,)" in outs[1][0], outs[1]
-    assert re.search(r"rank 0 failed: device 1: no progress for 2 s although every device is "
+    assert re.search(r"rank 0 failed: device 1: no progress for [\d.]+ s although every device is "
                      r"alive: the device waited on is not in this transfer", outs[0][0]), outs[0]
 
 
