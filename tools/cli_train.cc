@@ -320,13 +320,22 @@ void check_train_flops(const Run& r, int done, bool local) {
   check_limit("train flops", detail::saturated_int64(flops), limits().train_flops, "TRAIN_FLOPS");
 }
 
-// Creates `dir` if need be and proves it writable (a file created and removed in it) before any
-// work: a run must not be lost at its end to an output it cannot write.
-void require_writable_dir(const std::string& dir, const std::string& field) {
+// Creates `dir` if need be and proves it writable (a file created and removed in it), and that
+// none of the `files` the run writes there is something else than a file (a directory), before
+// any work: a run must not be lost at its end to an output it cannot write.
+void require_writable_dir(const std::string& dir, const std::string& field,
+                          const std::vector<std::string>& files) {
   if (dir.empty()) throw ValidationError(field, "is empty (give a directory)");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw IoError(field, "cannot create " + dir + ": " + ec.message());
+  for (const std::string& name : files) {
+    const std::string path = dir + "/" + name;
+    const auto type = std::filesystem::status(path, ec).type();
+    using std::filesystem::file_type;  // none: status() failed (the probe above speaks for it)
+    if (type != file_type::not_found && type != file_type::regular && type != file_type::none)
+      throw IoError(field, path + " exists and is not a regular file: the run could not write it");
+  }
   std::string probe = dir + "/.meshcast-write-test-XXXXXX";
   const int fd = ::mkstemp(probe.data());
   if (fd < 0) throw IoError(field, "cannot write in " + dir + ": " + std::strerror(errno));
@@ -407,8 +416,33 @@ nlohmann::json model_identity(const std::string& kind, const tr::ModelConfig& m)
             {"layers", m.layers}}}};
 }
 
+// Refuses a checkpoint (at `path`, saved with `description`) of another model or configuration
+// than `identity`, naming the field that differs.
+void check_identity(const std::string& path, const std::string& description,
+                    const nlohmann::json& identity) {
+  // The manifest's checksum held, so the description is the JSON a run wrote.
+  const auto saved = nlohmann::json::parse(description);
+  const auto member = [](const nlohmann::json& j, const std::string& key) {
+    return j.is_object() && j.contains(key) ? j[key] : nlohmann::json();
+  };
+  const auto text = [](const nlohmann::json& j) {
+    return detail::quote(j.is_string() ? j.get<std::string>() : j.dump());
+  };
+  const auto expect = [&](const std::string& field, const std::string& key,
+                          const nlohmann::json& got, const nlohmann::json& want) {
+    if (got != want)
+      throw ValidationError(field, path + " was saved with " + key + " " + text(got) +
+                                       ", this run has " + text(want));
+  };
+  expect("checkpoint.model", "model", member(saved, "model"), identity["model"]);
+  const nlohmann::json config = member(saved, "config");
+  for (const auto& [key, value] : identity["config"].items())
+    expect("checkpoint.config." + key, key, member(config, key), value);
+}
+
 // Refuses, before any work, a --checkpoint-dir whose checkpoints the run would harm: without
-// --resume it would save over them; with it, it must be the same model and configuration.
+// --resume it would save over them; with it, it must be the same model and configuration (the
+// load checks the checkpoint it takes again: an older one, where the newest's files are corrupt).
 // Returns the checkpoint a --resume continues from (step -1: none).
 tr::SavedCheckpoint check_checkpoints(const TrainArgs& a, const nlohmann::json& identity) {
   if (a.checkpoint_dir.empty()) return {};
@@ -419,24 +453,7 @@ tr::SavedCheckpoint check_checkpoints(const TrainArgs& a, const nlohmann::json& 
                           a.checkpoint_dir + " holds a checkpoint of step " +
                               std::to_string(saved.step) +
                               ": continue it with --resume, or give another directory");
-  // The manifest's checksum held, so the description is the JSON a run wrote.
-  const auto description = nlohmann::json::parse(saved.description);
-  const auto member = [](const nlohmann::json& j, const std::string& key) {
-    return j.is_object() && j.contains(key) ? j[key] : nlohmann::json();
-  };
-  const auto text = [](const nlohmann::json& j) {
-    return detail::quote(j.is_string() ? j.get<std::string>() : j.dump());
-  };
-  const auto expect = [&](const std::string& field, const std::string& key,
-                          const nlohmann::json& got, const nlohmann::json& want) {
-    if (got != want)
-      throw ValidationError(field, saved.path + " was saved with " + key + " " + text(got) +
-                                       ", this run has " + text(want));
-  };
-  expect("checkpoint.model", "model", member(description, "model"), identity["model"]);
-  const nlohmann::json config = member(description, "config");
-  for (const auto& [key, value] : identity["config"].items())
-    expect("checkpoint.config." + key, key, member(config, key), value);
+  check_identity(saved.path, saved.description, identity);
   return saved;
 }
 
@@ -664,7 +681,11 @@ nlohmann::json report(const std::string& kind, const Run& r, const TrainArgs& a,
                  {"lr", j["lr"]},
                  {"seed", r.train.seed},
                  {"eval_every", r.eval_every},
-                 {"checkpoint_dir", a.checkpoint_dir},
+                 // Absolute: a resume from another working directory reads this history only
+                 // where it saved into the same directory (history()).
+                 {"checkpoint_dir", a.checkpoint_dir.empty()
+                                        ? std::string()
+                                        : std::filesystem::absolute(a.checkpoint_dir).string()},
                  {"checkpoint_every", r.checkpoint_every},
                  {"resume", a.resume},
                  {"out", a.out},
@@ -865,8 +886,10 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
       throw ValidationError("stages", "the local backend runs at most 256 device threads");
     check_train_memory(*run, a.backend);
     // The outputs, and what the checkpoint directory holds.
-    require_writable_dir(a.out, "out");
-    if (!a.checkpoint_dir.empty()) require_writable_dir(a.checkpoint_dir, "checkpoint-dir");
+    require_writable_dir(a.out, "out",
+                         {kind + "-run.json", kind + "-loss.png", kind + "-steps.png"});
+    if (!a.checkpoint_dir.empty())
+      require_writable_dir(a.checkpoint_dir, "checkpoint-dir", {"latest"});
     description = model_identity(kind, run->model);
     saved = check_checkpoints(a, description);
     check_train_flops(*run,
@@ -897,6 +920,9 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
     nlohmann::json stated = description;
     stated["stages"] = stages_text(r.parallel);
     mine.description = stated.dump();
+    mine.accept_checkpoint = [&](const std::string& path, const std::string& saved_with) {
+      check_identity(path, saved_with, description);
+    };
     std::optional<Progress> progress;
     if (me) say_resume(a, saved);
     if (me && !a.json && says(LogLevel::Info)) {

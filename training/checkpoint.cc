@@ -446,7 +446,8 @@ Manifest read_manifest(const fs::path& checkpoint, std::int64_t step) {
     if (j.value("checksum", "") != checksum)
       throw bad("checksum mismatch: the manifest changed after it was written");
     m.checksum = std::stoull(checksum, nullptr, 16);
-    if (integer(j.at("step"), "step", kMax) != step)
+    // A training step is an int (TrainConfig::steps).
+    if (integer(j.at("step"), "step", std::numeric_limits<int>::max()) != step)
       throw bad("its step is not " + std::to_string(step) + ", the step of its directory");
     m.step = step;
     m.description = j.at("description").dump();
@@ -530,14 +531,43 @@ void verify_file(const Manifest& m, int device, const SavedFile& f) {
   if (fnv.hex() != f.fnv) throw ValidationError("checkpoint", f.path + ": checksum mismatch");
 }
 
-// Member k of the n of `group` verifies every n-th file of `m`.
-void verify_files(const Group& group, const Manifest& m) {
+// Member k of the n of `group` verifies every n-th file of `m`; returns the devices whose files
+// it verified.
+std::set<int> verify_files(const Group& group, const Manifest& m) {
   const auto n = static_cast<std::size_t>(group.size());
   const auto me = static_cast<std::size_t>(group.index_of(group.comm().rank()));
+  std::set<int> verified;
   std::size_t i = 0;
   for (const auto& [device, f] : m.files)
-    if (i++ % n == me) verify_file(m, device, f);
+    if (i++ % n == me) {
+      verify_file(m, device, f);
+      verified.insert(device);
+    }
+  return verified;
 }
+
+// The files of a manifest that a device reads, opened on demand (at most kOpenFiles at once),
+// each verified whole before this device first reads it unless this device verified it already:
+// what a device loads is what it checked itself, not what another device saw at that path (a
+// node-local copy of the checkpoint may differ).
+class SavedFiles {
+ public:
+  SavedFiles(const Manifest& m, std::set<int> verified) : m_(m), verified_(std::move(verified)) {}
+  File& open(int device) {
+    const SavedFile& f = m_.files.at(device);
+    if (!verified_.count(device)) {
+      verify_file(m_, device, f);
+      verified_.insert(device);
+    }
+    if (open_.size() >= kOpenFiles) open_.clear();
+    return open_.try_emplace(device, f.path, kRead).first->second;
+  }
+
+ private:
+  const Manifest& m_;
+  std::set<int> verified_;
+  std::map<int, File> open_;
+};
 
 // ---- Moving saved tensors ----------------------------------------------------------------------
 
@@ -699,14 +729,10 @@ Moves plan_moves(const Manifest& m, const std::vector<std::string>& entries, Par
 // with_moments()) read into `out` from the saved tiles it overlaps: of each, the rows that the
 // tile spans, contiguous in its file.
 void read_source(const Manifest& m, const std::string& name, const Box& tile, int me,
-                 std::vector<float>& out, std::map<int, File>& files) {
+                 std::vector<float>& out, SavedFiles& files) {
   const Layout& saved = m.params.at(name);
   const Box box(std::vector<Range>(tile.ranges().begin() + 1, tile.ranges().end()));
   const std::int64_t volume = box.volume();
-  const auto open = [&](int device, const SavedFile& f) -> File& {
-    if (files.size() >= kOpenFiles) files.clear();
-    return files.try_emplace(device, f.path, kRead).first->second;
-  };
   const auto read = [&](File& file, float* to, std::int64_t count, std::int64_t at) {
     const auto bytes = static_cast<std::size_t>(count * kF32);
     if (file.read(to, bytes, at) != bytes)
@@ -717,7 +743,7 @@ void read_source(const Manifest& m, const std::string& name, const Box& tile, in
   if (const auto own = m.files.find(me); own != m.files.end() && saved.mesh().contains(me) &&
                                          own->second.offsets.count(name) &&
                                          saved.tile_of(me) == box) {
-    read(open(me, own->second), out.data(), 3 * volume, own->second.offsets.at(name));
+    read(files.open(me), out.data(), 3 * volume, own->second.offsets.at(name));
     return;
   }
   std::int64_t covered = 0;
@@ -733,7 +759,7 @@ void read_source(const Manifest& m, const std::string& name, const Box& tile, in
     const Box rows(ranges);
     const std::int64_t skip = (part[0].lo - from[0].lo) * (from.volume() / from[0].size());
     band.resize(static_cast<std::size_t>(rows.volume()));
-    File& file = open(device, f);
+    File& file = files.open(device);
     for (std::int64_t k = 0; k < 3; ++k) {
       read(file, band.data(), rows.volume(), offset->second + (k * from.volume() + skip) * kF32);
       copy_region(Region::of(band.data(), kF32, rows, part),
@@ -752,14 +778,13 @@ void read_source(const Manifest& m, const std::string& name, const Box& tile, in
 // that none waits for a partner that gave up; it returns its failure, for every device to agree
 // on.
 std::unique_ptr<Error> move_all(const Manifest& m, const Moves& moves, const Group& group,
-                                std::vector<std::vector<float>>& loaded) {
+                                SavedFiles& files, std::vector<std::vector<float>>& loaded) {
   const int me = group.comm().rank();
   struct Moving {
     std::vector<std::vector<float>> sources;  // per tensor of the batch
     Transfer transfer;                        // destroyed first: it may still read `sources`
   };
   Moving previous;
-  std::map<int, File> files;
   std::unique_ptr<Error> failure;
   std::size_t first = 0;  // the batch's first tensor
   for (const SyncPlan& batch : moves.batches) {
@@ -916,6 +941,7 @@ std::int64_t load_checkpoint(Communicator& comm, const std::vector<int>& world, 
   // The newest that reads back whole; a corrupt one gives way to the next older (each phase
   // fails on every device alike, so all of them walk the same steps).
   Manifest m;
+  std::set<int> verified;  // the devices whose files this device verified
   std::int64_t step = -1;
   std::exception_ptr newest_failure;
   std::vector<std::pair<fs::path, std::string>> passed;  // the corrupt ones and why
@@ -936,7 +962,7 @@ std::int64_t load_checkpoint(Communicator& comm, const std::vector<int>& world, 
     if (!reads_back(path, [&] { m = read_manifest(path, s); })) continue;
     same_everywhere({s, static_cast<std::int64_t>(m.checksum >> 32),
                      static_cast<std::int64_t>(m.checksum & 0xffffffffu)});
-    if (!reads_back(path, [&] { verify_files(group, m); })) continue;
+    if (!reads_back(path, [&] { verified = verify_files(group, m); })) continue;
     step = s;
     break;
   }
@@ -944,13 +970,17 @@ std::int64_t load_checkpoint(Communicator& comm, const std::vector<int>& world, 
     if (newest_failure) std::rethrow_exception(newest_failure);
     return -1;
   }
+  if (options.accept)
+    phase(group, false,
+          [&] { options.accept((fs::path(dir) / step_name(step)).string(), m.description); });
   const auto entries = gather_entries(group, running_entry(params, comm.rank()));
   Moves moves;
   phase(group, false,
         [&] { moves = plan_moves(m, entries, params, world, comm.rank(), options.batch_bytes); });
 
   std::vector<std::vector<float>> loaded(moves.params.size());
-  comm.agree(group, move_all(m, moves, group, loaded).get());
+  SavedFiles files(m, std::move(verified));
+  comm.agree(group, move_all(m, moves, group, files, loaded).get());
 
   // The corrupt ones out of the way of the steps the run saves next (a checkpoint is never
   // overwritten), once the load succeeded and before anything else changes.

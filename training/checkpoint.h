@@ -46,6 +46,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,11 @@ struct LoadOptions {
   // the previous one moves (so twice this in all; a parameter larger than it is a batch alone).
   // The sync's own staging is bounded apart (meshcast::SyncOptions::max_staging_bytes).
   std::int64_t batch_bytes = std::int64_t{128} << 20;
+  // Called on every device with the checkpoint chosen (its path and description), its files
+  // verified, before anything moves; what it throws refuses the load on every device. A
+  // caller's check of which model a checkpoint holds belongs here too: the one loaded is older
+  // than find_checkpoint()'s when the newer one's files turn out corrupt.
+  std::function<void(const std::string& path, const std::string& description)> accept;
 };
 
 // What a load did on this device.

@@ -758,14 +758,24 @@ TrainResult train(Communicator& comm, const ModelConfig& model, const ParallelCo
   int first = 0;
   if (run.resume && !run.checkpoint_dir.empty()) {
     LoadStats loaded;
+    LoadOptions options;
+    options.accept = run.accept_checkpoint;
     result.resumed_from = load_checkpoint(comm, runner.world().devices(), runner.parameters(),
-                                          run.checkpoint_dir, {}, &loaded);
+                                          run.checkpoint_dir, options, &loaded);
     if (run.on_resume) run.on_resume(result.resumed_from, loaded.passed_over);
     first = static_cast<int>(std::max<std::int64_t>(0, result.resumed_from));
   }
   for (int s = first; s < train.steps; ++s) {
     StepStats st = runner.step(s);
     st.step = s + 1;
+    // The same on every device (one all-reduce): all stop before a checkpoint of such weights
+    // could replace the good ones.
+    if (!std::isfinite(st.loss))
+      throw InternalError("loss", "step " + std::to_string(st.step) + "'s loss is " +
+                                      std::to_string(st.loss) +
+                                      ": the weights are no longer finite (the run diverged, or "
+                                      "they were loaded wrong); stopped before saving or training "
+                                      "on, older checkpoints kept");
     const bool last = s + 1 == train.steps;
     auto due = [&](int every) { return last || (every > 0 && (s + 1) % every == 0); };
     if (run.held_out != nullptr && due(run.eval_every))

@@ -92,6 +92,43 @@ expect_exit 2 "checkpoint.config.vocab: $ck/step-00000004 was saved with vocab '
 expect_exit 2 "checkpoint-dir: $ck holds a checkpoint of step 4: continue it with --resume" \
   "$mc" train gpt "${small[@]}" --steps 6 --checkpoint-dir "$ck"
 unchanged "foreign run"
+# The same when the newest's files are corrupt and the checkpoint it gives way to is another
+# model's: utransformer's step 2 behind gpt's step 4 (the check of the newest before the run
+# passed). Refused, and nothing moved aside.
+"$mc" train utransformer "${small[@]}" --steps 2 --checkpoint-dir "$tmp/u" >/dev/null
+rm -r "$ck/step-00000002" && cp -a "$tmp/u/step-00000002" "$ck/"
+printf 'X' | dd of="$ck/step-00000004/device-0.bin" bs=1 seek=17 conv=notrunc 2>/dev/null
+before=$(digest "$ck")
+expect_exit 2 "checkpoint.model: $ck/step-00000002 was saved with model 'utransformer', this run has 'gpt'" \
+  resume gpt --steps 6
+unchanged "a corrupt newest before another model's"
+
+# Weights that are not finite (device-0.bin all NaN, its checksum and the manifest's resealed, as
+# any tool can): the run stops at its first step (exit 1) before it saves, and the good
+# checkpoints stay.
+fresh
+python3 - "$ck/step-00000004" <<'PY'
+import json, os, struct, sys
+def fnv(data):
+    h = 0xcbf29ce484222325
+    for c in data:
+        h = ((h ^ c) * 0x100000001b3) & 0xffffffffffffffff
+    return "%016x" % h
+step = sys.argv[1]
+path = os.path.join(step, "device-0.bin")
+data = struct.pack("<f", float("nan")) * (os.path.getsize(path) // 4)
+open(path, "wb").write(data)
+j = json.load(open(os.path.join(step, "manifest.json")))
+for f in j["files"]:
+    if f["name"] == "device-0.bin":
+        f["fnv1a64"] = fnv(data)
+j.pop("checksum")
+j["checksum"] = fnv(json.dumps(j, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode())
+open(os.path.join(step, "manifest.json"), "w").write(json.dumps(j, indent=2))
+PY
+expect_exit 1 "loss: step 5's loss is " resume gpt --steps 6
+[[ ! -e $ck/step-00000006 && -d $ck/step-00000002 && -d $ck/step-00000004 ]] && ok ||
+  bad "NaN weights: after the run: $(ls "$ck")"
 
 # DIR/latest missing, or naming an older checkpoint: the newest resumes, and stderr says why. The
 # resumed steps are those of the uninterrupted run.
@@ -129,6 +166,12 @@ for option in --out --checkpoint-dir; do
   out=$("$mc" train gpt --steps 50 "${out_dir[@]}" "$option" "$tmp/file/x" 2>/dev/null)
   [[ -z $out ]] && ok || bad "$option unwritable: trained first: $out"
 done
+# A directory where the run writes a file at its end (its JSON, a chart, DIR/latest).
+mkdir -p "$tmp/od/gpt-loss.png" "$tmp/ld/latest"
+expect_exit 4 "out: $tmp/od/gpt-loss.png exists and is not a regular file" \
+  "$mc" train gpt --steps 50 --out "$tmp/od"
+expect_exit 4 "checkpoint-dir: $tmp/ld/latest exists and is not a regular file" \
+  "$mc" train gpt --steps 50 --out "$tmp/out" --checkpoint-dir "$tmp/ld"
 if [[ $(id -u) -ne 0 ]]; then  # root writes into a read-only directory
   mkdir "$tmp/ro" && chmod 555 "$tmp/ro"
   expect_exit 4 "out: cannot write in $tmp/ro: Permission denied" "$mc" train gpt --out "$tmp/ro"
@@ -187,6 +230,14 @@ base=("${small[@]:0:${#small[@]}-2}")  # (without --out)
 steps=$(python3 -c 'import json,sys; print(*[s["step"] for s in json.load(sys.stdin)["steps"]])' <"$tmp/stdout")
 [[ $steps == "5 6" && $(cat "$tmp/stderr") == *"holds no history of this run (it saved no checkpoint into $ck)"* ]] &&
   ok || bad "another run's history: steps [$steps], stderr: $(cat "$tmp/stderr")"
+
+# The run JSON names the checkpoint directory absolute: a resume from another working directory
+# with the same relative --checkpoint-dir is not another run's history.
+(cd "$tmp" && "$mc" train gpt "${base[@]}" --steps 2 --out "$tmp/rel-out" --checkpoint-dir rel-ck \
+  >/dev/null)
+saved_in=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["checkpoint_dir"])' \
+  "$tmp/rel-out/gpt-run.json")
+[[ $saved_in == "$tmp/rel-ck" ]] && ok || bad "run JSON: checkpoint_dir '$saved_in', not $tmp/rel-ck"
 
 # A directory another run is using (its lock held, as a run holds it) is refused before any
 # work: the second run's saves removed the first's save in flight.

@@ -327,7 +327,7 @@ TEST_F(Checkpoint, LoadsInBatchesOfBoundedSourceBytes) {
   save(parallel({"dp=2,grid=2x2x1"}), where, 5, 3, specs);
   // A few small parameters a batch; the larger ones alone.
   const auto loaded = parallel({"dp=1,grid=1x2x2", "dp=2"});
-  const auto stats = expect_loads(loaded, where, 5, 3, specs, {.batch_bytes = 2048});
+  const auto stats = expect_loads(loaded, where, 5, 3, specs, {.batch_bytes = 2048, .accept = {}});
   for (std::size_t i = 0; i < stats.size(); ++i) {
     EXPECT_EQ(stats[i].tensors, count) << "device " << i;
     EXPECT_GT(stats[i].batches, 1) << "device " << i;
@@ -337,7 +337,8 @@ TEST_F(Checkpoint, LoadsInBatchesOfBoundedSourceBytes) {
   expect_all_threw(run(loaded,
                        [&](Communicator& comm, const std::vector<int>& world) {
                          Device dev(comm.rank(), loaded, specs);
-                         mt::load_checkpoint(comm, world, dev.params, where, {.batch_bytes = 0});
+                         mt::load_checkpoint(comm, world, dev.params, where,
+                                             {.batch_bytes = 0, .accept = {}});
                        }),
                    "V ", "checkpoint.batch_bytes");
 }
@@ -538,6 +539,8 @@ TEST_F(Checkpoint, RefusesAResealedInconsistentManifest) {
       {[](Json& j) { j["parameters"][0]["layout"] = "2x2@0-3:S0S0"; }, "parameter embed.table"},
       {[](Json& j) { j["step"] = 6; }, "its step is not 5"},
       {[](Json& j) { j["step"] = "5"; }, "is not an integer"},
+      // Past a training step's int (it once wrapped to a negative step and ran for ever).
+      {[](Json& j) { j["step"] = std::int64_t{1} << 31; }, "is not an integer in 0..2147483647"},
       {[](Json& j) { j["format"] = "meshcast-checkpoint-1"; }, "not a meshcast-checkpoint-2"},
       {[](Json& j) { j.erase("files"); }, "manifest.json"},
   };
@@ -640,6 +643,63 @@ TEST_F(Checkpoint, FallsBackToTheNewestGoodCheckpoint) {
                          mt::load_checkpoint(comm, world, dev.params, where);
                        }),
                    "V ", "step-00000006/device-1.bin: size 8");
+  EXPECT_EQ(snapshot(where), before);
+}
+
+// A device verifies every file it reads: one that another device verified (tp=4 saved, tp=2
+// loaded: device 0 reads devices 0 and 1's files, device 1 verified the latter) is checked
+// again before device 0 reads it, so a file that differs from what the other device saw (a
+// node-local copy; here changed under the load) is refused on every device, not loaded.
+TEST_F(Checkpoint, EveryDeviceVerifiesWhatItReads) {
+  const std::string where = dir("reader");
+  save(parallel({"dp=1,tp=4"}), where, 3, 1);
+  const auto loaded = parallel({"dp=1,tp=2"});
+  const fs::path file = fs::path(where) / "step-00000003" / "device-1.bin";
+  expect_all_threw(run(loaded,
+                       [&](Communicator& comm, const std::vector<int>& world) {
+                         Device dev(comm.rank(), loaded, model());
+                         mt::LoadOptions options;
+                         // After every file was verified, before anything is read.
+                         options.accept = [&](const std::string&, const std::string&) {
+                           if (comm.rank() != 0) return;
+                           std::string bytes = read_file(file);
+                           bytes.back() = static_cast<char>(bytes.back() ^ 0x01);
+                           write_file(file, bytes);
+                         };
+                         mt::load_checkpoint(comm, world, dev.params, where, options);
+                       }),
+                   "V ", "device-1.bin: checksum mismatch");
+}
+
+// LoadOptions::accept sees the checkpoint loaded (the older one where the newest's files are
+// corrupt: what find_checkpoint() cannot know), and what it throws refuses the load on every
+// device, changing nothing.
+TEST_F(Checkpoint, AcceptJudgesTheCheckpointLoaded) {
+  const auto config = parallel({"dp=1,grid=2x1x1"});
+  const std::string where = dir("accept");
+  save(config, where, 2, 1);
+  save(config, where, 4, 2);
+  fs::resize_file(fs::path(where) / "step-00000004" / "device-1.bin", 8);
+  EXPECT_EQ(mt::find_checkpoint(where).step, 4);
+  const auto before = snapshot(where);
+  expect_all_threw(
+      run(config,
+          [&](Communicator& comm, const std::vector<int>& world) {
+            Device dev(comm.rank(), config, model());
+            const auto untouched = dev.params.all().front().value;
+            mt::LoadOptions options;
+            options.accept = [&](const std::string& path, const std::string& description) {
+              EXPECT_EQ(description, R"({"run":"checkpoint_test"})");
+              throw meshcast::ValidationError("checkpoint.model", path + " is another model's");
+            };
+            try {
+              mt::load_checkpoint(comm, world, dev.params, where, options);
+            } catch (...) {
+              EXPECT_EQ(dev.params.all().front().value, untouched);
+              throw;
+            }
+          }),
+      "V ", "step-00000002 is another model's");
   EXPECT_EQ(snapshot(where), before);
 }
 

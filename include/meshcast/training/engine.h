@@ -146,6 +146,9 @@ struct RunOptions {
   // With resume, after the load, on every device: the step resumed from (-1: none found) and
   // the newer checkpoints found corrupt and passed over (LoadStats::passed_over).
   std::function<void(std::int64_t step, const std::vector<std::string>& passed_over)> on_resume;
+  // With resume, on every device: checks the checkpoint chosen (its path and description) before
+  // it loads; what it throws refuses the resume on every device.
+  std::function<void(const std::string& path, const std::string& description)> accept_checkpoint;
 };
 
 // Trains on this device (comm.rank() is its device id) as one of parallel.devices() devices;
