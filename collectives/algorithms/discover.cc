@@ -48,14 +48,21 @@ std::string checked_name(const std::string& name, const char* field) {
   return name;
 }
 
-// One round trip of `bytes` with `peer`: the initiator sends first, then receives.
+// One round trip of `bytes` with `peer`: the initiator sends first, then receives. A failed wait
+// (a peer's, an interrupt) cancels the leg in flight (a receive still posted would write into
+// `buf` after the unwinding freed it, when the peer comes late) and gives the communicator up.
 double round_trip(Communicator& c, void* buf, std::size_t bytes, int peer, int tag,
                   bool initiator) {
   const Region r = Region::contiguous(buf, bytes);
   const auto t0 = Clock::now();
   for (int leg = 0; leg < 2; ++leg) {
     Request q = (leg == 0) == initiator ? c.isend(r, peer, tag) : c.irecv(r, peer, tag);
-    c.wait(q);
+    try {
+      c.wait_all_or_cancel({&q, 1});
+    } catch (const std::exception& e) {
+      c.abandon_for(e);
+      throw;
+    }
   }
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -199,9 +206,10 @@ Topology discover_topology(Communicator& comm, const DiscoverOptions& o) {
     const auto two = std::find_if(hosts.begin(), hosts.end(),
                                   [](const Topology::Host& h) { return h.devices.size() >= 2; });
     const TagBlock tags = world.reserve(2);
-    const auto buffer = comm.scratch(static_cast<std::size_t>(o.probe_bytes));
-    std::memset(buffer.get(), 0, static_cast<std::size_t>(o.probe_bytes));
     const auto bytes = static_cast<std::size_t>(o.probe_bytes);
+    const std::size_t capacity = std::max(bytes, kSmallBytes);  // the latency probe's too
+    const auto buffer = comm.scratch(capacity);
+    std::memset(buffer.get(), 0, capacity);
     const int me = comm.rank();
     std::vector<double> found(4, 0.0);  // intra latency, bandwidth; network latency, bandwidth
     const auto probe = [&](int a, int b, int tag, std::size_t slot) {

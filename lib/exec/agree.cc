@@ -1,7 +1,8 @@
 // Communicator::agree over a binomial tree of the group's members (log2(n) deep, n-1 messages a
 // pass, a member waits on at most log2(n) others): the least group rank that failed goes up to
 // the first member and back down to every member, then, when one failed, its error goes from it
-// to every member as one record of bounded size. Members hold O(log n) state.
+// to every member as one record of bounded size. Members hold O(log n) state. Its messages live on
+// the stack: a failed wait cancels them (wait_all_or_cancel) before the stack unwinds.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -104,12 +105,12 @@ std::int64_t least(Communicator& comm, const Tree& t, const std::vector<int>& de
   for (std::size_t i = 0; i < below.size(); ++i)
     reqs.push_back(comm.irecv(Region::contiguous(&below[i], sizeof value),
                               devices[static_cast<std::size_t>(t.children[i])], tag));
-  comm.wait_all(reqs);
+  comm.wait_all_or_cancel(reqs);
   for (auto b : below) value = std::min(value, b);
   if (t.parent >= 0) {
     Request r = comm.isend(Region::contiguous(&value, sizeof value),
                            devices[static_cast<std::size_t>(t.parent)], tag);
-    comm.wait(r);
+    comm.wait_all_or_cancel({&r, 1});
   }
   return value;
 }
@@ -120,12 +121,12 @@ void broadcast(Communicator& comm, const Tree& t, const std::vector<int>& device
   const Region region = Region::contiguous(data, bytes);
   if (t.parent >= 0) {
     Request r = comm.irecv(region, devices[static_cast<std::size_t>(t.parent)], tag);
-    comm.wait(r);
+    comm.wait_all_or_cancel({&r, 1});
   }
   std::vector<Request> reqs;
   for (int c : t.children)
     reqs.push_back(comm.isend(region, devices[static_cast<std::size_t>(c)], tag));
-  comm.wait_all(reqs);
+  comm.wait_all_or_cancel(reqs);
 }
 
 }  // namespace

@@ -132,6 +132,19 @@ void Communicator::wait_all(std::span<Request> rs) {
   for (Request& r : rs) wait(r);
 }
 
+void Communicator::wait_all_or_cancel(std::span<Request> rs) {
+  try {
+    wait_all(rs);
+  } catch (...) {
+    try {
+      for (Request& r : rs) cancel(r);
+      (void)settle_cancelled(Clock::now() + std::chrono::seconds(1));
+    } catch (...) {  // best effort: the failure is what the caller hears of
+    }
+    throw;
+  }
+}
+
 bool Communicator::test(Request& r) {
   if (!r.valid()) return true;
   if (auto* c = dynamic_cast<Composite*>(r.get())) {

@@ -60,6 +60,34 @@ def test_a_rank_that_never_attaches_is_waited_for_within_the_timeout(tmp_path):
                          r"attached within 2\.000 s", r.stdout), r.stdout + r.stderr
 
 
+def test_a_peer_that_comes_after_a_failed_discover_writes_into_nothing_freed(tmp_path):
+    # Rank 0's discover times out in its first exchange; rank 1 comes later and sends into it.
+    # The receives rank 0 had posted (into memory its unwinding freed) are cancelled first: it
+    # used to abort with a corrupted heap ("malloc(): unaligned tcache chunk detected").
+    pytest.importorskip("mpi4py")
+    script = tmp_path / "late_discover.py"
+    script.write_text(
+        "import time\n"
+        "import meshcast as mc\n"
+        "from mpi4py import MPI\n"
+        "comm = mc.from_mpi4py(MPI.COMM_WORLD, timeout=2)\n"
+        "if comm.rank == 1:\n"
+        "    time.sleep(6)\n"
+        "try:\n"
+        "    mc.Topology.discover(comm)\n"
+        "except mc.CommError as e:\n"
+        "    print(f'rank {comm.rank} failed: {e}', flush=True)\n"
+        "junk = [bytearray(64) for _ in range(20000)]\n"
+        "MPI.COMM_WORLD.Barrier()\n"
+        "junk = [bytearray(64) for _ in range(20000)]\n"
+        "print(f'rank {comm.rank} survived', flush=True)\n")
+    r = mpirun(2, str(script), env=env_with_path(), timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 0 failed: device 1" in r.stdout, r.stdout + r.stderr
+    for k in (0, 1):
+        assert f"rank {k} survived" in r.stdout, r.stdout + r.stderr
+
+
 def test_a_call_after_mpi_finalize_is_refused_not_the_job_ended(tmp_path):
     # MPI ends the job at any call made after MPI_Finalize: meshcast asks first and raises, and
     # lets an operation still in flight go without a call (rank 0's, which rank 1 never joins).

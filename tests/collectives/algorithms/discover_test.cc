@@ -122,6 +122,22 @@ TEST(Discover, LinksFromAPreset) {
   EXPECT_EQ(plain.intra().bandwidth, Topology::single_host().intra().bandwidth);
 }
 
+// Any probe size in the documented range, those below the latency probe's 64 bytes included (they
+// once shared a buffer of probe_bytes with it, and wrote past its end): links measured on both
+// hosts' pairs.
+TEST(Discover, ProbesOfEverySizeInItsRange) {
+  for (const std::int64_t bytes : {1, 63, 64, 65}) {
+    SCOPED_TRACE(bytes);
+    const Topology t = agreed(discover_on(4, [bytes](int r) {
+      DiscoverOptions d = on_host(r < 2 ? "a" : "b");
+      d.probe_bytes = bytes;
+      return d;
+    }));
+    EXPECT_GT(t.intra().bandwidth, 0);
+    EXPECT_GT(t.network().bandwidth, 0);
+  }
+}
+
 TEST(Discover, RefusalsAreAgreed) {
   // One device with a bad name: every device throws the same error.
   Outcome o = discover_on(3, [](int r) { return on_host(r == 1 ? std::string(300, 'h') : "a"); });
