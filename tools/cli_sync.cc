@@ -104,7 +104,11 @@ struct Loaded {
 };
 
 Loaded load(const SyncArgs& a) {
-  for (const auto& [flag, value] : {std::pair{"cast", &a.cast}, std::pair{"topology", &a.topology}})
+  // (An empty --plan or --save-plan read as absent ran the whole sync instead.)
+  for (const auto& [flag, value] :
+       {std::pair{"cast", &a.cast}, std::pair{"topology", &a.topology},
+        std::pair{"model", &a.model}, std::pair{"system", &a.system},
+        std::pair{"plan", &a.plan_file}, std::pair{"save-plan", &a.save_plan}})
     if (a.given.count(flag) && value->empty()) throw ValidationError(flag, kGivenEmpty);
   if (a.predict && !a.save_plan.empty())
     throw ValidationError("save-plan",
@@ -133,7 +137,7 @@ Loaded load(const SyncArgs& a) {
       if (!in_tensors && e.field() != "model") throw;
       throw Error(e.kind(), in_tensors ? "plan." + e.field() : "plan.tensors", e.cause());
     }
-    l.topology = Topology::from_json(a.topology_text);
+    l.topology = Topology::from_json(a.topology_text, "plan.topology");
   } else {
     if (a.model.empty())
       throw ValidationError("model", "is required (or --plan FILE, a sync saved by --save-plan)");
@@ -495,7 +499,8 @@ SyncArgs with_saved_sync(const SyncArgs& a) {
   // The same topology again is fine, as the same --mode is: only another one is refused.
   if (!a.topology.empty() &&
       (is_auto_topology(a.topology) ||
-       load_topology(a.topology).to_json() != Topology::from_json(std::string(topology)).to_json()))
+       load_topology(a.topology).to_json() !=
+           Topology::from_json(std::string(topology), "plan.topology").to_json()))
     throw ValidationError("topology", "the saved plan " + a.plan_file +
                                           " was made on another topology; leave --topology out "
                                           "to run it");
@@ -515,11 +520,13 @@ void add_sync_options(CLI::App& cmd, SyncArgs& a) {
                  "model file (unless --plan): NCCL M2N's model config ({\"name\": {\"shape\", "
                  "\"dtype\"}}, with --system) or the explicit form ({\"name\": {\"shape\", "
                  "\"dtype\", \"src\", \"dst\"}}); see models/README.md")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->each(noted("model"));
   cmd.add_option("--system", a.system,
                  "NCCL M2N's system config: the trainer's and the generator's parallel degrees "
                  "(placed by the Megatron convention, include/meshcast/manifest.h)")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->each(noted("system"));
   cmd.add_option("--topology", a.topology,
                  "topology: a JSON file, a preset name (dgx-a100, ...), or auto (--backend "
                  "mpi|ucx: discovered from the job's host names and measured links; "
@@ -557,11 +564,13 @@ void add_sync_options(CLI::App& cmd, SyncArgs& a) {
   cmd.add_option("--save-plan", a.save_plan,
                  "write the sync as one file (its tensors' layouts, mode, options, topology) and "
                  "exit: every rank derives its own part from it; run it with --plan")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->each(noted("save-plan"));
   cmd.add_option("--plan", a.plan_file,
                  "run a sync saved by --save-plan (it fixes --model, --system, --topology, "
                  "--mode, --cast, --strategy, --max-staging-bytes and --no-fork)")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->each(noted("plan"));
   cmd.add_flag("--no-fork", a.no_fork,
                "multicast chains never fork at the root (by default one forks where the sources "
                "on the root's host use more NICs than its receivers there, so that what leaves "
@@ -688,24 +697,27 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
   else {
     checked_together(s->boot, prepare);
     // A rank given another model, system or option would hang or corrupt: refuse it first.
+    // The first that differs is named: the options a --plan file fixes before the file, the
+    // file before what it holds (its tensors are the model).
+    const auto file_digest = [](const std::string& path, const char* field) {
+      return path.empty() ? std::string()
+                          : digest(read_input_file(path, field, limits().input_file_bytes));
+    };
     agree(
         s->boot,
-        {{"model",
-          digest(a.model_text.empty() ? read_input_file(a.model, "model", limits().input_file_bytes)
-                                      : a.model_text)},
-         {"system", a.system.empty()
-                        ? ""
-                        : digest(read_input_file(a.system, "system", limits().input_file_bytes))},
-         {"mode", a.mode},
+        {{"mode", a.mode},
          {"cast", a.cast},
          {"strategy", a.strategy},
          {"max-staging-bytes", std::to_string(l->options.max_staging_bytes)},
+         {"no-fork", a.no_fork ? "on" : "off"},
          {"iters", std::to_string(iters)},
          {"verify", a.verify ? "on" : "off"},
-         {"no-fork", a.no_fork ? "on" : "off"},
          {"predict", a.predict ? "on" : "off"},
          {"save-plan", a.save_plan},
          {"backend", s->comm.backend()},
+         {"plan", file_digest(a.plan_file, "plan")},
+         {"model", a.model_text.empty() ? file_digest(a.model, "model") : digest(a.model_text)},
+         {"system", file_digest(a.system, "system")},
          {"topology", digest(is_auto_topology(a.topology) ? a.topology : l->topology.to_json())}});
   }
 #endif

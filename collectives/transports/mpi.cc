@@ -546,14 +546,21 @@ std::unique_ptr<MpiSession> MpiSession::attach(const void* mpi_comm, MpiOptions 
   // Non-blocking, bounded by the timeout: a rank that never attaches (it failed before, or
   // exited) would hold the others in MPI_Comm_dup for ever. The others then fail by name; the
   // duplicate, never completed, cannot be cancelled and is left to the process's end.
-  MPI_Request dup = MPI_REQUEST_NULL;
-  check(MPI_Comm_idup(*static_cast<const MPI_Comm*>(mpi_comm), &impl->comm, &dup), "MPI_Comm_idup");
-  poll_until_done(dup, [&](int, std::chrono::steady_clock::duration waited) {
+  const auto within_timeout = [&](int, std::chrono::steady_clock::duration waited) {
     if (waited > std::chrono::duration<double>(options.timeout_seconds))
       throw CommError("comm", "not every rank of the communicator attached within " +
                                   human_seconds(options.timeout_seconds) +
                                   " (each calls this collectively, with the same communicator)");
-  });
+  };
+  MPI_Request dup = MPI_REQUEST_NULL;
+  check(MPI_Comm_idup(*static_cast<const MPI_Comm*>(mpi_comm), &impl->comm, &dup), "MPI_Comm_idup");
+  poll_until_done(dup, within_timeout);
+  // The duplicate also completes for a rank that comes after another gave up on it (it completes
+  // there as that one's MPI finalizes): a barrier on it, bounded alike, before the transport's
+  // blocking collectives (MPI_Comm_split_type), which would wait for that one for ever.
+  MPI_Request here = MPI_REQUEST_NULL;
+  check(MPI_Ibarrier(impl->comm, &here), "MPI_Ibarrier");
+  poll_until_done(here, within_timeout);
   auto transport = std::make_unique<MpiTransport>(impl->comm, options);
   impl->transport = transport.get();
   impl->exchange_timeout = options.exchange_timeout_seconds;

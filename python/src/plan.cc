@@ -20,6 +20,14 @@
 namespace meshcast::python {
 namespace {
 
+// f()'s result, computed without the GIL: a plan of millions of ops takes seconds to price,
+// print or parse, and other Python threads (and Ctrl-C's handler) go on meanwhile.
+template <typename F>
+auto released(F&& f) {
+  py::gil_scoped_release release;
+  return f();
+}
+
 // The presets installed with the package: <package>/meshes/<name>.json. Looked up on first use:
 // an extension module gets its __file__ only after its initialisation.
 const std::string& preset_dir() {
@@ -310,23 +318,26 @@ value: print it, save it (json()), draw it (svg()), execute it many times (resha
           "predict",
           [](const PyPlan& p, py::object topology) {
             const Topology t = topology.is_none() ? p.topology : topology_arg(topology);
-            return prediction_dict(predict(p.plan, t));
+            const Prediction pr = released([&] { return predict(p.plan, t); });
+            return prediction_dict(pr);
           },
           py::arg("topology") = py::none(), R"doc(
 The cost model's time on the plan's topology (or `topology`): a dict with seconds,
 bound_seconds (the busiest link's bytes / bandwidth) and links (busiest first).
 )doc")
       .def(
-          "json", [](const PyPlan& p) { return p.plan.to_json(); },
+          "json", [](const PyPlan& p) { return released([&] { return p.plan.to_json(); }); },
           "The plan as one JSON document (Plan.from_json reads it back).")
       .def_static(
           "from_json",
           [](const std::string& text, py::object topology) {
-            return PyPlan{Plan::from_json(text), topology_arg(topology)};
+            Topology t = topology_arg(topology);
+            return PyPlan{released([&] { return Plan::from_json(text); }), std::move(t)};
           },
           py::arg("text"), py::arg("topology") = py::none())
       .def(
-          "svg", [](const PyPlan& p) { return plan_svg(p.plan, p.topology); },
+          "svg",
+          [](const PyPlan& p) { return released([&] { return plan_svg(p.plan, p.topology); }); },
           "The plan drawn as SVG text: hosts as boxes, network transfers apart from intra-host "
           "ones.")
       .def(
@@ -335,20 +346,28 @@ bound_seconds (the busiest link's bytes / bandwidth) and links (busiest first).
             return p.plan.rank(int32_arg(device, "device"));
           },
           py::arg("device"), "Device `device`'s part of the plan (a RankPlan).")
-      .def("__str__", [](const PyPlan& p) { return p.plan.str(); })
+      .def("__str__", [](const PyPlan& p) { return released([&] { return p.plan.str(); }); })
       .def("__repr__",
            [](const PyPlan& p) {
              return "<meshcast.Plan " + p.plan.src().str() + " -> " + p.plan.dst().str() + ", " +
                     to_string(p.plan.strategy()) + ", " + std::to_string(p.plan.ops().size()) +
                     " ops>";
            })
-      .def("__eq__", [](const PyPlan& a, const PyPlan& b) { return a.plan == b.plan; })
+      // An operator: against anything but a Plan it returns NotImplemented (so == is False).
+      .def(
+          "__eq__", [](const PyPlan& a, const PyPlan& b) { return a.plan == b.plan; },
+          py::is_operator())
       // Pickled as its JSON and its topology's (mpi4py's bcast of a plan made on one rank).
       .def(py::pickle(
-          [](const PyPlan& p) { return py::make_tuple(p.plan.to_json(), p.topology.to_json()); },
+          [](const PyPlan& p) {
+            return py::make_tuple(released([&] { return p.plan.to_json(); }), p.topology.to_json());
+          },
           [](const py::tuple& t) {
-            return PyPlan{Plan::from_json(pickled<std::string>(t, 0, 2, "Plan")),
-                          Topology::from_json(pickled<std::string>(t, 1, 2, "Plan"))};
+            const std::string plan = pickled<std::string>(t, 0, 2, "Plan");
+            const std::string topology = pickled<std::string>(t, 1, 2, "Plan");
+            return released([&] {
+              return PyPlan{Plan::from_json(plan), Topology::from_json(topology)};
+            });
           }));
 
   m.def(

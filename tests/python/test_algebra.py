@@ -85,6 +85,8 @@ def test_plan_value():
     doc = json.loads(p.json())
     assert doc["strategy"] == "broadcast"
     assert mc.Plan.from_json(p.json()) == p
+    # Against anything else: unequal, not a TypeError.
+    assert p != None and not (p == 3) and p not in [None, 1] and p.rank(0) != p  # noqa: E711
     pred = p.predict()
     assert pred["seconds"] >= pred["bound_seconds"] > 0 and pred["links"]
     assert p.svg().startswith("<svg") or "<svg" in p.svg()[:200]

@@ -60,6 +60,30 @@ def test_a_rank_that_never_attaches_is_waited_for_within_the_timeout(tmp_path):
                          r"attached within 2\.000 s", r.stdout), r.stdout + r.stderr
 
 
+def test_a_rank_that_attaches_after_another_gave_up_fails_too(tmp_path):
+    # Rank 0 gives up attaching (rank 1 is late) and ends; the duplicate completes for rank 1 as
+    # rank 0's MPI finalizes, and rank 1 used to wait for ever in the transport's first blocking
+    # collective. Now its attach fails within its timeout as well.
+    pytest.importorskip("mpi4py")
+    script = tmp_path / "late_attach.py"
+    script.write_text(
+        "import time\n"
+        "import meshcast as mc\n"
+        "from mpi4py import MPI\n"
+        "r = MPI.COMM_WORLD.rank\n"
+        "if r == 1:\n"
+        "    time.sleep(4)\n"
+        "try:\n"
+        "    mc.from_mpi4py(MPI.COMM_WORLD, timeout=1.5)\n"
+        "    print(f'rank {r} attached', flush=True)\n"
+        "except mc.CommError as e:\n"
+        "    print(f'rank {r} failed: {e}', flush=True)\n")
+    r = mpirun(2, str(script), env=env_with_path(), timeout=60)
+    for k in (0, 1):
+        assert f"rank {k} failed: comm: not every rank of the communicator attached" in r.stdout, \
+            r.stdout + r.stderr
+
+
 def test_a_peer_that_comes_after_a_failed_discover_writes_into_nothing_freed(tmp_path):
     # Rank 0's discover times out in its first exchange; rank 1 comes later and sends into it.
     # The receives rank 0 had posted (into memory its unwinding freed) are cancelled first: it

@@ -134,6 +134,8 @@ sed 's/"mode": *"fused"/"mode": "sideways"/' "$TMP/saved.json" >"$TMP/badmode.js
 sed 's/"max_staging_bytes": *[0-9]*/"max_staging_bytes": 0/' "$TMP/saved.json" >"$TMP/badstaging.json"
 # A key meshcast never writes (here "fork" mistyped, which would have run with chains that fork).
 sed 's/"fork": *true/"frok": false/' "$TMP/saved.json" >"$TMP/badkey.json"
+# A topology without its placement: named as the file's field, not as --topology.
+sed 's/"single_host": *true/"single_hots": true/' "$TMP/saved.json" >"$TMP/badtopo.json"
 # A tensor's field is named as the plan file's, not a model file's.
 sed 's/"dtype": *"BF16"/"dtype": "BF61"/' "$TMP/saved.json" >"$TMP/baddtype.json"
 # An expert group missing its first experts: named for what is missing, not the model's size.
@@ -162,6 +164,7 @@ plan.mode: expected fused, per-tensor or gather, got 'sideways' (in |--plan $TMP
 plan.max_staging_bytes: must be at least 8|--plan $TMP/badstaging.json
 plan.frok: unknown key (a saved sync has meshcast_sync_plan, mode|--plan $TMP/badkey.json
 plan.tensors.norm.dtype: unknown dtype 'BF61'|--plan $TMP/baddtype.json
+plan.topology.single_hots: unknown key|--plan $TMP/badtopo.json
 save-plan: saves the sync and exits, pricing nothing|--model $TMP/explicit.json --predict --save-plan $TMP/both.json
 experts.2.up_proj.weight: expert 2: its group needs experts 0 to 2, more than the model's 2 tensors|--model $TMP/experts.json --system models/systems/tp2pp2-to-tp2dp2.json --predict
 topology|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --topology auto --save-plan $TMP/auto.json
@@ -338,7 +341,7 @@ if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] &&
   grep -q "^meshcast: buffer bytes: .* the largest: the gather mode's whole-tensor buffers" "$TMP/err"
 then ok; else bad "gather scratch on the local backend: rc=$rc $(cat "$TMP/err")"; fi
 
-for flag in cast topology; do  # given empty: refused, not taken for the default
+for flag in cast topology plan save-plan; do  # given empty: refused, not taken for the default
   run --model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --$flag ''
   if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q -- "^meshcast: $flag: given empty" "$TMP/err"
   then ok; else bad "empty --$flag: rc=$rc $(cat "$TMP/err")"; fi
