@@ -26,6 +26,7 @@
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
 #include "meshcast/manifest.h"
+#include "meshcast/plan_size.h"
 #include "meshcast/region.h"
 #include "meshcast/sync.h"
 #include "meshcast/testing.h"
@@ -680,8 +681,8 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
       // share of the planning memory, which auto's choices and the parts' check then keep to
       // (before, each part could take the whole bound: 128 devices reached 8.5 GB).
       if (!s && devices.size() > 1)
-        l->options.plan.max_plan_bytes = std::max<std::int64_t>(
-            1, limits().plan_memory_bytes / static_cast<std::int64_t>(devices.size()));
+        l->options.plan.max_plan_bytes = plan_memory_share(
+            limits().plan_memory_bytes, static_cast<std::int64_t>(devices.size()));
     }
     if (!s) return;
     const std::int64_t needed = std::int64_t{devices.back()} + 1;  // (the largest id is 2^31 - 1)

@@ -51,6 +51,11 @@ PlanSize combined(const PlanSize& a, const PlanSize& b);
 // The memory bound in force: `max_bytes` (PlanOptions::max_plan_bytes) if > 0, else
 // limits().plan_memory_bytes.
 std::int64_t plan_memory_bound(std::int64_t max_bytes);
+// The bound of each of `parts` plans that one process makes at once (the local backend plans
+// every device's part): every estimate counts the process's own memory, which they share, so
+// each gets that and an equal share of the rest of `bound` (not bound / parts, under the process
+// alone from about 500 parts).
+std::int64_t plan_memory_share(std::int64_t bound, std::int64_t parts);
 
 // Throws a one-line ValidationError naming "plan ops" or "plan memory" with the estimate (boxes,
 // ops, bytes, strategy) and the bound when the estimate exceeds limits().plan_ops or

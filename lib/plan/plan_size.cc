@@ -183,6 +183,13 @@ std::int64_t plan_memory_bound(std::int64_t max_bytes) {
   return max_bytes > 0 ? max_bytes : limits().plan_memory_bytes;
 }
 
+std::int64_t plan_memory_share(std::int64_t bound, std::int64_t parts) {
+  const auto process = static_cast<std::int64_t>(kProcessBytes);
+  parts = std::max<std::int64_t>(1, parts);
+  if (bound <= process) return std::max<std::int64_t>(1, bound / parts);
+  return process + (bound - process) / parts;
+}
+
 void check_plan_size(const PlanSize& size, std::int64_t max_bytes) {
   check_limit("plan ops", detail::saturated_int64(size.ops), limits().plan_ops, "PLAN_OPS");
   const std::int64_t bound = plan_memory_bound(max_bytes),
