@@ -354,6 +354,19 @@ run --model "$TMP/wide.json" --iters 1 --verify --json
 if [[ $rc -eq 0 && $(field verified) == true ]]; then ok; else
   bad "a sync to 600 devices: rc=$rc $(head -c 300 "$TMP/err")"; fi
 
+# The run-transfers bound counts what each mode sends: per tensor, a message per box and
+# receiver (10 all-gathers over 64 devices: 40,320 an iteration), fused at least one per tensor
+# and target device (640).
+python3 -c 'import json
+print(json.dumps({f"t{i}": {"shape": [64], "dtype": "F32", "src": "64@0-63:S0", "dst": "64@0-63:R"}
+                  for i in range(10)}))' >"$TMP/gathers.json"
+MESHCAST_MAX_RUN_TRANSFERS=100000 run --model "$TMP/gathers.json" --mode per-tensor --iters 3
+if [[ $rc -eq 2 ]] && grep -q "^meshcast: run transfers: 3 iterations and the warm-up, each of 4[0-9]* transfers" "$TMP/err"
+then ok; else bad "per-tensor run transfers: rc=$rc $(head -c 300 "$TMP/err")"; fi
+MESHCAST_MAX_RUN_TRANSFERS=100000 run --model "$TMP/gathers.json" --iters 3 --verify --json
+if [[ $rc -eq 0 && $(field verified) == true ]]; then ok; else
+  bad "fused within run transfers: rc=$rc $(head -c 300 "$TMP/err")"; fi
+
 # An explicit entry's keys are all meshcast's: a misspelt dst_dtype is refused, not a sync uncast.
 printf '{"w": {"shape": [64], "dtype": "F32", "src": "1@0:S0", "dst": "2@1-2:S0", "dst_dtyp": "bf16"}}' >"$TMP/typo.json"
 run --model "$TMP/typo.json" --iters 1
