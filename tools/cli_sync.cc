@@ -216,13 +216,19 @@ SyncStats predict_steps(const Loaded& l) {
   return total;
 }
 
-// The seconds device `device` takes to plan its part of every step (each kind timed once).
+// The seconds device `device` takes to plan its part of every step: each kind timed once, and
+// once more where it repeats, the repeats at the second time (the first pays what a process
+// pays once, which the count multiplied: 20,000 alike steps read 3.8 s, planned in 0.29 s).
 double rank_plan_seconds(const Loaded& l, int device) {
-  double seconds = 0;
-  for (const StepKind& k : step_kinds(l)) {
+  const auto timed = [&](const StepKind& k) {
     const auto t0 = Clock::now();
     (void)plan_sync(k.step->moves, device, l.topology, l.options);
-    seconds += since(t0) * static_cast<double>(k.count);
+    return since(t0);
+  };
+  double seconds = 0;
+  for (const StepKind& k : step_kinds(l)) {
+    seconds += timed(k);
+    if (k.count > 1) seconds += timed(k) * static_cast<double>(k.count - 1);
   }
   return seconds;
 }
