@@ -247,10 +247,12 @@ installed with the package: aws-p3.8xlarge, dgx-a100, h100-cluster, gb200-nvl72,
 Topology("path/to/file.json") (docs/topology.md), Topology.discover(comm), or
 Topology.single_host().
 )doc")
-      .def(py::init(&load_topology), py::arg("name_or_path"))
+      .def(py::init(
+               [](py::handle name) { return load_topology(str_arg(name, "name_or_path", true)); }),
+           py::arg("name_or_path"))
       .def_static("single_host", &Topology::single_host)
       .def_static(
-          "from_json", [](const std::string& text) { return Topology::from_json(text); },
+          "from_json", [](py::handle text) { return Topology::from_json(str_arg(text, "text")); },
           py::arg("text"))
       .def_static(
           "discover",
@@ -280,8 +282,16 @@ short ping-pong probe of probe_bytes (probe=False: placement only).
       .def_property_readonly("name", &Topology::name)
       .def_property_readonly("hosts", &Topology::hosts)
       .def_property_readonly("nics_per_host", &Topology::nics_per_host)
-      .def("host_of", &Topology::host_of, py::arg("device"))
-      .def("host_name", &Topology::host_name, py::arg("host"))
+      .def(
+          "host_of",
+          [](const Topology& t, py::handle device) {
+            return t.host_of(int32_arg(device, "device"));
+          },
+          py::arg("device"))
+      .def(
+          "host_name",
+          [](const Topology& t, py::handle host) { return t.host_name(int32_arg(host, "host")); },
+          py::arg("host"))
       .def("json", &Topology::to_json)
       .def("__repr__", [](const Topology& t) { return "<meshcast.Topology '" + t.name() + "'>"; })
       .def(py::pickle([](const Topology& t) { return py::make_tuple(t.to_json()); },

@@ -9,6 +9,7 @@
 #include "meshcast/manifest.h"
 #include "python/src/comm.h"
 #include "python/src/execute.h"
+#include "python/src/instance.h"
 #include "python/src/ints.h"
 #include "python/src/plan.h"
 #include "python/src/sync.h"
@@ -67,6 +68,14 @@ py::dict stats_dict(const SyncStats& s) {
   d["link_bound_seconds"] = s.link_bound_seconds;
   d["busiest_link"] = s.busiest_link;
   return d;
+}
+
+// The SyncPlan `obj` is; else a TypeError naming the argument (pybind11's own took four lines).
+const SyncPlan& sync_plan_arg(py::handle obj) {
+  if (const SyncPlan* p = instance_of<SyncPlan>(obj)) return *p;
+  if (py::isinstance<SyncPlan>(obj)) return obj.cast<const SyncPlan&>();
+  throw py::type_error("plan: expected a meshcast SyncPlan (from plan_sync), got " +
+                       type_name(obj));
 }
 
 // Views by tensor index from a dict {name: array}: every tile this device holds (or receives)
@@ -187,7 +196,8 @@ there; meshcast sync --no-fork).
       "busiest_link, messages, bytes_moved, ...). Plans every device: for planning, not jobs.");
   m.def(
       "sync",
-      [](const SyncPlan& plan, py::object comm, py::object src, py::object dst) {
+      [](py::handle plan_obj, py::object comm, py::object src, py::object dst) {
+        const SyncPlan& plan = sync_plan_arg(plan_obj);
         Bound b = bind_buffers(plan, comm, src, dst);
         const Busy call(b.group.comm, b.keep.spans);
         py::gil_scoped_release release;
@@ -201,7 +211,8 @@ of the layout's dtype and local shape. Every device of the sync calls it.
 )doc");
   m.def(
       "isync",
-      [](const SyncPlan& plan, py::object comm, py::object src, py::object dst) {
+      [](py::handle plan_obj, py::object comm, py::object src, py::object dst) {
+        const SyncPlan& plan = sync_plan_arg(plan_obj);
         Bound b = bind_buffers(plan, comm, src, dst);
         const std::vector<MemorySpan> uses = b.keep.spans;
         Handle h(b.group, std::move(b.keep));

@@ -382,6 +382,15 @@ def test_bad_world_arguments():
     # A path with a NUL: the OS would read the path up to it, another file than the one named.
     (lambda: mc.load_model("m.json\0x"), ValueError, "model: the path holds a NUL byte"),
     (lambda: mc.Topology("dgx-a100\0x"), ValueError, "topology: the name holds a NUL byte"),
+    (lambda: mc.Topology(None), TypeError, "name_or_path: expected a path"),
+    (lambda: mc.Topology.from_json(None), TypeError, "text: expected a str, got NoneType"),
+    (lambda: mc.Topology("dgx-a100").host_of(2**40), ValueError,
+     "device: 1099511627776 is out of range"),
+    (lambda: mc.Topology("dgx-a100").host_of(True), TypeError, "device: expected an int, got bool"),
+    (lambda: mc.Topology("dgx-a100").host_name(-2**63 - 1), ValueError, "host: "),
+    (lambda: mc.sync(mc.plan(mc.Layout((4,), "f32", "1@0:R"), mc.Layout((4,), "f32", "1@1:R")),
+                     None, {}, {}), TypeError, "plan: expected a meshcast SyncPlan"),
+    (lambda: mc.isync(None, None, {}, {}), TypeError, "plan: expected a meshcast SyncPlan"),
 ])
 def test_out_of_range_ints_are_named_in_one_line(make, exc, message):
     # pybind11's own conversion failed with a multi-line list of overloads.
