@@ -8,10 +8,10 @@
 namespace meshcast {
 namespace {
 
-// Periods keep |value| + (addends - 1) within the exact integers of each dtype for up to 64
-// addends: bf16 (256), i8 (127), f16 (2048), f32 and c64's parts (2^24), and below the top of
-// each unsigned type (whose addends may wrap below zero: the sum wraps back). Primes, so that
-// a shift by a power of two is seen. bool has no period (see test_value).
+// Values are below these bounds, which keep |value| + (addends - 1) within the exact integers of
+// each dtype for up to 64 addends: bf16 (256), i8 (127), f16 (2048), f32 and c64's parts (2^24),
+// and below the top of each unsigned type (whose addends may wrap below zero: the sum wraps
+// back). bool has none (see test_value).
 std::int64_t period(DType t) {
   switch (t) {
     case DType::i8:
@@ -192,7 +192,15 @@ std::int64_t test_value(std::int64_t i, DType dtype) {
   // bool: the parity of i's bits (Thue-Morse): not periodic, so a shifted element shows.
   if (dtype == DType::b8) return std::popcount(static_cast<std::uint64_t>(i)) & 1;
   const std::int64_t p = period(dtype);
-  return p ? i % p : i;
+  if (!p) return i;
+  // Of a mix of i's bits (splitmix64's finalizer), not of i: i % p repeated every p elements, so
+  // a row moved to another row of a tensor whose rows are a multiple of p long (191 bf16
+  // elements) matched, element for element. Now a box in another place matches by chance only,
+  // each of its elements with odds 1 in p.
+  auto z = static_cast<std::uint64_t>(i) + 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return static_cast<std::int64_t>((z ^ (z >> 31)) % static_cast<std::uint64_t>(p));
 }
 
 void fill_source(const Layout& src, int device, void* local) {
