@@ -165,8 +165,8 @@ std::uint64_t step_digest(const Step& s) {
 
 // A mode's steps by kind, in the order each first comes: one of each, and how many there are.
 // A model's layers repeat their shapes and layouts (gpt2-small's 588 gather steps are 61
-// kinds between meshes of 8,192 devices): a prediction prices, and times the planning of, each kind
-// once.
+// kinds between meshes of 8,192 devices): a prediction prices each kind once, and times its
+// planning (rank_plan_seconds).
 struct StepKind {
   const Step* step;
   std::int64_t count;
@@ -217,9 +217,10 @@ SyncStats predict_steps(const Loaded& l) {
 }
 
 // The seconds device `device` takes to plan its part of every step: each kind timed once, and
-// once more where it repeats, the repeats at the second time (the first pays what a process
-// pays once, which the count multiplied: 20,000 alike steps read 3.8 s, planned in 0.29 s).
-double rank_plan_seconds(const Loaded& l, int device) {
+// (`repeats`) once more where it repeats, the repeats at the second time (the first pays what a
+// process pays once, which the count multiplied: 20,000 alike steps read 3.8 s, planned in
+// 0.29 s). Without `repeats`, each kind planned once: a check that every kind can be.
+double rank_plan_seconds(const Loaded& l, int device, bool repeats = true) {
   const auto timed = [&](const StepKind& k) {
     const auto t0 = Clock::now();
     (void)plan_sync(k.step->moves, device, l.topology, l.options);
@@ -228,7 +229,7 @@ double rank_plan_seconds(const Loaded& l, int device) {
   double seconds = 0;
   for (const StepKind& k : step_kinds(l)) {
     seconds += timed(k);
-    if (k.count > 1) seconds += timed(k) * static_cast<double>(k.count - 1);
+    if (k.count > 1 && repeats) seconds += timed(k) * static_cast<double>(k.count - 1);
   }
   return seconds;
 }
@@ -792,7 +793,7 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
     // A sync too large to plan is refused alike on every device (its parts are summed over the
     // tensors, the same everywhere): one device plans first, so that such a sync ends before
     // a thread per device prices it at once (128 devices: 1.1 GB and 6 s before the refusal).
-    (void)rank_plan_seconds(*l, devices.front());
+    (void)rank_plan_seconds(*l, devices.front(), false);
     // Ids up to the largest, but a thread only for each device of the model.
     LocalWorld world(devices.back() + 1);
     std::atomic<std::int64_t> wrong{0};

@@ -332,7 +332,7 @@ void require_writable_dir(const std::string& dir, const std::string& field,
   for (const std::string& name : files) {
     const std::string path = dir + "/" + name;
     const auto type = std::filesystem::status(path, ec).type();
-    using std::filesystem::file_type;  // none: status() failed (the probe above speaks for it)
+    using std::filesystem::file_type;  // none: status() failed (the probe below speaks for it)
     if (type != file_type::not_found && type != file_type::regular && type != file_type::none)
       throw IoError(field, path + " exists and is not a regular file: the run could not write it");
   }
@@ -542,6 +542,15 @@ class Progress {
   double done_ = 0;
 };
 
+// `path` made absolute; as given when it is empty or the working directory cannot be found
+// (the report runs after training: it must not fail there).
+std::string absolute_or_given(const std::string& path) {
+  if (path.empty()) return path;
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::absolute(path, ec);
+  return ec ? path : p.string();
+}
+
 // A resumed run's steps before the checkpoint, from the run JSON the earlier run left in --out,
 // so that the charts and the JSON cover the whole run; none (with a warning) when that file is
 // missing, of another model or configuration, of a run that saved into another checkpoint
@@ -683,9 +692,7 @@ nlohmann::json report(const std::string& kind, const Run& r, const TrainArgs& a,
                  {"eval_every", r.eval_every},
                  // Absolute: a resume from another working directory reads this history only
                  // where it saved into the same directory (history()).
-                 {"checkpoint_dir", a.checkpoint_dir.empty()
-                                        ? std::string()
-                                        : std::filesystem::absolute(a.checkpoint_dir).string()},
+                 {"checkpoint_dir", absolute_or_given(a.checkpoint_dir)},
                  {"checkpoint_every", r.checkpoint_every},
                  {"resume", a.resume},
                  {"out", a.out},

@@ -201,6 +201,16 @@ class Runner {
     comm += now() - t2;
     st.loss = sums[0] / static_cast<double>(cfg_.batch * model_.seq);
     st.grad_norm = std::sqrt(sums[1]);
+    // The same on every device (one all-reduce): all stop before an update makes weights that are
+    // not finite (clipping by an infinite norm gives NaN), or a save keeps them.
+    if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm)) {
+      std::ostringstream why;
+      why << "step " << index + 1 << "'s loss is " << st.loss << " and its gradient norm "
+          << st.grad_norm
+          << ": not finite (the run diverged, or its weights were loaded wrong); stopped before "
+             "the update, nothing saved, older checkpoints kept";
+      throw InternalError("loss", why.str());
+    }
     AdamW opt;
     opt.lr = cfg_.lr;
     opt.weight_decay = cfg_.weight_decay;
@@ -768,14 +778,6 @@ TrainResult train(Communicator& comm, const ModelConfig& model, const ParallelCo
   for (int s = first; s < train.steps; ++s) {
     StepStats st = runner.step(s);
     st.step = s + 1;
-    // The same on every device (one all-reduce): all stop before a checkpoint of such weights
-    // could replace the good ones.
-    if (!std::isfinite(st.loss))
-      throw InternalError("loss", "step " + std::to_string(st.step) + "'s loss is " +
-                                      std::to_string(st.loss) +
-                                      ": the weights are no longer finite (the run diverged, or "
-                                      "they were loaded wrong); stopped before saving or training "
-                                      "on, older checkpoints kept");
     const bool last = s + 1 == train.steps;
     auto due = [&](int every) { return last || (every > 0 && (s + 1) % every == 0); };
     if (run.held_out != nullptr && due(run.eval_every))

@@ -203,17 +203,12 @@ struct Collective::State : InFlight {
       throw;
     }
   }
-  // After a failure in a wait (a peer's, an interrupt): the round's requests are cancelled and
-  // waited for up to a second (MPI and UCX cannot stop what a peer matched; the peers, told,
-  // end theirs), so that none still writes into the scratch or the caller's buffers once the
-  // unwinding frees them.
+  // After a failure in a wait (a peer's, an interrupt): the round's requests are cancelled, so
+  // that none still writes into the scratch or the caller's buffers once the unwinding frees
+  // them.
   void cancel_posted() noexcept {
-    try {
-      for (Request& q : reqs) comm->cancel(q);
-      reqs.clear();
-      (void)comm->settle_cancelled(Communicator::Clock::now() + std::chrono::seconds(1));
-    } catch (...) {  // best effort, as abandon() is
-    }
+    comm->cancel_and_settle(reqs);
+    reqs.clear();
   }
 
   void post() {

@@ -545,9 +545,12 @@ std::unique_ptr<MpiSession> MpiSession::attach(const void* mpi_comm, MpiOptions 
   auto impl = std::make_unique<Impl>();
   // Non-blocking, bounded by the timeout: a rank that never attaches (it failed before, or
   // exited) would hold the others in MPI_Comm_dup for ever. The others then fail by name; the
-  // duplicate, never completed, cannot be cancelled and is left to the process's end.
-  const auto within_timeout = [&](int, std::chrono::steady_clock::duration waited) {
-    if (waited > std::chrono::duration<double>(options.timeout_seconds))
+  // duplicate, never completed, cannot be cancelled and is left to the process's end (as is the
+  // barrier below, with the duplicate it was on).
+  const auto start = std::chrono::steady_clock::now();
+  const auto within_timeout = [&](int, std::chrono::steady_clock::duration) {
+    if (std::chrono::steady_clock::now() - start >
+        std::chrono::duration<double>(options.timeout_seconds))
       throw CommError("comm", "not every rank of the communicator attached within " +
                                   human_seconds(options.timeout_seconds) +
                                   " (each calls this collectively, with the same communicator)");

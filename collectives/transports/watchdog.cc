@@ -8,9 +8,9 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <cmath>
 #include <fstream>
 #include <functional>
+#include <iomanip>
 #include <span>
 #include <sstream>
 #include <string>
@@ -224,11 +224,14 @@ void Watchdog::named(const std::vector<int>& peers, double waited, bool exchange
   std::stable_partition(silent.begin(), silent.end(), [&](int p) {
     return std::find(peers.begin(), peers.end(), p) != peers.end();
   });
-  // "3", "0.5", "12.3": to a tenth (a wait measured as 2.00001 s reads "2"), not to_string's
-  // "3.000000".
-  std::ostringstream seconds;
-  seconds << std::round(waited * 10) / 10;
-  const std::string after = "no progress for " + seconds.str() + " s";
+  // "3", "0.5", "12.3", "0.02": to a tenth (a wait measured as 2.00001 s reads "2"; a hundredth
+  // below a second), never to_string's "3.000000" nor "1e+06".
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(waited < 1 ? 2 : 1) << waited;
+  std::string seconds = out.str();
+  seconds.erase(seconds.find_last_not_of('0') + 1);
+  if (seconds.back() == '.') seconds.pop_back();
+  const std::string after = "no progress for " + seconds + " s";
   // The first device is the one named; the others follow in the cause.
   const auto also = [](std::span<const int> rest, const char* what) {
     return rest.empty() ? std::string() : std::string(what) + rank_list(rest) + ")";

@@ -161,9 +161,13 @@ class Communicator {
   void wait(Request& r);
   void wait_all(std::span<Request> rs);
   // wait_all() on requests into memory that a failure frees as it unwinds (the caller's stack):
-  // a failure first cancels them and waits up to a second for them to end (settle_cancelled),
-  // so that a receive a late peer matches does not write into it afterwards.
+  // a failure first cancels them (cancel_and_settle), so that a receive a late peer matches does
+  // not write into it afterwards.
   void wait_all_or_cancel(std::span<Request> rs);
+  // After a failure: cancels each request and waits up to a second for them to end
+  // (settle_cancelled). Best effort (MPI and UCX cannot stop what a peer already matched; the
+  // peers, told, end theirs): throws nothing.
+  void cancel_and_settle(std::span<Request> rs) noexcept;
   // True once a request completed (it stays valid; wait() on it returns at once).
   bool test(Request& r);
   // Moves this device's chains and its operations in flight on a step, as a wait does while it

@@ -10,9 +10,9 @@
 
 namespace meshcast {
 
-// The value of global row-major element i: a small integer, exact in every dtype, a hash of i
-// (not periodic: a box delivered to another place shows, but by chance, in every dtype). bool
-// holds 0 or 1; a complex element holds (value, -value).
+// The value of global row-major element i: a small integer, exact in every dtype, not periodic
+// (docs/design.md, "Test data": a box delivered to another place shows, but by chance, in every
+// dtype). bool holds 0 or 1; a complex element holds (value, -value).
 std::int64_t test_value(std::int64_t i, DType dtype);
 // Fills a device's source tile: element i holds test_value(i); a partial source holds addends
 // that sum to it exactly (small integers, so any summation order is exact; unsigned addends may

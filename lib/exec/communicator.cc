@@ -136,12 +136,19 @@ void Communicator::wait_all_or_cancel(std::span<Request> rs) {
   try {
     wait_all(rs);
   } catch (...) {
-    try {
-      for (Request& r : rs) cancel(r);
-      (void)settle_cancelled(Clock::now() + std::chrono::seconds(1));
-    } catch (...) {  // best effort: the failure is what the caller hears of
-    }
+    cancel_and_settle(rs);
     throw;
+  }
+}
+
+void Communicator::cancel_and_settle(std::span<Request> rs) noexcept {
+  for (Request& r : rs) try {
+      cancel(r);
+    } catch (...) {  // the others are still cancelled
+    }
+  try {
+    (void)settle_cancelled(Clock::now() + std::chrono::seconds(1));
+  } catch (...) {  // best effort: the failure is what the caller hears of
   }
 }
 

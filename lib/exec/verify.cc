@@ -8,11 +8,11 @@
 namespace meshcast {
 namespace {
 
-// Values are below these bounds, which keep |value| + (addends - 1) within the exact integers of
-// each dtype for up to 64 addends: bf16 (256), i8 (127), f16 (2048), f32 and c64's parts (2^24),
-// and below the top of each unsigned type (whose addends may wrap below zero: the sum wraps
-// back). bool has none (see test_value).
-std::int64_t period(DType t) {
+// Values are below these bounds (primes, as periods once were), which keep |value| + (addends - 1)
+// within the exact integers of each dtype for up to 64 addends: bf16 (256), i8 (127), f16 (2048),
+// f32 and c64's parts (2^24), and below the top of each unsigned type (whose addends may wrap below
+// zero: the sum wraps back). bool has none (see test_value).
+std::int64_t bound(DType t) {
   switch (t) {
     case DType::i8:
       return 61;
@@ -131,18 +131,18 @@ bool equals(const void* p, DType t, std::int64_t v) {
 }
 
 // The addends after the first that hold an offset: any partial sum, in any order, then stays
-// within the float type's exact integers (|v| < period, each offset within 1). The later ones
+// within the float type's exact integers (|v| < bound, each offset within 1). The later ones
 // hold 0 (a bf16 sum of 100 addends was checked wrong in the rounding of its partial sums).
 std::int64_t offset_addends(DType t) {
-  const auto exact_beyond_period = [&](std::int64_t exact) { return exact - period(t) + 1; };
+  const auto exact_beyond_bound = [&](std::int64_t exact) { return exact - bound(t) + 1; };
   switch (t) {
     case DType::bf16:
-      return exact_beyond_period(256);
+      return exact_beyond_bound(256);
     case DType::f16:
-      return exact_beyond_period(2048);
+      return exact_beyond_bound(2048);
     case DType::f32:
     case DType::c64:
-      return exact_beyond_period(std::int64_t{1} << 24);
+      return exact_beyond_bound(std::int64_t{1} << 24);
     default:  // exact: integers wrap, f64 and c128 hold any index
       return std::numeric_limits<std::int64_t>::max();
   }
@@ -191,16 +191,18 @@ void for_each_element(const Layout& l, int device, void* local, F&& f) {
 std::int64_t test_value(std::int64_t i, DType dtype) {
   // bool: the parity of i's bits (Thue-Morse): not periodic, so a shifted element shows.
   if (dtype == DType::b8) return std::popcount(static_cast<std::uint64_t>(i)) & 1;
-  const std::int64_t p = period(dtype);
+  const std::int64_t p = bound(dtype);
   if (!p) return i;
-  // Of a mix of i's bits (splitmix64's finalizer), not of i: i % p repeated every p elements, so
-  // a row moved to another row of a tensor whose rows are a multiple of p long (191 bf16
-  // elements) matched, element for element. Now a box in another place matches by chance only,
-  // each of its elements with odds 1 in p.
-  auto z = static_cast<std::uint64_t>(i) + 0x9E3779B97F4A7C15ULL;
+  // i's place in its block of p consecutive elements, which always differ (a shift by fewer
+  // than p is seen), offset by a hash of the block's number (splitmix64's finalizer): i % p
+  // alone repeated every p elements, so a row moved to another row of a tensor whose rows are a
+  // multiple of p long (191 bf16 elements) matched element for element. Now two blocks match
+  // by chance only, one in p.
+  auto z = static_cast<std::uint64_t>(i / p) + 0x9E3779B97F4A7C15ULL;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return static_cast<std::int64_t>((z ^ (z >> 31)) % static_cast<std::uint64_t>(p));
+  const auto offset = static_cast<std::int64_t>((z ^ (z >> 31)) % static_cast<std::uint64_t>(p));
+  return (i % p + offset) % p;
 }
 
 void fill_source(const Layout& src, int device, void* local) {

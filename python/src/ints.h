@@ -119,7 +119,7 @@ inline std::string str_arg(py::handle obj, const std::string& arg, bool path = f
   }
   if (path && py::hasattr(obj, "__fspath__")) {
     const py::object p = py::module_::import("os").attr("fspath")(obj);
-    if (py::isinstance<py::str>(p)) return p.cast<std::string>();
+    if (py::isinstance<py::str>(p)) return str_arg(p, arg);  // (a lone surrogate: one line)
   }
   throw py::type_error(arg + ": expected " + (path ? "a path (str or os.PathLike)" : "a str") +
                        ", got " + type_name(obj));

@@ -21,7 +21,7 @@ namespace meshcast::python {
 namespace {
 
 // f()'s result, computed without the GIL: a plan of millions of ops takes seconds to price,
-// print or parse, and other Python threads (and Ctrl-C's handler) go on meanwhile.
+// print or parse, and the program's other Python threads go on meanwhile.
 template <typename F>
 auto released(F&& f) {
   py::gil_scoped_release release;
@@ -252,7 +252,12 @@ Topology.single_host().
            py::arg("name_or_path"))
       .def_static("single_host", &Topology::single_host)
       .def_static(
-          "from_json", [](py::handle text) { return Topology::from_json(str_arg(text, "text")); },
+          "from_json",
+          [](py::handle text) {
+            // bytes too (a file read in binary mode), as before arguments were checked here
+            return Topology::from_json(py::isinstance<py::bytes>(text) ? text.cast<std::string>()
+                                                                       : str_arg(text, "text"));
+          },
           py::arg("text"))
       .def_static(
           "discover",

@@ -116,6 +116,7 @@ def test_topology_presets_and_files():
     from conftest import ROOT
     assert mc.Topology(ROOT + "/meshes/dgx-a100.json").json() == t.json()
     assert mc.Topology.from_json(t.json()).json() == t.json()
+    assert mc.Topology.from_json(t.json().encode()).json() == t.json()  # a file read as bytes
     assert mc.Topology.single_host().hosts == 1
 
 

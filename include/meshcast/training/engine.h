@@ -155,7 +155,8 @@ struct RunOptions {
 // devices beyond them make the run's groups with the others (Communicator::group) and return.
 // Every device of `comm` calls it with the same arguments. Throws
 // ValidationError naming the field for a configuration that does not fit the model, CommError
-// when a peer fails.
+// when a peer fails, InternalError("loss") on every device at a step whose loss or gradient norm
+// is not finite (before its update and any save).
 // Steps run from the resumed checkpoint's step (or 0) to train.steps.
 TrainResult train(Communicator& comm, const ModelConfig& model, const ParallelConfig& parallel,
                   const TrainConfig& train, const BatchSource& batches, const RunOptions& run = {});

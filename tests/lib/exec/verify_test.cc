@@ -216,7 +216,7 @@ TEST(Verify, SwappedElementsAreSeenInEveryDtype) {
 
 // A row delivered to another row is seen whatever the row length: test values are no longer
 // i % p, under which rows of a multiple of p elements (191 for bf16 and u8, 61 for i8) were
-// alike and the swap passed.
+// alike and the swap passed. And a shift by one element is seen in every dtype but bool.
 TEST(Verify, RowsSwappedAreSeenWhateverTheirLength) {
   for (DType t : kAllDTypes) {
     if (t == DType::b8) continue;  // 0 or 1: rows alike by chance
@@ -227,6 +227,10 @@ TEST(Verify, RowsSwappedAreSeenWhateverTheirLength) {
       std::swap_ranges(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(row),
                        b.begin() + static_cast<std::ptrdiff_t>(row));
       EXPECT_GT(count_mismatches(l, 0, b.data()), cols) << to_string(t) << " rows of " << cols;
+      // Every element one place on, but the last: only values across a block's end may match.
+      Bytes c = filled(l, 0);
+      std::rotate(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(dtype_size(t)), c.end());
+      EXPECT_GT(count_mismatches(l, 0, c.data()), 3 * cols) << to_string(t) << " shifted";
     }
   }
 }
