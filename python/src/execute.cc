@@ -359,20 +359,32 @@ void Handle::drop() {
   op->transfer.reset();
 }
 
+// A test() or wait() that raised ended its operation as well (what it had posted was cancelled):
+// its arrays are the caller's again, not "in flight" (Life::check_free).
 bool Handle::test() {
   const Busy call(group->comm);  // raises once the communicator ended
   py::gil_scoped_release release;
-  const bool done =
-      (!op->transfer || op->transfer->test()) && (!op->collective || op->collective->test());
-  if (done) op->observed = true;  // (the call is the communicator's only one: Busy)
-  return done;
+  try {
+    const bool done =
+        (!op->transfer || op->transfer->test()) && (!op->collective || op->collective->test());
+    if (done) op->observed = true;  // (the call is the communicator's only one: Busy)
+    return done;
+  } catch (...) {
+    op->observed = true;
+    throw;
+  }
 }
 
 void Handle::wait() {
   const Busy call(group->comm);  // raises once the communicator ended
   py::gil_scoped_release release;
-  if (op->transfer) op->transfer->wait();
-  if (op->collective) op->collective->wait();
+  try {
+    if (op->transfer) op->transfer->wait();
+    if (op->collective) op->collective->wait();
+  } catch (...) {
+    op->observed = true;
+    throw;
+  }
   op->observed = true;
 }
 

@@ -519,6 +519,24 @@ def test_handle_kept_by_a_raising_device():
         mc.LocalWorld(2, timeout=10).run(step)
 
 
+def test_arrays_of_a_failed_wait_are_not_in_flight():
+    # Device 1 drops its handle (abandoning the move); device 0's wait fails. Its arrays are its
+    # own again: using them tells of the communicator given up, not of "an operation in flight".
+    def step(comm):
+        dst = good_dst(comm.rank)
+        h = mc.ireshard(PLAN, comm, good_src(comm.rank), dst)
+        if comm.rank == 1:
+            del h
+            return None
+        with pytest.raises(mc.CommError):
+            h.wait()
+        with pytest.raises(mc.CommError, match="gave this communicator up"):
+            mc.reshard(PLAN, comm, good_src(comm.rank), dst)
+        return True
+
+    assert mc.LocalWorld(2, timeout=5).run(step)[0]
+
+
 def test_aliased_buffers_are_refused():
     same = mc.plan(mc.Layout((8,), "f32", "2@0-1:S0"), mc.Layout((8,), "f32", "2@[1,0]:S0"))
 

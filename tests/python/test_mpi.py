@@ -36,25 +36,30 @@ def test_one_rank_failing_ends_the_job():
     assert "rank 1 gives up" in r.stderr and "CommError" in r.stderr, r.stderr[-2000:]
 
 
-def test_a_rank_that_never_attaches_is_waited_for_within_the_timeout(tmp_path):
-    # Rank 0 exits without calling from_mpi4py: the others' duplicate of the communicator never
-    # completes, and their timeout (2 s) ends it with a CommError instead of a hang.
-    pytest.importorskip("mpi4py")
+def attach_after(tmp_path, before, timeout):
+    """A script whose ranks run `before` (Python lines, r is the rank), then from_mpi4py with
+    `timeout`, printing 'rank R attached' or 'rank R after S s: ERROR'."""
     script = tmp_path / "attach.py"
     script.write_text(
         "import sys, time\n"
         "import meshcast as mc\n"
         "from mpi4py import MPI\n"
-        "r = MPI.COMM_WORLD.rank\n"
-        "if r == 0:\n"
-        "    sys.exit(0)\n"
+        "r = MPI.COMM_WORLD.rank\n" + before +
         "t = time.monotonic()\n"
         "try:\n"
-        "    mc.from_mpi4py(MPI.COMM_WORLD, timeout=2)\n"
+        f"    mc.from_mpi4py(MPI.COMM_WORLD, timeout={timeout})\n"
         "    print(f'rank {r} attached', flush=True)\n"
         "except mc.CommError as e:\n"
         "    print(f'rank {r} after {time.monotonic() - t:.0f} s: {e}', flush=True)\n")
-    r = mpirun(3, str(script), env=env_with_path(), timeout=120)
+    return str(script)
+
+
+def test_a_rank_that_never_attaches_is_waited_for_within_the_timeout(tmp_path):
+    # Rank 0 exits without calling from_mpi4py: the others' duplicate of the communicator never
+    # completes, and their timeout (2 s) ends it with a CommError instead of a hang.
+    pytest.importorskip("mpi4py")
+    script = attach_after(tmp_path, "if r == 0:\n    sys.exit(0)\n", 2)
+    r = mpirun(3, script, env=env_with_path(), timeout=120)
     for k in (1, 2):
         assert re.search(rf"rank {k} after [2-9] s: comm: not every rank of the communicator "
                          r"attached within 2\.000 s", r.stdout), r.stdout + r.stderr
@@ -65,23 +70,11 @@ def test_a_rank_that_attaches_after_another_gave_up_fails_too(tmp_path):
     # rank 0's MPI finalizes, and rank 1 used to wait for ever in the transport's first blocking
     # collective. Now its attach fails within its timeout as well.
     pytest.importorskip("mpi4py")
-    script = tmp_path / "late_attach.py"
-    script.write_text(
-        "import time\n"
-        "import meshcast as mc\n"
-        "from mpi4py import MPI\n"
-        "r = MPI.COMM_WORLD.rank\n"
-        "if r == 1:\n"
-        "    time.sleep(4)\n"
-        "try:\n"
-        "    mc.from_mpi4py(MPI.COMM_WORLD, timeout=1.5)\n"
-        "    print(f'rank {r} attached', flush=True)\n"
-        "except mc.CommError as e:\n"
-        "    print(f'rank {r} failed: {e}', flush=True)\n")
-    r = mpirun(2, str(script), env=env_with_path(), timeout=60)
+    script = attach_after(tmp_path, "if r == 1:\n    time.sleep(4)\n", 1.5)
+    r = mpirun(2, script, env=env_with_path(), timeout=60)
     for k in (0, 1):
-        assert f"rank {k} failed: comm: not every rank of the communicator attached" in r.stdout, \
-            r.stdout + r.stderr
+        assert re.search(rf"rank {k} after [1-9] s: comm: not every rank of the communicator "
+                         r"attached within 1\.500 s", r.stdout), r.stdout + r.stderr
 
 
 def test_a_peer_that_comes_after_a_failed_discover_writes_into_nothing_freed(tmp_path):
