@@ -520,14 +520,18 @@ def test_handle_kept_by_a_raising_device():
 
 
 def test_arrays_of_a_failed_wait_are_not_in_flight():
-    # Device 1 drops its handle (abandoning the move); device 0's wait fails. Its arrays are its
-    # own again: using them tells of the communicator given up, not of "an operation in flight".
+    # Device 1 returns without its part once device 0 started the move (which needs device 1's
+    # rows); device 0's wait fails. Its arrays are its own again: using them tells of the
+    # communicator given up, not of "an operation in flight".
+    started = threading.Event()
+
     def step(comm):
+        if comm.rank == 1:
+            started.wait(30)
+            return None
         dst = good_dst(comm.rank)
         h = mc.ireshard(PLAN, comm, good_src(comm.rank), dst)
-        if comm.rank == 1:
-            del h
-            return None
+        started.set()
         with pytest.raises(mc.CommError):
             h.wait()
         with pytest.raises(mc.CommError, match="gave this communicator up"):
