@@ -36,12 +36,26 @@ def test_one_rank_failing_ends_the_job():
     assert "rank 1 gives up" in r.stderr and "CommError" in r.stderr, r.stderr[-2000:]
 
 
+def markers(box):
+    """Script lines: mark(name) leaves a file in `box`; wait_for(name) waits (60 s at most) for
+    one another rank left, so that ranks go in a set order, not by sleeps a busy machine upsets."""
+    return (
+        "import os, time\n"
+        f"box = {str(box)!r}\n"
+        "def mark(name):\n"
+        "    open(os.path.join(box, name), 'w').close()\n"
+        "def wait_for(name):\n"
+        "    end = time.monotonic() + 60\n"
+        "    while not os.path.exists(os.path.join(box, name)) and time.monotonic() < end:\n"
+        "        time.sleep(0.05)\n")
+
+
 def attach_after(tmp_path, before, timeout):
     """A script whose ranks run `before` (Python lines, r is the rank), then from_mpi4py with
-    `timeout`, printing 'rank R attached' or 'rank R after S s: ERROR'."""
+    `timeout`, printing 'rank R attached' or 'rank R after S s: ERROR' (and marking 'failed.R')."""
     script = tmp_path / "attach.py"
     script.write_text(
-        "import sys, time\n"
+        "import sys, time\n" + markers(tmp_path) +
         "import meshcast as mc\n"
         "from mpi4py import MPI\n"
         "r = MPI.COMM_WORLD.rank\n" + before +
@@ -50,7 +64,8 @@ def attach_after(tmp_path, before, timeout):
         f"    mc.from_mpi4py(MPI.COMM_WORLD, timeout={timeout})\n"
         "    print(f'rank {r} attached', flush=True)\n"
         "except mc.CommError as e:\n"
-        "    print(f'rank {r} after {time.monotonic() - t:.0f} s: {e}', flush=True)\n")
+        "    print(f'rank {r} after {time.monotonic() - t:.0f} s: {e}', flush=True)\n"
+        "    mark(f'failed.{r}')\n")
     return str(script)
 
 
@@ -61,7 +76,7 @@ def attach_after(tmp_path, before, timeout):
     # Rank 0 gives up attaching (rank 1 is late) and ends; the duplicate completes for rank 1 as
     # rank 0's MPI finalizes, and rank 1 used to wait for ever in the transport's first blocking
     # collective. Now its attach fails within its timeout as well.
-    (2, "if r == 1:\n    time.sleep(4)\n", 1.5, (0, 1)),
+    (2, "if r == 1:\n    wait_for('failed.0')\n", 1.5, (0, 1)),
 ])
 def test_a_rank_that_does_not_attach_in_time_is_waited_for_within_the_timeout(
         tmp_path, ranks, before, timeout, failing):
@@ -73,22 +88,24 @@ def test_a_rank_that_does_not_attach_in_time_is_waited_for_within_the_timeout(
 
 
 def test_a_peer_that_comes_after_a_failed_discover_writes_into_nothing_freed(tmp_path):
-    # Rank 0's discover times out in its first exchange; rank 1 comes later and sends into it.
+    # Rank 0's discover times out in its first exchange; rank 1 comes after it failed and sends
+    # into it.
     # The receives rank 0 had posted (into memory its unwinding freed) are cancelled first: it
     # used to abort with a corrupted heap ("malloc(): unaligned tcache chunk detected").
     pytest.importorskip("mpi4py")
     script = tmp_path / "late_discover.py"
     script.write_text(
-        "import time\n"
+        markers(tmp_path) +
         "import meshcast as mc\n"
         "from mpi4py import MPI\n"
         "comm = mc.from_mpi4py(MPI.COMM_WORLD, timeout=2)\n"
         "if comm.rank == 1:\n"
-        "    time.sleep(6)\n"
+        "    wait_for('failed.0')\n"
         "try:\n"
         "    mc.Topology.discover(comm)\n"
         "except mc.CommError as e:\n"
         "    print(f'rank {comm.rank} failed: {e}', flush=True)\n"
+        "    mark(f'failed.{comm.rank}')\n"
         "junk = [bytearray(64) for _ in range(20000)]\n"
         "MPI.COMM_WORLD.Barrier()\n"
         "junk = [bytearray(64) for _ in range(20000)]\n"
