@@ -48,24 +48,35 @@
 // Placement of a tensor, by its name (the module is the component before ".weight"/".bias"):
 // * pipeline: "layers.N." (or "h.N.", "layer.N.", "blocks.N.") gives layer N; with L layers
 //   (the largest N + 1), stage s owns layers [⌊s·L/pp⌋, ⌊(s+1)·L/pp⌋) (uneven splits are
-//   fine). A tensor of no layer goes to the last stage when its name has "lm_head",
-//   "output_layer", "embed_out", "norm" or "ln_f" (the head and final norm), else the first
-//   (embeddings, and an embedding's norm: a name with "embed" but not "embed_out"). A layer or
-//   expert index of more than 9 digits is refused.
+//   fine). A tensor of no layer goes to the last stage when it is a head (module lm_head,
+//   output_layer, embed_out, or Meta's "output") or its name has "norm" or "ln_f" (the final
+//   norm), else the first (embeddings, and an embedding's norm: a name with "embed" but not
+//   "embed_out"). A layer or expert index of more than 9 digits is refused.
+// * tied embeddings: a model with a vocabulary embedding (embed_tokens wte word_embeddings
+//   tok_embeddings embed_in) and no head uses the embedding as its head, so the generator's last
+//   stage holds it too (Megatron keeps that copy; dst's mesh is the first and the last stage,
+//   replicas of each other). The trainer sends it from its first stage.
 // * column-parallel, dim 0 over tp (and a column layer's bias with it, as Megatron's
 //   ColumnParallelLinear): q/k/v/qkv projections (q_proj k_proj v_proj qkv_proj
-//   query_key_value c_attn linear_qkv wq wk wv q_b_proj kv_b_proj, and BERT's query key
-//   value), gate/up (gate_proj up_proj
-//   gate_up_proj w1 w3 c_fc fc1 dense_h_to_4h linear_fc1), vocabulary embeddings and heads
-//   (embed_tokens wte word_embeddings tok_embeddings embed_in lm_head output_layer embed_out).
-// * row-parallel, dim 1 over tp (bias replicated): o_proj down_proj dense out_proj c_proj w2
-//   fc2 dense_4h_to_h linear_proj wo linear_fc2.
+//   query_key_value linear_qkv wq wk wv q_b_proj kv_b_proj, and BERT's query key value),
+//   gate/up (gate_proj up_proj gate_up_proj w1 w3 fc1 dense_h_to_4h linear_fc1, BERT's
+//   intermediate.dense), vocabulary embeddings and heads. A fused tensor is split as one: each
+//   rank gets a contiguous block of its rows, which is each rank's own q, k and v where the
+//   fusion interleaves them per head group (query_key_value, linear_qkv) but not where it
+//   concatenates whole parts (HF's qkv_proj, gate_up_proj); give such a model explicit layouts
+//   or its parts as tensors of their own.
+// * row-parallel, dim 1 over tp (bias replicated): o_proj down_proj dense (BERT's attention
+//   output and output dense) out_proj w2 fc2 dense_4h_to_h linear_proj wo linear_fc2.
+// * refused: c_attn, c_fc, c_proj (HF GPT-2's Conv1D stores them [in, out], GPT-BigCode's
+//   linears [out, in]: the name does not say which dim to split; use the explicit form).
 // * replicated: everything else — norms, row biases, MoE routers (`mlp.gate.weight` is the
 //   router; `gate_proj` is not), position embeddings, MLA's down-projections (q_a_proj,
 //   kv_a_proj_with_mqa), unknown modules.
 // * experts: the N tensors named "<prefix>.experts.<i>.<rest>" (i = 0..N-1, same shape and
-//   dtype) become ONE tensor "<prefix>.experts.<rest>" of shape [N, ...], dim 0 split over ep,
-//   its inner dims over etp as the module's kind says (column: dim 1, row: dim 2).
+//   dtype; also Megatron-Core's "experts.local_experts.<i>.<rest>" and grouped
+//   "experts.<module>.weight<i>") become ONE tensor "<prefix>.experts.<rest>" of shape [N, ...],
+//   dim 0 split over ep (which must divide N, as Megatron requires), its inner dims over etp as
+//   the module's kind says (column: dim 1, row: dim 2).
 // * data and context parallelism replicate.
 // The mesh of a tensor is its stage's ranks, axes (replicas/fsdp, fsdp, tp) for dense tensors
 // and (expert-dp/fsdp, fsdp, ep, etp) for experts, axes of extent 1 left out.

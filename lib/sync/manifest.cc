@@ -283,12 +283,14 @@ bool one_of(std::string_view s, const std::array<std::string_view, N>& set) {
 }
 
 constexpr std::array<std::string_view, 4> kLayerWords{"layers", "h", "layer", "blocks"};
-constexpr std::array<std::string_view, 32> kColumn{"q_proj",
+// HF GPT-2's Conv1D modules store [in, out] (c_attn also fuses q, k and v), GPT-BigCode's of
+// the same names [out, in]: the name does not say which dim tensor parallelism splits.
+constexpr std::array<std::string_view, 3> kConv1D{"c_attn", "c_fc", "c_proj"};
+constexpr std::array<std::string_view, 31> kColumn{"q_proj",
                                                    "k_proj",
                                                    "v_proj",
                                                    "qkv_proj",
                                                    "query_key_value",
-                                                   "c_attn",
                                                    "linear_qkv",
                                                    "wq",
                                                    "wk",
@@ -300,7 +302,6 @@ constexpr std::array<std::string_view, 32> kColumn{"q_proj",
                                                    "gate_up_proj",
                                                    "w1",
                                                    "w3",
-                                                   "c_fc",
                                                    "fc1",
                                                    "dense_h_to_4h",
                                                    "linear_fc1",
@@ -312,14 +313,23 @@ constexpr std::array<std::string_view, 32> kColumn{"q_proj",
                                                    "lm_head",
                                                    "output_layer",
                                                    "embed_out",
+                                                   "output",
                                                    "query",
                                                    "key",
                                                    "value"};
-constexpr std::array<std::string_view, 11> kRow{
-    "o_proj", "down_proj",     "dense",       "out_proj", "c_proj",    "w2",
+constexpr std::array<std::string_view, 10> kRow{
+    "o_proj", "down_proj",     "dense",       "out_proj", "w2",
     "fc2",    "dense_4h_to_h", "linear_proj", "wo",       "linear_fc2"};
+// Vocabulary embeddings and output heads (modules): a model with an embedding and no head ties
+// the two (the embedding is also the head).
+constexpr std::array<std::string_view, 5> kEmbedding{"embed_tokens", "wte", "word_embeddings",
+                                                     "tok_embeddings", "embed_in"};
+constexpr std::array<std::string_view, 4> kHead{"lm_head", "output_layer", "embed_out", "output"};
 constexpr std::array<std::string_view, 5> kLastStage{"lm_head", "output_layer", "embed_out", "norm",
                                                      "ln_f"};
+// The words after which an index numbers an expert: "experts.<i>." (HF), and Megatron-Core's
+// "experts.local_experts.<i>." (SequentialMLP).
+constexpr std::array<std::string_view, 2> kExpertWords{"experts", "local_experts"};
 
 // What the name says: the layer (-1: none), the expert index (-1: none) and the name of the
 // group it joins (the name without ".<i>" after "experts"), and the kind of split.
@@ -328,24 +338,43 @@ struct NameInfo {
   int expert = -1;
   std::string group;
   Kind kind = Kind::Replicated;
+  bool embedding = false;  // a vocabulary embedding (the head too where the model has none)
+  bool head = false;       // an output head
 };
+
+std::string digits_error(std::string_view next, std::string_view after) {
+  return "index " + detail::quote(next) + " after '" + std::string(after) +
+         "' has more than 9 digits";
+}
 
 NameInfo name_info(std::string_view name, std::size_t ndim) {
   NameInfo info;
-  const auto parts = split_name(name);
+  auto parts = split_name(name);
   std::size_t expert_at = parts.size();
+  bool in_experts = false;
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
     const std::string_view next = parts[i + 1];
-    if ((one_of(parts[i], kLayerWords) || parts[i] == "experts") && next.size() > 9 &&
+    in_experts = in_experts || parts[i] == "experts";
+    if ((one_of(parts[i], kLayerWords) || one_of(parts[i], kExpertWords)) && next.size() > 9 &&
         std::all_of(next.begin(), next.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      throw ValidationError(tensor_field(name), "index " + detail::quote(next) + " after '" +
-                                                    std::string(parts[i]) +
-                                                    "' has more than 9 digits");
+      throw ValidationError(tensor_field(name), digits_error(next, parts[i]));
     if (info.layer < 0 && one_of(parts[i], kLayerWords) && is_index(parts[i + 1]))
       info.layer = index_of(parts[i + 1]);
-    if (info.expert < 0 && parts[i] == "experts" && is_index(parts[i + 1])) {
+    if (info.expert < 0 && one_of(parts[i], kExpertWords) && is_index(parts[i + 1])) {
       info.expert = index_of(parts[i + 1]);
       expert_at = i + 1;
+    }
+  }
+  // Megatron-Core's grouped experts (TEGroupedMLP): "experts.linear_fc1.weight<i>".
+  std::string_view param = parts.back();
+  if (info.expert < 0 && in_experts && param.starts_with("weight") && param.size() > 6) {
+    const std::string_view index = param.substr(6);
+    if (index.size() > 9 &&
+        std::all_of(index.begin(), index.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      throw ValidationError(tensor_field(name), digits_error(index, "weight"));
+    if (is_index(index)) {
+      info.expert = index_of(index);
+      param = parts.back() = "weight";
     }
   }
   if (info.expert >= 0)
@@ -355,10 +384,24 @@ NameInfo name_info(std::string_view name, std::size_t ndim) {
         info.group += parts[i];
       }
   // The module is the component before the parameter's own name (weight, bias).
-  const std::string_view param = parts.back();
   if (parts.size() < 2 || (param != "weight" && param != "bias")) return info;
   const std::string_view module = parts[parts.size() - 2];
-  if (one_of(module, kColumn))
+  if (one_of(module, kConv1D))
+    throw ValidationError(
+        tensor_field(name),
+        "'" + std::string(module) +
+            "' is HF GPT-2's Conv1D, stored [in, out] (c_attn also fuses q, k and v), or "
+            "GPT-BigCode's linear, stored [out, in]: the name does not say which dim tensor "
+            "parallelism splits; give every tensor its src and dst layouts (the explicit form)");
+  // Meta's "output" is a head only outside the layers (BERT's layers have "output" modules).
+  const bool head = one_of(module, kHead) && (module != "output" || info.layer < 0);
+  info.head = head && param == "weight";
+  info.embedding = one_of(module, kEmbedding) && param == "weight";
+  // BERT's intermediate.dense is its up projection; its other dense layers project back.
+  const bool column =
+      (one_of(module, kColumn) && (module != "output" || head)) ||
+      (module == "dense" && parts.size() >= 3 && parts[parts.size() - 3] == "intermediate");
+  if (column)
     info.kind = Kind::Column;  // a column layer's bias is split with its output rows
   else if (one_of(module, kRow) && param == "weight" && ndim >= 2)
     info.kind = Kind::Row;
@@ -367,7 +410,8 @@ NameInfo name_info(std::string_view name, std::size_t ndim) {
 
 // A norm of the embedding (BLOOM's word_embeddings_layernorm) stays with it on the first stage;
 // GPT-NeoX's embed_out is the output layer.
-bool on_last_stage(std::string_view name) {
+bool on_last_stage(const NameInfo& info, std::string_view name) {
+  if (info.head) return true;
   if (name.find("embed") != std::string_view::npos &&
       name.find("embed_out") == std::string_view::npos)
     return false;
@@ -378,21 +422,25 @@ bool on_last_stage(std::string_view name) {
 // One side of the system: builds the layout of a tensor of a stage.
 class Side {
  public:
-  Side(const ParallelConfig& c, int base, int layers) : c_(c), base_(base), layers_(layers) {}
+  Side(const ParallelConfig& c, std::string side, int base, int layers)
+      : c_(c), side_(std::move(side)), base_(base), layers_(layers) {}
 
   int stage_of(const NameInfo& info, std::string_view name) const {
     if (info.layer >= 0) {
       // Stage s owns [floor(s L / pp), floor((s+1) L / pp)): the largest s with floor(sL/pp) <= l.
       return static_cast<int>((std::int64_t{info.layer + 1} * c_.pp - 1) / layers_);
     }
-    return on_last_stage(name) ? c_.pp - 1 : 0;
+    return on_last_stage(info, name) ? c_.pp - 1 : 0;
   }
 
-  // `expert`: the tensor is a group of experts (dim 0 indexes them).
-  Layout layout(const Shape& shape, DType dtype, Kind kind, bool expert, int stage,
+  int last_stage() const { return c_.pp - 1; }
+
+  // `expert`: the tensor is a group of experts (dim 0 indexes them). `also`: a second stage
+  // that holds a replica (a tied embedding's last stage), -1 for none.
+  Layout layout(const Shape& shape, DType dtype, Kind kind, bool expert, int stage, int also,
                 const std::string& field) const {
     const std::int64_t stage_size = std::int64_t{c_.tp} * c_.cp * c_.dp;
-    const int first = base_ + static_cast<int>(stage * stage_size);
+    const bool two = also >= 0 && also != stage;
     // Axes, slowest first, and the axes splitting each tensor dim.
     std::vector<std::int64_t> extents;
     std::vector<std::vector<int>> dims(shape.size());
@@ -400,6 +448,7 @@ class Side {
       extents.push_back(extent);
       return static_cast<int>(extents.size() - 1);
     };
+    add(two ? 2 : 1);  // the stages, replicas of each other
     if (!expert) {
       const std::int64_t replicas = std::int64_t{c_.cp} * c_.dp;
       add(replicas / c_.fsdp);
@@ -414,6 +463,9 @@ class Side {
       const int fsdp = add(c_.fsdp);
       const int ep = add(c_.ep);
       const int etp = add(c_.etp);
+      if (shape[0] % c_.ep != 0)  // Megatron asserts it; floor(k n / p) would leave ranks none
+        throw ValidationError(field, std::to_string(shape[0]) + " experts do not divide over " +
+                                         side_ + ".ep_size " + std::to_string(c_.ep));
       dims[0] = {ep, fsdp};
       if (kind == Kind::Column && shape.size() >= 2) dims[1].push_back(etp);
       if (kind == Kind::Row && shape.size() >= 3) dims[2].push_back(etp);
@@ -434,14 +486,17 @@ class Side {
           axes.push_back(renumber[static_cast<std::size_t>(a)]);
       d = std::move(axes);
     }
-    std::vector<int> devices(static_cast<std::size_t>(stage_size));
-    for (std::size_t i = 0; i < devices.size(); ++i) devices[i] = first + static_cast<int>(i);
+    std::vector<int> devices;
+    for (const int s : two ? std::vector<int>{stage, also} : std::vector<int>{stage})
+      for (std::int64_t i = 0; i < stage_size; ++i)
+        devices.push_back(base_ + static_cast<int>(s * stage_size + i));
     return Layout(shape, dtype, Mesh(std::move(kept), std::move(devices), field + ".mesh"),
                   ShardingSpec(std::move(dims)), field);
   }
 
  private:
   const ParallelConfig& c_;
+  std::string side_;  // "system.train", "system.generation"
   int base_;
   int layers_;
 };
@@ -505,18 +560,20 @@ ModelManifest read_config(std::vector<Entry>& entries, const SystemConfig& syste
   struct Tensor {
     std::size_t entry;  // the first (or only) entry
     NameInfo info;
-    std::vector<std::size_t> experts;  // entries by expert index (kNone: missing)
+    std::vector<std::pair<int, std::size_t>> experts;  // (expert index, entry), as read
   };
-  constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
   std::vector<Tensor> tensors;
   std::unordered_map<std::string, std::size_t> by_name;  // output name -> index in tensors
   for (Entry& e : entries)
     if (e.shape.empty()) e.shape = {1};  // a scalar, placed as its one element (dims to split)
   int layers = 0;
+  bool heads = false, embeddings = false;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
     NameInfo info = name_info(e.name, e.shape.size());
     layers = std::max(layers, info.layer + 1);
+    heads = heads || info.head;
+    embeddings = embeddings || info.embedding;
     const int k = info.expert;
     const std::string key = k >= 0 ? info.group : e.name;
     const auto [it, fresh] = by_name.emplace(key, tensors.size());
@@ -526,22 +583,7 @@ ModelManifest read_config(std::vector<Entry>& entries, const SystemConfig& syste
       throw ValidationError(tensor_field(e.name), "the name " + detail::quote(key) +
                                                       " is both a tensor's and a group of "
                                                       "experts'");
-    if (k < 0) continue;
-    auto& ex = tensors[it->second].experts;
-    // Every index 0..N-1 must be present: one beyond the number of entries cannot be.
-    if (static_cast<std::size_t>(k) >= entries.size())
-      throw ValidationError(
-          tensor_field(e.name),
-          "expert " + std::to_string(k) + ": its group needs experts 0 to " + std::to_string(k) +
-              ", more than the model's " +
-              detail::counted(static_cast<std::int64_t>(entries.size()), "tensor") +
-              " (experts are numbered from 0)");
-    if (ex.size() <= static_cast<std::size_t>(k)) ex.resize(static_cast<std::size_t>(k) + 1, kNone);
-    if (ex[static_cast<std::size_t>(k)] != kNone)
-      throw ValidationError(tensor_field(e.name),
-                            "expert " + std::to_string(k) + " is also " +
-                                detail::quote(entries[ex[static_cast<std::size_t>(k)]].name));
-    ex[static_cast<std::size_t>(k)] = i;
+    if (k >= 0) tensors[it->second].experts.emplace_back(k, i);
   }
   const int T = system.train.num_gpus, G = system.generation.num_gpus;
   if (std::int64_t{T} + G > limits().devices)
@@ -549,8 +591,11 @@ ModelManifest read_config(std::vector<Entry>& entries, const SystemConfig& syste
         "system", "train and generation together have " + std::to_string(std::int64_t{T} + G) +
                       " devices, more than the limit of " + std::to_string(limits().devices) +
                       " (MESHCAST_MAX_DEVICES)");
-  const Side train(system.train, 0, std::max(layers, 1));
-  const Side gen(system.generation, T, std::max(layers, 1));
+  const Side train(system.train, "system.train", 0, std::max(layers, 1));
+  const Side gen(system.generation, "system.generation", T, std::max(layers, 1));
+  // A tied embedding is also the head: the generator's last stage holds it too (the trainer's
+  // first stage always holds it, and sends it).
+  const bool tied = embeddings && !heads;
 
   ModelManifest m;
   m.trainer_devices = T;
@@ -563,12 +608,19 @@ ModelManifest read_config(std::vector<Entry>& entries, const SystemConfig& syste
     const std::string f = tensor_field(name);
     Shape shape = first.shape;
     if (expert) {
-      for (std::size_t k = 0; k < t.experts.size(); ++k) {
-        if (t.experts[k] == kNone)
+      // Experts 0..N-1, each once: sorted, the k-th is expert k.
+      auto& ex = t.experts;
+      std::sort(ex.begin(), ex.end());
+      for (std::size_t k = 0; k < ex.size(); ++k) {
+        if (k > 0 && ex[k].first == ex[k - 1].first)
+          throw ValidationError(tensor_field(entries[ex[k].second].name),
+                                "expert " + std::to_string(ex[k].first) + " is also " +
+                                    detail::quote(entries[ex[k - 1].second].name));
+        if (ex[k].first != static_cast<int>(k))
           throw ValidationError(f, "expert " + std::to_string(k) + " of " +
-                                       std::to_string(t.experts.size()) + " is missing");
-        const Entry& e = entries[t.experts[k]];
-        const Entry& e0 = entries[t.experts[0]];
+                                       std::to_string(ex.back().first + 1) + " is missing");
+        const Entry& e = entries[ex[k].second];
+        const Entry& e0 = entries[ex[0].second];
         if (e.shape != e0.shape)
           throw ValidationError(
               tensor_field(e.name) + ".shape",
@@ -580,13 +632,13 @@ ModelManifest read_config(std::vector<Entry>& entries, const SystemConfig& syste
       }
       shape.insert(shape.begin(), static_cast<std::int64_t>(t.experts.size()));
     }
-    const Entry& e = expert ? entries[t.experts[0]] : first;
+    const Entry& e = expert ? entries[t.experts[0].second] : first;
     const DType dtype = storage_dtype(e.dtype, tensor_field(e.name) + ".dtype");
     const DType dst_dtype = dst_dtype_of(e, dtype, cast, f).value_or(dtype);
-    Layout src =
-        train.layout(shape, dtype, t.info.kind, expert, train.stage_of(t.info, name), f + ".src");
-    Layout dst =
-        gen.layout(shape, dst_dtype, t.info.kind, expert, gen.stage_of(t.info, name), f + ".dst");
+    Layout src = train.layout(shape, dtype, t.info.kind, expert, train.stage_of(t.info, name), -1,
+                              f + ".src");
+    Layout dst = gen.layout(shape, dst_dtype, t.info.kind, expert, gen.stage_of(t.info, name),
+                            tied && t.info.embedding ? gen.last_stage() : -1, f + ".dst");
     budget.add(src);
     budget.add_mesh(src.mesh().size() + dst.mesh().size());
     m.moves.push_back({std::move(name), std::move(src), std::move(dst)});

@@ -166,7 +166,7 @@ plan.frok: unknown key (a saved sync has meshcast_sync_plan, mode|--plan $TMP/ba
 plan.tensors.norm.dtype: unknown dtype 'BF61'|--plan $TMP/baddtype.json
 plan.topology.single_hots: unknown key|--plan $TMP/badtopo.json
 save-plan: saves the sync and exits, pricing nothing|--model $TMP/explicit.json --predict --save-plan $TMP/both.json
-experts.2.up_proj.weight: expert 2: its group needs experts 0 to 2, more than the model's 2 tensors|--model $TMP/experts.json --system models/systems/tp2pp2-to-tp2dp2.json --predict
+experts.up_proj.weight: expert 0 of 4 is missing|--model $TMP/experts.json --system models/systems/tp2pp2-to-tp2dp2.json --predict
 topology|--model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --topology auto --save-plan $TMP/auto.json
 model|--iters 1
 EOF2

@@ -207,6 +207,43 @@ TEST(ManifestPlacement, EmbeddingNormsAndHugeIndices) {
             "tensors.model.layers.12345678901.mlp.up_proj.weight");
 }
 
+// Meta's names (output is the head), BERT's dense layers (intermediate.dense projects up), and
+// the Conv1D names whose orientation differs between models (refused).
+TEST(ManifestPlacement, MetaHeadsBertDenseAndConv1D) {
+  const auto sys = system_of(R"({"train": {"num_gpus": 4, "tp_size": 2, "pp_size": 2},
+                                 "generation": {"num_gpus": 2, "tp_size": 2}})");
+  const auto meta = read_model(R"({"tok_embeddings.weight": {"shape": [10, 4], "dtype": "BF16"},
+      "layers.0.attention.wq.weight": {"shape": [8, 4], "dtype": "BF16"},
+      "layers.1.attention.wo.weight": {"shape": [4, 8], "dtype": "BF16"},
+      "norm.weight": {"shape": [4], "dtype": "BF16"},
+      "output.weight": {"shape": [10, 4], "dtype": "BF16"}})",
+                               &sys);
+  EXPECT_EQ(move(meta, "output.weight").src.str(), "2@2-3:S0R");
+  EXPECT_EQ(move(meta, "tok_embeddings.weight").src.str(), "2@0-1:S0R");
+  EXPECT_EQ(move(meta, "tok_embeddings.weight").dst.str(), "2@4-5:S0R");  // untied
+  const auto bert =
+      read_model(R"({"bert.encoder.layer.0.intermediate.dense.weight": {"shape": [8, 4],
+      "dtype": "F32"}, "bert.encoder.layer.0.intermediate.dense.bias": {"shape": [8],
+      "dtype": "F32"}, "bert.encoder.layer.0.output.dense.weight": {"shape": [4, 8],
+      "dtype": "F32"}, "bert.encoder.layer.0.attention.output.dense.weight": {"shape": [4, 4],
+      "dtype": "F32"}, "bert.encoder.layer.0.attention.self.query.weight": {"shape": [4, 4],
+      "dtype": "F32"}})",
+                 &sys);  // one layer: the last stage's
+  EXPECT_EQ(bert.moves[0].src.str(), "2@2-3:S0R");
+  EXPECT_EQ(bert.moves[1].src.str(), "2@2-3:S0");
+  EXPECT_EQ(bert.moves[2].src.str(), "2@2-3:RS0");
+  EXPECT_EQ(bert.moves[3].src.str(), "2@2-3:RS0");
+  EXPECT_EQ(bert.moves[4].src.str(), "2@2-3:S0R");
+  for (const char* module : {"attn.c_attn", "mlp.c_fc", "mlp.c_proj"}) {
+    const std::string name = std::string("transformer.h.0.") + module + ".weight";
+    SCOPED_TRACE(name);
+    EXPECT_EQ(field_of<ValidationError>([&] {
+                read_model("{\"" + name + R"(": {"shape": [4, 4], "dtype": "F32"}})", &sys);
+              }),
+              "tensors." + name);
+  }
+}
+
 TEST(ManifestPlacement, CastAppliesToF32Only) {
   const auto sys = system_of(kTp2Pp2ToTp2Dp2);
   const auto m = read_model(kLlama, &sys, DType::bf16);
@@ -244,9 +281,9 @@ std::string mixtral(int experts, const std::string& extra = "") {
   os << "{\"model.layers.0.block_sparse_moe.gate.weight\": {\"shape\": [" << experts
      << ", 4], \"dtype\": \"BF16\"}";
   for (int e = 0; e < experts; ++e) {
-    const std::string p = "model.layers.0.block_sparse_moe.experts." + std::to_string(e);
-    os << ",\n\"" << p << ".w1.weight\": {\"shape\": [6, 4], \"dtype\": \"BF16\"}";
-    os << ",\n\"" << p << ".w2.weight\": {\"shape\": [4, 6], \"dtype\": \"BF16\"}";
+    const std::string p = "model.layers.0.block_sparse_moe.experts.";
+    os << ",\n\"" << p << e << ".w1.weight\": {\"shape\": [6, 4], \"dtype\": \"BF16\"}";
+    os << ",\n\"" << p << e << ".w2.weight\": {\"shape\": [4, 6], \"dtype\": \"BF16\"}";
   }
   os << ",\n\"model.layers.0.mlp.gate_proj.weight\": {\"shape\": [6, 4], \"dtype\": \"BF16\"}";
   os << extra << "}";
@@ -280,6 +317,36 @@ TEST(ManifestExperts, GroupedPerLayerAndKind) {
   // Eight experts over ep 4 with etp 1: two per rank.
   const auto m8 = read_model(mixtral(8), &sys);
   EXPECT_EQ(range(m8.moves[1].src, 3, 0), "6:8");
+}
+
+// Megatron-Core's names: SequentialMLP's experts.local_experts.<i>.linear_fc1 and
+// TEGroupedMLP's experts.linear_fc1.weight<i>, grouped like HF's experts.<i>.
+TEST(ManifestExperts, MegatronCoreNames) {
+  const auto sys = system_of(R"({"train": {"num_gpus": 4, "dp_size": 4, "ep_size": 4},
+                                 "generation": {"num_gpus": 2, "tp_size": 2}})");
+  std::ostringstream os;
+  os << "{\"decoder.layers.0.mlp.router.weight\": {\"shape\": [4, 16], \"dtype\": \"BF16\"}";
+  for (int e = 0; e < 4; ++e) {
+    const std::string p = "decoder.layers.0.mlp.experts.local_experts.";
+    os << ",\"" << p << e << ".linear_fc1.weight\": {\"shape\": [8, 16], \"dtype\": \"BF16\"}";
+    os << ",\"" << p << e << ".linear_fc2.weight\": {\"shape\": [16, 8], \"dtype\": \"BF16\"}";
+    os << ",\"decoder.layers.1.mlp.experts.linear_fc1.weight" << e
+       << "\": {\"shape\": [8, 16], \"dtype\": \"BF16\"}";
+  }
+  os << "}";
+  const auto m = read_model(os.str(), &sys);
+  ASSERT_EQ(m.moves.size(), 4u);
+  const auto& fc1 = move(m, "decoder.layers.0.mlp.experts.local_experts.linear_fc1.weight");
+  EXPECT_EQ(fc1.src.shape(), (Shape{4, 8, 16}));
+  EXPECT_EQ(fc1.src.str(), "4@0-3:S0RR");  // one expert per rank
+  EXPECT_EQ(range(fc1.src, 2, 0), "2:3");
+  EXPECT_EQ(fc1.dst.str(), "2@4-5:RS0R");
+  EXPECT_EQ(move(m, "decoder.layers.0.mlp.experts.local_experts.linear_fc2.weight").dst.str(),
+            "2@4-5:RRS0");
+  const auto& grouped = move(m, "decoder.layers.1.mlp.experts.linear_fc1.weight");
+  EXPECT_EQ(grouped.src.shape(), (Shape{4, 8, 16}));
+  EXPECT_EQ(grouped.src.str(), "4@0-3:S0RR");
+  EXPECT_EQ(move(m, "decoder.layers.0.mlp.router.weight").src.str(), "4@0-3:RR");
 }
 
 TEST(ManifestExperts, ExpertTensorParallel) {
@@ -316,6 +383,32 @@ TEST(ManifestExperts, Errors) {
   text = mixtral(2, ",\n\"" + p + "w1.weight\": {\"shape\": [6, 4], \"dtype\": \"BF16\"}");
   EXPECT_EQ(field_of<ValidationError>([&] { read_model(text, &sys); }),
             "tensors." + p + "w1.weight");
+  // Experts that ep does not divide (Megatron asserts it): refused, naming the side's ep_size.
+  const auto ep3 = system_of(R"({"train": {"num_gpus": 3, "dp_size": 3, "ep_size": 3},
+                                 "generation": {"num_gpus": 1}})");
+  const std::string w1 = "tensors.model.layers.0.block_sparse_moe.experts.w1.weight.src";
+  EXPECT_EQ(field_of<ValidationError>([&] { read_model(mixtral(4), &ep3); }), w1);
+  EXPECT_NE(cause_of<ValidationError>([&] {
+              read_model(mixtral(4), &ep3);
+            }).find("4 experts do not divide over system.train.ep_size 3"),
+            std::string::npos);
+}
+
+// Each group of experts costs memory by its entries, not by the highest index it names: 30,000
+// groups that each name only expert 29,999 (7 GB of slots, were they indexed by number) are
+// refused at once, naming the first group's missing expert 0.
+TEST(ManifestExperts, AGroupCostsItsEntriesNotItsHighestIndex) {
+  const auto sys = system_of(R"({"train": {"num_gpus": 1}, "generation": {"num_gpus": 1}})");
+  const int n = 30000;
+  std::string text = "{";
+  for (int g = 0; g < n; ++g)
+    text += (g ? ",\"g" : "\"g") + std::to_string(g) + ".experts." + std::to_string(n - 1) +
+            R"(.weight": {"shape": [1], "dtype": "F32"})";
+  text += "}";
+  EXPECT_EQ(field_of<ValidationError>([&] { read_model(text, &sys); }),
+            "tensors.g0.experts.weight");
+  EXPECT_EQ(cause_of<ValidationError>([&] { read_model(text, &sys); }),
+            "expert 0 of 30000 is missing");
 }
 
 TEST(ManifestPipeline, ConsecutiveLayersPerStage) {
@@ -338,7 +431,33 @@ TEST(ManifestPipeline, ConsecutiveLayersPerStage) {
     EXPECT_EQ(m.moves[i].dst.mesh().devices().front(), 6 + want_gen[i]);
   }
   EXPECT_EQ(m.moves[0].src.str(), "2@0-1:S0R");
-  EXPECT_EQ(m.moves[0].dst.str(), "1@6:RR");
+  // No head: wte is tied, the generator's last stage (rank 7) holds it too.
+  EXPECT_EQ(m.moves[0].dst.str(), "2@6-7:RR");
+}
+
+// A model with an embedding and no head ties them: the generator's last stage also holds the
+// embedding (its head); the trainer sends it from its first stage. With a head, nothing moves.
+TEST(ManifestPipeline, ATiedEmbeddingReachesTheLastStage) {
+  const auto sys = system_of(R"({"train": {"num_gpus": 4, "tp_size": 2, "pp_size": 2},
+                                 "generation": {"num_gpus": 6, "tp_size": 2, "pp_size": 3}})");
+  const std::string layers = R"(
+      "model.layers.0.self_attn.q_proj.weight": {"shape": [8, 4], "dtype": "BF16"},
+      "model.layers.1.self_attn.q_proj.weight": {"shape": [8, 4], "dtype": "BF16"},
+      "model.layers.2.self_attn.q_proj.weight": {"shape": [8, 4], "dtype": "BF16"},
+      "model.norm.weight": {"shape": [4], "dtype": "BF16"})";
+  const auto tied = read_model(
+      R"({"model.embed_tokens.weight": {"shape": [10, 4], "dtype": "BF16"},)" + layers + "}", &sys);
+  const auto& e = move(tied, "model.embed_tokens.weight");
+  EXPECT_EQ(e.src.str(), "2@0-1:S0R");
+  EXPECT_EQ(e.dst.str(), "2x2@[4,5,8,9]:S1R");
+  EXPECT_EQ(range(e.dst, 9, 0), "5:10");  // the last stage's tp rank 1: the second half
+  EXPECT_EQ(range(e.dst, 5, 0), "5:10");
+  const auto untied = read_model(R"({"model.embed_tokens.weight": {"shape": [10, 4],
+      "dtype": "BF16"}, "lm_head.weight": {"shape": [10, 4], "dtype": "BF16"},)" +
+                                     layers + "}",
+                                 &sys);
+  EXPECT_EQ(move(untied, "model.embed_tokens.weight").dst.str(), "2@4-5:S0R");
+  EXPECT_EQ(move(untied, "lm_head.weight").dst.str(), "2@8-9:S0R");
 }
 
 TEST(ManifestPlacement, ContextParallelAndFsdp) {
