@@ -82,6 +82,7 @@ struct LocalWorld::State {
   State(int n, std::size_t segment_bytes)
       : inboxes(static_cast<std::size_t>(n)),
         left(static_cast<std::size_t>(n)),
+        absent(static_cast<std::size_t>(n), 0),
         entered(static_cast<std::size_t>(n), 0),
         segment_bytes(segment_bytes) {
     // Zeroed, on cache lines, as node.cc expects of node memory.
@@ -124,6 +125,13 @@ struct LocalWorld::State {
   // A device's copies moved on: every wait of the world goes on while some device progresses
   // (a device waited on may be busy with other transfers first; a barrier waits for devices
   // with more to do). A stall of all of them for the timeout fails.
+  // Why waiting on a device that left is hopeless: it returned, or it never ran (run() was
+  // given other devices).
+  std::string gone(int rank) const {
+    return absent[static_cast<std::size_t>(rank)]
+               ? "is not running (not among the devices of LocalWorld::run)"
+               : "returned from its function";
+  }
   void moved() { last_moved.store(Clock::now().time_since_epoch().count()); }
   Clock::time_point moved_at() const { return Clock::time_point(Clock::duration(last_moved)); }
   void check() {
@@ -134,7 +142,8 @@ struct LocalWorld::State {
   }
 
   std::vector<Inbox> inboxes;
-  std::vector<std::atomic<bool>> left;  // per device: its function has returned
+  std::vector<std::atomic<bool>> left;  // per device: its function has returned (or never ran)
+  std::vector<char> absent;             // per device: not run (set before any device starts)
   std::atomic<int> failed_rank{-1};
   std::atomic<Clock::rep> last_moved{0};  // moved()
   std::mutex fail_m;
@@ -248,7 +257,7 @@ class LocalTransport final : public Transport {
         if (s_.left[static_cast<std::size_t>(p)]) {
           left = true;
           if (left_polls_ > 0)
-            throw CommError(p, "returned from its function while device " + std::to_string(rank_) +
+            throw CommError(p, s_.gone(p) + " while device " + std::to_string(rank_) +
                                    " waits on its node memory");
         }
       left_polls_ = left ? left_polls_ + 1 : 0;
@@ -362,7 +371,7 @@ class LocalTransport final : public Transport {
   // never completes.
   void check_owner_here(const LocalRequest& r, const LocalWorld::State::Inbox& ib) const {
     if (s_.left[static_cast<std::size_t>(r.owner)] && !r.done && ib.ready.empty())
-      throw CommError(r.owner, "returned from its function with a transfer of device " +
+      throw CommError(r.owner, s_.gone(r.owner) + " with a transfer of device " +
                                    std::to_string(rank_) + " pending");
   }
 
@@ -461,6 +470,12 @@ void LocalWorld::run(const std::function<void(Communicator&)>& fn,
   state_->timeout = timeout;
   state_->members = ranks;
   state_->participants = static_cast<int>(ranks.size());
+  // A device not run never sends or receives: a wait on it fails at once, as on one returned.
+  for (int r = 0; r < size(); ++r)
+    if (!named[static_cast<std::size_t>(r)]) {
+      state_->absent[static_cast<std::size_t>(r)] = 1;
+      state_->left[static_cast<std::size_t>(r)] = true;
+    }
   std::vector<std::exception_ptr> errors(ranks.size());
   const auto device = [&](std::size_t i) {
     {

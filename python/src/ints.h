@@ -86,11 +86,15 @@ inline std::vector<std::int64_t> ints_arg(py::handle obj, const std::string& arg
   if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj) ||
       py::isinstance<py::bytes>(obj))
     throw py::type_error(arg + ": expected a sequence of ints, got " + type_name(obj));
-  const auto seq = py::reinterpret_borrow<py::sequence>(obj);
+  // Iterated, not indexed up to len(): a __len__ may not be the items' number (nor bound what
+  // to reserve), and an iteration ends with the items; past kMaxItems it is refused.
+  constexpr std::size_t kMaxItems = std::size_t{1} << 24;
   std::vector<std::int64_t> out;
-  out.reserve(seq.size());
-  for (std::size_t k = 0; k < seq.size(); ++k)
-    out.push_back(int_arg(seq[k], arg + "[" + std::to_string(k) + "]", lo, hi));
+  for (const py::handle item : obj) {
+    if (out.size() == kMaxItems)
+      throw py::value_error(arg + ": more than " + std::to_string(kMaxItems) + " items");
+    out.push_back(int_arg(item, arg + "[" + std::to_string(out.size()) + "]", lo, hi));
+  }
   return out;
 }
 

@@ -64,6 +64,18 @@ Shape shape_arg(py::handle obj) {
 
 Strategy strategy_arg(const std::string& s) { return parse_strategy(s, "strategy"); }
 
+// A JSON document: a str, or bytes (a file read in binary mode).
+std::string json_text_arg(py::handle text) {
+  return py::isinstance<py::bytes>(text) ? text.cast<std::string>() : str_arg(text, "text");
+}
+
+// A Layout argument, naming `arg` in a one-line TypeError otherwise.
+const Layout& layout_arg(py::handle obj, const std::string& arg) {
+  if (!py::isinstance<Layout>(obj))
+    throw py::type_error(arg + ": expected a meshcast.Layout, got " + type_name(obj));
+  return obj.cast<const Layout&>();
+}
+
 py::dict stats_dict(const Plan& p) {
   const PlanStats& s = p.stats();
   py::dict d;
@@ -252,12 +264,7 @@ Topology.single_host().
            py::arg("name_or_path"))
       .def_static("single_host", &Topology::single_host)
       .def_static(
-          "from_json",
-          [](py::handle text) {
-            // bytes too (a file read in binary mode), as before arguments were checked here
-            return Topology::from_json(py::isinstance<py::bytes>(text) ? text.cast<std::string>()
-                                                                       : str_arg(text, "text"));
-          },
+          "from_json", [](py::handle text) { return Topology::from_json(json_text_arg(text)); },
           py::arg("text"))
       .def_static(
           "discover",
@@ -345,7 +352,8 @@ bound_seconds (the busiest link's bytes / bandwidth) and links (busiest first).
           "The plan as one JSON document (Plan.from_json reads it back).")
       .def_static(
           "from_json",
-          [](const std::string& text, py::object topology) {
+          [](py::handle text_arg, py::object topology) {
+            const std::string text = json_text_arg(text_arg);
             Topology t = topology_arg(topology);
             return PyPlan{released([&] { return Plan::from_json(text); }), std::move(t)};
           },
@@ -387,8 +395,9 @@ bound_seconds (the busiest link's bytes / bandwidth) and links (busiest first).
 
   m.def(
       "plan",
-      [](const Layout& src, const Layout& dst, py::object topology, py::handle strategy,
+      [](py::handle src_arg, py::handle dst_arg, py::object topology, py::handle strategy,
          py::handle balance) {
+        const Layout &src = layout_arg(src_arg, "src"), &dst = layout_arg(dst_arg, "dst");
         PlanOptions o;
         o.strategy = strategy_arg(str_arg(strategy, "strategy"));
         o.balance = parse_balance(str_arg(balance, "balance"), "balance");
@@ -407,8 +416,9 @@ Returns a Plan; meshcast.reshard(plan, comm, src_array, dst_array) executes it.
 )doc");
   m.def(
       "plan_rank",
-      [](const Layout& src, const Layout& dst, py::handle device_arg, py::object topology,
+      [](py::handle src_arg, py::handle dst_arg, py::handle device_arg, py::object topology,
          py::handle strategy) {
+        const Layout &src = layout_arg(src_arg, "src"), &dst = layout_arg(dst_arg, "dst");
         const int device = int32_arg(device_arg, "device");
         PlanOptions o;
         o.strategy = strategy_arg(str_arg(strategy, "strategy"));

@@ -15,6 +15,21 @@ PLAN = mc.plan(SRC, DST)
 MOVES = [("w", SRC, DST)]
 
 
+class LyingLength:
+    """A sequence whose __len__ says `n` but that holds one item, 4."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i < 1:
+            return 4
+        raise IndexError(i)
+
+
 def good_src(d):
     return np.zeros(SRC.local_shape(d), np.float32)
 
@@ -139,6 +154,18 @@ def test_polling_test_on_a_peer_that_returned_fails_at_once():
 
     with pytest.raises(mc.CommError, match="^device 0: returned from its function"):
         mc.LocalWorld(2, timeout=600).run(step)
+
+
+def test_a_collective_on_a_device_not_run_fails_at_once():
+    # run(devices=[1, 3]): devices 0 and 2 never start, so a collective of the whole world
+    # cannot complete; it fails at once, naming one of them, instead of after the timeout.
+    def step(comm):
+        mc.all_reduce(comm, np.ones(4, np.float32))
+
+    t0 = time.monotonic()
+    with pytest.raises(mc.CommError, match=r"^device [02]: is not running \(not among the devices"):
+        mc.LocalWorld(4, timeout=600).run(step, devices=[1, 3])
+    assert time.monotonic() - t0 < 60
 
 
 def test_collectives_waited_in_different_orders_complete():
@@ -349,6 +376,15 @@ def test_bad_world_arguments():
     (lambda: mc.LocalWorld(2).run(5), TypeError, "fn: expected a callable, got int"),
     (lambda: mc.LocalWorld(2).run(len, devices=[2**40]), ValueError, "devices[0]: 1099511627776"),
     (lambda: mc.LocalWorld(2).run(len, devices=1), TypeError, "devices: expected a sequence"),
+    (lambda: mc.plan("x", DST), TypeError, "src: expected a meshcast.Layout, got str"),
+    (lambda: mc.plan(SRC, None), TypeError, "dst: expected a meshcast.Layout, got NoneType"),
+    (lambda: mc.plan_rank(None, DST, 0), TypeError, "src: expected a meshcast.Layout"),
+    (lambda: mc.Plan.from_json(5), TypeError, "text: expected a str, got int"),
+    (lambda: mc.Plan.from_json("\ud800"), ValueError, "text: not valid text"),
+    # A __len__ that is not the number of items: read as iterated, never reserved by it.
+    (lambda: mc.Layout(LyingLength(10**12), "f32", "2@0-1:S0R"), ValueError,
+     "layout.spec: spec 'S0R' has 2 dimensions but the tensor has 1"),
+    (lambda: mc.Mesh((2,), LyingLength(10**12)), ValueError, "mesh: mesh has 2 devices but 1"),
     # The collectives' options, read before anything else (async_op=1 was taken as True, None
     # as False; a name of another type gave the list of overloads).
     (lambda: mc.all_reduce(None, np.zeros(4), async_op=1), TypeError,

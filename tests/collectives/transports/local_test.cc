@@ -311,6 +311,28 @@ TEST(LocalWorld, FailingDeviceFailsTheOthersWaitsAndRunRethrows) {
   }
 }
 
+// A device that run() was not given never sends nor receives: a wait on it fails at once,
+// naming it as not running; a barrier counts only the devices run.
+TEST(LocalWorld, WaitsOnADeviceNotRunFailAtOnce) {
+  LocalWorld w(3, 0, 30);
+  const auto t0 = Clock::now();
+  try {
+    w.run(
+        [&](Communicator& c) {
+          c.barrier();
+          std::vector<int> buf(8, 0);
+          Request r = c.irecv(ints(buf), 0, 0);
+          c.wait(r);
+        },
+        {2, 1});
+    ADD_FAILURE() << "run() returned";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("device 0: is not running"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);
+}
+
 // A device whose function returns while others wait on it (in a barrier, on its send, on its
 // receive, polling a receive with test()): they fail at once with a CommError naming it, not
 // after the timeout; a device that never reaches a barrier fails the others' wait after the
