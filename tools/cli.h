@@ -146,8 +146,12 @@ std::int64_t parse_chunk(const std::string& text);
 int parse_iters(const std::string& text);
 // Refuses a run whose iterations (and its warm-up) would move more than limits().run_bytes or
 // make more than limits().run_transfers transfers: `bytes` and `transfers` per iteration (a run
-// of hours is refused before it starts, as a plan too large is).
-void check_run(int iters, double bytes, double transfers);
+// of hours is refused before it starts, as a plan too large is). `local_threads`: the device
+// threads of an in-process run (0 for a process backend), which make each transfer slower past
+// a few a core.
+void check_run(int iters, double bytes, double transfers, std::int64_t local_threads = 0);
+// The devices a plan runs on: its meshes' union (the local backend's threads).
+std::int64_t plan_devices(const Plan& p);
 // Refuses (ValidationError "backend") a backend that is unknown or not built in.
 void check_backend(const std::string& backend);
 // `meshcast` links no CUDA, so that it starts on any machine; where the NCCL backend is built,

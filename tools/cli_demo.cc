@@ -2,10 +2,11 @@
 // (AWS p3.8xlarge: 8 hosts of 4 GPUs, one 10 Gbit/s link per host), planned, run on the
 // in-process backend with every element checked, and compared against send/recv by the bytes
 // that cross hosts.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
-#include <iterator>
 #include <string>
+#include <vector>
 
 #include "cli.h"
 
@@ -50,13 +51,22 @@ int run_demo(const DemoArgs& args) {
       args.topology.empty() ? builtin_aws_p3() : Topology::resolve(args.topology);
   const Shape shape = parse_shape(kShape);
   const DType dtype = parse_dtype(kDType);
-  // Each case moves the tensor at least once per iteration.
-  double elements = 1;
-  for (std::int64_t n : shape) elements *= static_cast<double>(n);
-  check_run(
-      iters,
-      static_cast<double>(std::size(kCases)) * elements * static_cast<double>(dtype_size(dtype)),
-      0);  // a few cases of a few ops: bound by their bytes
+  // Every case planned before any runs, so that what the iterations move (each the plans' bytes
+  // moved and copied) is bounded before work starts.
+  std::vector<Plan> plans;
+  double bytes = 0, transfers = 0;
+  std::int64_t threads = 0;
+  for (const DemoCase& c : kCases) {
+    const Layout src = Layout::parse(shape, dtype, c.src, "src");
+    const Layout dst = Layout::parse(shape, dtype, c.dst, "dst");
+    check_local_capacity(src, dst);
+    plans.push_back(plan(src, dst, topology));
+    bytes +=
+        static_cast<double>(plans.back().stats().bytes_moved + plans.back().stats().bytes_local);
+    transfers += static_cast<double>(plans.back().ops().size());
+    threads = std::max(threads, plan_devices(plans.back()));
+  }
+  check_run(iters, bytes, transfers, threads);
 
   std::cout << "meshcast demo: cross-mesh resharding on the in-process backend (one thread per "
                "device)\n"
@@ -69,13 +79,10 @@ int run_demo(const DemoArgs& args) {
   bool all_ok = true;
   int n = 0;
   for (const DemoCase& c : kCases) {
-    ++n;
-    const Layout src = Layout::parse(shape, dtype, c.src, "src");
-    const Layout dst = Layout::parse(shape, dtype, c.dst, "dst");
+    const Plan& chosen = plans[static_cast<std::size_t>(n++)];
+    const Layout &src = chosen.src(), &dst = chosen.dst();
     std::cout << "\n== case " << n << " (" << c.title << "): " << kShape << ' ' << kDType << " ("
               << human_bytes(src.bytes()) << ") from " << src.str() << " to " << dst.str() << '\n';
-    check_local_capacity(src, dst);
-    const Plan chosen = plan(src, dst, topology);
     std::cout << chosen.str(8);
     const LocalRun r = run_local(chosen, iters, true);
     const double seconds = median(r.seconds);

@@ -124,7 +124,7 @@ int run_simulate(const PlanArgs& args) {
     j["predicted_seconds"] = model.seconds;
     j["simulated_seconds"] = sim.seconds;
     j["bound_seconds"] = model.bound_seconds;
-    j["effective_gbps"] = effective / 1e9;
+    j["effective_gbps"] = sim.seconds > 0 ? nlohmann::json(effective / 1e9) : nlohmann::json();
     j["events"] = sim.events;
     j["plan_cpu_seconds"] = plan_seconds;
     j["simulate_cpu_seconds"] = sim_seconds;

@@ -687,7 +687,7 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
           moves += a.mode == "fused"
                        ? static_cast<double>(t.dst.mesh().size())
                        : estimate_plan_size(t.src, t.dst, Strategy::SendRecv, Balance::None).ops;
-      check_run(iters, target_bytes(*l), moves);
+      check_run(iters, target_bytes(*l), moves, s ? 0 : static_cast<std::int64_t>(devices.size()));
       check_plans_memory(l->model, s ? 1 : devices.size());
       // The local backend plans every device's part in this process, at once: each gets its
       // share of the planning memory, which auto's choices and the parts' check then keep to

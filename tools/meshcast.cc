@@ -120,10 +120,11 @@ void add_chunk_option(CLI::App& cmd, PlanArgs& args) {
 
 void add_rank_option(CLI::App& cmd, PlanArgs& args) {
   cmd.add_option("--rank", args.rank,
-                 "also compute device R's own part alone, as each device of a job does (no "
-                 "whole plan: greedy and search give way to the local rule), and say how long "
-                 "that took")
-      ->type_name("R");
+                 "print only device R's part, computed alone as each device of a job does (no "
+                 "whole plan: greedy and search give way to the local rule), and how long that "
+                 "took")
+      ->type_name("R")
+      ->check(kGivenNonEmpty);
 }
 
 }  // namespace
@@ -131,7 +132,7 @@ void add_rank_option(CLI::App& cmd, PlanArgs& args) {
 void add_plan_options(CLI::App& cmd, PlanArgs& args, bool saved_plan) {
   const auto layout_option = [&](const char* name, std::string& value, const char* help,
                                  const char* type) {
-    CLI::Option* o = cmd.add_option(name, value, help)->type_name(type);
+    CLI::Option* o = cmd.add_option(name, value, help)->type_name(type)->check(kGivenNonEmpty);
     if (!saved_plan) o->required();
   };
   layout_option("--shape", args.shape, "global tensor shape, e.g. 1024,1024,512", "SHAPE");
@@ -147,7 +148,8 @@ void add_plan_options(CLI::App& cmd, PlanArgs& args, bool saved_plan) {
                    "must be the plan's), and --topology, --strategy and --balance cannot change "
                    "it; process backends check that every rank read the same plan and that the "
                    "job has its devices")
-        ->type_name("FILE");
+        ->type_name("FILE")
+        ->check(kGivenNonEmpty);
   cmd.add_option("--topology", args.topology,
                  "topology: a JSON file, a preset name (dgx-a100, aws-p3.8xlarge, ...: see "
                  "Formats), or auto (reshard --backend mpi|ucx: discovered from the job's host "
@@ -166,7 +168,8 @@ void add_plan_options(CLI::App& cmd, PlanArgs& args, bool saved_plan) {
       ->type_name("NAME")
       ->capture_default_str();
   cmd.add_option("--svg", args.svg, "also draw the plan as an SVG picture into this file")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->check(kGivenNonEmpty);
   cmd.footer(kFormats);
 }
 
@@ -205,7 +208,7 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
     check_run(
         iters,
         static_cast<double>(p.stats().bytes_moved) + static_cast<double>(p.stats().bytes_local),
-        static_cast<double>(p.ops().size()));
+        static_cast<double>(p.ops().size()), run.backend == "local" ? plan_devices(p) : 0);
   };
   // This rank's input checked and planned; on a process backend once the job has started, every
   // rank's failure agreed (checked_together).

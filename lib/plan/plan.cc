@@ -521,7 +521,9 @@ void write_op_list(std::ostream& os, const std::vector<Op>& ops, std::size_t max
              << " chains of <= " << op.group;
         break;
       case OpKind::Reduce:
-        for (std::size_t k = 0; k < op.peers.size(); ++k) os << (k ? "+" : "") << op.peers[k];
+        for (std::size_t k = 0; k < op.peers.size() && k < kListedPeers; ++k)
+          os << (k ? "+" : "") << op.peers[k];
+        if (op.peers.size() > kListedPeers) os << "+... (" << op.peers.size() << " addends)";
         os << " -> " << op.root;
         break;
     }

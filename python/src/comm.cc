@@ -560,7 +560,8 @@ A wait that sees no progress of any device for `timeout` seconds fails with Comm
       .def("run", &run_local, py::arg("fn"), py::arg("devices") = py::list(), R"doc(
 Calls fn(comm) on one thread per device (of `devices`, all by default) and returns their
 results in rank order (in the order of `devices` when given). If one raises, the others' waits
-fail with CommError naming it, and its exception is re-raised here. The comm, and any Handle
+fail with CommError naming it, and its exception is re-raised here. A wait on a device not in
+`devices` fails at once (it never runs). The comm, and any Handle
 started on it, is valid only inside fn: an operation still in flight when fn returns is
 abandoned (its peers fail naming the device).
 )doc");

@@ -112,6 +112,19 @@ for cmd in plan simulate reshard; do
   CMD=$cmd bad "topology: given empty" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology ""
 done
 CMD=demo bad "topology: given empty" --topology ""
+for cmd in plan simulate reshard; do  # (--svg '' drew nothing, --rank '' printed the whole plan)
+  CMD=$cmd bad "svg: given empty" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --svg ""
+  CMD=$cmd bad "src: given empty" "${S[@]}" --src "" --dst 4@0-3:S0R
+done
+CMD=plan bad "rank: given empty" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --rank ""
+CMD=simulate bad "rank: given empty" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --rank ""
+bad "plan: given empty" --plan ""
+# The local backend's transfers count its threads' turns on the cores: 1,024 threads moving
+# 262,144 one-byte sends an iteration would have run for hours (80 us a transfer).
+bad "run transfers: .*each counted" --shape 1024 --dtype u8 --src 512:S0 --dst 512@512-1023:R \
+  --iters 500
+# demo counts every byte its plans move (it counted one tensor a case, a quarter of them).
+CMD=demo bad "run bytes: 40000 iterations and the warm-up, each of 128.00 MiB" --iters 40000
 bad dst.mesh "${S[@]}" --src 2x2@0-3:S0R --dst 2x2@0-4:S0R --verify
 bad src.mesh "${S[@]}" --src 2x2@[0,0,1,2]:S0R --dst 4@0-3:S0R --verify
 bad src.spec "${S[@]}" --src 2x2@0-3:S0RR --dst 4@0-3:S0R --verify

@@ -177,6 +177,22 @@ TEST(PlanValidate, TreeGroupsAreWithinTheReceivers) {
 
 // A fork leaves receivers on both sides of it, on multicasts only; groups then cut the receivers
 // after it; a forked tree round-trips and is named in the plan's text.
+// An op's text lists at most 16 peers, then their count: a reduce of 1,024 addends was one
+// line of kilobytes per op (a multicast's receivers were already cut so).
+TEST(PlanText, AnOpListsAtMost16Peers) {
+  const Plan reduce =
+      plan(Layout::parse({4}, DType::f32, "40:R+P0", "src"),
+           Layout::parse({4}, DType::f32, "1@40:R", "dst"), Topology::single_host());
+  const std::string text = reduce.str();
+  EXPECT_NE(text.find(" 0+1+2+3+4+5+6+7+8+9+10+11+12+13+14+15+... (40 addends) -> 40\n"),
+            std::string::npos)
+      << text;
+  const Plan multicast =
+      plan(Layout::parse({4}, DType::f32, "1@0:R", "src"),
+           Layout::parse({4}, DType::f32, "40@1-40:R", "dst"), Topology::single_host());
+  EXPECT_NE(multicast.str().find(",16,... (40 receivers)"), std::string::npos) << multicast.str();
+}
+
 TEST(PlanValidate, ForksLeaveReceiversOnBothSides) {
   json j = plan_json("1@0:RR", "6@1-6:RR", {4, 6}, Strategy::Broadcast);
   ASSERT_EQ(j["ops"].size(), 1u);
