@@ -324,16 +324,22 @@ class LocalTransport final : public Transport {
       s_.barrier_cv.notify_all();
       return;
     }
+    // Arriving is progress: devices still coming (a thousand threads filling their buffers on
+    // two cores) keep the others waiting, as copies do.
+    s_.moved();
     const auto entered = Clock::now();
     const auto deadline = [&] { return std::max(entered, s_.moved_at()) + s_.timeout; };
     const auto passed = [&] {
       return s_.generation != gen || s_.failed_rank >= 0 || s_.first_left >= 0;
     };
     bool woken = false;
-    // Back every millisecond, unlocked, for `meanwhile`, until the deadline.
-    while (!(woken = s_.barrier_cv.wait_until(
-                 l, std::min(deadline(), Clock::now() + std::chrono::milliseconds(1)), passed)) &&
-           Clock::now() < deadline()) {
+    // Back every millisecond, unlocked, for `meanwhile`, until the deadline; in a world of more
+    // than 50 devices every participants x 20 us, so that the waiters' wake-ups (a million a
+    // second for 1,000 every millisecond) leave the cores to the devices still coming.
+    const auto poll = std::chrono::microseconds(std::max(1000, 20 * s_.participants));
+    while (
+        !(woken = s_.barrier_cv.wait_until(l, std::min(deadline(), Clock::now() + poll), passed)) &&
+        Clock::now() < deadline()) {
       l.unlock();
       meanwhile();
       l.lock();

@@ -311,6 +311,17 @@ TEST(LocalWorld, FailingDeviceFailsTheOthersWaitsAndRunRethrows) {
   }
 }
 
+// Devices arriving at a barrier one after another, each within the timeout of the last but all
+// over a longer span (a thousand threads filling their buffers on two cores): arriving is
+// progress, so the first to arrive does not give up on the last.
+TEST(LocalWorld, ABarrierWaitsWhileDevicesKeepArriving) {
+  LocalWorld w(4, 0, 1.0);
+  w.run([&](Communicator& c) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500 * c.rank()));  // 1.5 s in all
+    c.barrier();
+  });
+}
+
 // A device that run() was not given never sends nor receives: a wait on it fails at once,
 // naming it as not running; a barrier counts only the devices run.
 TEST(LocalWorld, WaitsOnADeviceNotRunFailAtOnce) {
