@@ -150,8 +150,6 @@ int parse_iters(const std::string& text);
 // threads of an in-process run (0 for a process backend), which make each transfer slower past
 // a few a core.
 void check_run(int iters, double bytes, double transfers, std::int64_t local_threads = 0);
-// The devices a plan runs on: its meshes' union (the local backend's threads).
-std::int64_t plan_devices(const Plan& p);
 // Refuses (ValidationError "backend") a backend that is unknown or not built in.
 void check_backend(const std::string& backend);
 // `meshcast` links no CUDA, so that it starts on any machine; where the NCCL backend is built,

@@ -142,6 +142,15 @@ int parse_iters(const std::string& text) {
   return static_cast<int>(parse_int_in(text, "iters", 1, kMaxIters));
 }
 
+namespace {
+// "1.5", "128": a count as few digits show it (3 significant).
+std::string shortest(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+}  // namespace
+
 void check_run(int iters, double bytes, double transfers, std::int64_t local_threads) {
   const double runs = iters + 1.0;  // (no overflow: iters <= kMaxIters)
   // The warm-up counts: it moves what an iteration does.
@@ -158,15 +167,15 @@ void check_run(int iters, double bytes, double transfers, std::int64_t local_thr
   const auto cores = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
   const double weight = std::max(1.0, static_cast<double>(local_threads) / (4 * cores));
   if (runs * transfers * weight > static_cast<double>(limits().run_transfers))
-    throw ValidationError(
-        "run transfers",
-        counted + std::to_string(detail::saturated_int64(transfers)) + " transfers" +
-            (weight > 1 ? " (each counted " + std::to_string(static_cast<long>(weight)) +
-                              " times: " + std::to_string(local_threads) + " device threads on " +
-                              std::to_string(static_cast<long>(cores)) + " cores)"
-                        : std::string()) +
-            ", exceed the limit of " + std::to_string(limits().run_transfers) +
-            " (raise it with MESHCAST_MAX_RUN_TRANSFERS)");
+    throw ValidationError("run transfers",
+                          counted + std::to_string(detail::saturated_int64(transfers)) +
+                              " transfers" +
+                              (weight > 1 ? " (each counted " + shortest(weight) +
+                                                " times: " + std::to_string(local_threads) +
+                                                " device threads on " + shortest(cores) + " cores)"
+                                          : std::string()) +
+                              ", exceed the limit of " + std::to_string(limits().run_transfers) +
+                              " (raise it with MESHCAST_MAX_RUN_TRANSFERS)");
 }
 
 void check_backend(const std::string& backend) {
@@ -227,13 +236,6 @@ void* RankBuffers::scratch(std::size_t bytes) {
   }
 #endif
   return host_scratch_.emplace_back(bytes).data();
-}
-
-std::int64_t plan_devices(const Plan& p) {
-  std::vector<int> d = p.src().mesh().devices();
-  d.insert(d.end(), p.dst().mesh().devices().begin(), p.dst().mesh().devices().end());
-  std::sort(d.begin(), d.end());
-  return std::unique(d.begin(), d.end()) - d.begin();
 }
 
 void check_local_capacity(const Layout& src, const Layout& dst) {

@@ -64,7 +64,7 @@ int run_demo(const DemoArgs& args) {
     bytes +=
         static_cast<double>(plans.back().stats().bytes_moved + plans.back().stats().bytes_local);
     transfers += static_cast<double>(plans.back().ops().size());
-    threads = std::max(threads, plan_devices(plans.back()));
+    threads = std::max(threads, static_cast<std::int64_t>(plans.back().devices().size()));
   }
   check_run(iters, bytes, transfers, threads);
 

@@ -118,11 +118,13 @@ void add_chunk_option(CLI::App& cmd, PlanArgs& args) {
       ->capture_default_str();
 }
 
-void add_rank_option(CLI::App& cmd, PlanArgs& args) {
+// `what`: what the subcommand does with the part.
+void add_rank_option(CLI::App& cmd, PlanArgs& args, const std::string& what) {
   cmd.add_option("--rank", args.rank,
-                 "print only device R's part, computed alone as each device of a job does (no "
-                 "whole plan: greedy and search give way to the local rule), and how long that "
-                 "took")
+                 what +
+                     " device R's own part, computed alone as each device of a job does (no "
+                     "whole plan: greedy and search give way to the local rule), and how long "
+                     "that took")
       ->type_name("R")
       ->check(kGivenNonEmpty);
 }
@@ -208,7 +210,8 @@ int run_reshard(const PlanArgs& args, const RunArgs& run) {
     check_run(
         iters,
         static_cast<double>(p.stats().bytes_moved) + static_cast<double>(p.stats().bytes_local),
-        static_cast<double>(p.ops().size()), run.backend == "local" ? plan_devices(p) : 0);
+        static_cast<double>(p.ops().size()),
+        run.backend == "local" ? static_cast<std::int64_t>(p.devices().size()) : 0);
   };
   // This rank's input checked and planned; on a process backend once the job has started, every
   // rank's failure agreed (checked_together).
@@ -366,7 +369,7 @@ int main(int argc, char** argv) {
       "plan", "Plan a reshard and print the plan (or its JSON with --json; --svg draws it).");
   add_plan_options(*plan_cmd, plan_args);
   add_chunk_option(*plan_cmd, plan_args);
-  add_rank_option(*plan_cmd, plan_args);
+  add_rank_option(*plan_cmd, plan_args, "print only");
   plan_cmd->add_flag("--json", plan_args.json,
                      "print the plan as one JSON document, with a \"cost\" object: the model's "
                      "predicted_seconds, bound_seconds (the busiest link's bytes / bandwidth) and "
@@ -379,7 +382,7 @@ int main(int argc, char** argv) {
       "busiest links. Runs nothing.");
   add_plan_options(*simulate_cmd, plan_args);
   add_chunk_option(*simulate_cmd, plan_args);
-  add_rank_option(*simulate_cmd, plan_args);
+  add_rank_option(*simulate_cmd, plan_args, "also report");
   simulate_cmd->add_flag(
       "--json", plan_args.json,
       "print one JSON object: predicted_seconds (model), simulated_seconds, bound_seconds, "

@@ -122,9 +122,6 @@ struct LocalWorld::State {
     if (first_left < 0) first_left = rank;
     barrier_cv.notify_all();
   }
-  // A device's copies moved on: every wait of the world goes on while some device progresses
-  // (a device waited on may be busy with other transfers first; a barrier waits for devices
-  // with more to do). A stall of all of them for the timeout fails.
   // Why waiting on a device that left is hopeless: it returned, or it never ran (run() was
   // given other devices).
   std::string gone(int rank) const {
@@ -132,6 +129,9 @@ struct LocalWorld::State {
                ? "is not running (not among the devices of LocalWorld::run)"
                : "returned from its function";
   }
+  // A device's copies moved on, or it arrived at a barrier: every wait of the world goes on
+  // while some device progresses (a device waited on may be busy with other transfers first; a
+  // barrier waits for devices with more to do). A stall of all of them for the timeout fails.
   void moved() { last_moved.store(Clock::now().time_since_epoch().count()); }
   Clock::time_point moved_at() const { return Clock::time_point(Clock::duration(last_moved)); }
   void check() {

@@ -18,10 +18,11 @@ class LocalWorld {
   // maps a node-memory segment of that size (Communicator::node_segment), so that the blocking
   // collectives run their shared-memory algorithm here too; by default they send (one copy per
   // transfer here already). A wait that sees no progress of any device for `timeout_seconds` (no
-  // copy anywhere in the world: a wait of its own goes on longer while others progress) fails
-  // with a CommError naming the device it waits on; a wait on a device whose function has returned
-  // fails at once. `size` is at most limits().devices, and size x node_segment_bytes at most
-  // limits().buffer_bytes (ValidationError).
+  // copy anywhere in the world, no device arriving at a barrier: a wait of its own goes on
+  // longer while others progress) fails with a CommError naming the device it waits on; a wait
+  // on a device whose function has returned, or that run() was not given, fails at once. `size` is
+  // at most limits().devices, and size x node_segment_bytes at most limits().buffer_bytes
+  // (ValidationError).
   explicit LocalWorld(int size, std::size_t node_segment_bytes = 0, double timeout_seconds = 60);
   ~LocalWorld();
   LocalWorld(const LocalWorld&) = delete;
@@ -30,7 +31,9 @@ class LocalWorld {
   int size() const;
   // Runs fn(comm) on one thread per device of `devices` (all when empty; each at most once; at
   // most limits().local_threads) and joins them. If a thread throws, the others' pending waits fail
-  // with CommError naming it, and the first exception is rethrown here.
+  // with CommError naming it, and the first exception is rethrown here. A device not in
+  // `devices` never runs: a wait on it fails at once ("is not running"), and barriers count
+  // only the devices run.
   void run(const std::function<void(Communicator&)>& fn, const std::vector<int>& devices = {});
 
   struct State;

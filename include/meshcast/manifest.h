@@ -55,7 +55,10 @@
 // * tied embeddings: a model with a vocabulary embedding (embed_tokens wte word_embeddings
 //   tok_embeddings embed_in) and no head uses the embedding as its head, so the generator's last
 //   stage holds it too (Megatron keeps that copy; dst's mesh is the first and the last stage,
-//   replicas of each other). The trainer sends it from its first stage.
+//   replicas of each other). The trainer sends it from its first stage. A head is a tensor with
+//   a head's module in its name (lm_head.decoder too) or, of no layer, an embedding's shape
+//   (BERT's cls.predictions.decoder); a model whose head is neither (a classifier's score) is
+//   taken for tied: its embedding also reaches the last stage, which is only more bytes.
 // * column-parallel, dim 0 over tp (and a column layer's bias with it, as Megatron's
 //   ColumnParallelLinear): q/k/v/qkv projections (q_proj k_proj v_proj qkv_proj
 //   query_key_value linear_qkv wq wk wv q_b_proj kv_b_proj, and BERT's query key value),
@@ -73,10 +76,12 @@
 //   router; `gate_proj` is not), position embeddings, MLA's down-projections (q_a_proj,
 //   kv_a_proj_with_mqa), unknown modules.
 // * experts: the N tensors named "<prefix>.experts.<i>.<rest>" (i = 0..N-1, same shape and
-//   dtype; also Megatron-Core's "experts.local_experts.<i>.<rest>" and grouped
-//   "experts.<module>.weight<i>") become ONE tensor "<prefix>.experts.<rest>" of shape [N, ...],
-//   dim 0 split over ep (which must divide N, as Megatron requires), its inner dims over etp as
-//   the module's kind says (column: dim 1, row: dim 2).
+//   dtype) become ONE tensor "<prefix>.experts.<rest>" of shape [N, ...], dim 0 split over ep
+//   (which must divide N, as Megatron requires), its inner dims over etp as the module's kind
+//   says (column: dim 1, row: dim 2). Megatron-Core's names are grouped alike:
+//   "experts.local_experts.<i>.<rest>" into "experts.local_experts.<rest>", and
+//   "experts.<module>.weight<i>" (bias<i>) into "experts.<module>.weight" (bias). i numbers the
+//   model's experts 0..N-1 (a whole model's config, not one ep rank's local numbering).
 // * data and context parallelism replicate.
 // The mesh of a tensor is its stage's ranks, axes (replicas/fsdp, fsdp, tp) for dense tensors
 // and (expert-dp/fsdp, fsdp, ep, etp) for experts, axes of extent 1 left out.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -365,16 +366,18 @@ NameInfo name_info(std::string_view name, std::size_t ndim) {
       expert_at = i + 1;
     }
   }
-  // Megatron-Core's grouped experts (TEGroupedMLP): "experts.linear_fc1.weight<i>".
+  // Megatron-Core's grouped experts (TEGroupedMLP): "experts.linear_fc1.weight<i>", bias<i>.
   std::string_view param = parts.back();
-  if (info.expert < 0 && in_experts && param.starts_with("weight") && param.size() > 6) {
-    const std::string_view index = param.substr(6);
+  for (const std::string_view kind : {std::string_view("weight"), std::string_view("bias")}) {
+    if (info.expert >= 0 || !in_experts || !param.starts_with(kind) || param.size() == kind.size())
+      continue;
+    const std::string_view index = param.substr(kind.size());
     if (index.size() > 9 &&
         std::all_of(index.begin(), index.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      throw ValidationError(tensor_field(name), digits_error(index, "weight"));
+      throw ValidationError(tensor_field(name), digits_error(index, kind));
     if (is_index(index)) {
       info.expert = index_of(index);
-      param = parts.back() = "weight";
+      param = parts.back() = kind;
     }
   }
   if (info.expert >= 0)
@@ -393,8 +396,12 @@ NameInfo name_info(std::string_view name, std::size_t ndim) {
             "' is HF GPT-2's Conv1D, stored [in, out] (c_attn also fuses q, k and v), or "
             "GPT-BigCode's linear, stored [out, in]: the name does not say which dim tensor "
             "parallelism splits; give every tensor its src and dst layouts (the explicit form)");
-  // Meta's "output" is a head only outside the layers (BERT's layers have "output" modules).
-  const bool head = one_of(module, kHead) && (module != "output" || info.layer < 0);
+  // A head: a module of a head's name, or one inside it (RoBERTa's lm_head.decoder); Meta's
+  // "output" is one only as the module outside the layers (BERT's layers have "output"s).
+  const bool head =
+      std::any_of(parts.begin(), parts.end() - 1,
+                  [](std::string_view p) { return p != "output" && one_of(p, kHead); }) ||
+      (module == "output" && info.layer < 0);
   info.head = head && param == "weight";
   info.embedding = one_of(module, kEmbedding) && param == "weight";
   // BERT's intermediate.dense is its up projection; its other dense layers project back.
@@ -594,7 +601,14 @@ ModelManifest read_config(std::vector<Entry>& entries, const SystemConfig& syste
   const Side train(system.train, "system.train", 0, std::max(layers, 1));
   const Side gen(system.generation, "system.generation", T, std::max(layers, 1));
   // A tied embedding is also the head: the generator's last stage holds it too (the trainer's
-  // first stage always holds it, and sends it).
+  // first stage always holds it, and sends it). A tensor of no layer shaped as an embedding is
+  // a head under another name (BERT's cls.predictions.decoder).
+  std::set<Shape> embedding_shapes;
+  for (const Tensor& t : tensors)
+    if (t.info.embedding) embedding_shapes.insert(entries[t.entry].shape);
+  for (const Tensor& t : tensors)
+    heads = heads || (!t.info.embedding && t.info.layer < 0 && t.experts.empty() &&
+                      embedding_shapes.count(entries[t.entry].shape) > 0);
   const bool tied = embeddings && !heads;
 
   ModelManifest m;

@@ -2,9 +2,12 @@
 
 Usage: mpi_worker.py mpi4py|env-ucx|env-mpi CASES SEED [fail|leave|refuse|short]. Prints "rank R ok N" on
 success; any mismatch raises (the rank exits non-zero). WORKER_TIMEOUT: the comm's timeout (s).
+WORKER_READY: a file made just before the comm; WORKER_AFTER: one waited for (60 s at most) before
+it, so that a rank of a short timeout starts its rendezvous once its peer is already connecting.
 """
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -18,6 +21,12 @@ if how == "mpi4py":
     comm = mc.from_mpi4py(MPI.COMM_WORLD)
     assert comm.rank == MPI.COMM_WORLD.Get_rank() and comm.size == MPI.COMM_WORLD.Get_size()
 else:
+    if "WORKER_AFTER" in os.environ:
+        end = time.monotonic() + 60
+        while not os.path.exists(os.environ["WORKER_AFTER"]) and time.monotonic() < end:
+            time.sleep(0.05)
+    if "WORKER_READY" in os.environ:
+        open(os.environ["WORKER_READY"], "w").close()
     comm = mc.from_env(backend=how.split("-")[1],
                        timeout=float(os.environ.get("WORKER_TIMEOUT", "60")))
 me, n = comm.rank, comm.size

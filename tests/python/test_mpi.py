@@ -250,15 +250,19 @@ def test_a_rank_that_ends_is_not_taken_for_one_in_a_barrier():
         assert f"rank {k} barrier failed: device 1" in outs[k][0], outs[k]
 
 
-def test_a_rank_whose_call_was_refused_is_named_as_alive():
+def test_a_rank_whose_call_was_refused_is_named_as_alive(tmp_path):
     # Rank 1's reshard is refused before it starts and it goes on to a barrier: rank 0's wait
     # names it as alive but not in the transfer, not as failed.
     port = str(free_port())
-    # Rank 1 waits longer: rank 0's wait must end first, else rank 1 would report rank 0.
+    # Rank 1 waits longer: rank 0's wait must end first, else rank 1 would report rank 0. Rank 0
+    # starts its rendezvous (of its 2 s) once rank 1 connects (a busy machine started rank 1's
+    # Python late, and rank 0 gave up on it).
+    ready = str(tmp_path / "ready.1")
     codes, outs = launch(2, lambda k: {"RANK": str(k), "WORLD_SIZE": "2", "LOCAL_RANK": str(k),
                                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
-                                       "WORKER_TIMEOUT": "2" if k == 0 else "30"}, cases="1",
-                         extra=["refuse"])
+                                       "WORKER_TIMEOUT": "2" if k == 0 else "30",
+                                       ("WORKER_AFTER" if k == 0 else "WORKER_READY"): ready},
+                         cases="1", extra=["refuse"])
     assert codes == [3, 3], outs
     assert "rank 1 refused: dst: expected shape (4,)" in outs[1][0], outs[1]
     assert re.search(r"rank 0 failed: device 1: no progress for [\d.]+ s although every device is "

@@ -386,10 +386,11 @@ run --model "$TMP/t2k.json" --mode per-tensor --iters 1000000
 if [[ $rc -eq 2 && $(cat "$TMP/err") == "meshcast: run transfers: 1000000 iterations and the warm-up, each of 2000 transfers, exceed the limit of 134217728 (raise it with MESHCAST_MAX_RUN_TRANSFERS)" ]]
 then ok; else bad "sync transfers over the run bound: rc=$rc $(cat "$TMP/err")"; fi
 # Every device of the local backend holds its own plan of every tensor: 1,024 devices' plans of
-# 4,000 tensors on meshes of 512 are refused at once (each device held 12 KB a tensor there).
+# 4,000 tensors on meshes of 512 are refused at once (each device held 12 KB a tensor there;
+# the run-transfers bound, which 1,024 threads on this machine's cores exceed too, lifted).
 python3 -c 'import sys
 open(sys.argv[1], "w").write("{" + ",".join("\"t%d\":{\"shape\":[1],\"dtype\":\"U8\",\"src\":\"512@0-511:R\",\"dst\":\"512@512-1023:R\"}" % i for i in range(4000)) + "}")' "$TMP/wide.json"
-run --model "$TMP/wide.json" --iters 1
+MESHCAST_MAX_RUN_TRANSFERS=1000000000000 run --model "$TMP/wide.json" --iters 1
 if [[ $rc -eq 2 && $(cat "$TMP/err") == "meshcast: plan memory: 1024 devices' plans of 4000 tensors, an estimated 58.59 GiB, exceed the limit of 8.00 GiB (raise it with MESHCAST_MAX_PLAN_MEMORY_BYTES)" ]]
 then ok; else bad "1,024 devices' plans of 4,000 tensors: rc=$rc $(cat "$TMP/err")"; fi
 

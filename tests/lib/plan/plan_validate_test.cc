@@ -175,8 +175,6 @@ TEST(PlanValidate, TreeGroupsAreWithinTheReceivers) {
   refused(j, "plan.ops[" + std::to_string(r) + "].group", "on a reduce: only multicasts have one");
 }
 
-// A fork leaves receivers on both sides of it, on multicasts only; groups then cut the receivers
-// after it; a forked tree round-trips and is named in the plan's text.
 // An op's text lists at most 16 peers, then their count: a reduce of 1,024 addends was one
 // line of kilobytes per op (a multicast's receivers were already cut so).
 TEST(PlanText, AnOpListsAtMost16Peers) {
@@ -193,6 +191,8 @@ TEST(PlanText, AnOpListsAtMost16Peers) {
   EXPECT_NE(multicast.str().find(",16,... (40 receivers)"), std::string::npos) << multicast.str();
 }
 
+// A fork leaves receivers on both sides of it, on multicasts only; groups then cut the receivers
+// after it; a forked tree round-trips and is named in the plan's text.
 TEST(PlanValidate, ForksLeaveReceiversOnBothSides) {
   json j = plan_json("1@0:RR", "6@1-6:RR", {4, 6}, Strategy::Broadcast);
   ASSERT_EQ(j["ops"].size(), 1u);

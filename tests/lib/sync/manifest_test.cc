@@ -332,10 +332,12 @@ TEST(ManifestExperts, MegatronCoreNames) {
     os << ",\"" << p << e << ".linear_fc2.weight\": {\"shape\": [16, 8], \"dtype\": \"BF16\"}";
     os << ",\"decoder.layers.1.mlp.experts.linear_fc1.weight" << e
        << "\": {\"shape\": [8, 16], \"dtype\": \"BF16\"}";
+    os << ",\"decoder.layers.1.mlp.experts.linear_fc1.bias" << e
+       << "\": {\"shape\": [8], \"dtype\": \"BF16\"}";
   }
   os << "}";
   const auto m = read_model(os.str(), &sys);
-  ASSERT_EQ(m.moves.size(), 4u);
+  ASSERT_EQ(m.moves.size(), 5u);
   const auto& fc1 = move(m, "decoder.layers.0.mlp.experts.local_experts.linear_fc1.weight");
   EXPECT_EQ(fc1.src.shape(), (Shape{4, 8, 16}));
   EXPECT_EQ(fc1.src.str(), "4@0-3:S0RR");  // one expert per rank
@@ -346,6 +348,10 @@ TEST(ManifestExperts, MegatronCoreNames) {
   const auto& grouped = move(m, "decoder.layers.1.mlp.experts.linear_fc1.weight");
   EXPECT_EQ(grouped.src.shape(), (Shape{4, 8, 16}));
   EXPECT_EQ(grouped.src.str(), "4@0-3:S0RR");
+  const auto& bias = move(m, "decoder.layers.1.mlp.experts.linear_fc1.bias");
+  EXPECT_EQ(bias.src.shape(), (Shape{4, 8}));
+  EXPECT_EQ(bias.src.str(), "4@0-3:S0R");
+  EXPECT_EQ(bias.dst.str(), "2@4-5:RS0");  // a column layer's bias, split with its rows
   EXPECT_EQ(move(m, "decoder.layers.0.mlp.router.weight").src.str(), "4@0-3:RR");
 }
 
@@ -458,6 +464,16 @@ TEST(ManifestPipeline, ATiedEmbeddingReachesTheLastStage) {
                                  &sys);
   EXPECT_EQ(move(untied, "model.embed_tokens.weight").dst.str(), "2@4-5:S0R");
   EXPECT_EQ(move(untied, "lm_head.weight").dst.str(), "2@8-9:S0R");
+  // Heads under other names: inside lm_head (RoBERTa), or of no layer and the embedding's
+  // shape (BERT's cls.predictions.decoder).
+  for (const char* head : {"lm_head.decoder.weight", "cls.predictions.decoder.weight"}) {
+    SCOPED_TRACE(head);
+    const auto m = read_model(R"({"model.embed_tokens.weight": {"shape": [10, 4],
+        "dtype": "BF16"}, ")" + std::string(head) +
+                                  R"(": {"shape": [10, 4], "dtype": "BF16"},)" + layers + "}",
+                              &sys);
+    EXPECT_EQ(move(m, "model.embed_tokens.weight").dst.str(), "2@4-5:S0R");
+  }
 }
 
 TEST(ManifestPlacement, ContextParallelAndFsdp) {
