@@ -297,8 +297,11 @@ void check_train_memory(const Run& r, const std::string& backend) {
 // counts 2^24 (0.8 ms here) for what is not arithmetic (its thread's messages and waits, on
 // this machine's cores: a 256-device step of a 1-wide model took 3 s), and every pass of a
 // micro-batch through a stage of a pipeline 2^23 (its transfers: 16,384 micro-batches over 8
-// stages of a 1-wide model took 83 s a step, 0.3 ms a pass). In double: the largest options
-// overflow 64 bits.
+// stages of a 1-wide model took 83 s a step, 0.3 ms a pass). Tensor parallelism runs a
+// collective of a stage's tensor-parallel group (g devices) for every sub-batch of every
+// micro-batch in every block: 2^18 each per member, times g again on the local backend, whose
+// members' threads take turns on the cores (tp 8 with 1,024 sub-batches of 4 blocks: 3.4 s a
+// step here, its arithmetic 1 ms; tp 2: 0.16 s). In double: the largest options overflow 64 bits.
 double train_flops(const Run& r, int done, bool local) {
   const tr::ModelConfig& m = r.model;
   const double d = m.d_model, f = m.ffn_width(), seq = m.seq, layers = m.layers;
@@ -308,9 +311,16 @@ double train_flops(const Run& r, int done, bool local) {
   const double evals = std::ceil(steps / r.eval_every);
   const double stages = static_cast<double>(r.parallel.stages.size());
   const double passes = stages > 1 ? 2 * stages * r.parallel.micro_batches * r.parallel.chunks : 0;
+  double members = 0;  // of the stages' tensor-parallel collectives (squared where local)
+  for (const tr::StageShape& s : r.parallel.stages) {
+    const double g = static_cast<double>(s.rows) * s.cols * s.depth;
+    if (g > 1) members += local ? g * g : g;
+  }
+  const double collectives = std::ceil(layers / stages) * r.parallel.micro_batches *
+                             static_cast<double>(r.parallel.sub_batches);
   return (steps + evals / 3) * per_token * r.train.batch * seq +
          steps * 0x1p24 * (local ? static_cast<double>(r.parallel.devices()) : 1.0) +
-         steps * 0x1p23 * passes;
+         steps * 0x1p23 * passes + steps * 0x1p18 * collectives * members;
 }
 
 // Refuses, before any work, a run whose steps would compute for hours: --steps 16000000 of the
