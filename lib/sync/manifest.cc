@@ -340,7 +340,7 @@ struct NameInfo {
   std::string group;
   Kind kind = Kind::Replicated;
   bool embedding = false;  // a vocabulary embedding (the head too where the model has none)
-  bool head = false;       // an output head
+  bool head = false;       // an output head's weight or bias (on the last stage)
 };
 
 std::string digits_error(std::string_view next, std::string_view after) {
@@ -402,7 +402,7 @@ NameInfo name_info(std::string_view name, std::size_t ndim) {
       std::any_of(parts.begin(), parts.end() - 1,
                   [](std::string_view p) { return p != "output" && one_of(p, kHead); }) ||
       (module == "output" && info.layer < 0);
-  info.head = head && param == "weight";
+  info.head = head;
   info.embedding = one_of(module, kEmbedding) && param == "weight";
   // BERT's intermediate.dense is its up projection; its other dense layers project back.
   const bool column =
