@@ -21,4 +21,10 @@ inline void check_arrived(int peer, std::int64_t got, std::int64_t want) {
         "length");
 }
 
+// A receive whose message was longer than the `want` bytes posted: MPI and UCX fail it as
+// truncated, without the length sent; named as check_arrived names a shorter one.
+[[noreturn]] inline void arrived_longer(int peer, std::int64_t want) {
+  throw CommError(peer, "sent more than the " + std::to_string(want) + " bytes expected", "length");
+}
+
 }  // namespace meshcast::detail

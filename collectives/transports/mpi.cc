@@ -256,6 +256,10 @@ class MpiTransport final : public Transport {
       return done != 0;
     }
     // A transfer MPI failed (a peer left, or sent more than was expected): the peer's doing.
+    int error_class = 0;
+    if (r.expect >= 0 && MPI_Error_class(rc, &error_class) == MPI_SUCCESS &&
+        error_class == MPI_ERR_TRUNCATE)
+      detail::arrived_longer(r.peers.front(), std::exchange(r.expect, -1));
     const std::string why = "transfer failed: " + error_string(rc);
     if (r.peers.empty()) throw CommError("mpi", why);
     watchdog_.peer_failed(r.peers.front(), why);

@@ -207,6 +207,8 @@ class UcxTransport final : public Transport {
       if (!std::exchange(r.counted, true)) watchdog_.progressed();  // a send's too
       return true;
     }
+    if (r.status == UCS_ERR_MESSAGE_TRUNCATED && r.expect >= 0)
+      detail::arrived_longer(r.peer, std::exchange(r.expect, -1));
     if (r.status != UCS_OK) peer_failed(r.peer, r.status);
     if (failed_[static_cast<std::size_t>(r.peer)]) peer_failed(r.peer, UCS_OK);
     watchdog_.watch_sometimes();

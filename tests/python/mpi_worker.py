@@ -1,6 +1,6 @@
 """One rank of the MPI / launcher tests: random reshards and collectives, every element checked.
 
-Usage: mpi_worker.py mpi4py|env-ucx|env-mpi CASES SEED [fail|leave|refuse|short]. Prints "rank R ok N" on
+Usage: mpi_worker.py mpi4py|env-ucx|env-mpi CASES SEED [fail|leave|refuse|short|long]. Prints "rank R ok N" on
 success; any mismatch raises (the rank exits non-zero). WORKER_TIMEOUT: the comm's timeout (s).
 WORKER_READY: a file made just before the comm; WORKER_AFTER: one waited for (60 s at most) before
 it, so that a rank of a short timeout starts its rendezvous once its peer is already connecting.
@@ -59,6 +59,19 @@ assert (g == np.repeat(np.arange(n), 3)).all()
 comm.barrier()
 print(f"rank {me} ok {cases}", flush=True)
 
+if len(sys.argv) > 4 and sys.argv[4] in ("short", "long"):
+    # Rank 1 expects one element more (short) or fewer (long) than rank 0 broadcasts (the
+    # transports' path: async_op): MPI and UCX take a shorter message into a larger receive
+    # silently and fail a longer one as truncated; both are refused by their length. The root,
+    # which receives nothing, returns.
+    y = np.ones(1000 + (me if sys.argv[4] == "short" else -me), np.float32)
+    try:
+        mc.broadcast(comm, y, 0, async_op=True).wait()
+        print(f"rank {me} returned", flush=True)
+    except mc.CommError as e:
+        print(f"rank {me} failed: {e}", flush=True)
+    sys.exit(0)
+
 if how == "mpi4py":
     # A handle keeps its communicator: the temporary Comm below is gone before the wait.
     x = np.full(8, me + 1, np.int64)
@@ -70,17 +83,6 @@ if how == "mpi4py":
         raise AssertionError("from_mpi4py took MPI.COMM_NULL")
     except ValueError as e:
         assert str(e) == "comm: MPI.COMM_NULL", e
-    if len(sys.argv) > 4 and sys.argv[4] == "short":
-        # Rank 1 expects one element more than rank 0 broadcasts (the transports' path:
-        # async_op): MPI takes the shorter message into the larger receive silently; refused by
-        # its length instead. The root, which receives nothing, returns.
-        y = np.ones(1000 + me, np.float32)
-        try:
-            mc.broadcast(mc.from_mpi4py(MPI.COMM_WORLD, timeout=10), y, 0, async_op=True).wait()
-            print(f"rank {me} returned", flush=True)
-        except mc.CommError as e:
-            print(f"rank {me} failed: {e}", flush=True)
-        sys.exit(0)
     if len(sys.argv) > 4 and sys.argv[4] == "fail":
         # One rank fails before a collective: the other's wait fails, nobody hangs at exit.
         quick = mc.from_mpi4py(MPI.COMM_WORLD, timeout=3)

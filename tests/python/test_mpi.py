@@ -173,12 +173,25 @@ def test_the_device_waited_on_is_named_before_others_that_are_silent(tmp_path):
                      r"liveness check", r.stdout), r.stdout + r.stderr
 
 
-def test_a_shorter_message_than_expected_is_refused():
-    pytest.importorskip("mpi4py")
-    r = mpirun(2, WORKER, "mpi4py", "1", "3", "short", env=env_with_path(), timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "rank 1 failed: device 0: sent 4016 bytes where 4020 were expected" in r.stdout, \
-        r.stdout
+@pytest.mark.parametrize("how", ["mpi4py", "env-ucx"])
+@pytest.mark.parametrize("case, words", [
+    ("short", "sent 4016 bytes where 4020 were expected"),
+    # MPI and UCX fail a longer message as truncated ("MPI_ERR_TRUNCATE: message truncated").
+    ("long", "sent more than the 4012 bytes expected")])
+def test_a_message_of_another_length_than_expected_is_refused(how, case, words):
+    if how == "mpi4py":
+        pytest.importorskip("mpi4py")
+        r = mpirun(2, WORKER, how, "1", "3", case, env=env_with_path(), timeout=120)
+        out = r.stdout + r.stderr
+        assert r.returncode == 0, out
+    else:
+        port = str(free_port())
+        codes, outs = launch(2, lambda k: {"RANK": str(k), "WORLD_SIZE": "2", "LOCAL_RANK": str(k),
+                                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port},
+                             how=how, cases="1", extra=[case])
+        out = "".join(o + e for o, e in outs)
+        assert codes == [0, 0], out
+    assert f"rank 1 failed: device 0: {words}" in out, out
 
 
 def test_ranks_that_run_different_plans_fail_naming_what_differs():

@@ -552,21 +552,24 @@ struct Case {
   void (*run)(Communicator&);
 };
 
-// A message shorter than its receive fails the receive, naming its sender (MPI and UCX take one
-// without an error); the send completes and the communicator goes on. Eager and rendezvous
-// sizes, contiguous and strided receives.
-inline void short_message(Communicator& comm) {
+// A message shorter (or longer) than its receive fails the receive, naming its sender (MPI and
+// UCX take a shorter one without an error, and fail a longer one as truncated without its
+// length); the send completes and the communicator goes on. Eager and rendezvous sizes,
+// contiguous and strided regions.
+inline void wrong_length_messages(Communicator& comm, bool longer) {
   const int n = comm.size(), me = comm.rank();
   if (n < 2) return;
   const TagBlock tags = comm.world().reserve(3);
   const int to = (me + 1) % n, from = (me - 1 + n) % n;
-  std::vector<Boxed> out, in;
-  out.push_back(Boxed::contiguous(4000));
-  in.push_back(Boxed::contiguous(4008));
-  out.push_back(Boxed::contiguous(300000));
-  in.push_back(Boxed::contiguous(300004));
-  out.push_back(Boxed::contiguous(4000));
-  in.push_back(Boxed(4, {6, 40, 50}, {1, 3, 2}, {5, 20, 11}));  // 4,400 bytes
+  std::vector<Boxed> shorter, other;  // each message's shorter and longer side
+  shorter.push_back(Boxed::contiguous(4000));
+  other.push_back(Boxed::contiguous(4008));
+  shorter.push_back(Boxed::contiguous(300000));
+  other.push_back(Boxed::contiguous(300004));
+  shorter.push_back(Boxed::contiguous(4000));
+  other.push_back(Boxed(4, {6, 40, 50}, {1, 3, 2}, {5, 20, 11}));  // 4,400 bytes
+  std::vector<Boxed>& out = longer ? other : shorter;
+  std::vector<Boxed>& in = longer ? shorter : other;
   std::vector<Request> sends, recvs;
   for (std::size_t k = 0; k < out.size(); ++k) {
     const int tag = tags.tag(static_cast<int>(k));
@@ -575,21 +578,26 @@ inline void short_message(Communicator& comm) {
     recvs.push_back(comm.irecv(in[k].region, from, tag));
   }
   for (std::size_t k = 0; k < recvs.size(); ++k) {
-    const std::string want = "device " + std::to_string(from) + ": sent " +
-                             std::to_string(out[k].region.bytes()) + " bytes where " +
-                             std::to_string(in[k].region.bytes()) + " were expected";
+    const std::string device = "device " + std::to_string(from) + ": sent ",
+                      got = std::to_string(out[k].region.bytes()),
+                      want = std::to_string(in[k].region.bytes());
     try {
       comm.wait(recvs[k]);
-      fail(comm, "a receive of " + std::to_string(in[k].region.bytes()) + " bytes took a " +
-                     std::to_string(out[k].region.bytes()) + "-byte message");
+      fail(comm, "a receive of " + want + " bytes took a " + got + "-byte message");
     } catch (const CommError& e) {
-      if (std::string(e.what()).find(want) == std::string::npos)
-        fail(comm, "a short message: '" + std::string(e.what()) + "', expected '" + want + "'");
+      const std::string what = e.what();
+      if (what.find(device + got + " bytes where " + want + " were expected") ==
+              std::string::npos &&
+          (!longer ||
+           what.find(device + "more than the " + want + " bytes expected") == std::string::npos))
+        fail(comm, "a " + got + "-byte message into " + want + " bytes: '" + what + "'");
     }
   }
   comm.wait_all(sends);
   comm.barrier();
 }
+inline void short_message(Communicator& comm) { wrong_length_messages(comm, false); }
+inline void long_message(Communicator& comm) { wrong_length_messages(comm, true); }
 
 inline const std::vector<Case>& cases() {
   static const std::vector<Case> all{
@@ -605,6 +613,7 @@ inline const std::vector<Case>& cases() {
       {"barrier", &barrier},
       {"node_memory", &node_memory},
       {"short_message", &short_message},
+      {"long_message", &long_message},
   };
   return all;
 }
