@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -267,12 +268,14 @@ std::vector<std::string_view> split_name(std::string_view name) {
   }
 }
 
-bool is_index(std::string_view s) {
-  return !s.empty() && s.size() <= 9 &&
-         std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-int index_of(std::string_view s) {
+// The index that `s`, after the word `after` in tensor `name`, spells: none where s is not all
+// digits; more than 9 digits are refused, not taken for no index.
+std::optional<int> index_after(std::string_view s, std::string_view after, std::string_view name) {
+  if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  if (s.size() > 9)
+    throw ValidationError(tensor_field(name), "index " + detail::quote(s) + " after '" +
+                                                  std::string(after) + "' has more than 9 digits");
   int v = 0;
   for (char c : s) v = v * 10 + (c - '0');
   return v;
@@ -287,7 +290,7 @@ constexpr std::array<std::string_view, 4> kLayerWords{"layers", "h", "layer", "b
 // HF GPT-2's Conv1D modules store [in, out] (c_attn also fuses q, k and v), GPT-BigCode's of
 // the same names [out, in]: the name does not say which dim tensor parallelism splits.
 constexpr std::array<std::string_view, 3> kConv1D{"c_attn", "c_fc", "c_proj"};
-constexpr std::array<std::string_view, 31> kColumn{"q_proj",
+constexpr std::array<std::string_view, 30> kColumn{"q_proj",
                                                    "k_proj",
                                                    "v_proj",
                                                    "qkv_proj",
@@ -314,7 +317,6 @@ constexpr std::array<std::string_view, 31> kColumn{"q_proj",
                                                    "lm_head",
                                                    "output_layer",
                                                    "embed_out",
-                                                   "output",
                                                    "query",
                                                    "key",
                                                    "value"};
@@ -343,26 +345,19 @@ struct NameInfo {
   bool head = false;       // an output head's weight or bias (on the last stage)
 };
 
-std::string digits_error(std::string_view next, std::string_view after) {
-  return "index " + detail::quote(next) + " after '" + std::string(after) +
-         "' has more than 9 digits";
-}
-
 NameInfo name_info(std::string_view name, std::size_t ndim) {
   NameInfo info;
   auto parts = split_name(name);
   std::size_t expert_at = parts.size();
   bool in_experts = false;
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
-    const std::string_view next = parts[i + 1];
     in_experts = in_experts || parts[i] == "experts";
-    if ((one_of(parts[i], kLayerWords) || one_of(parts[i], kExpertWords)) && next.size() > 9 &&
-        std::all_of(next.begin(), next.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      throw ValidationError(tensor_field(name), digits_error(next, parts[i]));
-    if (info.layer < 0 && one_of(parts[i], kLayerWords) && is_index(parts[i + 1]))
-      info.layer = index_of(parts[i + 1]);
-    if (info.expert < 0 && one_of(parts[i], kExpertWords) && is_index(parts[i + 1])) {
-      info.expert = index_of(parts[i + 1]);
+    const bool layer = one_of(parts[i], kLayerWords), expert = one_of(parts[i], kExpertWords);
+    if (!layer && !expert) continue;
+    const std::optional<int> k = index_after(parts[i + 1], parts[i], name);
+    if (k && layer && info.layer < 0) info.layer = *k;
+    if (k && expert && info.expert < 0) {
+      info.expert = *k;
       expert_at = i + 1;
     }
   }
@@ -371,12 +366,8 @@ NameInfo name_info(std::string_view name, std::size_t ndim) {
   for (const std::string_view kind : {std::string_view("weight"), std::string_view("bias")}) {
     if (info.expert >= 0 || !in_experts || !param.starts_with(kind) || param.size() == kind.size())
       continue;
-    const std::string_view index = param.substr(kind.size());
-    if (index.size() > 9 &&
-        std::all_of(index.begin(), index.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      throw ValidationError(tensor_field(name), digits_error(index, kind));
-    if (is_index(index)) {
-      info.expert = index_of(index);
+    if (const std::optional<int> k = index_after(param.substr(kind.size()), kind, name)) {
+      info.expert = *k;
       param = parts.back() = kind;
     }
   }
@@ -404,9 +395,10 @@ NameInfo name_info(std::string_view name, std::size_t ndim) {
       (module == "output" && info.layer < 0);
   info.head = head;
   info.embedding = one_of(module, kEmbedding) && param == "weight";
-  // BERT's intermediate.dense is its up projection; its other dense layers project back.
+  // Meta's head is column-parallel as the others; BERT's intermediate.dense is its up
+  // projection, its other dense layers project back.
   const bool column =
-      (one_of(module, kColumn) && (module != "output" || head)) ||
+      one_of(module, kColumn) || (module == "output" && head) ||
       (module == "dense" && parts.size() >= 3 && parts[parts.size() - 3] == "intermediate");
   if (column)
     info.kind = Kind::Column;  // a column layer's bias is split with its output rows
