@@ -238,6 +238,12 @@ void read_corpus(Run& r, const TrainArgs& a) {
            std::to_string(r.corpus->held_out.size()) + " held-out bytes)";
 }
 
+// The blocks of the stage that holds the most (stages own consecutive blocks).
+double blocks_per_stage(const Run& r) {
+  return std::ceil(static_cast<double>(r.model.layers) /
+                   static_cast<double>(r.parallel.stages.size()));
+}
+
 // A conservative estimate of the bytes one process needs to train: on every device it runs (all
 // of them on the local backend, one under mpi), f32 values, gradients and AdamW's m and v of its
 // stage's share of the parameters, the all-gathered weights of its blocks, and the activations
@@ -256,7 +262,7 @@ double train_memory(const Run& r, bool one_device) {
   const double d = m.d_model, f = m.ffn_width(), vocab = m.vocab, seq = m.seq;
   const double micro = r.parallel.micro_batches;
   const std::size_t stages = r.parallel.stages.size();
-  const double blocks = std::ceil(static_cast<double>(m.layers) / static_cast<double>(stages));
+  const double blocks = blocks_per_stage(r);
   double total = 0, most = 0;
   for (std::size_t s = 0; s < stages; ++s) {
     const tr::StageShape& g = r.parallel.stages[s];
@@ -316,8 +322,8 @@ double train_flops(const Run& r, int done, bool local) {
     const double g = static_cast<double>(s.rows) * s.cols * s.depth;
     if (g > 1) members += local ? g * g : g;
   }
-  const double collectives = std::ceil(layers / stages) * r.parallel.micro_batches *
-                             static_cast<double>(r.parallel.sub_batches);
+  const double collectives =
+      blocks_per_stage(r) * r.parallel.micro_batches * static_cast<double>(r.parallel.sub_batches);
   return (steps + evals / 3) * per_token * r.train.batch * seq +
          steps * 0x1p24 * (local ? static_cast<double>(r.parallel.devices()) : 1.0) +
          steps * 0x1p23 * passes + steps * 0x1p18 * collectives * members;
