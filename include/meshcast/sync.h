@@ -49,13 +49,15 @@ struct SyncOptions {
   std::int64_t pack_bytes = std::int64_t{64} << 10;
 };
 
-// What one device does in a sync, and what a whole sync costs.
+// What one device does in a sync (SyncPlan::stats: the bytes it receives), and what a whole sync
+// costs (predict_sync).
 struct SyncStats {
   std::int64_t tensors = 0;
   std::int64_t messages = 0;       // transfers (a coalesced message, a box sent unpacked, a reduce)
   std::int64_t boxes = 0;          // boxes they carry (before coalescing, one transfer each)
   std::int64_t bytes_moved = 0;    // bytes sent device to device (the wire's dtype)
-  std::int64_t bytes_network = 0;  // of which between hosts
+  std::int64_t bytes_network = 0;  // predict_sync() only: of which between hosts (a SyncPlan
+                                   // holds no topology, and a chain's hops are the planner's)
   double predicted_seconds = 0;    // predict_sync() only: the cost model's time
   double link_bound_seconds = 0;   // predict_sync() only: busiest link's bytes / its rate
   std::string busiest_link;        // predict_sync() only: that link (LinkLoad::name)

@@ -363,9 +363,9 @@ void Life::check_free(const std::vector<MemorySpan>& spans) {
     for (const MemorySpan& in_flight : t.spans)
       for (const MemorySpan& s : spans)
         if ((s.writes || in_flight.writes) && s.begin < in_flight.end && in_flight.begin < s.end)
-          throw py::value_error(s.arg + ": " + (in_flight.writes ? "written" : "read") +
-                                " by an operation in flight (its " + in_flight.arg +
-                                "): wait() on its handle first");
+          throw RefusedAlike(s.arg + ": " + (in_flight.writes ? "written" : "read") +
+                             " by an operation in flight (its " + in_flight.arg +
+                             "): wait() on its handle first");
   }
 }
 
@@ -493,6 +493,16 @@ PyGroup group_arg(py::handle obj, const char* arg) {
   }
   throw py::type_error(std::string(arg) + ": expected a meshcast Comm or Group, got " +
                        type_name(obj));
+}
+
+void abandon_refused(py::handle comm, const std::exception& e) {
+  try {
+    const PyGroup g = group_arg(comm);
+    if (!g.comm.alive()) return;
+    const Busy call(g.comm);  // refused while another thread's call holds it
+    g.comm.get().abandon_for(e);
+  } catch (...) {  // no communicator to give up, or not this thread's to give up
+  }
 }
 
 void bind_comm(py::module_& m) {

@@ -414,16 +414,17 @@ when the device is not in the source mesh. dst: likewise for plan.dst, writable;
 written in place (no copy). Raises ValueError/TypeError naming the argument for a wrong
 array, CommError when a peer fails. The GIL is released while data moves.
 )doc";
-  m.def("reshard", &reshard_py, py::arg("plan"), py::arg("comm"), py::arg("src"), py::arg("dst"),
-        reshard_doc);
-  m.def("ireshard", &ireshard_py, py::arg("plan"), py::arg("comm"), py::arg("src"), py::arg("dst"),
+  m.def("reshard", refusal_gives_up<1>(&reshard_py), py::arg("plan"), py::arg("comm"),
+        py::arg("src"), py::arg("dst"), reshard_doc);
+  m.def("ireshard", refusal_gives_up<1>(&ireshard_py), py::arg("plan"), py::arg("comm"),
+        py::arg("src"), py::arg("dst"),
         "reshard() started without blocking: returns a Handle (test(), wait()).");
 
   m.def("_reshard_loop", &reshard_loop, py::arg("plan"), py::arg("comm"), py::arg("src"),
         py::arg("dst"), py::arg("iters"),
         "Benchmark baseline: `iters` reshards in one C++ loop; seconds per reshard.");
 
-  m.def("all_reduce", &all_reduce_py, py::arg("comm"), py::arg("send"),
+  m.def("all_reduce", refusal_gives_up<0>(&all_reduce_py), py::arg("comm"), py::arg("send"),
         py::arg("recv") = py::none(), py::arg("op") = "sum", py::arg("algorithm") = "auto",
         py::arg("topology") = py::none(), py::arg("async_op") = false, R"doc(
 recv = op ("sum" or "max") over the group's members of send, elementwise; recv None: in place
@@ -431,29 +432,31 @@ recv = op ("sum" or "max") over the group's members of send, elementwise; recv N
 algorithm: "auto" (by the cost model on `topology`), "ring", "recursive_doubling",
 "halving_doubling", "hierarchical" (hyphens work too). async_op=True returns a Handle.
 )doc");
-  m.def("reduce_scatter", &reduce_scatter_py, py::arg("comm"), py::arg("send"), py::arg("recv"),
-        py::arg("op") = "sum", py::arg("algorithm") = "auto", py::arg("topology") = py::none(),
-        py::arg("async_op") = false, R"doc(
+  m.def("reduce_scatter", refusal_gives_up<0>(&reduce_scatter_py), py::arg("comm"), py::arg("send"),
+        py::arg("recv"), py::arg("op") = "sum", py::arg("algorithm") = "auto",
+        py::arg("topology") = py::none(), py::arg("async_op") = false, R"doc(
 recv = this member's piece of op ("sum" or "max") over the group of send: member k of n gets the
 elements [k*N//n, (k+1)*N//n) of N = send's elements.
 )doc");
-  m.def("all_gather", &all_gather_py, py::arg("comm"), py::arg("send"), py::arg("recv"),
-        py::arg("algorithm") = "auto", py::arg("topology") = py::none(),
+  m.def("all_gather", refusal_gives_up<0>(&all_gather_py), py::arg("comm"), py::arg("send"),
+        py::arg("recv"), py::arg("algorithm") = "auto", py::arg("topology") = py::none(),
         py::arg("async_op") = false, R"doc(
 recv (N elements) = every member's piece in group order; member k of n sends its piece of
 [k*N//n, (k+1)*N//n) elements.
 )doc");
-  m.def("broadcast", &broadcast_py, py::arg("comm"), py::arg("buf"), py::arg("root"),
-        py::arg("async_op") = false, "buf of device `root` to every member of the group.");
-  m.def("all_to_all", &all_to_all_py, py::arg("comm"), py::arg("send"), py::arg("recv"),
-        py::arg("send_counts") = py::none(), py::arg("recv_counts") = py::none(),
+  m.def("broadcast", refusal_gives_up<0>(&broadcast_py), py::arg("comm"), py::arg("buf"),
+        py::arg("root"), py::arg("async_op") = false,
+        "buf of device `root` to every member of the group.");
+  m.def("all_to_all", refusal_gives_up<0>(&all_to_all_py), py::arg("comm"), py::arg("send"),
+        py::arg("recv"), py::arg("send_counts") = py::none(), py::arg("recv_counts") = py::none(),
         py::arg("async_op") = false, R"doc(
 Member j's block k of send goes to member k, blocks packed in group order. Without counts,
 send and recv split evenly over the members; with them, send_counts[k] elements go to member
 k and recv_counts[j] come from member j.
 )doc");
-  m.def("sparse_all_reduce", &sparse_all_reduce_py, py::arg("comm"), py::arg("grad"),
-        py::arg("out"), py::arg("method") = "auto", py::arg("topology") = py::none(), R"doc(
+  m.def("sparse_all_reduce", refusal_gives_up<0>(&sparse_all_reduce_py), py::arg("comm"),
+        py::arg("grad"), py::arg("out"), py::arg("method") = "auto",
+        py::arg("topology") = py::none(), R"doc(
 out = the sum over the group of grad, a (rows x width) f32 gradient whose rows are mostly
 zero (an embedding table's), moving only the non-zero rows. method: "auto", "dense",
 "allgather" or "balanced". Returns the method used.

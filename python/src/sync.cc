@@ -57,12 +57,14 @@ SyncOptions options_arg(py::handle max_staging_bytes, py::handle bucket_bytes,
   return o;
 }
 
-py::dict stats_dict(const SyncStats& s) {
+// `whole`: predict_sync's, with what only the whole sync priced on its topology says.
+py::dict stats_dict(const SyncStats& s, bool whole) {
   py::dict d;
   d["tensors"] = s.tensors;
   d["messages"] = s.messages;
   d["boxes"] = s.boxes;
   d["bytes_moved"] = s.bytes_moved;
+  if (!whole) return d;
   d["bytes_network"] = s.bytes_network;
   d["predicted_seconds"] = s.predicted_seconds;
   d["link_bound_seconds"] = s.link_bound_seconds;
@@ -147,8 +149,9 @@ local copies. Execute it with meshcast.sync(plan, comm, src_dict, dst_dict).
           [](const SyncPlan& p, py::handle name) { return p.index(str_arg(name, "name")); },
           py::arg("name"), "The tensor's index, or -1.")
       .def_property_readonly(
-          "stats", [](const SyncPlan& p) { return stats_dict(p.stats()); },
-          "This device's messages: tensors, messages, boxes, bytes_moved, bytes_network.")
+          "stats", [](const SyncPlan& p) { return stats_dict(p.stats(), false); },
+          "This device's part: tensors, messages, boxes, bytes_moved (the bytes it receives). "
+          "predict_sync prices the whole sync (bytes_network, predicted_seconds, ...).")
       .def("__str__", [](const SyncPlan& p) { return p.str(); });
 
   const auto staging = py::arg("max_staging_bytes") = std::int64_t{64} << 20;
@@ -188,43 +191,43 @@ there; meshcast sync --no-fork).
           py::gil_scoped_release release;
           stats = predict_sync(moves, t, o);
         }
-        return stats_dict(stats);
+        return stats_dict(stats, true);
       },
       py::arg("tensors"), py::arg("topology") = py::none(), staging, bucket, pack,
       py::arg("strategy") = "auto", fork,
       "The whole sync priced by the cost model (a dict: predicted_seconds, link_bound_seconds, "
       "busiest_link, messages, bytes_moved, ...). Plans every device: for planning, not jobs.");
-  m.def(
-      "sync",
-      [](py::handle plan_obj, py::object comm, py::object src, py::object dst) {
-        const SyncPlan& plan = sync_plan_arg(plan_obj);
-        Bound b = bind_buffers(plan, comm, src, dst);
-        const Busy call(b.group.comm, b.keep.spans);
-        py::gil_scoped_release release;
-        sync(plan, b.group.group, b.src, b.dst);
-      },
-      py::arg("plan"), py::arg("comm"), py::arg("src"), py::arg("dst"), R"doc(
+  m.def("sync",
+        refusal_gives_up<1>(
+            +[](py::handle plan_obj, py::object comm, py::object src, py::object dst) {
+              const SyncPlan& plan = sync_plan_arg(plan_obj);
+              Bound b = bind_buffers(plan, comm, src, dst);
+              const Busy call(b.group.comm, b.keep.spans);
+              py::gil_scoped_release release;
+              sync(plan, b.group.group, b.src, b.dst);
+            }),
+        py::arg("plan"), py::arg("comm"), py::arg("src"), py::arg("dst"), R"doc(
 Executes this device's part of a sync. src: {name: this device's source tile} for every
 tensor whose source mesh holds the device (absent or None otherwise); dst likewise for the
 targets, written in place. Arrays are numpy or DLPack (torch CPU) tensors, C-contiguous,
 of the layout's dtype and local shape. Every device of the sync calls it.
 )doc");
-  m.def(
-      "isync",
-      [](py::handle plan_obj, py::object comm, py::object src, py::object dst) {
-        const SyncPlan& plan = sync_plan_arg(plan_obj);
-        Bound b = bind_buffers(plan, comm, src, dst);
-        const std::vector<MemorySpan> uses = b.keep.spans;
-        Handle h(b.group, std::move(b.keep));
-        {
-          const Busy call(b.group.comm, uses);
-          py::gil_scoped_release release;
-          h.op->transfer = isync(plan, b.group.group, b.src, b.dst);
-        }
-        return h;
-      },
-      py::arg("plan"), py::arg("comm"), py::arg("src"), py::arg("dst"),
-      "sync() started without blocking: returns a Handle (test(), wait()).");
+  m.def("isync",
+        refusal_gives_up<1>(
+            +[](py::handle plan_obj, py::object comm, py::object src, py::object dst) {
+              const SyncPlan& plan = sync_plan_arg(plan_obj);
+              Bound b = bind_buffers(plan, comm, src, dst);
+              const std::vector<MemorySpan> uses = b.keep.spans;
+              Handle h(b.group, std::move(b.keep));
+              {
+                const Busy call(b.group.comm, uses);
+                py::gil_scoped_release release;
+                h.op->transfer = isync(plan, b.group.group, b.src, b.dst);
+              }
+              return h;
+            }),
+        py::arg("plan"), py::arg("comm"), py::arg("src"), py::arg("dst"),
+        "sync() started without blocking: returns a Handle (test(), wait()).");
   m.def(
       "load_model",
       [](py::object path, py::object system, py::object cast) {

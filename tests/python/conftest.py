@@ -18,6 +18,20 @@ NUMPY_DTYPES = {
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def refused_alike(cases, world=2):
+    """Each (call(comm), exception, pattern) on a LocalWorld of its own: every device's call is
+    refused with it, and the refusal gives the communicator up (a later call fails naming it)."""
+    for call, exc, pattern in cases:
+        def step(comm):
+            with pytest.raises(exc, match=pattern):
+                call(comm)
+            with pytest.raises(mc.CommError, match="an earlier call gave this communicator up"):
+                comm.barrier()
+            return True
+
+        assert mc.LocalWorld(world).run(step) == [True] * world, pattern
+
+
 def values(rng, shape, dtype):
     """Random values that survive a sum of a few addends exactly in every dtype."""
     if dtype == np.bool_:

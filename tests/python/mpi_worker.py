@@ -102,8 +102,9 @@ if len(sys.argv) > 4 and sys.argv[4] == "leave":
     print(f"rank {me} passed the barrier without rank 1", flush=True)
 
 if len(sys.argv) > 4 and sys.argv[4] == "refuse":
-    # Rank 1's reshard is refused before it starts (a destination of the wrong shape) and the
-    # rank goes on to a barrier: rank 0 fails naming it as alive but not in the transfer.
+    # Rank 1's reshard is refused before it starts (a destination of the wrong shape): that gives
+    # its communicator up, so rank 0 fails at once naming rank 1's refusal (its messages to rank
+    # 1 must not fill rank 1's next call), and rank 1's barrier fails naming it too.
     p = mc.plan(mc.Layout((4,), "f32", f"{n}:S0"), mc.Layout((4,), "f32", f"{n}:R"))
     try:
         try:

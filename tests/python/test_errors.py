@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import meshcast as mc
+from conftest import refused_alike
 
 SRC = mc.Layout((4, 6), "f32", "2@0-1:S0R")
 DST = mc.Layout((4, 6), "f32", "2@0-1:RS0")
@@ -579,24 +580,24 @@ def test_arrays_of_a_failed_wait_are_not_in_flight():
 
 def test_aliased_buffers_are_refused():
     same = mc.plan(mc.Layout((8,), "f32", "2@0-1:S0"), mc.Layout((8,), "f32", "2@[1,0]:S0"))
+    moves = [("w", same.src, same.dst), ("v", same.src, same.dst)]
+    a, b, x = np.arange(4, dtype=np.float32), np.zeros(4, np.float32), np.zeros(16, np.float32)
+    refused_alike([
+        (lambda comm: mc.reshard(same, comm, a, a), ValueError, "^dst: shares memory with src"),
+        (lambda comm: mc.all_reduce(comm, x[:8], x[4:12]), ValueError,
+         "^recv: shares memory with send"),
+        (lambda comm: mc.all_gather(comm, x[1:9], x), ValueError, "shares memory"),
+        # sources may share
+        (lambda comm: mc.sync(mc.plan_sync(moves, comm.rank), comm, {"w": a, "v": a},
+                              {"w": b, "v": b}),
+         ValueError, r"^dst\['(v|w)'\]: shares memory with dst"),
+    ])
 
     def step(comm):
-        a = np.arange(4, dtype=np.float32)
-        with pytest.raises(ValueError, match="^dst: shares memory with src"):
-            mc.reshard(same, comm, a, a)
-        x = np.zeros(16, np.float32)
-        with pytest.raises(ValueError, match="^recv: shares memory with send"):
-            mc.all_reduce(comm, x[:8], x[4:12])
-        mc.all_reduce(comm, x, x)  # exactly in place is fine
-        piece = x[comm.rank * 8:(comm.rank + 1) * 8]
-        mc.all_gather(comm, piece, x)  # in place: send is this member's piece of recv
-        with pytest.raises(ValueError, match="shares memory"):
-            mc.all_gather(comm, x[1:9], x)
-        moves = [("w", same.src, same.dst), ("v", same.src, same.dst)]
-        plan = mc.plan_sync(moves, comm.rank)
-        b = np.zeros(4, np.float32)
-        with pytest.raises(ValueError, match=r"^dst\['(v|w)'\]: shares memory with dst"):
-            mc.sync(plan, comm, {"w": a, "v": a}, {"w": b, "v": b})  # sources may share
+        y = np.zeros(16, np.float32)
+        mc.all_reduce(comm, y, y)  # exactly in place is fine
+        piece = y[comm.rank * 8:(comm.rank + 1) * 8]
+        mc.all_gather(comm, piece, y)  # in place: send is this member's piece of recv
         return True
 
     assert mc.LocalWorld(2).run(step) == [True, True]
@@ -632,26 +633,39 @@ def test_checks_hold_on_every_call_of_a_plan():
     # arrays is still checked against them, and a device outside a mesh still gets its error.
     outside = mc.plan(mc.Layout((4, 6), "f32", "1@0:RR"), mc.Layout((4, 6), "f32", "1@1:RR"))
 
+    def after_a_reshard(call):
+        def run(comm):
+            mc.reshard(PLAN, comm, good_src(comm.rank), good_dst(comm.rank))
+            comm.barrier()  # the refusal gives the communicator up: both reshards done first
+            call(comm, comm.rank)
+        return run
+
+    x = np.zeros(24, np.float32)
+    refused_alike([
+        (after_a_reshard(lambda c, d: mc.reshard(PLAN, c, good_src(d),
+                                                 np.zeros((5, 5), np.float32))),
+         ValueError, "^dst: expected shape"),
+        (after_a_reshard(lambda c, d: mc.reshard(PLAN, c, x[:12].reshape(SRC.local_shape(d)),
+                                                 x[6:18].reshape(DST.local_shape(d)))),
+         ValueError, "^src: shares memory with|^dst: shares memory"),
+        (after_a_reshard(lambda c, d: mc.reshard(SRC, c, good_src(d), good_dst(d))),
+         TypeError, "^plan: expected a meshcast Plan"),
+    ])
+
     def step(comm):
         d = comm.rank
-        mc.reshard(PLAN, comm, good_src(d), good_dst(d))
-        with pytest.raises(ValueError, match="^dst: expected shape"):
-            mc.reshard(PLAN, comm, good_src(d), np.zeros((5, 5), np.float32))
-        with pytest.raises(ValueError, match="^src: shares memory with|^dst: shares memory"):
-            x = np.zeros(24, np.float32)
-            mc.reshard(PLAN, comm, x[:12].reshape(SRC.local_shape(d)),
-                       x[6:18].reshape(DST.local_shape(d)))
-        with pytest.raises(TypeError, match="^plan: expected a meshcast Plan"):
-            mc.reshard(SRC, comm, good_src(d), good_dst(d))
         mine = np.ones((4, 6), np.float32)
         if d == 0:
             mc.reshard(outside, comm, mine, None)
-            with pytest.raises(ValueError, match="^dst: device 0 holds no tile"):
-                mc.reshard(outside, comm, mine, mine.copy())
         else:
             out = np.zeros((4, 6), np.float32)
             mc.reshard(outside, comm, None, out)
             assert (out == 1).all()
+        comm.barrier()  # each refusal below gives the communicator up: both reshards first
+        if d == 0:
+            with pytest.raises(ValueError, match="^dst: device 0 holds no tile"):
+                mc.reshard(outside, comm, mine, mine.copy())
+        else:
             with pytest.raises(ValueError, match="^src: device 1 holds no tile"):
                 mc.reshard(outside, comm, out.copy(), out)
         return True

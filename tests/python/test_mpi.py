@@ -263,9 +263,9 @@ def test_a_rank_that_ends_is_not_taken_for_one_in_a_barrier():
         assert f"rank {k} barrier failed: device 1" in outs[k][0], outs[k]
 
 
-def test_a_rank_whose_call_was_refused_is_named_as_alive(tmp_path):
-    # Rank 1's reshard is refused before it starts and it goes on to a barrier: rank 0's wait
-    # names it as alive but not in the transfer, not as failed.
+def test_a_rank_whose_call_was_refused_is_named_by_its_peer(tmp_path):
+    # Rank 1's reshard is refused before it starts and it goes on to a barrier: the refusal gave
+    # its communicator up, so rank 0 fails naming it, and rank 1's barrier fails too.
     port = str(free_port())
     # Rank 1 waits longer: rank 0's wait must end first, else rank 1 would report rank 0. Rank 0
     # starts its rendezvous (of its 2 s) once rank 1 connects (a busy machine started rank 1's
@@ -278,8 +278,8 @@ def test_a_rank_whose_call_was_refused_is_named_as_alive(tmp_path):
                          cases="1", extra=["refuse"])
     assert codes == [3, 3], outs
     assert "rank 1 refused: dst: expected shape (4,)" in outs[1][0], outs[1]
-    assert re.search(r"rank 0 failed: device 1: no progress for [\d.]+ s although every device is "
-                     r"alive: the device waited on is not in this transfer", outs[0][0]), outs[0]
+    assert "an earlier call gave this communicator up" in outs[1][0], outs[1]
+    assert re.search(r"rank 0 failed: device 1: failed: dst: expected shape \(4,\)", outs[0][0]), outs[0]
 
 
 def test_mpirun_without_a_rendezvous_names_master_addr():

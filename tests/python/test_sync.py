@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import meshcast as mc
-from conftest import ROOT, expected_tile, random_pair, values
+from conftest import ROOT, expected_tile, random_pair, refused_alike, values
 
 torch = pytest.importorskip("torch")
 
@@ -81,19 +81,30 @@ def test_sync_errors(rng):
     dst = mc.Layout((4, 4), "f32", "2@0-1:RS0")
     moves = [("w", src, dst)]
 
+    def refused(call):  # call(comm, plan, a, b)
+        def run(comm):
+            me = comm.rank
+            call(comm, mc.plan_sync(moves, me), torch.zeros(src.local_shape(me)),
+                 torch.zeros(dst.local_shape(me)))
+        return run
+
+    refused_alike([
+        (refused(lambda c, p, a, b: mc.sync(p, c, {"w": a, "v": a}, {"w": b})),
+         ValueError, r"^src\['v'\]: not a tensor of the sync"),
+        (refused(lambda c, p, a, b: mc.sync(p, c, {"w": a}, {})),
+         ValueError, r"^dst\['w'\]: device \d holds a tile"),
+        (refused(lambda c, p, a, b: mc.isync(p, c, {"w": a.double()}, {"w": b})),
+         TypeError, r"^src\['w'\]: expected f32"),
+        (refused(lambda c, p, a, b: mc.sync(mc.plan_sync(moves, 1 - c.rank), c, {"w": a},
+                                            {"w": b})),
+         ValueError, "^plan: device"),
+    ])
+
     def step(comm):
         me = comm.rank
         plan = mc.plan_sync(moves, me)
         a = torch.zeros(src.local_shape(me))
         b = torch.zeros(dst.local_shape(me))
-        with pytest.raises(ValueError, match=r"^src\['v'\]: not a tensor of the sync"):
-            mc.sync(plan, comm, {"w": a, "v": a}, {"w": b})
-        with pytest.raises(ValueError, match=r"^dst\['w'\]: device \d holds a tile"):
-            mc.sync(plan, comm, {"w": a}, {})
-        with pytest.raises(TypeError, match=r"^src\['w'\]: expected f32"):
-            mc.sync(plan, comm, {"w": a.double()}, {"w": b})
-        with pytest.raises(ValueError, match="^plan: device"):
-            mc.sync(mc.plan_sync(moves, 1 - me), comm, {"w": a}, {"w": b})
         with pytest.raises(TypeError, match=r"^tensors\[0\]"):
             mc.plan_sync([("w", src)], me)
         with pytest.raises(ValueError, match="dtype"):
@@ -155,6 +166,9 @@ def test_forked_chains_and_their_baseline():
     assert plain["busiest_link"] == "host mc-host0 nic 3 out"
     assert forked["link_bound_seconds"] < 0.6 * plain["link_bound_seconds"]
     assert mc.plan_sync(moves, 0, topology=topo, fork=False).stats["messages"] > 0
+    # A device's part says what it does, not what only the whole sync on its topology prices.
+    assert set(mc.plan_sync(moves, 0, topology=topo).stats) == {"tensors", "messages", "boxes",
+                                                                "bytes_moved"}
     with pytest.raises(TypeError):
         mc.predict_sync(moves, topology=topo, fork=0)
 
@@ -177,3 +191,35 @@ def test_state_dict_with_zero_dimensional_buffers():
     for me in range(2, 6):
         for k, v in state.items():
             assert torch.equal(got[me][k], v), (me, k)
+
+
+def test_a_device_whose_sync_was_refused_gets_no_stale_tensor():
+    # Device 2 gives a destination of the wrong shape at step 0, the right one after; its peers'
+    # messages of step 0 go out regardless. They filled its step 1 (step 0's tensor, reported as
+    # ok, one step behind). The refusal gives the communicator up now: no device gets a tensor
+    # of another step, and every later call fails naming device 2's refusal.
+    src = mc.Layout((64,), "f32", "2@0-1:S0")
+    dst = mc.Layout((64,), "f32", "2@2-3:R")
+
+    def step(comm):
+        me = comm.rank
+        plan = mc.plan_sync([("w", src, dst)], me)
+        out = []
+        for k in range(3):
+            a = {"w": np.full(src.local_shape(me), k + 1.0, np.float32)} if me in src.mesh else {}
+            shape = (3,) if me == 2 and k == 0 else dst.local_shape(me)
+            b = {"w": np.zeros(shape, np.float32)} if me in dst.mesh else {}
+            try:
+                mc.sync(plan, comm, a, b)
+                out.append("ok" if not b or (b["w"] == k + 1).all() else f"wrong at step {k}")
+            except ValueError as e:  # a CommError is not one
+                out.append(f"refused: {e}")
+            except mc.CommError as e:
+                out.append(f"failed: {e}")
+        return out
+
+    out = mc.LocalWorld(4, timeout=10).run(step)
+    assert out[2][0].startswith("refused: dst['w']: expected shape"), out
+    for me, steps in enumerate(out):
+        assert not any(s.startswith("wrong") for s in steps), (me, steps)
+        assert all(s.startswith("failed: device 2: failed: dst['w']") for s in steps[1:]), (me, steps)
