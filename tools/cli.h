@@ -157,12 +157,13 @@ void check_backend(const std::string& backend);
 // (execv with the same arguments; throws ValidationError("backend") when it cannot). Does
 // nothing in a program built with the NCCL backend or without a meshcast-nccl.
 void exec_nccl_program(char** argv);
-// A started process backend (cli_process.cc): its communicator, its bootstrap, whether that is
-// the TCP rendezvous (else MPI), and the NCCL session when it is nccl.
+// A started process backend (cli_process.cc): its communicator, its bootstrap, the variable that
+// gave the job's size under the TCP rendezvous (WORLD_SIZE, ...; empty: MPI started the job),
+// and the NCCL session when it is nccl.
 struct ProcessSession {
   Communicator& comm;
   Bootstrap& boot;
-  bool tcp = false;
+  std::string size_from;
   NcclSession* nccl = nullptr;  // set only in a program built with the NCCL backend
 };
 // A rank's buffers where its communicator reads and writes them: the host bytes themselves, or,

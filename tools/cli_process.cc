@@ -214,7 +214,12 @@ void start_and_run(const std::string& backend, const std::function<void(ProcessS
   // Read first: a bad value is refused before the rendezvous waits for the others.
   const double timeout = peer_timeout();
   // The bootstrap: a TCP rendezvous when the environment gives one (ucx, nccl), else MPI.
-  if (backend != "mpi") s.tcp = TcpBootstrap::from_env();
+  std::string size_from;
+  if (backend != "mpi")
+    if (const auto env = LaunchEnv::detect()) {
+      s.tcp = TcpBootstrap::from_launch(*env);
+      if (s.tcp) size_from = env->size_from;
+    }
   MpiOptions mpi_options;
   mpi_options.timeout_seconds = timeout;
   mpi_options.exchange_timeout_seconds =
@@ -238,7 +243,7 @@ void start_and_run(const std::string& backend, const std::function<void(ProcessS
 #endif
   if (!comm || comm->backend() != backend)
     throw ValidationError("backend", backend + " is not built into this meshcast");
-  ProcessSession session{*comm, boot, s.tcp != nullptr};
+  ProcessSession session{*comm, boot, size_from};
 #ifdef MESHCAST_HAS_NCCL
   session.nccl = s.nccl.get();
 #endif
@@ -280,9 +285,9 @@ void require_ranks(const ProcessSession& session, std::int64_t needed, const std
   const std::int64_t size = session.comm.size();
   if (size == needed || (size > needed && !exactly)) return;
   const std::string count = (exactly ? "exactly " : "at least ") + std::to_string(needed);
-  if (session.tcp)
-    throw ValidationError("MESHCAST_SIZE", why + ", so it must be " + count + " (it is " +
-                                               std::to_string(size) + ")");
+  if (!session.size_from.empty())
+    throw ValidationError(session.size_from, why + ", so it must be " + count + " (it is " +
+                                                 std::to_string(size) + ")");
   throw ValidationError("backend", why + ", so mpirun must start " + count + " ranks (it started " +
                                        std::to_string(size) + ")");
 }

@@ -206,11 +206,19 @@ Topology discover_topology(Communicator& comm, const DiscoverOptions& o) {
     const auto two = std::find_if(hosts.begin(), hosts.end(),
                                   [](const Topology::Host& h) { return h.devices.size() >= 2; });
     const TagBlock tags = world.reserve(2);
+    const int me = comm.rank();
+    const int intra_from = two != hosts.end() ? two->devices[0] : -1;
+    const int intra_to = two != hosts.end() ? two->devices[1] : -1;
+    const int network_from = hosts.size() >= 2 ? hosts[0].devices[0] : -1;
+    const int network_to = hosts.size() >= 2 ? hosts[1].devices[0] : -1;
+    // Only the (at most 4) devices that probe hold the probe's buffer: probe_bytes may be 1 GiB.
     const auto bytes = static_cast<std::size_t>(o.probe_bytes);
     const std::size_t capacity = std::max(bytes, kSmallBytes);  // the latency probe's too
-    const auto buffer = comm.scratch(capacity);
-    std::memset(buffer.get(), 0, capacity);
-    const int me = comm.rank();
+    std::shared_ptr<void> buffer;
+    if (me == intra_from || me == intra_to || me == network_from || me == network_to) {
+      buffer = comm.scratch(capacity);
+      std::memset(buffer.get(), 0, capacity);
+    }
     std::vector<double> found(4, 0.0);  // intra latency, bandwidth; network latency, bandwidth
     const auto probe = [&](int a, int b, int tag, std::size_t slot) {
       if (me != a && me != b) return;
@@ -220,15 +228,8 @@ Topology discover_topology(Communicator& comm, const DiscoverOptions& o) {
         found[slot + 1] = m.bandwidth;
       }
     };
-    int intra_from = -1, network_from = -1;
-    if (two != hosts.end()) {
-      intra_from = two->devices[0];
-      probe(two->devices[0], two->devices[1], tags.tag(0), 0);
-    }
-    if (hosts.size() >= 2) {
-      network_from = hosts[0].devices[0];
-      probe(hosts[0].devices[0], hosts[1].devices[0], tags.tag(1), 2);
-    }
+    if (intra_from >= 0) probe(intra_from, intra_to, tags.tag(0), 0);
+    if (network_from >= 0) probe(network_from, network_to, tags.tag(1), 2);
     std::vector<double> all(static_cast<std::size_t>(4 * n));
     all_gather(world, found.data(), all.data(), 4 * std::int64_t{n}, DType::f64);
     const auto slot_of = [&](int device) {

@@ -300,6 +300,7 @@ std::optional<LaunchEnv> LaunchEnv::from(const Getenv& env) {
   check_limit(size_from, *size, limits().devices, "DEVICES");
   if (*size > INT32_MAX) expected(size_from, "a number of processes", size_text);
   e.size = static_cast<int>(*size);
+  e.size_from = size_from;
   const std::string range =
       "[0, " + std::to_string(e.size) + ") (" + size_from + "=" + std::to_string(e.size) + ")";
 

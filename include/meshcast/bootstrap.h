@@ -59,8 +59,9 @@ struct LaunchEnv {
   // The rendezvous; host empty when there is none (Open MPI without one: MPI bootstraps).
   std::string host;
   int port = 0;
-  // The variables that gave host and port (for messages), e.g. "MASTER_ADDR", "MASTER_PORT".
-  std::string host_from, port_from;
+  // The variables that gave size, host and port (for messages), e.g. "WORLD_SIZE",
+  // "MASTER_ADDR", "MASTER_PORT".
+  std::string size_from, host_from, port_from;
   double timeout_seconds = 60;
   std::string job_key;
 

@@ -72,7 +72,8 @@ class Topology {
   //   Topology::resolve("meshes/dgx-a100.json")   // the file
   static Topology resolve(const std::string& text);
   // Where resolve() looks for presets, in order, the directories that exist: each directory of
-  // MESHCAST_TOPOLOGY_PATH (colon-separated); the installed data directory
+  // MESHCAST_TOPOLOGY_PATH (colon-separated); for code in a shared library, the meshes/ beside
+  // it (the Python package's presets); the installed data directory
   // (<prefix>/share/meshcast/meshes, found from where this code runs, so that an installed tree
   // can move); and, for a program running from the build tree, the source tree's meshes/.
   static std::vector<std::string> preset_dirs();

@@ -184,7 +184,10 @@ LinkClass link_at(const json& j, const std::string& path, const char* name, int*
     if (j.contains("nics_per_host"))
       *nics = static_cast<int>(int_at(j["nics_per_host"], path + ".nics_per_host", 1, kMaxNics));
     l.bandwidth *= *nics;
-    if (!std::isfinite(l.bandwidth)) throw ValidationError(path + "." + key, "too large");
+    // The host's total is what is bounded: name the fields the file has.
+    if (!(l.bandwidth <= kMaxBandwidth))
+      throw ValidationError(path + "." + key, "times nics_per_host (" + std::to_string(*nics) +
+                                                  ") is too large (above 1e15 bytes/s per host)");
   }
   check_link(l, path);
   return l;
@@ -470,6 +473,9 @@ std::vector<std::string> Topology::preset_dirs() {
   }
   const std::string binary = running_binary();
   if (!binary.empty()) {
+    // A shared library's own presets beside it come first: the Python package ships its copy in
+    // <package>/meshes, next to its module.
+    if (binary != real_path("/proc/self/exe")) add(binary.substr(0, binary.rfind('/')) + "/meshes");
     for (const std::string& d : installed_preset_dirs(binary)) add(d);
     // The source tree's files serve only programs of this build tree (tests, bin/meshcast): an
     // installed program uses what was installed.

@@ -4,7 +4,6 @@
 #include <pybind11/stl.h>
 
 #include <climits>
-#include <filesystem>
 #include <limits>
 #include <sstream>
 
@@ -28,28 +27,8 @@ auto released(F&& f) {
   return f();
 }
 
-// The presets installed with the package: <package>/meshes/<name>.json. Looked up on first use:
-// an extension module gets its __file__ only after its initialisation.
-const std::string& preset_dir() {
-  static const std::string dir = [] {
-    const auto file = py::module_::import("meshcast._meshcast").attr("__file__");
-    return (std::filesystem::path(file.cast<std::string>()).parent_path() / "meshes").string();
-  }();
-  return dir;
-}
-
-// `text` as Topology::resolve takes it, with the package's presets first: a file path, the path
-// of a preset installed with the package, or the text itself (resolve's own search).
-std::string topology_path(const std::string& text) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::is_regular_file(text, ec) || preset_dir().empty() || text.find('/') != std::string::npos)
-    return text;
-  const fs::path p = fs::path(preset_dir()) / (text.ends_with(".json") ? text : text + ".json");
-  return fs::is_regular_file(p, ec) ? p.string() : text;
-}
-
-Topology load_topology(const std::string& text) { return Topology::resolve(topology_path(text)); }
+// A file or a preset: MESHCAST_TOPOLOGY_PATH first, then the package's own meshes/ (resolve()).
+Topology load_topology(const std::string& text) { return Topology::resolve(text); }
 
 py::tuple to_tuple(const std::vector<std::int64_t>& v) {
   py::tuple t(v.size());
@@ -274,7 +253,7 @@ Topology.single_host().
             if (!comm)
               throw py::type_error("comm: expected a meshcast Comm, got " + type_name(comm_obj));
             DiscoverOptions o;
-            if (!preset.is_none()) o.preset = topology_path(str_arg(preset, "preset"));
+            if (!preset.is_none()) o.preset = str_arg(preset, "preset");
             if (!host.is_none()) o.host = str_arg(host, "host");
             o.probe = bool_arg(probe, "probe");
             o.probe_bytes =

@@ -94,6 +94,15 @@ if [[ " $backends " == *" ucx "* ]]; then
   start_ranks 4 120 torchrun_vars "$mc" "${args[@]}" --backend ucx
   verified 4 "ucx under torchrun's variables"
 
+  # Too few ranks for the meshes: each rank refuses, naming the variable that gave the size.
+  port=$(free_port)
+  two_vars() { torchrun_vars "$1" | sed 's/WORLD_SIZE=4/WORLD_SIZE=2/'; }
+  start_ranks 2 60 two_vars "$mc" "${args[@]}" --backend ucx
+  want="meshcast: WORLD_SIZE: the meshes use device ids up to 3, so it must be at least 4 (it is 2)"
+  if [[ ${rcs[0]} -eq 2 && ${rcs[1]} -eq 2 && $(cat "$tmp/out.0") == "$want" &&
+        $(cat "$tmp/out.1") == "$want" ]]; then ok; else
+    bad "2 ranks under torchrun's variables:$(rank_failures 2)"; fi
+
   # Slurm's variables only: the port is 10000 + (16 * job + step) mod 20000.
   port=$(free_port 10000 30000)
   job=$(((port - 10000) / 16)) step=$(((port - 10000) % 16))

@@ -120,6 +120,24 @@ def test_topology_presets_and_files():
     assert mc.Topology.single_host().hosts == 1
 
 
+def test_your_presets_shadow_the_packages_as_in_the_cli(tmp_path, monkeypatch):
+    # MESHCAST_TOPOLOGY_PATH comes first (docs/topology.md): a preset of the same name there wins
+    # over the package's copy, for a plan and for discover, as it does for the CLI.
+    from conftest import ROOT
+    text = open(ROOT + "/meshes/dgx-a100.json").read().replace('"dgx-a100"', '"my-dgx"', 1)
+    text = text.replace('"nics_per_host": 8', '"nics_per_host": 2', 1)
+    assert '"my-dgx"' in text and '"nics_per_host": 2' in text
+    (tmp_path / "dgx-a100.json").write_text(text)
+    monkeypatch.setenv("MESHCAST_TOPOLOGY_PATH", str(tmp_path))
+    assert mc.Topology("dgx-a100").name == "my-dgx"
+    src = mc.Layout((8,), "f32", "2@0-1:S0")
+    assert '"my-dgx"' in mc.plan(src, mc.Layout((8,), "f32", "2@2-3:S0"), "dgx-a100").json()
+    out = mc.LocalWorld(2).run(lambda c: mc.Topology.discover(c, host="a", preset="dgx-a100"))
+    assert out[0].nics_per_host == 2
+    monkeypatch.delenv("MESHCAST_TOPOLOGY_PATH")
+    assert mc.Topology("dgx-a100").name == "dgx-a100"  # the package's own
+
+
 def test_discover_groups_by_host_name():
     def step(comm):
         host = "a" if comm.rank < 2 else "b"
@@ -136,6 +154,18 @@ def test_discover_groups_by_host_name():
     assert preset.nics_per_host == mc.Topology("dgx-a100").nics_per_host
     with pytest.raises(ValueError, match="preset|topology"):
         mc.LocalWorld(1).run(lambda c: mc.Topology.discover(c, preset="no-such"))
+
+
+def test_discover_holds_the_probe_buffer_only_on_the_devices_that_probe():
+    # 8 devices on one host: 2 ping-pong, so the job's peak is about 2 x 128 MiB, not 8 x.
+    import subprocess
+    import sys
+    code = """import resource, meshcast as mc
+mc.LocalWorld(8).run(lambda c: mc.Topology.discover(c, host="a", probe_bytes=128 << 20))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) < 600, f"peak {out.stdout.strip()} MiB for 2 probing devices"
 
 
 def test_values_pickle(rng):

@@ -93,6 +93,7 @@ TEST(LaunchEnv, ByHand) {
   EXPECT_EQ(e.local_rank, 0);
   EXPECT_EQ(e.host, "10.0.0.1");
   EXPECT_EQ(e.port, 29500);
+  EXPECT_EQ(e.size_from, "MESHCAST_SIZE");
   EXPECT_EQ(e.host_from, "MESHCAST_RENDEZVOUS");
   EXPECT_EQ(e.timeout_seconds, 60);
   EXPECT_EQ(e.str(),
@@ -118,6 +119,7 @@ TEST(LaunchEnv, Torchrun) {
   EXPECT_EQ(e.local_rank, 1);
   // MASTER_PORT itself is torchrun's own TCP store: meshcast listens on the next port.
   EXPECT_EQ(e.rendezvous(), "node0:29501");
+  EXPECT_EQ(e.size_from, "WORLD_SIZE");
   EXPECT_EQ(e.host_from, "MASTER_ADDR");
   EXPECT_EQ(e.port_from, "MASTER_PORT");
   EXPECT_EQ(e.str(),
@@ -137,6 +139,7 @@ TEST(LaunchEnv, Slurm) {
   EXPECT_EQ(e.local_rank, 1);
   EXPECT_EQ(e.host, "node01");  // the first host of the compressed list
   EXPECT_EQ(e.port, 10000 + (16 * 12345 + 2) % 20000);
+  EXPECT_EQ(e.size_from, "SLURM_NTASKS");
   EXPECT_EQ(e.host_from, "SLURM_JOB_NODELIST");
   EXPECT_EQ(e.port_from, "SLURM_JOB_ID");
   // The step's node list first; no step id is step 0; consecutive steps differ.

@@ -231,5 +231,30 @@ TEST(TopologyJson, OverheadDefaultsByClassAndRoundTrips) {
   EXPECT_EQ(Topology::single_host().intra().overhead, kDefaultIntraOverhead);
 }
 
+// Every refusal of a link names a field the file has: a host's total (its NICs times the
+// per-NIC rate) past the bound names the bandwidth key and the NIC count, not the total.
+TEST(TopologyJson, ALinksErrorNamesTheFileKey) {
+  const auto refused = [](const std::string& net) {
+    try {
+      (void)Topology::from_json(R"({"name": "n", "links": {"intra": {"bandwidth_gbyte_s": 10, )"
+                                R"("latency_us": 1}, "network": {"latency_us": 1, )" +
+                                net + R"(}}, "uniform": {"hosts": 2, "devices_per_host": 1}})");
+    } catch (const ValidationError& e) {
+      return e.field() + ": " + e.cause();
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(refused(R"("bandwidth_gbyte_s": 1e6, "nics_per_host": 1024)"),
+            "topology.links.network.bandwidth_gbyte_s: times nics_per_host (1024) is too large "
+            "(above 1e15 bytes/s per host)");
+  EXPECT_EQ(refused(R"("bandwidth_gbit_s": 1e6, "nics_per_host": 1024)"),
+            "topology.links.network.bandwidth_gbit_s: times nics_per_host (1024) is too large "
+            "(above 1e15 bytes/s per host)");
+  EXPECT_EQ(refused(R"("bandwidth_gbyte_s": 1e3, "nics_per_host": 1000)"), "accepted");
+  EXPECT_NE(refused(R"("bandwidth_gbyte_s": 1e3, "nics_per_host": 1001)"), "accepted");
+  EXPECT_EQ(refused(R"("bandwidth_gbyte_s": 2e6)").substr(0, 40),
+            "topology.links.network.bandwidth_gbyte_s");
+}
+
 }  // namespace
 }  // namespace meshcast
