@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 
+#include "lib/support/require.h"
 #include "lib/support/saturated.h"
 #include "meshcast/cost.h"
 #include "meshcast/error.h"
@@ -19,9 +20,7 @@ namespace {
 
 constexpr double kFloat = 4;  // bytes of an f32
 
-void require(bool ok, const std::string& field, const std::string& why) {
-  if (!ok) throw ValidationError(field, why);
-}
+using detail::require;
 
 // What collective_seconds() needs of a group: its size, and the messages a step of its ring
 // puts through the busiest NIC it crosses (0: the group is inside one host).

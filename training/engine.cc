@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "lib/support/require.h"
 #include "lib/support/text.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
@@ -30,9 +31,7 @@
 namespace meshcast::training {
 namespace {
 
-void require(bool ok, const std::string& field, const std::string& why) {
-  if (!ok) throw ValidationError(field, why);
-}
+using detail::require;
 
 // A piece of the model: consecutive blocks, plus the embedding on the first piece and the head
 // on the last.

@@ -197,7 +197,7 @@ TEST_F(NcclSingle, RandomBoxesInEveryWordWidth) {
     Buffers host;
     host.from = region(0, host.from_bytes);
     host.to = region(11, host.to_bytes);
-    SCOPED_TRACE(testing::Message() << "trial " << trial << " " << to_string(t));
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << " " << to_string(t));
     add_copy_zero_as_on_host(nccl(), host, t);
     if (HasFailure()) return;
   }

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -33,6 +34,27 @@ inline std::int64_t resident_bytes() {
 }
 
 __extension__ typedef __int128 i128;
+
+// IEEE binary16 and bfloat16 (the top half of a binary32) decoded by their definitions: sign,
+// biased exponent, fraction.
+inline double ref_half(unsigned h) {
+  const int exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  const double v = exp == 0    ? std::ldexp(man, -24)
+                   : exp == 31 ? (man ? std::numeric_limits<double>::quiet_NaN()
+                                      : std::numeric_limits<double>::infinity())
+                               : std::ldexp(1024 + man, exp - 25);
+  return (h & 0x8000) ? -v : v;
+}
+inline double ref_bf16(unsigned h) {
+  const int exp = (h >> 7) & 0xff, man = h & 0x7f;
+  const double v = exp == 0     ? std::ldexp(man, -133)
+                   : exp == 255 ? (man ? std::numeric_limits<double>::quiet_NaN()
+                                       : std::numeric_limits<double>::infinity())
+                                : std::ldexp(128 + man, exp - 134);
+  return (h & 0x8000) ? -v : v;
+}
+inline bool half_is_nan(unsigned h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff); }
+inline bool bf16_is_nan(unsigned h) { return (h & 0x7f80) == 0x7f80 && (h & 0x7f); }
 
 // MESHCAST_TEST_SCALE multiplies the counts of the randomized sweeps (default 1).
 inline double test_scale() {

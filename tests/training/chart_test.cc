@@ -14,17 +14,13 @@
 #include <vector>
 
 #include "meshcast/error.h"
+#include "support/pixels.h"
 #include "training/font.h"
 
 namespace meshcast::training {
 namespace {
 
-int count(const Image& img, std::uint32_t color) {
-  int n = 0;
-  for (int y = 0; y < img.height; ++y)
-    for (int x = 0; x < img.width; ++x) n += img.at(x, y) == color;
-  return n;
-}
+using testing::count;
 
 // Bars of one colour: for each group of adjacent columns whose longest vertical run of `color`
 // is at least `min_run` pixels (longer than a legend swatch), that run and where it ends.

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "meshcast/error.h"
+#include "support/pixels.h"
 #include "training/chart.h"
 
 namespace meshcast::training {
@@ -223,12 +224,7 @@ struct TempDir {
   }
 };
 
-int count(const Image& img, std::uint32_t color) {
-  int n = 0;
-  for (int y = 0; y < img.height; ++y)
-    for (int x = 0; x < img.width; ++x) n += img.at(x, y) == color;
-  return n;
-}
+using testing::count;
 
 TEST(Png, ReferenceCrcMatchesKnownValues) {
   EXPECT_EQ(ref_crc32(bytes_of("123456789")), 0xcbf43926u);

@@ -144,7 +144,7 @@ TEST(Chain, EveryRoleForwardsAndLandsTheBytesAndFinishesItsSends) {
         for (std::size_t staging : {std::size_t{1} << 30, chunk, 2 * chunk, 5 * chunk, chunk / 2})
           for (int delay : {0, 1, 3, 6})
             for (int role = 0; role < 3; ++role) {  // root, middle, last of the chain
-              SCOPED_TRACE(testing::Message()
+              SCOPED_TRACE(::testing::Message()
                            << "by_test " << by_test << " strided " << strided << " chunk " << chunk
                            << " staging " << staging << " delay " << delay << " role " << role);
               Place here;

@@ -93,7 +93,7 @@ TEST(BoxWalk, CoversTheElementwiseCopyInWordsAsWideAsTheAddressesAllow) {
          {std::pair<int, int>{16, 1}, {16, lane}, {lane, lane}}) {
       if (min_word > 1 && !aligned) continue;  // the caller vouches for min_word's alignment
       const BoxWalk w = box_walk(from, to, max_word, min_word);
-      SCOPED_TRACE(testing::Message() << "trial " << trial << " es " << es << " word " << w.word);
+      SCOPED_TRACE(::testing::Message() << "trial " << trial << " es " << es << " word " << w.word);
       ASSERT_GE(w.word, min_word);
       ASSERT_LE(w.word, max_word);
       EXPECT_EQ(walk_bytes<unsigned>(w, from, to), want);

@@ -38,25 +38,10 @@ constexpr bool kSanitized = false;
 
 // ---- References by value -------------------------------------------------------------------
 
-// binary16 and bfloat16 decoded by their definitions (sign, biased exponent, fraction).
-double half_value(unsigned h) {
-  const int exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  double v = exp == 0    ? std::ldexp(man, -24)
-             : exp == 31 ? (man ? std::numeric_limits<double>::quiet_NaN()
-                                : std::numeric_limits<double>::infinity())
-                         : std::ldexp(1024 + man, exp - 25);
-  return (h & 0x8000) ? -v : v;
-}
-double bf16_value(unsigned h) {
-  const int exp = (h >> 7) & 0xff, man = h & 0x7f;
-  double v = exp == 0     ? std::ldexp(man, -133)
-             : exp == 255 ? (man ? std::numeric_limits<double>::quiet_NaN()
-                                 : std::numeric_limits<double>::infinity())
-                          : std::ldexp(128 + man, exp - 134);
-  return (h & 0x8000) ? -v : v;
-}
-bool half_is_nan(unsigned h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff); }
-bool bf16_is_nan(unsigned h) { return (h & 0x7f80) == 0x7f80 && (h & 0x7f); }
+using testing::bf16_is_nan;
+using testing::half_is_nan;
+using testing::ref_bf16;
+using testing::ref_half;
 
 // IEEE round to nearest even by value: binary search the sorted positive patterns for the
 // neighbours of |x| and take the nearer, the even pattern on a tie. For the comparison the
@@ -82,9 +67,9 @@ unsigned round_by_value(float f, Decode decode, unsigned inf_pattern, double bey
   return sign | best;
 }
 unsigned bf16_by_value(float f) {
-  return round_by_value(f, bf16_value, 0x7f80, std::ldexp(1.0, 128));
+  return round_by_value(f, ref_bf16, 0x7f80, std::ldexp(1.0, 128));
 }
-unsigned half_by_value(float f) { return round_by_value(f, half_value, 0x7c00, 65536.0); }
+unsigned half_by_value(float f) { return round_by_value(f, ref_half, 0x7c00, 65536.0); }
 
 // ---- References by integers (fast enough for every pattern; checked against the above) -------
 
@@ -337,7 +322,7 @@ TEST(CastBf16, WidensExactlyAndRoundTripsEveryPattern) {
       EXPECT_EQ(back[h] & 0x8000, h & 0x8000) << std::hex << h;
       continue;
     }
-    EXPECT_EQ(static_cast<double>(f), bf16_value(h)) << std::hex << h;
+    EXPECT_EQ(static_cast<double>(f), ref_bf16(h)) << std::hex << h;
     EXPECT_EQ(back[h], h) << std::hex << h;
   }
 }
@@ -355,7 +340,7 @@ TEST(CastF16, WidensExactlyAndRoundTripsEveryPattern) {
       EXPECT_EQ(back[h] & 0x8000, h & 0x8000) << std::hex << h;
       continue;
     }
-    EXPECT_EQ(static_cast<double>(f), half_value(h)) << std::hex << h;
+    EXPECT_EQ(static_cast<double>(f), ref_half(h)) << std::hex << h;
     EXPECT_EQ(back[h], h) << std::hex << h;
     EXPECT_EQ(std::bit_cast<std::uint32_t>(f), std::bit_cast<std::uint32_t>(half_to_float(h)));
   }
@@ -374,11 +359,11 @@ TEST(CastHalfTypes, Bf16AndF16ConvertWithOneRounding) {
     if (bf16_is_nan(h))
       EXPECT_TRUE(is_quiet_half_nan(as_half[h])) << std::hex << h;
     else
-      EXPECT_EQ(as_half[h], half_by_value(static_cast<float>(bf16_value(h)))) << std::hex << h;
+      EXPECT_EQ(as_half[h], half_by_value(static_cast<float>(ref_bf16(h)))) << std::hex << h;
     if (half_is_nan(h))
       EXPECT_TRUE(bf16_is_nan(as_bf16[h])) << std::hex << h;
     else
-      EXPECT_EQ(as_bf16[h], bf16_by_value(static_cast<float>(half_value(h)))) << std::hex << h;
+      EXPECT_EQ(as_bf16[h], bf16_by_value(static_cast<float>(ref_half(h)))) << std::hex << h;
   }
 }
 
@@ -427,7 +412,7 @@ std::int64_t tile_index(const Region& r, std::int64_t k) {
 unsigned ref_convert(unsigned x, DType from, DType to) {
   auto f32_of = [&](unsigned v) {
     if (from == DType::f32) return std::bit_cast<float>(static_cast<std::uint32_t>(v));
-    return static_cast<float>(from == DType::bf16 ? bf16_value(v) : half_value(v));
+    return static_cast<float>(from == DType::bf16 ? ref_bf16(v) : ref_half(v));
   };
   const float f = f32_of(x);
   if (std::isnan(f)) return 0xffffffffu;  // compared by class below

@@ -67,34 +67,10 @@ TEST(DType, UnknownNamesThrowParseErrorNamingTheField) {
   }
 }
 
-// IEEE binary16 decoded by its definition.
-double ref_half(unsigned h) {
-  const int sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  double v;
-  if (exp == 0)
-    v = std::ldexp(man, -24);
-  else if (exp == 31)
-    v = man ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  else
-    v = std::ldexp(1024 + man, exp - 25);
-  return sign ? -v : v;
-}
-
-// bfloat16: the top half of a binary32.
-double ref_bf16(unsigned h) {
-  const int sign = (h >> 15) & 1, exp = (h >> 7) & 0xff, man = h & 0x7f;
-  double v;
-  if (exp == 0)
-    v = std::ldexp(man, -133);
-  else if (exp == 255)
-    v = man ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  else
-    v = std::ldexp(128 + man, exp - 134);
-  return sign ? -v : v;
-}
-
-bool half_is_nan(unsigned h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff); }
-bool bf16_is_nan(unsigned h) { return (h & 0x7f80) == 0x7f80 && (h & 0x7f); }
+using testing::bf16_is_nan;
+using testing::half_is_nan;
+using testing::ref_bf16;
+using testing::ref_half;
 
 TEST(Half, DecodesEveryPattern) {
   for (unsigned h = 0; h < 0x10000; ++h) {

@@ -21,12 +21,12 @@ namespace meshcast {
 namespace {
 
 using testing::Rng;
-constexpr int kWorld = 12;
+constexpr int kSyncWorld = 12;
 
 // 1..6 tensors of random cases; an f32 one is sometimes cast to bf16 or f16.
 std::vector<TensorMove> random_tensors(Rng& rng) {
   testing::Limits lim;
-  lim.pool = kWorld;
+  lim.pool = kSyncWorld;
   lim.max_mesh_size = 8;
   lim.max_volume = 200;
   lim.max_extent = 9;
@@ -97,7 +97,7 @@ TEST(Sync, RandomTensorSetsMatchTheReference) {
         " bucket " + std::to_string(opt.bucket_bytes) + " strategy " +
         to_string(opt.plan.strategy) + " topology " + topo.name() + describe(tensors);
     std::vector<testing::Buffers> bufs;
-    for (const auto& t : tensors) bufs.push_back(testing::make_buffers(t.src, t.dst, kWorld));
+    for (const auto& t : tensors) bufs.push_back(testing::make_buffers(t.src, t.dst, kSyncWorld));
     const auto before = bufs;
     const auto run = [&](Communicator& comm) {
       run_sync(plan_sync(tensors, comm.rank(), topo, opt), comm, bufs);
@@ -105,10 +105,10 @@ TEST(Sync, RandomTensorSetsMatchTheReference) {
     // Half on the engine's chains (the local transport fans a multicast out), in small chunks.
     if (rng.chance(1, 2)) {
       const std::size_t chunk = 4 + rng.below(60);
-      testing::ChainWorld world(kWorld, chunk, 3 * chunk);
+      testing::ChainWorld world(kSyncWorld, chunk, 3 * chunk);
       ASSERT_NO_THROW(world.run(run, devices_of(tensors))) << ctx << " (chains)";
     } else {
-      LocalWorld world(kWorld);
+      LocalWorld world(kSyncWorld);
       ASSERT_NO_THROW(world.run(run, devices_of(tensors))) << ctx;
     }
     for (std::size_t t = 0; t < tensors.size(); ++t) {
@@ -161,10 +161,10 @@ TEST(Sync, ForkedChainsCarryEveryElement) {
     if (rng.chance(1, 3)) opt.bucket_bytes = 8 + static_cast<std::int64_t>(rng.below(300));
     const std::string ctx = "case " + std::to_string(i) + describe(tensors);
     std::vector<testing::Buffers> bufs;
-    for (const auto& t : tensors) bufs.push_back(testing::make_buffers(t.src, t.dst, kWorld));
+    for (const auto& t : tensors) bufs.push_back(testing::make_buffers(t.src, t.dst, kSyncWorld));
     std::atomic<bool> forks = false;
     const std::size_t chunk = 4 + rng.below(60);
-    testing::ChainWorld world(kWorld, chunk, 3 * chunk);
+    testing::ChainWorld world(kSyncWorld, chunk, 3 * chunk);
     ASSERT_NO_THROW(world.run(
         [&](Communicator& comm) {
           const SyncPlan p = plan_sync(tensors, comm.rank(), topo, opt);

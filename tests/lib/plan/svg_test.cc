@@ -24,8 +24,6 @@
 namespace meshcast {
 namespace {
 
-const std::string kMeshes = std::string(MESHCAST_SOURCE_DIR) + "/meshes/";
-
 bool name_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == ':' || c == '_';
 }
@@ -231,11 +229,11 @@ Layout parse(const Shape& shape, const std::string& text) {
 }
 
 const Topology& aws() {
-  static const Topology t = Topology::load(kMeshes + "aws-p3.8xlarge.json");
+  static const Topology t = Topology::load(MESHCAST_SOURCE_DIR "/meshes/aws-p3.8xlarge.json");
   return t;
 }
 const Topology& cluster() {
-  static const Topology t = Topology::load(kMeshes + "cluster-1024x8.json");
+  static const Topology t = Topology::load(MESHCAST_SOURCE_DIR "/meshes/cluster-1024x8.json");
   return t;
 }
 

@@ -14,6 +14,7 @@
 
 #include "meshcast/error.h"
 #include "meshcast/topology.h"
+#include "support/temp_dir.h"
 
 namespace meshcast {
 namespace {
@@ -36,23 +37,7 @@ class TopologyPath {
   std::optional<std::string> saved_;
 };
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/meshcast-presets-XXXXXX";
-    if (const char* d = mkdtemp(tmpl)) path_ = d;
-  }
-  ~TempDir() {
-    if (!path_.empty()) std::system(("rm -rf '" + path_ + "'").c_str());
-  }
-  const std::string& path() const { return path_; }
-  void write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ + "/" + name) << text;
-  }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 std::string one_host(const std::string& name) {
   return R"({"name": ")" + name +

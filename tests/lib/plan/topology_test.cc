@@ -19,26 +19,13 @@
 
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
+#include "support/temp_dir.h"
 #include "support/testing.h"
 
 namespace meshcast {
 namespace {
 
-// A scratch directory, removed with its files at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/meshcast-topology-XXXXXX";
-    if (const char* d = mkdtemp(tmpl)) path_ = d;
-  }
-  ~TempDir() {
-    if (!path_.empty()) std::system(("rm -rf '" + path_ + "'").c_str());
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 // What a call ended with, run in a child process: the exception it threw, and how far it raised
 // the peak resident size above the parent's current one. A call that does not end within 60 s
