@@ -412,7 +412,8 @@ src: this device's tile of plan.src (shape plan.src.local_shape(comm.rank), the 
 dtype, C-contiguous; a numpy array or a DLPack tensor such as a torch CPU tensor), or None
 when the device is not in the source mesh. dst: likewise for plan.dst, writable; it is
 written in place (no copy). Raises ValueError/TypeError naming the argument for a wrong
-array, CommError when a peer fails. The GIL is released while data moves.
+array, and gives the communicator up (its peers fail naming this device: make a new one to go
+on); CommError when a peer fails. The GIL is released while data moves.
 )doc";
   m.def("reshard", refusal_gives_up<1>(&reshard_py), py::arg("plan"), py::arg("comm"),
         py::arg("src"), py::arg("dst"), reshard_doc);
