@@ -363,9 +363,9 @@ void Life::check_free(const std::vector<MemorySpan>& spans) {
     for (const MemorySpan& in_flight : t.spans)
       for (const MemorySpan& s : spans)
         if ((s.writes || in_flight.writes) && s.begin < in_flight.end && in_flight.begin < s.end)
-          throw RefusedAlike(s.arg + ": " + (in_flight.writes ? "written" : "read") +
-                             " by an operation in flight (its " + in_flight.arg +
-                             "): wait() on its handle first");
+          throw py::value_error(s.arg + ": " + (in_flight.writes ? "written" : "read") +
+                                " by an operation in flight (its " + in_flight.arg +
+                                "): wait() on its handle first");
   }
 }
 
@@ -496,12 +496,22 @@ PyGroup group_arg(py::handle obj, const char* arg) {
 }
 
 void abandon_refused(py::handle comm, const std::exception& e) {
+  const auto* err = dynamic_cast<const Error*>(&e);
+  if (err && err->kind() == ErrorKind::PeerFailure) return;  // started, and given up already
   try {
     const PyGroup g = group_arg(comm);
     if (!g.comm.alive()) return;
-    const Busy call(g.comm);  // refused while another thread's call holds it
-    g.comm.get().abandon_for(e);
-  } catch (...) {  // no communicator to give up, or not this thread's to give up
+    Communicator& c = g.comm.get();
+    const CommError why(c.rank(), std::string("failed: ") + e.what());
+    const auto give_up = [&c, why] { c.abandon(why); };
+    if (g.comm.life().adopt_if_busy(give_up)) return;  // the holder's call gives it up
+    struct Leave {
+      Life& life;
+      ~Leave() { life.leave(); }  // with the GIL, taken back first
+    } leave{g.comm.life()};
+    const py::gil_scoped_release release;  // an abort lingers up to a second on MPI and UCX
+    give_up();
+  } catch (...) {  // no communicator to give up
   }
 }
 

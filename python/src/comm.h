@@ -177,32 +177,23 @@ struct PyGroup {
 // A Comm (its world) or a Group, for the first argument of every collective and transfer.
 PyGroup group_arg(py::handle obj, const char* arg = "comm");
 
-// A ValueError that every device of a correct program raises alike, since it depends on the
-// order of its calls, not on one device's arguments (memory of an operation in flight): the
-// communicator stays usable after it.
-class RefusedAlike : public py::value_error {
- public:
-  using py::value_error::value_error;
-};
-
 // Gives up the communicator of `comm` (a Comm or Group) after a call on it was refused (a wrong
-// array, another device's plan): Communicator::abandon_for, as C++'s own refusals do. The
-// peers' messages of that call go out regardless; kept, they would fill this device's next
-// call (stale or torn tensors, reported as ok), so the peers fail naming this device at once
-// instead. Nothing when `comm` is no communicator, its session ended, or another thread's call
-// holds it (which refused this one: that call is left to finish).
+// array, another device's plan, memory of an operation in flight, a second thread's call), as
+// C++'s reshard and sync refusals do. Another device may have made the same call unrefused
+// (its array None, its plan another): its messages of that call go out regardless and, kept,
+// would fill this device's next call (stale or torn tensors, reported as ok), so the peers fail
+// naming this device at once instead. While another thread's call holds the communicator, that
+// call gives it up as it returns (Life::adopt_if_busy). Nothing when `comm` is no communicator
+// or its session ended, or for a failure once started (given up already).
 void abandon_refused(py::handle comm, const std::exception& e);
 
 // `f`, a call on the communicator given as its argument I, whose refusal gives that up
-// (abandon_refused; a failure once started has already, so a second time tells nobody anything)
-// unless every device refuses it alike (RefusedAlike).
+// (abandon_refused).
 template <std::size_t I, class R, class... A>
 auto refusal_gives_up(R (*f)(A...)) {
   return [f](A... a) -> R {
     try {
       return f(a...);
-    } catch (const RefusedAlike&) {
-      throw;
     } catch (const std::exception& e) {
       abandon_refused(std::get<I>(std::forward_as_tuple(a...)), e);
       throw;

@@ -421,8 +421,8 @@ on); CommError when a peer fails. The GIL is released while data moves.
         py::arg("src"), py::arg("dst"),
         "reshard() started without blocking: returns a Handle (test(), wait()).");
 
-  m.def("_reshard_loop", &reshard_loop, py::arg("plan"), py::arg("comm"), py::arg("src"),
-        py::arg("dst"), py::arg("iters"),
+  m.def("_reshard_loop", refusal_gives_up<1>(&reshard_loop), py::arg("plan"), py::arg("comm"),
+        py::arg("src"), py::arg("dst"), py::arg("iters"),
         "Benchmark baseline: `iters` reshards in one C++ loop; seconds per reshard.");
 
   m.def("all_reduce", refusal_gives_up<0>(&all_reduce_py), py::arg("comm"), py::arg("send"),

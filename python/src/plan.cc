@@ -27,9 +27,6 @@ auto released(F&& f) {
   return f();
 }
 
-// A file or a preset: MESHCAST_TOPOLOGY_PATH first, then the package's own meshes/ (resolve()).
-Topology load_topology(const std::string& text) { return Topology::resolve(text); }
-
 py::tuple to_tuple(const std::vector<std::int64_t>& v) {
   py::tuple t(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) t[i] = v[i];
@@ -105,7 +102,7 @@ T pickled(const py::tuple& state, std::size_t i, std::size_t size, const char* t
 Topology topology_arg(py::handle obj) {
   if (obj.is_none()) return Topology::single_host();
   if (py::isinstance<Topology>(obj)) return obj.cast<Topology>();
-  if (py::isinstance<py::str>(obj)) return load_topology(str_arg(obj, "topology"));
+  if (py::isinstance<py::str>(obj)) return Topology::resolve(str_arg(obj, "topology"));
   throw py::type_error("topology: expected None, a Topology, a file path or a preset name, got " +
                        type_name(obj));
 }
@@ -238,8 +235,9 @@ installed with the package: aws-p3.8xlarge, dgx-a100, h100-cluster, gb200-nvl72,
 Topology("path/to/file.json") (docs/topology.md), Topology.discover(comm), or
 Topology.single_host().
 )doc")
-      .def(py::init(
-               [](py::handle name) { return load_topology(str_arg(name, "name_or_path", true)); }),
+      .def(py::init([](py::handle name) {
+             return Topology::resolve(str_arg(name, "name_or_path", true));
+           }),
            py::arg("name_or_path"))
       .def_static("single_host", &Topology::single_host)
       .def_static(
@@ -247,8 +245,8 @@ Topology.single_host().
           py::arg("text"))
       .def_static(
           "discover",
-          [](py::handle comm_obj, py::object preset, py::object host, py::handle probe,
-             py::handle probe_bytes) {
+          refusal_gives_up<0>(+[](py::handle comm_obj, py::object preset, py::object host,
+                                  py::handle probe, py::handle probe_bytes) {
             const Comm* comm = instance_of<Comm>(comm_obj);
             if (!comm)
               throw py::type_error("comm: expected a meshcast Comm, got " + type_name(comm_obj));
@@ -262,7 +260,7 @@ Topology.single_host().
             const Busy call(*comm);
             py::gil_scoped_release release;
             return discover_topology(c, o);
-          },
+          }),
           py::arg("comm"), py::arg("preset") = py::none(), py::arg("host") = py::none(),
           py::arg("probe") = true, py::arg("probe_bytes") = std::int64_t{4} << 20, R"doc(
 The job's topology, found by the job: collective over comm's devices, each returning the same

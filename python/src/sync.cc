@@ -210,7 +210,8 @@ there; meshcast sync --no-fork).
 Executes this device's part of a sync. src: {name: this device's source tile} for every
 tensor whose source mesh holds the device (absent or None otherwise); dst likewise for the
 targets, written in place. Arrays are numpy or DLPack (torch CPU) tensors, C-contiguous,
-of the layout's dtype and local shape. Every device of the sync calls it.
+of the layout's dtype and local shape. Every device of the sync calls it. A refused argument
+raises ValueError/TypeError and gives the communicator up (its peers fail naming this device).
 )doc");
   m.def("isync",
         refusal_gives_up<1>(

@@ -18,9 +18,9 @@ NUMPY_DTYPES = {
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def refused_alike(cases, world=2):
+def each_refusal_gives_up(cases, world=2):
     """Each (call(comm), exception, pattern) on a LocalWorld of its own: every device's call is
-    refused with it, and the refusal gives the communicator up (a later call fails naming it)."""
+    refused with it, and the refusal gives the communicator up (a later call fails so)."""
     for call, exc, pattern in cases:
         def step(comm):
             with pytest.raises(exc, match=pattern):

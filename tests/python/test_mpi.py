@@ -267,13 +267,12 @@ def test_a_rank_whose_call_was_refused_is_named_by_its_peer(tmp_path):
     # Rank 1's reshard is refused before it starts and it goes on to a barrier: the refusal gave
     # its communicator up, so rank 0 fails naming it, and rank 1's barrier fails too.
     port = str(free_port())
-    # Rank 1 waits longer: rank 0's wait must end first, else rank 1 would report rank 0. Rank 0
-    # starts its rendezvous (of its 2 s) once rank 1 connects (a busy machine started rank 1's
-    # Python late, and rank 0 gave up on it).
+    # Both wait long: rank 0 is to fail on rank 1's notice, not on its own timeout. Rank 0 starts
+    # its rendezvous once rank 1 connects (a busy machine started rank 1's Python late).
     ready = str(tmp_path / "ready.1")
     codes, outs = launch(2, lambda k: {"RANK": str(k), "WORLD_SIZE": "2", "LOCAL_RANK": str(k),
                                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
-                                       "WORKER_TIMEOUT": "2" if k == 0 else "30",
+                                       "WORKER_TIMEOUT": "30",
                                        ("WORKER_AFTER" if k == 0 else "WORKER_READY"): ready},
                          cases="1", extra=["refuse"])
     assert codes == [3, 3], outs

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import meshcast as mc
-from conftest import ROOT, expected_tile, random_pair, refused_alike, values
+from conftest import ROOT, expected_tile, random_pair, each_refusal_gives_up, values
 
 torch = pytest.importorskip("torch")
 
@@ -88,7 +88,7 @@ def test_sync_errors(rng):
                  torch.zeros(dst.local_shape(me)))
         return run
 
-    refused_alike([
+    each_refusal_gives_up([
         (refused(lambda c, p, a, b: mc.sync(p, c, {"w": a, "v": a}, {"w": b})),
          ValueError, r"^src\['v'\]: not a tensor of the sync"),
         (refused(lambda c, p, a, b: mc.sync(p, c, {"w": a}, {})),

@@ -7,7 +7,7 @@
 
 namespace meshcast::testing {
 
-inline int count(const training::Image& img, std::uint32_t color) {
+inline int pixels_of(const training::Image& img, std::uint32_t color) {
   int n = 0;
   for (int y = 0; y < img.height; ++y)
     for (int x = 0; x < img.width; ++x) n += img.at(x, y) == color;

@@ -20,7 +20,7 @@
 namespace meshcast::training {
 namespace {
 
-using testing::count;
+using testing::pixels_of;
 
 // Bars of one colour: for each group of adjacent columns whose longest vertical run of `color`
 // is at least `min_run` pixels (longer than a legend swatch), that run and where it ends.
@@ -60,8 +60,8 @@ TEST(Chart, LineChartDrawsSeriesInsideWhiteBackground) {
   ASSERT_EQ(img.rgb.size(), 640u * 400u * 3u);
   for (auto [x, y] : {std::pair{0, 0}, {639, 0}, {0, 399}, {639, 399}})
     EXPECT_EQ(img.at(x, y), kWhite);
-  ASSERT_GT(count(img, kRed), 200);
-  ASSERT_GT(count(img, kBlue), 200);
+  ASSERT_GT(pixels_of(img, kRed), 200);
+  ASSERT_GT(pixels_of(img, kBlue), 200);
   // Rising: the red column furthest left is lower (greater y) than the one furthest right.
   int left_x = img.width, right_x = -1, left_y = 0, right_y = 0;
   for (int x = 0; x < img.width; ++x)
@@ -72,15 +72,15 @@ TEST(Chart, LineChartDrawsSeriesInsideWhiteBackground) {
       }
   EXPECT_GT(left_y, right_y + 150);
   EXPECT_GT(right_x, left_x + 300);
-  EXPECT_GT(count(img, 0x222222), 100) << "text";
+  EXPECT_GT(pixels_of(img, 0x222222), 100) << "text";
 }
 
 TEST(Chart, LineChartLegendShowsNamedSeries) {
   const Series named{"train", {0, 1}, {NAN, NAN}, kGreen};
-  EXPECT_GT(count(line_chart("t", "x", "y", {named}), kGreen), 0);
+  EXPECT_GT(pixels_of(line_chart("t", "x", "y", {named}), kGreen), 0);
   Series unnamed = named;
   unnamed.name.clear();
-  EXPECT_EQ(count(line_chart("t", "x", "y", {unnamed}), kGreen), 0);
+  EXPECT_EQ(pixels_of(line_chart("t", "x", "y", {unnamed}), kGreen), 0);
 }
 
 TEST(Chart, LineChartHandlesDegenerateData) {
@@ -93,10 +93,10 @@ TEST(Chart, LineChartHandlesDegenerateData) {
   };
   drawn({});
   drawn({{"empty", {}, {}, kRed}});
-  EXPECT_GT(count(drawn({{"", {3}, {7}, kRed}}), kRed), 0) << "a single point is a dot";
-  EXPECT_GT(count(drawn({{"", {1, 2, 3, 4, 5}, {nan, 2, inf, 1e308, -inf}, kRed}}), kRed), 0);
-  EXPECT_EQ(count(drawn({{"", {nan, inf}, {1, 2}, kRed}}), kRed), 0);
-  EXPECT_GT(count(drawn({{"", {0, 0, 0}, {0, 0, 0}, kRed}}), kRed), 0);
+  EXPECT_GT(pixels_of(drawn({{"", {3}, {7}, kRed}}), kRed), 0) << "a single point is a dot";
+  EXPECT_GT(pixels_of(drawn({{"", {1, 2, 3, 4, 5}, {nan, 2, inf, 1e308, -inf}, kRed}}), kRed), 0);
+  EXPECT_EQ(pixels_of(drawn({{"", {nan, inf}, {1, 2}, kRed}}), kRed), 0);
+  EXPECT_GT(pixels_of(drawn({{"", {0, 0, 0}, {0, 0, 0}, kRed}}), kRed), 0);
   drawn({{"", {-1e300, 1e300}, {-1e300, 1e300}, kRed}});
   drawn({{"", {1, 2}, {1e-300, 2e-300}, kRed}});
 
@@ -113,7 +113,7 @@ TEST(Chart, LineChartHandlesDegenerateData) {
     many.x.push_back(i);
     many.y.push_back(std::sin(i * 0.37) * 100 + (i % 997 == 0 ? nan : 0));
   }
-  EXPECT_GT(count(line_chart("many", "step", "y", {many}), kBlue), 10000);
+  EXPECT_GT(pixels_of(line_chart("many", "step", "y", {many}), kBlue), 10000);
 }
 
 // The rows and columns (inclusive) holding pixels other than white in rows [y0, y1).
@@ -140,7 +140,7 @@ TEST(Chart, TextIsAntiAliased) {
       edges += r == g && g == b && r > 0x22 && r < 0xe2;  // lighter than the text, darker than grid
     }
   EXPECT_GT(edges, 200);
-  EXPECT_GT(count(img, 0x222222), 100);
+  EXPECT_GT(pixels_of(img, 0x222222), 100);
 }
 
 TEST(Chart, TitleIsCentredAndFits) {
@@ -241,7 +241,7 @@ TEST(Chart, StackedBarsSegmentsAreProportional) {
   EXPECT_NEAR(r2[0].run, b2[0].run, 1);
   EXPECT_EQ(r2[0].x, b2[0].x);
   EXPECT_TRUE(bars_of(two, kGreen).empty());
-  EXPECT_GT(count(two, kGreen), 0) << "still in the legend";
+  EXPECT_GT(pixels_of(two, kGreen), 0) << "still in the legend";
 }
 
 TEST(Chart, StackedBarsHandleManyAndNoCategories) {
@@ -253,8 +253,8 @@ TEST(Chart, StackedBarsHandleManyAndNoCategories) {
     bubble.values.push_back(i % 5);
   }
   const Image many = stacked_bars("per step", "ms", steps, {compute, bubble});
-  EXPECT_GT(count(many, kBlue), 10000);
-  EXPECT_GT(count(many, kRed), 1000);
+  EXPECT_GT(pixels_of(many, kBlue), 10000);
+  EXPECT_GT(pixels_of(many, kRed), 1000);
   const Image none = stacked_bars("nothing yet", "ms", {}, {{"compute", kBlue, {}}});
   EXPECT_EQ(none.at(0, 0), kWhite);
   EXPECT_TRUE(bars_of(none, kBlue).empty());

@@ -22,6 +22,7 @@
 
 #include "meshcast/error.h"
 #include "support/pixels.h"
+#include "support/temp_dir.h"
 #include "training/chart.h"
 
 namespace meshcast::training {
@@ -207,24 +208,17 @@ Bytes read_file(const std::filesystem::path& p) {
   return Bytes(std::istreambuf_iterator<char>(in), {});
 }
 
-// A fresh directory, removed at the end of the test.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "png_test.XXXXXX").string();
-    path = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(path))
-      names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-};
+// The names in a directory, sorted.
+std::vector<std::string> entries(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
-using testing::count;
+using testing::pixels_of;
+using testing::TempDir;
 
 TEST(Png, ReferenceCrcMatchesKnownValues) {
   EXPECT_EQ(ref_crc32(bytes_of("123456789")), 0xcbf43926u);
@@ -287,7 +281,7 @@ TEST(Png, PillowDecodesTheSamePixels) {
   if (std::system((python + " -c 'import PIL' >/dev/null 2>&1").c_str()) != 0)
     GTEST_SKIP() << "no python3 with Pillow (Debian: python3-pil)";
   const TempDir dir;
-  std::ofstream(dir.path / "check.py") << R"(import sys
+  std::ofstream(dir.path() + "/check.py") << R"(import sys
 from PIL import Image
 im = Image.open(sys.argv[1])
 im.load()
@@ -297,15 +291,14 @@ assert im.tobytes() == open(sys.argv[2], 'rb').read(), 'pixels differ'
 )";
   int i = 0;
   for (const Image& img : {mixed(301, 200), chart(), patterned(1, 1)}) {
-    const std::string png = (dir.path / (std::to_string(i) + ".png")).string();
-    const std::string rgb = (dir.path / (std::to_string(i++) + ".rgb")).string();
+    const std::string png = dir.path() + "/" + std::to_string(i) + ".png";
+    const std::string rgb = dir.path() + "/" + std::to_string(i++) + ".rgb";
     write_png(png, img);
     std::ofstream(rgb, std::ios::binary)
         .write(reinterpret_cast<const char*>(img.rgb.data()),
                static_cast<std::streamsize>(img.rgb.size()));
-    const std::string cmd = python + " " + (dir.path / "check.py").string() + " " + png + " " +
-                            rgb + " " + std::to_string(img.width) + " " +
-                            std::to_string(img.height);
+    const std::string cmd = python + " " + dir.path() + "/check.py" + " " + png + " " + rgb + " " +
+                            std::to_string(img.width) + " " + std::to_string(img.height);
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }
 }
@@ -319,9 +312,9 @@ TEST(Png, ImageClipsAndRejectsBadSizes) {
   img.set(0, 3, 0);
   img.fill(-5, -5, 2, 2, 0xabcdef);
   img.fill(3, 2, 100, 100, 0x010203);
-  EXPECT_EQ(count(img, 0xabcdef), 4);
-  EXPECT_EQ(count(img, 0x010203), 1);
-  EXPECT_EQ(count(img, 0x102030), 12 - 5);
+  EXPECT_EQ(pixels_of(img, 0xabcdef), 4);
+  EXPECT_EQ(pixels_of(img, 0x010203), 1);
+  EXPECT_EQ(pixels_of(img, 0x102030), 12 - 5);
   EXPECT_THROW(img.at(4, 0), std::out_of_range);
   for (auto [w, h] : {std::pair{0, 1}, {1, 0}, {-3, 4}, {16385, 1}}) {
     try {
@@ -337,18 +330,18 @@ TEST(Png, ImageClipsAndRejectsBadSizes) {
 
 TEST(Png, WritePngReplacesAtomically) {
   const TempDir dir;
-  const std::string path = (dir.path / "loss.png").string();
+  const std::string path = dir.path() + "/loss.png";
   std::ofstream(path) << "old contents";
   const Image img = patterned(40, 30);
   write_png(path, img);
   EXPECT_TRUE(read_file(path) == encode_png(img));
-  EXPECT_EQ(dir.entries(), std::vector<std::string>{"loss.png"});
+  EXPECT_EQ(entries(dir.path()), std::vector<std::string>{"loss.png"});
 }
 
 TEST(Png, WritePngFailuresThrowIoErrorNamingTheField) {
   const TempDir dir;
   const Image img(2, 2);
-  const std::string missing = (dir.path / "no-such-dir" / "loss.png").string();
+  const std::string missing = dir.path() + "/no-such-dir/loss.png";
   try {
     write_png(missing, img, "loss_png");
     ADD_FAILURE() << "wrote into a missing directory";
@@ -357,14 +350,14 @@ TEST(Png, WritePngFailuresThrowIoErrorNamingTheField) {
     EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
   }
   // The temporary file can be made, the rename onto a directory cannot: it must not linger.
-  std::filesystem::create_directory(dir.path / "taken");
+  std::filesystem::create_directory(dir.path() + "/taken");
   try {
-    write_png((dir.path / "taken").string(), img, "breakdown_png");
+    write_png(dir.path() + "/taken", img, "breakdown_png");
     ADD_FAILURE() << "renamed over a directory";
   } catch (const IoError& e) {
     EXPECT_EQ(e.field(), "breakdown_png");
   }
-  EXPECT_EQ(dir.entries(), std::vector<std::string>{"taken"});
+  EXPECT_EQ(entries(dir.path()), std::vector<std::string>{"taken"});
 }
 
 }  // namespace
