@@ -473,8 +473,8 @@ std::vector<std::string> Topology::preset_dirs() {
   }
   const std::string binary = running_binary();
   if (!binary.empty()) {
-    // A shared library's own presets beside it come first: the Python package ships its copy in
-    // <package>/meshes, next to its module.
+    // A shared library's own presets beside it, before the installed ones (after the user's):
+    // the Python package ships its copy in <package>/meshes, next to its module.
     if (binary != real_path("/proc/self/exe")) add(binary.substr(0, binary.rfind('/')) + "/meshes");
     for (const std::string& d : installed_preset_dirs(binary)) add(d);
     // The source tree's files serve only programs of this build tree (tests, bin/meshcast): an

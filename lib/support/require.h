@@ -1,5 +1,5 @@
-// A one-line check of a configuration: a ValidationError naming `field` unless `ok`. Internal to
-// lib/, the training engine and the tools.
+// A one-line check of a configuration: a ValidationError naming `field` unless `ok`. Internal
+// (the training engine's checks).
 #pragma once
 
 #include <string>
