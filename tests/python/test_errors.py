@@ -245,10 +245,16 @@ def test_a_device_that_returns_fails_the_waits_on_it_at_once():
     with pytest.raises(mc.CommError, match="^device 1: returned from its function"):
         mc.LocalWorld(2, timeout=600).run(leave)
 
+    gave_up = threading.Event()  # device 1 comes once device 0 has given up, not after a sleep
+
     def late(comm):
         if comm.rank == 1:
-            time.sleep(0.5)
-        comm.barrier()
+            gave_up.wait(60)
+        try:
+            comm.barrier()
+        finally:
+            if comm.rank == 0:
+                gave_up.set()
 
     with pytest.raises(mc.CommError, match="^device 1: did not reach the barrier"):
         mc.LocalWorld(2, timeout=0.1).run(late)
@@ -262,12 +268,14 @@ def test_comm_used_after_run():
 
 def test_one_comm_serves_one_call_at_a_time():
     # Two threads of device 0 in a barrier at once would count as two devices: the second is
-    # refused, and no barrier passes before device 1 calls one.
-    t0 = time.monotonic()
+    # refused, and no barrier passes before device 1 calls one (once the refusal is seen).
+    refused = threading.Event()
+    called = []
 
     def fn(comm):
         if comm.rank == 1:
-            time.sleep(0.5)
+            refused.wait(60)
+            called.append(time.monotonic())
             comm.barrier()
             return None
         errors, passed = [], []
@@ -275,9 +283,10 @@ def test_one_comm_serves_one_call_at_a_time():
         def call():
             try:
                 comm.barrier()
-                passed.append(time.monotonic() - t0)
+                passed.append(time.monotonic())
             except ValueError as e:
                 errors.append(str(e))
+                refused.set()
 
         threads = [threading.Thread(target=call) for _ in range(2)]
         for t in threads:
@@ -288,7 +297,7 @@ def test_one_comm_serves_one_call_at_a_time():
 
     errors, passed = mc.LocalWorld(2, timeout=10).run(fn)[0]
     assert errors == ["comm: in use by another thread (a communicator serves one call at a time)"]
-    assert len(passed) == 1 and passed[0] >= 0.5, passed
+    assert len(passed) == 1 and passed[0] >= called[0], (passed, called)
 
 
 def test_a_call_in_flight_on_another_thread_when_run_returns():

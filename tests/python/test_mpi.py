@@ -149,24 +149,27 @@ def test_a_call_after_mpi_finalize_is_refused_not_the_job_ended(tmp_path):
 
 
 def test_the_device_waited_on_is_named_before_others_that_are_silent(tmp_path):
-    # Device 2 waits on device 1, stalled (6 s); device 0, in no transfer, sleeps longer (8 s)
-    # and answers no liveness check either: the timeout names device 1, device 0 only after it.
+    # Device 2 waits on device 1, stalled; device 0, in no transfer, answers no liveness check
+    # either: the timeout names device 1, device 0 only after it. Both stall until device 2 has
+    # failed (a marker file, not a sleep a busy machine outlasts).
     pytest.importorskip("mpi4py")
     script = tmp_path / "stall.py"
     script.write_text(
-        "import time\n"
-        "import numpy as np\n"
+        "import numpy as np\n" + markers(tmp_path) +
         "import meshcast as mc\n"
         "from mpi4py import MPI\n"
         "c = mc.from_mpi4py(MPI.COMM_WORLD, timeout=2)\n"
         "me = c.rank\n"
         "p = mc.plan(mc.Layout((4,), 'f32', '1@1:R'), mc.Layout((4,), 'f32', '1@2:R'))\n"
-        "time.sleep({0: 8, 1: 6}.get(me, 0))\n"
+        "if me != 2:\n"
+        "    wait_for('failed.2')\n"
         "try:\n"
         "    mc.reshard(p, c, np.ones(4, np.float32) if me == 1 else None,\n"
         "               np.zeros(4, np.float32) if me == 2 else None)\n"
         "except mc.CommError as e:\n"
-        "    print(f'rank {me} failed: {e}', flush=True)\n")
+        "    print(f'rank {me} failed: {e}', flush=True)\n"
+        "if me == 2:\n"
+        "    mark('failed.2')\n")
     r = mpirun(3, str(script), env=env_with_path(), timeout=120)
     # The wait is the timeout or more (a busy machine polls late), to a tenth of a second.
     assert re.search(r"rank 2 failed: device 1: no progress for [\d.]+ s and no answer to a "
@@ -255,9 +258,12 @@ def test_missing_variable_is_named():
 def test_a_rank_that_ends_is_not_taken_for_one_in_a_barrier():
     # Its session's closing barrier is not the program's: the others' barrier fails, naming it.
     port = str(free_port())
+    # The barrier's timeout is short; the rendezvous is not (a busy machine started rank 0's
+    # Python more than 3 s after rank 2's).
     codes, outs = launch(3, lambda k: {"RANK": str(k), "WORLD_SIZE": "3", "LOCAL_RANK": str(k),
                                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
-                                       "WORKER_TIMEOUT": "3"}, cases="1", extra=["leave"])
+                                       "WORKER_TIMEOUT": "3", "MESHCAST_RENDEZVOUS_TIMEOUT": "60"},
+                         cases="1", extra=["leave"])
     assert codes[0] == 3 and codes[2] == 3, outs
     for k in (0, 2):
         assert f"rank {k} barrier failed: device 1" in outs[k][0], outs[k]
