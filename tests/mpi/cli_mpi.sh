@@ -53,15 +53,24 @@ rc=$?
 if [[ $rc -eq 2 ]] && grep -q "plan: ranks 2,3 were started with a different plan" <<<"$err"; then ok; else
   bad "disagreeing ranks: rc=$rc: $err"; fi
 
-# A rank that never starts MPI (it died in MPI's start, under --enable-recovery): the others,
+# A rank that never starts MPI (it died before MPI's start, under --enable-recovery): the others,
 # waiting in the launcher for it, say so and exit 3 within the rendezvous timeout (they waited
-# for ever). Rank 1 starts after them, and ends the same way.
-out=$(timeout 120 "${run[@]}" -x MESHCAST_RENDEZVOUS_TIMEOUT=3 -np 3 bash -c \
-  "[[ \$OMPI_COMM_WORLD_RANK == 1 ]] && sleep 6; exec $(readlink -f "$mc") reshard --shape 8 \
-   --dtype f32 --src 3@0-2:S0 --dst 3@0-2:R --backend mpi" 2>&1)
+# for ever). Rank 1 ends once they have (files, not a sleep a busy machine outlasts).
+tmp=$(mktemp -d)
+out=$(timeout 120 "${run[@]}" --enable-recovery -x MESHCAST_RENDEZVOUS_TIMEOUT=3 -np 3 bash -c \
+  "r=\$OMPI_COMM_WORLD_RANK
+   if [[ \$r == 1 ]]; then
+     for ((i = 0; i < 600; ++i)); do [[ -e $tmp/gone.0 && -e $tmp/gone.2 ]] && break; sleep 0.1; done
+     exit 0
+   fi
+   $(readlink -f "$mc") reshard --shape 8 --dtype f32 --src 3@0-2:S0 --dst 3@0-2:R --backend mpi
+   s=\$?; touch $tmp/gone.\$r; echo status \$s" 2>&1)
 rc=$?
+rm -rf "$tmp"
 n=$(grep -c "^meshcast: mpi: MPI did not start within 3 s" <<<"$out")
-if [[ $rc -eq 3 && $n -ge 2 ]]; then ok; else bad "a rank that never starts MPI: rc=$rc, $n said so: $out"; fi
+st=$(grep -c "^status 3$" <<<"$out")
+if [[ $rc -ne 124 && $n -eq 2 && $st -eq 2 ]]; then ok
+else bad "a rank that never starts MPI: rc=$rc, $n said so, $st exited 3: $out"; fi
 
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

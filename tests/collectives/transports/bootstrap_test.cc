@@ -228,7 +228,8 @@ TEST(TcpBootstrap, RankZeroNamesTheMissingRanks) {
   const int port = free_port();
   const auto errors = run_ranks(3, [&](int r) {
     if (r == 2) return;  // never shows up
-    TcpBootstrap b("127.0.0.1", port, r, 3, 1);
+    // 3 s: rank 1's thread, started late on a busy machine, still connects within rank 0's wait.
+    TcpBootstrap b("127.0.0.1", port, r, 3, 3);
     b.barrier();
   });
   EXPECT_NE(errors[0].find("bootstrap: only 1 of 2 ranks connected"), std::string::npos)
@@ -256,7 +257,7 @@ TEST(TcpBootstrap, ARankThatLeavesFailsTheRound) {
 TEST(TcpBootstrap, DisagreeingSizesAreRefused) {
   const int port = free_port();
   const auto errors = run_ranks(2, [&](int r) {
-    TcpBootstrap b("127.0.0.1", port, r, r == 0 ? 2 : 3, 5);
+    TcpBootstrap b("127.0.0.1", port, r, r == 0 ? 2 : 3, 20);  // refused at once
     b.barrier();
   });
   EXPECT_NE(errors[0].find("bootstrap: a process connected as rank 1 of 3 ranks"),
@@ -268,7 +269,7 @@ TEST(TcpBootstrap, DisagreeingSizesAreRefused) {
 TEST(TcpBootstrap, TwoProcessesWithOneRank) {
   const int port = free_port();
   const auto errors = run_ranks(3, [&](int r) {
-    TcpBootstrap b("127.0.0.1", port, r == 0 ? 0 : 1, 3, 2);
+    TcpBootstrap b("127.0.0.1", port, r == 0 ? 0 : 1, 3, 20);  // refused at once
     b.barrier();
   });
   EXPECT_NE(errors[0].find("bootstrap: two processes connected as rank 1"), std::string::npos)

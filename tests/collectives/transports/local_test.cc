@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -313,11 +314,19 @@ TEST(LocalWorld, FailingDeviceFailsTheOthersWaitsAndRunRethrows) {
 
 // Devices arriving at a barrier one after another, each within the timeout of the last but all
 // over a longer span (a thousand threads filling their buffers on two cores): arriving is
-// progress, so the first to arrive does not give up on the last.
+// progress, so the first to arrive does not give up on the last. Each comes 1 s after the one
+// before it arrived (not after its own start, which a busy machine delays): 3 s in all.
 TEST(LocalWorld, ABarrierWaitsWhileDevicesKeepArriving) {
-  LocalWorld w(4, 0, 1.0);
+  LocalWorld w(4, 0, 2.0);
+  std::array<std::atomic<bool>, 4> arrived{};
   w.run([&](Communicator& c) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500 * c.rank()));  // 1.5 s in all
+    const int k = c.rank();
+    if (k > 0) {
+      for (int i = 0; !arrived[k - 1] && i < 6000; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    arrived[k] = true;
     c.barrier();
   });
 }
@@ -382,11 +391,19 @@ TEST(LocalWorld, WaitsOnADeviceThatReturnedFailAtOnce) {
   for (const auto& what : seen)  // directly, or through the first device that failed so
     EXPECT_NE(what.find("device 3: returned from its function"), std::string::npos) << what;
 
+  // Device 1 comes once device 0 has given up (a flag, not a sleep a busy machine outlasts).
   LocalWorld slow(2, 0, 0.2);
+  std::atomic<bool> gave_up{false};
   try {
     slow.run([&](Communicator& c) {
-      if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));
-      c.barrier();
+      for (int i = 0; c.rank() == 1 && !gave_up && i < 6000; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      try {
+        c.barrier();
+      } catch (const CommError&) {
+        if (c.rank() == 0) gave_up = true;
+        throw;
+      }
     });
     ADD_FAILURE() << "run() returned";
   } catch (const CommError& e) {
