@@ -255,15 +255,28 @@ double blocks_per_stage(const Run& r) {
 // than the model: every micro-batch's receives are posted when a step starts (8 KiB each, a
 // transfer's state; 16,384 micro-batches over 8 stages of a 1-wide model took 1.3 GB), and each
 // device thread's stack and allocator arena (2 MiB; 256 devices of a tiny model took 468 MB).
+// A run that resumes from a checkpoint first loads it, before any activation: each device
+// stages its tiles' values, m and v until every device has read everything (a failed load
+// changes nothing), beside the saved tiles it reads, two batches in flight of at most
+// LoadOptions::batch_bytes each or one tensor larger than that (the 1.5-1.8x of the training
+// estimate a resume took was not counted). The estimate is the larger of the two.
 // In double: the largest options overflow 64 bits.
-double train_memory(const Run& r, bool one_device) {
+double train_memory(const Run& r, bool one_device, bool loads) {
   constexpr double kUnmodelled = 1.25;
   const tr::ModelConfig& m = r.model;
   const double d = m.d_model, f = m.ffn_width(), vocab = m.vocab, seq = m.seq;
   const double micro = r.parallel.micro_batches;
   const std::size_t stages = r.parallel.stages.size();
   const double blocks = blocks_per_stage(r);
-  double total = 0, most = 0;
+  // The load's saved tiles (value, m and v of each element) of the whole model, and of two
+  // batches of one process's device.
+  const double model =
+      m.layers * (4 * d * d + 2 * d * f + 9 * d + f) + (2 * vocab + seq) * d + 2 * d;
+  const double largest = std::max({vocab * d, seq * d, 3 * d * d, d * f});
+  const double batch = static_cast<double>(tr::LoadOptions{}.batch_bytes);
+  const double read =
+      one_device ? std::min(12 * model, 2 * std::max(batch, 12 * largest)) : 12 * model;
+  double total = 0, most = 0, load_total = 0, load_most = 0;
   for (std::size_t s = 0; s < stages; ++s) {
     const tr::StageShape& g = r.parallel.stages[s];
     const double rows = g.rows, cols = g.cols;
@@ -284,14 +297,19 @@ double train_memory(const Run& r, bool one_device) {
     const double device = 4 * (4 * params + weights + activations) + 8192 * flights + 0x1p21;
     total += device * g.devices();
     most = std::max(most, device);
+    const double loading = 4 * (7 * params + weights) + 0x1p21;
+    load_total += loading * g.devices();
+    load_most = std::max(load_most, loading);
   }
-  return kUnmodelled * (one_device ? most : total);
+  const double train = one_device ? most : total;
+  const double load = (one_device ? load_most : load_total) + read;
+  return kUnmodelled * (loads ? std::max(train, load) : train);
 }
 
 // Refuses a run whose estimated memory exceeds limits().train_memory_bytes, before anything is
-// allocated.
-void check_train_memory(const Run& r, const std::string& backend) {
-  const double bytes = train_memory(r, backend != "local");
+// allocated; `loads`: it resumes from a checkpoint.
+void check_train_memory(const Run& r, const std::string& backend, bool loads) {
+  const double bytes = train_memory(r, backend != "local", loads);
   const auto bound = limits().train_memory_bytes;
   check_limit("train memory", detail::saturated_int64(bytes), bound, "TRAIN_MEMORY_BYTES");
 }
@@ -907,7 +925,6 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
     if (a.plan) return;
     if (a.backend == "local" && run->parallel.devices() > 256)
       throw ValidationError("stages", "the local backend runs at most 256 device threads");
-    check_train_memory(*run, a.backend);
     // The outputs, and what the checkpoint directory holds.
     require_writable_dir(a.out, "out",
                          {kind + "-run.json", kind + "-loss.png", kind + "-steps.png"});
@@ -915,6 +932,7 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
       require_writable_dir(a.checkpoint_dir, "checkpoint-dir", {"latest"});
     description = model_identity(kind, run->model);
     saved = check_checkpoints(a, description);
+    check_train_memory(*run, a.backend, saved.step >= 0);
     check_train_flops(*run,
                       static_cast<int>(std::clamp<std::int64_t>(saved.step, 0, run->train.steps)),
                       a.backend == "local");

@@ -8,6 +8,7 @@
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -171,15 +172,21 @@ void write_text(const fs::path& path, const std::string& text) {
   f.close();
 }
 
-// The text of a small regular file (a manifest, DIR/latest), no larger than an input file may be.
+// Refuses a small file (`what`: a manifest, DIR/latest) larger than an input file may be.
+void require_readable_size(const std::string& what, std::int64_t size) {
+  const std::int64_t bound = limits().input_file_bytes;
+  if (size > bound)
+    throw ValidationError("checkpoint", what + ": " + std::to_string(size) +
+                                            " bytes exceed the limit of " + std::to_string(bound) +
+                                            " (raise it with MESHCAST_MAX_INPUT_FILE_BYTES)");
+}
+
+// The text of a small regular file, within require_readable_size().
 std::string read_text(const fs::path& path) {
   File f(path.string(), kRead);
   f.require_regular();
-  const std::int64_t size = f.size(), bound = limits().input_file_bytes;
-  if (size > bound)
-    throw ValidationError("checkpoint", path.string() + ": " + std::to_string(size) +
-                                            " bytes exceed the limit of " + std::to_string(bound) +
-                                            " (raise it with MESHCAST_MAX_INPUT_FILE_BYTES)");
+  const std::int64_t size = f.size();
+  require_readable_size(path.string(), size);
   std::string text(static_cast<std::size_t>(size), '\0');
   text.resize(f.read(text.data(), text.size(), 0));
   return text;
@@ -296,29 +303,64 @@ Newest find_newest(const fs::path& root) {
 
 // ---- Saving ------------------------------------------------------------------------------------
 
-// Writes this device's file into `tmp` (its counted tiles: values, m, v) and returns its entry
-// for the manifest as JSON text, or "" when it reports nothing.
-std::string write_device_file(Parameters& params, int device, const fs::path& tmp) {
+// This device's entry for the manifest, its file's checksum left out: its counted tiles (value, m
+// and v of each, one after the other) and their offsets; null when it holds none.
+json device_entry(Parameters& params, int device) {
   json entry{{"device", device}, {"parameters", json::array()}};
-  std::optional<File> file;
-  Fnv fnv;
   std::int64_t bytes = 0;
   for (const Param& p : params.all()) {
     if (!p.counted) continue;
-    if (!file) file.emplace((tmp / device_file(device)).string(), O_WRONLY | O_CREAT | O_TRUNC);
     entry["parameters"].push_back(
         {{"name", p.name}, {"shape", p.shape}, {"layout", p.layout.str()}, {"offset", bytes}});
+    for (const auto* data : {&p.value, &p.m, &p.v})
+      bytes += static_cast<std::int64_t>(data->size()) * kF32;
+  }
+  if (entry["parameters"].empty()) return nullptr;
+  entry["bytes"] = bytes;
+  return entry;
+}
+
+// Why a tile's value, m or v (`part` 0, 1, 2) cannot be a trained state, or "": an element that
+// is not finite, or a negative second moment (a load would spread it into NaN weights).
+// `first`: the index in its part of data[0].
+std::string unsound(const float* data, std::size_t count, int part, std::int64_t first = 0) {
+  for (std::size_t i = 0; i < count; ++i)
+    if (!std::isfinite(data[i]) || (part == 2 && data[i] < 0))
+      return std::string(part == 0   ? "value"
+                         : part == 1 ? "m"
+                                     : "v") +
+             " element " + std::to_string(first + static_cast<std::int64_t>(i)) + " is " +
+             std::to_string(data[i]);
+  return "";
+}
+
+// Writes this device's file into `tmp` (see device_entry()) and returns its entry for the
+// manifest as JSON text, or "" when it reports nothing. A state that is not a trained one is
+// refused before anything is written.
+std::string write_device_file(Parameters& params, int device, const fs::path& tmp) {
+  json entry = device_entry(params, device);
+  if (entry.is_null()) return "";
+  for (const Param& p : params.all()) {
+    if (!p.counted) continue;
+    int part = 0;
+    for (const auto* data : {&p.value, &p.m, &p.v})
+      if (const std::string why = unsound(data->data(), data->size(), part++); !why.empty())
+        throw ValidationError("checkpoint", "parameter " + p.name + " on device " +
+                                                std::to_string(device) + ": " + why +
+                                                ": nothing is saved");
+  }
+  File file((tmp / device_file(device)).string(), O_WRONLY | O_CREAT | O_TRUNC);
+  Fnv fnv;
+  for (const Param& p : params.all()) {
+    if (!p.counted) continue;
     for (const auto* data : {&p.value, &p.m, &p.v}) {
       const std::size_t n = data->size() * kF32;
-      file->write(data->data(), n);
+      file.write(data->data(), n);
       fnv.add(data->data(), n);
-      bytes += static_cast<std::int64_t>(n);
     }
   }
-  if (!file) return "";
-  file->sync();
-  file->close();
-  entry["bytes"] = bytes;
+  file.sync();
+  file.close();
   entry["fnv1a64"] = fnv.hex();
   return entry.dump();
 }
@@ -341,6 +383,10 @@ std::vector<std::string> gather_entries(const Group& group, const std::string& m
   }
   return out;
 }
+
+// The JSON values a manifest may hold: an offset per device and parameter it holds, up to 8x the
+// default, within the file's own bound (MESHCAST_MAX_INPUT_FILE_BYTES).
+constexpr std::size_t kManifestValues = 8 * detail::kMaxJsonValues;
 
 // The manifest from the devices' entries: parameters in order of first appearance; sealed with
 // its checksum.
@@ -415,9 +461,7 @@ Manifest read_manifest(const fs::path& checkpoint, std::int64_t step) {
   };
   json j;
   try {
-    // An offset per device and parameter it holds: up to 8x the default, within the file's
-    // own bound (MESHCAST_MAX_INPUT_FILE_BYTES).
-    j = detail::parse_json(read_text(m.path), "manifest", 8 * detail::kMaxJsonValues);
+    j = detail::parse_json(read_text(m.path), "manifest", kManifestValues);
   } catch (const ParseError& e) {
     throw bad(e.what());
   }
@@ -501,34 +545,54 @@ void verify_file(const Manifest& m, int device, const SavedFile& f) {
   if (size != f.bytes)
     throw ValidationError("checkpoint", f.path + ": size " + std::to_string(size) +
                                             ", the manifest says " + std::to_string(f.bytes));
-  std::vector<std::pair<std::int64_t, std::int64_t>> spans;  // offset, bytes
+  struct Span {
+    std::int64_t offset, bytes;
+    std::string name;
+    bool operator<(const Span& o) const { return offset < o.offset; }
+  };
+  std::vector<Span> spans;
   for (const auto& [name, offset] : f.offsets) {
     const Layout& old = m.params.at(name);
     if (file_device(old, device) != device)
       throw ValidationError("checkpoint", f.path + ": has a tile of " + name + " that device " +
                                               std::to_string(device) + " does not write");
-    spans.emplace_back(offset, 3 * old.tile_of(device).volume() * kF32);
+    spans.push_back({offset, 3 * old.tile_of(device).volume() * kF32, name});
   }
   std::sort(spans.begin(), spans.end());
   std::int64_t end = 0;
-  for (const auto& [offset, bytes] : spans) {
-    if (offset != end)
+  for (const Span& s : spans) {
+    if (s.offset != end)
       throw ValidationError("checkpoint", f.path + ": its tiles leave a gap or overlap at byte " +
-                                              std::to_string(std::min(offset, end)));
-    end += bytes;
+                                              std::to_string(std::min(s.offset, end)));
+    end += s.bytes;
   }
   if (end != size)
     throw ValidationError("checkpoint", f.path + ": its tiles take " + std::to_string(end) +
                                             " of its " + std::to_string(size) + " bytes");
+  // Tile by tile, in pieces of at most 1 MiB that each lie in one of its value, m or v: the
+  // checksum over the whole file, then whether each part is a trained state (a forged or
+  // miscomputed one would spread NaN into the weights that a load sets).
   Fnv fnv;
-  std::vector<char> buf(std::size_t{1} << 20);
-  for (std::int64_t at = 0; at < size;) {
-    const std::size_t n = file.read(buf.data(), buf.size(), at);
-    if (n == 0) throw ValidationError("checkpoint", f.path + ": shorter than its size");
-    fnv.add(buf.data(), n);
-    at += static_cast<std::int64_t>(n);
+  std::string unsound_part;
+  std::vector<float> buf(std::size_t{1} << 18);
+  for (const Span& s : spans) {
+    const std::int64_t third = s.bytes / 3 / kF32;
+    for (int part = 0; part < 3; ++part)
+      for (std::int64_t done = 0; done < third;) {
+        const auto count = static_cast<std::size_t>(
+            std::min<std::int64_t>(third - done, static_cast<std::int64_t>(buf.size())));
+        const std::int64_t at = s.offset + (part * third + done) * kF32;
+        if (file.read(buf.data(), count * kF32, at) != count * kF32)
+          throw ValidationError("checkpoint", f.path + ": shorter than its size");
+        fnv.add(buf.data(), count * kF32);
+        if (unsound_part.empty())
+          if (const std::string why = unsound(buf.data(), count, part, done); !why.empty())
+            unsound_part = "parameter " + s.name + ": " + why;
+        done += static_cast<std::int64_t>(count);
+      }
   }
   if (fnv.hex() != f.fnv) throw ValidationError("checkpoint", f.path + ": checksum mismatch");
+  if (!unsound_part.empty()) throw ValidationError("checkpoint", f.path + ": " + unsound_part);
 }
 
 // Member k of the n of `group` verifies every n-th file of `m`; returns the devices whose files
@@ -870,6 +934,34 @@ void save_checkpoint(Communicator& comm, const std::vector<int>& world, Paramete
     rename_path(root / "latest.tmp", root / "latest");
     sync_dir(root);
     prune(root, step);
+  });
+}
+
+void check_checkpoint_size(Communicator& comm, const std::vector<int>& world, Parameters& params,
+                           const std::string& description) {
+  const Group group = group_of(comm, world);
+  json desc;
+  std::string mine;
+  phase(group, false, [&] {
+    desc = description.empty() ? json() : detail::parse_json(description, "checkpoint.description");
+    json entry = device_entry(params, comm.rank());
+    if (entry.is_null()) return;
+    entry["fnv1a64"] = Fnv{}.hex();  // every checksum is as long
+    mine = entry.dump();
+  });
+  const auto entries = gather_entries(group, mine);
+  phase(group, false, [&] {
+    if (comm.rank() != world.front()) return;
+    // As save_checkpoint() writes it at the widest step, and as a load reads it.
+    const std::string what = "the manifest of each checkpoint of this run";
+    const std::string text =
+        make_manifest(std::numeric_limits<int>::max(), desc, entries).dump(2) + "\n";
+    require_readable_size(what, static_cast<std::int64_t>(text.size()));
+    try {
+      detail::parse_json(text, "manifest", kManifestValues);
+    } catch (const ParseError& e) {
+      throw ValidationError("checkpoint", what + ": " + e.what());
+    }
   });
 }
 

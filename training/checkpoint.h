@@ -64,6 +64,13 @@ namespace meshcast::training {
 void save_checkpoint(Communicator& comm, const std::vector<int>& world, Parameters& params,
                      std::int64_t step, const std::string& dir, const std::string& description);
 
+// Refuses, before a run trains, checkpoints whose manifest (every device's offsets of every
+// parameter it holds) would be larger than a load reads: MESHCAST_MAX_INPUT_FILE_BYTES, and the
+// JSON values a manifest may hold. Otherwise the first save would fail after the steps before it.
+// Collective over `world`, as saving; ValidationError("checkpoint", ...) on every device.
+void check_checkpoint_size(Communicator& comm, const std::vector<int>& world, Parameters& params,
+                           const std::string& description);
+
 struct LoadOptions {
   // The bytes of saved tiles (values and moments, as read from the files) that a device holds
   // for one sync: the parameters move in batches of consecutive ones (in the manifest's order)

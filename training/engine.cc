@@ -765,6 +765,8 @@ TrainResult train(Communicator& comm, const ModelConfig& model, const ParallelCo
   std::call_once(blas, use_single_threaded_blas);
   Runner runner(comm, groups, model, parallel, train, batches);
   int first = 0;
+  if (!run.checkpoint_dir.empty())
+    check_checkpoint_size(comm, runner.world().devices(), runner.parameters(), run.description);
   if (run.resume && !run.checkpoint_dir.empty()) {
     LoadStats loaded;
     LoadOptions options;

@@ -6,7 +6,8 @@
 # newest checkpoint with a line on stderr saying why; outputs that cannot be written are refused
 # (exit 4) before training; a directory as --config, a device or FIFO as --data, a corpus over
 # its limit, malformed --stages and a model over the memory limit exit 2 at once (the last with
-# little memory used).
+# little memory used); so do a resume whose load is over it and a manifest over the file limit.
+# A checkpoint whose state no training leaves (NaN, a negative second moment) is corrupt.
 # Usage: checkpoint_faults_test.sh MESHCAST
 set -u
 # Debian's python3 itself: a version manager's shim first on PATH costs ~0.4 s a call.
@@ -103,32 +104,49 @@ expect_exit 2 "checkpoint.model: $ck/step-00000002 was saved with model 'utransf
   resume gpt --steps 6
 unchanged "a corrupt newest before another model's"
 
-# Weights that are not finite (device-0.bin all NaN, its checksum and the manifest's resealed, as
-# any tool can): the run stops at its first step (exit 1) before it saves, and the good
-# checkpoints stay.
-fresh
-python3 - "$ck/step-00000004" <<'PY'
+# A state no training leaves (its checksum and the manifest's resealed, as any tool can): every
+# weight of device-0.bin NaN, or one second moment v negative (it made NaN weights at the next
+# update, which were saved, and the run then said "nothing saved"). Each is corrupt: the run
+# passes over it to step 2, names what is wrong, and trains on as the uninterrupted run did.
+for forged in nan negative-v; do
+  fresh
+  python3 - "$ck/step-00000004" "$forged" <<'PY'
 import json, os, struct, sys
 def fnv(data):
     h = 0xcbf29ce484222325
     for c in data:
         h = ((h ^ c) * 0x100000001b3) & 0xffffffffffffffff
     return "%016x" % h
-step = sys.argv[1]
+step, forged = sys.argv[1], sys.argv[2]
 path = os.path.join(step, "device-0.bin")
-data = struct.pack("<f", float("nan")) * (os.path.getsize(path) // 4)
-open(path, "wb").write(data)
 j = json.load(open(os.path.join(step, "manifest.json")))
+data = bytearray(open(path, "rb").read())
+if forged == "nan":
+    data = bytearray(struct.pack("<f", float("nan")) * (len(data) // 4))
+else:  # the first element of the v of the file's first tile (value, m and v of V floats each)
+    entry = [f for f in j["files"] if f["name"] == "device-0.bin"][0]
+    offsets = sorted(entry["offsets"].values())
+    volume = (offsets[1] if len(offsets) > 1 else len(data)) // 12
+    data[8 * volume:8 * volume + 4] = struct.pack("<f", -1.0)
+open(path, "wb").write(data)
 for f in j["files"]:
     if f["name"] == "device-0.bin":
-        f["fnv1a64"] = fnv(data)
+        f["fnv1a64"] = fnv(bytes(data))
 j.pop("checksum")
 j["checksum"] = fnv(json.dumps(j, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode())
 open(os.path.join(step, "manifest.json"), "w").write(json.dumps(j, indent=2))
 PY
-expect_exit 1 "loss: step 5's loss is " resume gpt --steps 6
-[[ ! -e $ck/step-00000006 && -d $ck/step-00000002 && -d $ck/step-00000004 ]] && ok ||
-  bad "NaN weights: after the run: $(ls "$ck")"
+  want=$([[ $forged == nan ]] && echo ": value element 0 is nan" || echo ": v element 0 is -1.000000")
+  resume gpt --steps 6 >"$tmp/stdout" 2>"$tmp/stderr"
+  rc=$?
+  err=$(cat "$tmp/stderr")
+  [[ $rc -eq 0 && $err == *"$ck/step-00000004 is corrupt ("*"device-0.bin: parameter "*"$want"* ]] &&
+    ok || bad "$forged: rc=$rc, stderr: $err"
+  # (--out holds a run that saved into $ck: its history, steps 1-2, comes first)
+  close "$full" "$(losses <"$tmp/stdout")" && ok || bad "$forged: resumed losses differ"
+  [[ -d $ck/step-00000004.corrupt && -d $ck/step-00000006 ]] && ok ||
+    bad "$forged: after the run: $(ls "$ck")"
+done
 
 # DIR/latest missing, or naming an older checkpoint: the newest resumes, and stderr says why. The
 # resumed steps are those of the uninterrupted run.
@@ -267,6 +285,26 @@ expect_exit 2 "train flops: " env MESHCAST_MAX_TRAIN_FLOPS=200000000 \
   "$mc" train gpt "${small[@]}" --steps 6
 MESHCAST_MAX_TRAIN_FLOPS=200000000 resume gpt --steps 6 >/dev/null &&
   ok || bad "a resumed run's 2 steps were counted as 6"
+
+# Memory: a resume first loads its checkpoint, staging every device's values and moments beside
+# the saved tiles it reads (1.7x the fresh run's estimate was taken unchecked). A model of 51 MB
+# fresh and 104 MB resumed (peaks here: 55 and 91 MB) under a bound of 80 MB: it runs, and its
+# resume is refused before any work.
+tiny=(--d-model 256 --heads 4 --layers 2 --seq 4 --batch 2 --data random --stages tp=2 --json
+      --out "$tmp/mem-out" --checkpoint-dir "$tmp/mem-ck")
+MESHCAST_MAX_TRAIN_MEMORY_BYTES=80M "$mc" train gpt "${tiny[@]}" --steps 1 >/dev/null &&
+  ok || bad "a run within the memory bound was refused"
+expect_exit 2 "train memory: " env MESHCAST_MAX_TRAIN_MEMORY_BYTES=80M \
+  "$mc" train gpt "${tiny[@]}" --steps 2 --resume
+
+# A checkpoint's manifest (an offset per device and parameter) is as bounded as every file a
+# load reads: one over MESHCAST_MAX_INPUT_FILE_BYTES is refused before training, not after the
+# steps before the first save (which left them lost and nothing saved), and writes nothing.
+expect_exit 2 "checkpoint: the manifest of each checkpoint of this run: " \
+  env MESHCAST_MAX_INPUT_FILE_BYTES=4K "$mc" train gpt "${small[@]}" --steps 2 \
+  --checkpoint-dir "$tmp/manifest-ck"
+[[ -z $(ls -A "$tmp/manifest-ck" 2>/dev/null | grep -v '^\.lock$') ]] && ok ||
+  bad "a refused manifest left: $(ls -A "$tmp/manifest-ck")"
 
 echo "checkpoint_faults_test: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -345,13 +346,17 @@ TEST_F(Checkpoint, LoadsInBatchesOfBoundedSourceBytes) {
 
 TEST_F(Checkpoint, RoundTripIsBitExact) {
   const auto config = parallel({"dp=2,grid=1x2x2"});
-  // Arbitrary bit patterns (NaNs and denormals included), equal on the replicas of a tile.
+  // Arbitrary bit patterns of a trained state (denormals, -0 and the extremes included; no NaN
+  // or infinity, no negative second moment: see SavesNoStateThatTrainingCannotLeave), equal on
+  // the replicas of a tile.
   auto bits = [](const std::string& name, std::int64_t g, int which) {
     std::uint64_t x = (static_cast<std::uint64_t>(tag_of(name)) << 40) ^
                       (static_cast<std::uint64_t>(g) << 2) ^ static_cast<std::uint64_t>(which);
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    const auto u = static_cast<std::uint32_t>(x ^ (x >> 31));
+    auto u = static_cast<std::uint32_t>(x ^ (x >> 31));
+    if ((u & 0x7f800000u) == 0x7f800000u) u &= ~0x00800000u;  // the largest exponent, finite
+    if (which == 2) u &= 0x7fffffffu;
     float f;
     std::memcpy(&f, &u, sizeof f);
     return f;
@@ -765,6 +770,30 @@ TEST_F(Checkpoint, RefusesAnInvalidDescription) {
                        }),
                    "V ", "checkpoint.description");
   EXPECT_FALSE(fs::exists(dir("desc")));
+}
+
+// A state no training leaves (here a NaN in one device's m, or a negative second moment) is
+// refused on every device before anything is written: saved, a load would spread it into the
+// weights.
+TEST_F(Checkpoint, SavesNoStateThatTrainingCannotLeave) {
+  const auto config = parallel({"dp=1,grid=2x1x1"});
+  for (const bool nan : {true, false}) {
+    const std::string path = dir(nan ? "nan" : "negative");
+    expect_all_threw(run(config,
+                         [&](Communicator& comm, const std::vector<int>& world) {
+                           Device dev(comm.rank(), config, model());
+                           mt::Param& p = dev.params.all().front();
+                           if (comm.rank() == 1) {
+                             if (nan)
+                               p.m.back() = std::numeric_limits<float>::quiet_NaN();
+                             else
+                               p.v.front() = -0.5F;
+                           }
+                           mt::save_checkpoint(comm, world, dev.params, 1, path, "");
+                         }),
+                     "V ", nan ? ": m element " : ": v element 0 is -0.5");
+    EXPECT_FALSE(fs::exists(fs::path(path) / "step-00000001"));
+  }
 }
 
 }  // namespace
