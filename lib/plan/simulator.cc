@@ -45,11 +45,15 @@ class Simulator {
  public:
   Simulator(const Plan& plan, const Topology& topology, std::int64_t chunk)
       : devices_(plan.devices()), links_(topology, devices_) {
-    check_bounds(plan);
+    const Sizes n = check_bounds(plan);
     const std::int64_t elem = static_cast<std::int64_t>(dtype_size(plan.src().dtype()));
     std::vector<Links::Flow> fs;
-    ops_.reserve(plan.ops().size());  // mostly one flow per op
-    flows_.reserve(plan.ops().size());
+    // Exactly: a vector grown by doubling held up to three times its entries while it moved.
+    ops_.reserve(plan.ops().size());
+    flows_.reserve(n.flows);
+    devices_of_.reserve(n.participants);
+    links_of_.reserve(n.entries);
+    weights_of_.reserve(n.entries);
     for (const Op& op : plan.ops()) {
       SimOp s;
       s.phase = op.phase;
@@ -96,46 +100,80 @@ class Simulator {
     }
   }
 
-  // Refuses, before any flow is built, a run past the bounds: its memory (the flows' link
-  // entries, Links::hop's receive and send ports and, off the host, the two NICs; the ops'
-  // participants) with the plan's own, held throughout, past the planner's; and its work, at
-  // least each entry once, past simulate_work. A 16,384-device all-gather held 12.6 GB, the plan
-  // and the flows each within the planner's 8 GiB, and ran for 4 minutes.
-  void check_bounds(const Plan& plan) const {
-    std::int64_t entries = 0, participants = 0, plan_bytes = 0;
+  // What the constructor builds: flows, their link entries, the ops' participants (each at most
+  // its root and peers).
+  struct Sizes {
+    std::size_t flows = 0, entries = 0, participants = 0;
+  };
+
+  // Refuses, before any flow is built, a run past the bounds: its memory, held throughout with
+  // the plan's own and past the planner's (the flows' link entries, Links::hop's receive and send
+  // ports and, off the host, the two NICs; the ops' participants, once in the ops and once in
+  // the per-phase lists; per op its flows, times and place in the start queue; per device and
+  // phase the lists' counts; per link the rate sharing's scratch and the loads reported); and
+  // its work, at least each entry once, past simulate_work. A 16,384-device all-gather held
+  // 12.6 GB, the plan and the flows each within the planner's 8 GiB, and ran for 4 minutes; a
+  // 1,024-device transpose, estimated without the per-op times and lists, took 1.45x its bound.
+  Sizes check_bounds(const Plan& plan) const {
+    Sizes n;
+    // What an allocation takes from the heap: its header, in 16-byte steps, at least 32 (glibc:
+    // a million ops' peers of one receiver each took 34 MB, not 4).
+    const auto heap = [](std::size_t bytes) -> std::int64_t {
+      return bytes == 0
+                 ? 0
+                 : static_cast<std::int64_t>(std::max<std::size_t>(32, (bytes + 23) / 16 * 16));
+    };
+    std::int64_t entries = 0;
+    auto plan_bytes = static_cast<std::int64_t>(plan.ops().capacity() * sizeof(Op));
+    int phases = 1;
     for (const Op& op : plan.ops()) {
-      const auto n = static_cast<std::int64_t>(op.peers.size());
-      participants += n + 1;
-      plan_bytes += static_cast<std::int64_t>(sizeof(Op) + op.peers.size() * sizeof(int) +
-                                              op.box.ndim() * sizeof(Range));
+      const auto peers = static_cast<std::int64_t>(op.peers.size());
+      n.participants += op.peers.size() + 1;
+      phases = std::max(phases, op.phase + 1);
+      plan_bytes += heap(op.peers.capacity() * sizeof(int)) + heap(op.box.ndim() * sizeof(Range));
       const auto hop = [&](int from, int to) { entries += links_.hop_links(from, to); };
       switch (op.kind) {
         case OpKind::Zero:
           break;
         case OpKind::Copy:
+          ++n.flows;
           hop(op.root, op.root);
           break;
         case OpKind::Multicast:
-          for (std::int64_t k = 0; k < n; ++k) {
-            const std::int64_t from = multicast_parent(k, n, op.group, op.fork);
+          ++n.flows;
+          for (std::int64_t k = 0; k < peers; ++k) {
+            const std::int64_t from = multicast_parent(k, peers, op.group, op.fork);
             hop(from < 0 ? op.root : op.peers[static_cast<std::size_t>(from)],
                 op.peers[static_cast<std::size_t>(k)]);
           }
           break;
         case OpKind::Reduce:
           for (int c : op.peers)
-            if (c != op.root) hop(c, op.root);
+            if (c != op.root) {
+              ++n.flows;
+              hop(c, op.root);
+            }
           break;
       }
     }
-    const auto ops = static_cast<std::int64_t>(plan.ops().size());
-    const std::int64_t entry = sizeof(std::uint32_t) + sizeof(double) + sizeof(std::uint32_t);
-    check_limit("simulate memory",
-                plan_bytes + entries * entry +
-                    participants * static_cast<std::int64_t>(sizeof(std::uint32_t)) +
-                    ops * static_cast<std::int64_t>(sizeof(SimOp) + sizeof(SimFlow)),
-                limits().plan_memory_bytes, "PLAN_MEMORY_BYTES");
+    n.entries = static_cast<std::size_t>(entries);
+    const auto bytes = [](std::size_t count, std::size_t each) {
+      return static_cast<std::int64_t>(count * each);
+    };
+    constexpr std::size_t kWord = sizeof(std::size_t);
+    const std::size_t ops = plan.ops().size();
+    const std::size_t lists = devices_.size() * static_cast<std::size_t>(phases) + 1;
+    const std::int64_t memory =
+        plan_bytes + bytes(n.entries, 2 * sizeof(std::uint32_t) + sizeof(double)) +
+        bytes(n.participants, sizeof(std::uint32_t) + kWord) +
+        bytes(n.flows, sizeof(SimFlow) + kWord) +
+        bytes(ops, sizeof(SimOp) + 2 * sizeof(double) + 1 + sizeof(Start)) +
+        bytes(lists, 4 * kWord) +  // left_, list_start_ and run()'s count and fill
+        bytes(links_.size(), 3 * sizeof(double) + 4 * kWord + sizeof(Start) + 2 * kWord +
+                                 sizeof(LinkLoad) + 64);  // share(), loads(), a link's name
+    check_limit("simulate memory", memory, limits().plan_memory_bytes, "PLAN_MEMORY_BYTES");
     check_limit("simulate work", entries, limits().simulate_work, "SIMULATE_WORK");
+    return n;
   }
 
   Simulation run() {

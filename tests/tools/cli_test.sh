@@ -267,6 +267,16 @@ MESHCAST_MAX_SIMULATE_WORK=100 limit_case "simulate work: .* exceeds the limit o
 # plan's before any flow is built: this plan fits 30 MiB, its simulation with it does not.
 MESHCAST_MAX_PLAN_MEMORY_BYTES=30M limit_case "simulate memory: .* exceeds the limit of 31457280" 2 60000 \
   simulate --shape 65536 --dtype f32 --src 1024:S0 --dst 1024:R --strategy broadcast
+# And every structure of it counts, the plan's own as the heap holds it: a dense move of a
+# million ops, whose estimate left out the per-op times, the per-phase lists and the heap's
+# share of each op's small vectors, passed a bound of 300 MiB and peaked at 415 MiB. Refused
+# there; within 420 MiB it runs, its peak RSS within a quarter more than the bound (the process
+# itself, the heap's free pieces).
+T1K=(--shape 2048,2048 --dtype f32 --src 1024:S0R --dst 1024@1024-2047:RS0 --balance none
+     --strategy broadcast --topology cluster-1024x8)
+MESHCAST_MAX_PLAN_MEMORY_BYTES=300M limit_case "simulate memory: .* exceeds the limit of 314572800" \
+  2 307200 simulate "${T1K[@]}"
+MESHCAST_MAX_PLAN_MEMORY_BYTES=420M limit_case "" 0 537600 simulate "${T1K[@]}"
 MESHCAST_MAX_BUFFER_BYTES=100 limit_case "buffer bytes: .* exceeds the limit of 100" 2 200000 \
   reshard "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:RS0
 # A plan's links are sized by the hosts it uses, not by its topology's: a 32-byte move on 2^20
