@@ -483,6 +483,15 @@ void LocalWorld::run(const std::function<void(Communicator&)>& fn,
       state_->left[static_cast<std::size_t>(r)] = true;
     }
   std::vector<std::exception_ptr> errors(ranks.size());
+  // Tells the others that device i failed. The message is allocated: out of memory (the others'
+  // threads hold it), that throws too, and a throw out of the thread ended the process; the
+  // others then learn of it by the timeout.
+  const auto failed = [&](std::size_t i, const char* why) {
+    try {
+      state_->fail(ranks[i], why);
+    } catch (...) {
+    }
+  };
   const auto device = [&](std::size_t i) {
     {
       std::unique_ptr<Communicator> comm;  // (its making may fail too: out of memory)
@@ -491,10 +500,10 @@ void LocalWorld::run(const std::function<void(Communicator&)>& fn,
         fn(*comm);
       } catch (const std::exception& e) {
         errors[i] = std::current_exception();
-        state_->fail(ranks[i], e.what());
+        failed(i, e.what());
       } catch (...) {
         errors[i] = std::current_exception();
-        state_->fail(ranks[i], "unknown exception");
+        failed(i, "unknown exception");
       }
     }  // its sends withdrawn
     state_->leave(ranks[i]);
@@ -508,10 +517,7 @@ void LocalWorld::run(const std::function<void(Communicator&)>& fn,
       // Out of threads or memory: the devices started would wait for ever on this one, so they
       // fail at once (or, with no memory even for that, after the timeout) and end first; the
       // error is built once their memory is back.
-      try {
-        state_->fail(ranks[i], "could not start its thread");
-      } catch (...) {
-      }
+      failed(i, "could not start its thread");
       for (auto& t : threads) t.join();
       throw InternalError("local devices", "cannot start device " + std::to_string(ranks[i]) +
                                                "'s thread (" + std::to_string(i) + " of " +
