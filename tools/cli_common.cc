@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <new>
@@ -323,11 +322,35 @@ void check_writable(const std::string& path, const std::string& field) {
 }
 
 void write_file(const std::string& path, const std::string& text, const std::string& field) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw IoError(field, "cannot write " + path + ": " + std::strerror(errno));
-  out << text;
-  out.flush();
-  if (!out) throw IoError(field, "cannot write " + path + ": " + std::strerror(errno));
+  const auto fail = [&](const std::string& why) {
+    return IoError(field, "cannot write " + path + ": " + why);
+  };
+  // Non-blocking open: a FIFO with no reader fails it (ENXIO) rather than blocking the command
+  // for ever; a reader has kFifoWait to come (one started beside the command), then writes block
+  // as usual while it takes them.
+  constexpr auto kFifoWait = std::chrono::seconds(10);
+  const auto until = std::chrono::steady_clock::now() + kFifoWait;
+  int fd;
+  while ((fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0644)) <
+             0 &&
+         (errno == EINTR || (errno == ENXIO && std::chrono::steady_clock::now() < until)))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (fd < 0)
+    throw fail(errno == ENXIO ? "a FIFO that no process opened for reading within " +
+                                    std::to_string(kFifoWait.count()) + " s"
+                              : std::string(std::strerror(errno)));
+  std::string why;
+  if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) why = std::strerror(errno);
+  for (std::size_t done = 0; why.empty() && done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      why = std::strerror(errno);
+    else
+      done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0 && why.empty()) why = std::strerror(errno);
+  if (!why.empty()) throw fail(why);
 }
 
 Topology builtin_aws_p3() {

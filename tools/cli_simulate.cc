@@ -149,7 +149,7 @@ int run_simulate(const PlanArgs& args) {
             << detail::counted(static_cast<std::int64_t>(plan.devices().size()), "device")
             << ", chain chunk " << human_bytes(chunk) << '\n'
             << "  model      " << human_seconds(model.seconds)
-            << "  (list schedule: what plan() predicts)\n"
+            << "  (analytic, phase by phase: what plan() predicts)\n"
             << "  simulated  " << human_seconds(sim.seconds)
             << "  (discrete events, contended links shared fairly; " << sim.events
             << " rate updates)\n"

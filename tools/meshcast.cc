@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <new>
 #include <nlohmann/json.hpp>
@@ -370,10 +371,12 @@ int main(int argc, char** argv) {
   add_plan_options(*plan_cmd, plan_args);
   add_chunk_option(*plan_cmd, plan_args);
   add_rank_option(*plan_cmd, plan_args, "print only");
-  plan_cmd->add_flag("--json", plan_args.json,
-                     "print the plan as one JSON document, with a \"cost\" object: the model's "
-                     "predicted_seconds, bound_seconds (the busiest link's bytes / bandwidth) and "
-                     "links (bytes and least time of every link that carries bytes)");
+  plan_cmd->add_flag(
+      "--json", plan_args.json,
+      "print the plan as one JSON document, with a \"cost\" object: the model's "
+      "predicted_seconds, bound_seconds (the busiest link's time busy: bytes / bandwidth, "
+      "and a sender's port each message's overhead) and "
+      "links (bytes and least time of every link that carries bytes)");
 
   CLI::App* simulate_cmd = app.add_subcommand(
       "simulate",
@@ -440,6 +443,13 @@ int main(int argc, char** argv) {
       "pipeline stages on separate meshes, so skips cross non-adjacent meshes.");
   add_train_options(*unet_cmd, unet_args, "utransformer");
 
+  // A flag given twice is refused as an option given twice is (CLI11 counts repeated flags).
+  const std::function<void(CLI::App&)> one_each = [&](CLI::App& a) {
+    for (CLI::Option* o : a.get_options())
+      if (o->get_expected_max() == 0) o->multi_option_policy(CLI::MultiOptionPolicy::Throw);
+    for (CLI::App* sub : a.get_subcommands({})) one_each(*sub);
+  };
+  one_each(app);
   const CommandPath command = command_path(app, argc, argv);
   if (!command.unknown.empty()) {
     std::cerr << command.path << ": unknown command '" << one_line(command.unknown)

@@ -23,7 +23,9 @@ struct LinkLoad {
   std::string name;
   bool network = false;    // network class (else intra-host)
   std::int64_t bytes = 0;  // bytes the plan moves over the link
-  double seconds = 0;      // bytes / the link's bandwidth: the least time the link needs
+  // The least time the link is busy: bytes / its bandwidth, and on a sender's port each
+  // message's overhead too (the model's send weight).
+  double seconds = 0;
 };
 
 struct Prediction {
@@ -31,7 +33,7 @@ struct Prediction {
   // or the slowest op alone (a long chain: every hop's latency, overhead and fill), whichever is
   // more. plan() records this as PlanStats::predicted_seconds.
   double seconds = 0;
-  // The busiest link's bytes / bandwidth: no schedule of these ops is faster.
+  // The busiest link's time busy (LinkLoad::seconds): no schedule of these ops is faster.
   double bound_seconds = 0;
   std::vector<LinkLoad> links;  // links that carry bytes, busiest first
 };

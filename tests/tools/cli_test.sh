@@ -163,6 +163,10 @@ bad bogus "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --bogus
 CMD=bogus bad "meshcast: unknown command 'bogus' (commands: plan, simulate, reshard, demo, sync, train"
 CMD=train bad "meshcast train: unknown command 'bert' (commands: gpt, utransformer" bert
 bad "see meshcast reshard --help" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --bogus
+# An option or a flag given twice (the second may differ from the first, as in a job's ranks).
+bad "shape: At Most 1" "${S[@]}" --shape 4,4 --src 2x2@0-3:S0R --dst 4@0-3:S0R
+bad "verify: At Most 1" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --verify --verify
+CMD=sync bad "predict: At Most 1" --model models/gpt2-small.json --predict --predict
 run --version
 if [ "$rc" -eq 0 ] && grep -qx "meshcast [0-9]*\.[0-9]*\.[0-9]*" "$TMP/out"; then ok
 else bad_result "--version: rc=$rc $(cat "$TMP/out" "$TMP/err")"; fi
@@ -224,6 +228,9 @@ run plan "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:RS0 --svg "$TMP/fifo.svg"
 wait "$reader"
 if [[ $rc -eq 0 ]] && grep -q "</svg>" "$TMP/from-fifo.svg"; then ok; else
   bad_result "plan --svg FIFO: rc=$rc $(head -c 300 "$TMP/err")"; fi
+# One that no process reads: status 4 after 10 s, not a command blocked for ever.
+STATUS=4 CMD=plan bad "svg: cannot write $TMP/fifo.svg: a FIFO that no process opened for reading within 10 s" \
+  "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:RS0 --svg "$TMP/fifo.svg"
 
 # ---- limits: every bound asked to exceed itself is refused at once, in bounded memory --------
 # peak_kib COMMAND...: runs it (stdout/stderr/rc as run()), sets $kib to its peak RSS in KiB.
