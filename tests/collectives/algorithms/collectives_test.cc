@@ -87,14 +87,21 @@ constexpr std::size_t kSmallSegment = (4 << 10) + 192 + 1024, kLargeSegment = 4 
 
 TEST(Collectives, SharedMemoryAt2To8Devices) {
   const std::vector<std::int64_t> counts{0, 1, 2, 3, 7, 13, 101, 1009, 40013};
+  const bool sanitized = testing::test_scale() < 1;
   for (std::size_t segment : {kSmallSegment, kLargeSegment})
     for (int n : group_sizes(2)) {
       // The large segment runs every case in one chunk, as a group of 2 does in the small one
       // for small counts: under the sanitizers, its ends only.
-      if (segment == kLargeSegment && testing::test_scale() < 1 && n != 2 && n != 8) continue;
+      if (segment == kLargeSegment && sanitized && n != 2 && n != 8) continue;
+      // In the small segment 1,009 elements already take several chunks; 40,013 (past the
+      // ring's threshold, some 300 chunks) took half of this test, the longest of the
+      // sanitizers' suites (99-124 s in CI; alone, 22 s under TSan and 13 s under ASan, 13 s
+      // and 9 s without it): there, one group of an odd size runs it.
+      std::vector<std::int64_t> these = counts;
+      if (segment == kSmallSegment && sanitized && n != 3) these.pop_back();
       std::vector<int> group(static_cast<std::size_t>(n));
       std::iota(group.begin(), group.end(), 0);
-      const auto errors = run_check(n, group, counts, nullptr, segment);
+      const auto errors = run_check(n, group, these, nullptr, segment);
       EXPECT_TRUE(errors.empty()) << n << " devices, segment " << segment << ": " << errors.size()
                                   << " errors, first: " << first(errors);
     }
