@@ -40,12 +40,9 @@ PlanSize estimate_plan_size(const Layout& src, const Layout& dst, Strategy strat
 // every receiver; allgather's receivers each take part in every receiver's forward). plan_rank()
 // checks it before any op is built where the whole plan would not fit: a broadcast to n
 // receivers of n boxes lists n^2 peers at every device, where sendrecv's part is 2n ops. Auto:
-// the smallest over the three strategies. With the `topology` the plan is made for, sendrecv
-// under Local counts a holder's share of each task's receivers where the rule deals them round
-// all the holders of the tile (no host holds devices of both meshes, or one host holds them
-// all); else every receiver, as if one holder served them all.
+// the smallest over the three strategies.
 PlanSize estimate_part_size(const Layout& src, const Layout& dst, Strategy strategy,
-                            Balance balance = Balance::Local, const Topology* topology = nullptr);
+                            Balance balance = Balance::Local);
 
 // Planning two moves in one process, one after the other, keeping both (a sync's tensors): boxes,
 // ops and their bytes add up; the transient bytes (the per-device arrays of one planning, the

@@ -121,39 +121,12 @@ PlanSize estimate_plan_size(const Layout& src, const Layout& dst, Strategy strat
   return e;
 }
 
-namespace {
-
-// Whether TaskOps::choose() deals each task's receivers round the holders of its tile (the
-// local rule takes a holder on the receiver's own host where there is one, which can give one
-// holder all of a host's receivers).
-bool deals_round_holders(const Layout& src, const Layout& dst, const Topology& topology) {
-  std::vector<char> has_source;
-  int first = -1;
-  bool one_host = true;
-  for (std::int64_t k = 0; k < src.mesh().size(); ++k) {
-    const auto h = static_cast<std::size_t>(topology.host_of(src.mesh().device(k)));
-    if (has_source.size() <= h) has_source.resize(h + 1, 0);
-    has_source[h] = 1;
-    if (first < 0) first = static_cast<int>(h);
-    one_host = one_host && static_cast<int>(h) == first;
-  }
-  bool shared = false;
-  for (std::int64_t k = 0; k < dst.mesh().size(); ++k) {
-    const auto h = static_cast<std::size_t>(topology.host_of(dst.mesh().device(k)));
-    shared = shared || (h < has_source.size() && has_source[h]);
-    one_host = one_host && static_cast<int>(h) == first;
-  }
-  return one_host || !shared;
-}
-
-}  // namespace
-
 PlanSize estimate_part_size(const Layout& src, const Layout& dst, Strategy strategy,
-                            Balance balance, const Topology* topology) {
+                            Balance balance) {
   if (strategy == Strategy::Auto) {
     PlanSize best;
     for (Strategy s : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
-      const PlanSize e = estimate_part_size(src, dst, s, balance, topology);
+      const PlanSize e = estimate_part_size(src, dst, s, balance);
       if (s == Strategy::Broadcast || e.bytes < best.bytes) best = e;
     }
     return best;
@@ -175,16 +148,7 @@ PlanSize estimate_part_size(const Layout& src, const Layout& dst, Strategy strat
   // the chain (every receiver listed in each); sendrecv: a send per receiver; allgather: a slice
   // per receiver, and at a receiver its slice, its forward and the others' forwards.
   double serve_ops = 1, serve_ints = r, recv_ops = 1, recv_ints = r;
-  if (strategy == Strategy::SendRecv) {
-    serve_ops = serve_ints = r, recv_ints = 1;
-    // Dealt round the source's replicas of the tile, a holder serves its share. (Counting every
-    // receiver for each holder took a 3 us sendrecv of a tensor replicated on 262,144 devices
-    // for 250 MiB a part: a sync chose one chain through all of them, 0.8 s.)
-    if (topology && balance != Balance::None && groups == 1 &&
-        deals_round_holders(src, dst, *topology))
-      serve_ops = serve_ints =
-          std::ceil(r / std::max(1.0, static_cast<double>(src.mesh().size()) / tiles(src)));
-  }
+  if (strategy == Strategy::SendRecv) serve_ops = r, recv_ints = 1;
   if (strategy == Strategy::AllGather) serve_ops = r, recv_ops = 1 + r, recv_ints = 1 + r * r;
   double ints = 0;
   if (groups > 1) {  // holders send addends to a reduce, whose root (a target) then serves

@@ -92,8 +92,7 @@ TensorOps tensor_ops(const Layout& src, const Layout& dst, int device, const Top
   // part of a plan that fits does too, and plan_rank() then builds what plan() would).
   if (device >= 0 &&
       !within_limits(estimate_plan_size(src, dst, o.strategy, o.balance), o.max_plan_bytes))
-    check_plan_size(estimate_part_size(src, dst, o.strategy, o.balance, &topology),
-                    o.max_plan_bytes);
+    check_plan_size(estimate_part_size(src, dst, o.strategy, o.balance), o.max_plan_bytes);
   TensorOps r;
   r.strategy = o.strategy;
   r.balance = o.balance;

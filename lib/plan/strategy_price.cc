@@ -1115,8 +1115,7 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
   }
   // No whole plan fits (plan() refuses it before this), or pricing passed work_cap before any
   // strategy was priced: the strategy of the smallest part, the same on every device.
-  const PlanSize part =
-      estimate_part_size(grid.src(), grid.dst(), Strategy::Auto, Balance::Local, &s.topology());
+  const PlanSize part = estimate_part_size(grid.src(), grid.dst(), Strategy::Auto);
   return {part.strategy, Balance::Local, work};
 }
 

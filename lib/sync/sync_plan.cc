@@ -166,9 +166,9 @@ PlanSize with_reduce_pieces(PlanSize e, const TensorMove& m, bool whole, std::in
 // One tensor's share of a sync's size, built with `strategy` (to the layout `planned`): of a
 // prediction's whole plan, or of the largest part of any device.
 PlanSize tensor_size(const TensorMove& m, const Layout& planned, Strategy strategy, bool whole,
-                     std::int64_t bucket, const Topology& topology) {
+                     std::int64_t bucket) {
   PlanSize e = whole ? estimate_plan_size(m.src, planned, strategy, Balance::Local)
-                     : estimate_part_size(m.src, planned, strategy, Balance::Local, &topology);
+                     : estimate_part_size(m.src, planned, strategy);
   if (m.src.dtype() != m.dst.dtype()) e = with_cast_pieces(e, m, whole, bucket);
   // A prediction (every device's messages) keeps each message's receivers twice more than a
   // plan's ops do (in its key and its chain order), and prices every hop: its peak above the
@@ -188,11 +188,10 @@ PlanSize tensor_size(const TensorMove& m, const Layout& planned, Strategy strate
 // every device, so that all refuse or none).
 template <class Planned>
 PlanSize sync_size(const std::vector<TensorMove>& tensors, bool whole,
-                   const std::vector<Strategy>& strategy, Planned&& planned, std::int64_t bucket,
-                   const Topology& topology) {
+                   const std::vector<Strategy>& strategy, Planned&& planned, std::int64_t bucket) {
   PlanSize size;
   for (std::size_t t = 0; t < tensors.size(); ++t) {
-    const PlanSize e = tensor_size(tensors[t], planned(t), strategy[t], whole, bucket, topology);
+    const PlanSize e = tensor_size(tensors[t], planned(t), strategy[t], whole, bucket);
     size = t == 0 ? e : combined(size, e);
   }
   return size;
@@ -203,8 +202,8 @@ PlanSize sync_size(const std::vector<TensorMove>& tensors, bool whole,
 template <class Planned>
 void check_sync_size(const std::vector<TensorMove>& tensors, bool whole,
                      const std::vector<Strategy>& strategy, Planned&& planned, std::int64_t bucket,
-                     std::int64_t bound, const Topology& topology) {
-  const PlanSize size = sync_size(tensors, whole, strategy, planned, bucket, topology);
+                     std::int64_t bound) {
+  const PlanSize size = sync_size(tensors, whole, strategy, planned, bucket);
   if (tensors.empty() || within_limits(size, bound)) return;
   try {
     check_plan_size(size, bound);
@@ -213,8 +212,7 @@ void check_sync_size(const std::vector<TensorMove>& tensors, bool whole,
     std::size_t largest = 0;
     double most = -1;
     for (std::size_t t = 0; t < tensors.size(); ++t) {
-      const PlanSize one =
-          tensor_size(tensors[t], planned(t), strategy[t], whole, bucket, topology);
+      const PlanSize one = tensor_size(tensors[t], planned(t), strategy[t], whole, bucket);
       const double its = ops ? one.ops : one.bytes - one.transient;  // of the process: shared
       if (its > most) largest = t, most = its;
     }
@@ -239,9 +237,8 @@ constexpr double kPartBudget = double(std::int64_t{256} << 20);
 // alike on every device, and a prediction models what the devices build.
 template <class Planned>
 void fit_parts(const std::vector<TensorMove>& tensors, std::vector<Strategy>& strategy,
-               Planned&& planned, std::int64_t bucket, std::int64_t bound,
-               const Topology& topology) {
-  PlanSize size = sync_size(tensors, false, strategy, planned, bucket, topology);
+               Planned&& planned, std::int64_t bucket, std::int64_t bound) {
+  PlanSize size = sync_size(tensors, false, strategy, planned, bucket);
   const double budget = std::min(kPartBudget, static_cast<double>(plan_memory_bound(bound)));
   if (size.bytes <= budget && within_limits(size, bound)) return;
   struct Saving {
@@ -251,10 +248,10 @@ void fit_parts(const std::vector<TensorMove>& tensors, std::vector<Strategy>& st
   };
   std::vector<Saving> savings;
   for (std::size_t t = 0; t < tensors.size(); ++t) {
-    const PlanSize now = tensor_size(tensors[t], planned(t), strategy[t], false, bucket, topology);
+    const PlanSize now = tensor_size(tensors[t], planned(t), strategy[t], false, bucket);
     Saving best{0, 0, t, strategy[t]};
     for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
-      const PlanSize e = tensor_size(tensors[t], planned(t), st, false, bucket, topology);
+      const PlanSize e = tensor_size(tensors[t], planned(t), st, false, bucket);
       if (now.bytes - e.bytes > best.bytes) best = {now.bytes - e.bytes, now.ops - e.ops, t, st};
     }
     if (best.smallest != strategy[t]) savings.push_back(best);
@@ -376,9 +373,8 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
   }
   std::vector<Strategy> strategy = detail::tensor_strategies(srcs, dsts, topology, options.plan);
   const std::int64_t bound = options.plan.max_plan_bytes;
-  if (options.plan.strategy == Strategy::Auto)
-    fit_parts(tensors, strategy, planned, bucket, bound, topology);
-  check_sync_size(tensors, device < 0, strategy, planned, bucket, bound, topology);
+  if (options.plan.strategy == Strategy::Auto) fit_parts(tensors, strategy, planned, bucket, bound);
+  check_sync_size(tensors, device < 0, strategy, planned, bucket, bound);
 
   // A chain's order differs from box to box (rotate_chain): a message takes its first box's.
   struct Seg {
