@@ -316,7 +316,7 @@ void check_writable(const std::string& path, const std::string& field) {
     return;
   }
   // Opened (created if need be) but not truncated: what is there survives a later failure.
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT, 0666);  // less the umask
   if (fd < 0) throw IoError(field, "cannot write " + path + ": " + std::strerror(errno));
   ::close(fd);
 }
@@ -327,20 +327,25 @@ void write_file(const std::string& path, const std::string& text, const std::str
   };
   // Non-blocking open: a FIFO with no reader fails it (ENXIO) rather than blocking the command
   // for ever; a reader has kFifoWait to come (one started beside the command), then writes block
-  // as usual while it takes them.
+  // as usual while it takes them. (A socket fails it with ENXIO too: at once.)
   constexpr auto kFifoWait = std::chrono::seconds(10);
   const auto until = std::chrono::steady_clock::now() + kFifoWait;
+  const auto fifo = [&] {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+  };
   int fd;
-  while ((fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0644)) <
+  while ((fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0666)) <
              0 &&
-         (errno == EINTR || (errno == ENXIO && std::chrono::steady_clock::now() < until)))
+         (errno == EINTR || (errno == ENXIO && fifo() && std::chrono::steady_clock::now() < until)))
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   if (fd < 0)
-    throw fail(errno == ENXIO ? "a FIFO that no process opened for reading within " +
-                                    std::to_string(kFifoWait.count()) + " s"
-                              : std::string(std::strerror(errno)));
+    throw fail(errno == ENXIO && fifo() ? "a FIFO that no process opened for reading within " +
+                                              std::to_string(kFifoWait.count()) + " s"
+                                        : std::string(std::strerror(errno)));
   std::string why;
-  if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) why = std::strerror(errno);
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) why = std::strerror(errno);
   for (std::size_t done = 0; why.empty() && done < text.size();) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;

@@ -925,6 +925,7 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
     if (a.plan) return;
     if (a.backend == "local" && run->parallel.devices() > 256)
       throw ValidationError("stages", "the local backend runs at most 256 device threads");
+    check_train_memory(*run, a.backend, false);
     // The outputs, and what the checkpoint directory holds.
     require_writable_dir(a.out, "out",
                          {kind + "-run.json", kind + "-loss.png", kind + "-steps.png"});
@@ -932,7 +933,7 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
       require_writable_dir(a.checkpoint_dir, "checkpoint-dir", {"latest"});
     description = model_identity(kind, run->model);
     saved = check_checkpoints(a, description);
-    check_train_memory(*run, a.backend, saved.step >= 0);
+    if (saved.step >= 0) check_train_memory(*run, a.backend, true);  // and the load
     check_train_flops(*run,
                       static_cast<int>(std::clamp<std::int64_t>(saved.step, 0, run->train.steps)),
                       a.backend == "local");

@@ -320,12 +320,13 @@ json device_entry(Parameters& params, int device) {
   return entry;
 }
 
-// Why a tile's value, m or v (`part` 0, 1, 2) cannot be a trained state, or "": an element that
-// is not finite, or a negative second moment (a load would spread it into NaN weights).
+// Why a tile's value, m or v (`part` 0, 1, 2) cannot be a trained state, or "": NaN, an infinite
+// value or m, or a negative v (a load would spread them into NaN weights). v may be +inf: the
+// square of a finite gradient above 1.8e19 in float, whose update is then 0.
 // `first`: the index in its part of data[0].
 std::string unsound(const float* data, std::size_t count, int part, std::int64_t first = 0) {
   for (std::size_t i = 0; i < count; ++i)
-    if (!std::isfinite(data[i]) || (part == 2 && data[i] < 0))
+    if (part == 2 ? std::isnan(data[i]) || data[i] < 0 : !std::isfinite(data[i]))
       return std::string(part == 0   ? "value"
                          : part == 1 ? "m"
                                      : "v") +

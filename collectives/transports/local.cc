@@ -484,8 +484,8 @@ void LocalWorld::run(const std::function<void(Communicator&)>& fn,
     }
   std::vector<std::exception_ptr> errors(ranks.size());
   // Tells the others that device i failed. The message is allocated: out of memory (the others'
-  // threads hold it), that throws too, and a throw out of the thread ended the process; the
-  // others then learn of it by the timeout.
+  // threads hold it), that throws too, and a throw out of the thread ended the process. Then
+  // the others learn of it as it leaves, and the run reports their failure, not its.
   const auto failed = [&](std::size_t i, const char* why) {
     try {
       state_->fail(ranks[i], why);

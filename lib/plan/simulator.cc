@@ -48,7 +48,8 @@ class Simulator {
     const Sizes n = check_bounds(plan);
     const std::int64_t elem = static_cast<std::int64_t>(dtype_size(plan.src().dtype()));
     std::vector<Links::Flow> fs;
-    // Exactly: a vector grown by doubling held up to three times its entries while it moved.
+    // To their counts (participants: at most, before duplicates go): a vector grown by doubling
+    // held up to three times its entries while it moved.
     ops_.reserve(plan.ops().size());
     flows_.reserve(n.flows);
     devices_of_.reserve(n.participants);
@@ -116,8 +117,9 @@ class Simulator {
   // 1,024-device transpose, estimated without the per-op times and lists, took 1.45x its bound.
   Sizes check_bounds(const Plan& plan) const {
     Sizes n;
-    // What an allocation takes from the heap: its header, in 16-byte steps, at least 32 (glibc:
-    // a million ops' peers of one receiver each took 34 MB, not 4).
+    // What an allocation takes from the heap: its header, in 16-byte steps, at least 32 (glibc
+    // on 64-bit Linux, elsewhere an estimate: a million ops' peers of one receiver each took
+    // 34 MB, not 4).
     const auto heap = [](std::size_t bytes) -> std::int64_t {
       return bytes == 0
                  ? 0
@@ -163,14 +165,20 @@ class Simulator {
     constexpr std::size_t kWord = sizeof(std::size_t);
     const std::size_t ops = plan.ops().size();
     const std::size_t lists = devices_.size() * static_cast<std::size_t>(phases) + 1;
+    // What run() grows by doubling (the start queue, the active flows, share()'s flows per link)
+    // counts twice. Per link: share()'s scratch and heap, loads() with each link's name, and the
+    // Links' own.
+    const std::size_t per_link =
+        5 * sizeof(double) + 6 * kWord + sizeof(Start) + sizeof(LinkLoad) + 64;
     const std::int64_t memory =
-        plan_bytes + bytes(n.entries, 2 * sizeof(std::uint32_t) + sizeof(double)) +
+        plan_bytes +
+        bytes(n.entries, sizeof(std::uint32_t) + sizeof(double) + 2 * sizeof(std::uint32_t)) +
         bytes(n.participants, sizeof(std::uint32_t) + kWord) +
-        bytes(n.flows, sizeof(SimFlow) + kWord) +
-        bytes(ops, sizeof(SimOp) + 2 * sizeof(double) + 1 + sizeof(Start)) +
-        bytes(lists, 4 * kWord) +  // left_, list_start_ and run()'s count and fill
-        bytes(links_.size(), 3 * sizeof(double) + 4 * kWord + sizeof(Start) + 2 * kWord +
-                                 sizeof(LinkLoad) + 64);  // share(), loads(), a link's name
+        bytes(n.flows, sizeof(SimFlow) + 2 * kWord) +
+        bytes(ops, sizeof(SimOp) + 2 * sizeof(double) + 1 + 2 * sizeof(Start)) +
+        bytes(lists, 4 * kWord) +            // left_, list_start_ and run()'s count and fill
+        bytes(devices_.size(), 2 * kWord) +  // at_, and the Links' per device
+        bytes(links_.size(), per_link);
     check_limit("simulate memory", memory, limits().plan_memory_bytes, "PLAN_MEMORY_BYTES");
     check_limit("simulate work", entries, limits().simulate_work, "SIMULATE_WORK");
     return n;
