@@ -794,6 +794,17 @@ TEST_F(Checkpoint, SavesNoStateThatTrainingCannotLeave) {
                      "V ", nan ? ": m element " : ": v element 0 is -0.5");
     EXPECT_FALSE(fs::exists(fs::path(path) / "step-00000001"));
   }
+  // v = +inf is sound (the square of a gradient element above 1.8e19; its update is 0): saved,
+  // and loaded back.
+  const std::string path = dir("infinite-v");
+  expect_ok(run(config, [&](Communicator& comm, const std::vector<int>& world) {
+    Device dev(comm.rank(), config, model());
+    dev.params.all().front().v.front() = std::numeric_limits<float>::infinity();
+    mt::save_checkpoint(comm, world, dev.params, 1, path, "");
+    Device loaded(comm.rank(), config, model());
+    EXPECT_EQ(mt::load_checkpoint(comm, world, loaded.params, path), 1);
+    EXPECT_EQ(loaded.params.all().front().v.front(), std::numeric_limits<float>::infinity());
+  }));
 }
 
 }  // namespace
