@@ -588,8 +588,11 @@ std::string absolute_or_given(const std::string& path) {
 // A resumed run's steps before the checkpoint, from the run JSON the earlier run left in --out,
 // so that the charts and the JSON cover the whole run; none (with a warning) when that file is
 // missing, of another model or configuration, of a run that saved into another checkpoint
-// directory (another run's losses were spliced in), or ends before the checkpoint.
+// directory (another run's losses were spliced in), or ends before the checkpoint. Where the
+// earlier steps ran with other `settings` (a learning rate changed on resuming, say), a warning
+// says which: the run JSON records this run's.
 std::vector<tr::StepStats> history(const std::string& path, const nlohmann::json& identity,
+                                   const nlohmann::json& settings,
                                    const std::string& checkpoint_dir, std::int64_t resumed_from) {
   std::vector<tr::StepStats> steps;
   try {
@@ -622,6 +625,15 @@ std::vector<tr::StepStats> history(const std::string& path, const nlohmann::json
     }
     if (steps.empty() || steps.back().step != resumed_from)
       throw std::runtime_error("its steps do not reach step " + std::to_string(resumed_from));
+    std::string then, now;
+    for (const auto& [key, value] : settings.items())
+      if (const nlohmann::json was = j["config"].value(key, nlohmann::json()); was != value) {
+        then += (then.empty() ? "" : ", ") + key + " " + was.dump();
+        now += (now.empty() ? "" : ", ") + key + " " + value.dump();
+      }
+    if (!then.empty())
+      warn(path + ": its steps 1-" + std::to_string(resumed_from) + " ran with " + then +
+           " (this run: " + now + "); the run JSON's config is this run's");
   } catch (const std::exception& e) {
     warn(path + " holds no history of this run (" + one_line(e.what()) +
          "): the charts start at step " + std::to_string(resumed_from + 1));
@@ -983,7 +995,16 @@ int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& c
         std::cout << "resuming at step " << step << " of " << r.train.steps
                   << " from the checkpoint in " << a.checkpoint_dir << '\n';
       // The steps before the checkpoint, for the charts and the JSON.
-      if (step > 0) earlier = history(run_json, description, a.checkpoint_dir, step);
+      if (step > 0) {
+        // What shapes the loss curve beside the model: the steps before ran with their own.
+        nlohmann::json settings{
+            {"lr", real(a.lr, "lr", 0, 10)}, {"batch", r.train.batch}, {"seed", r.train.seed}};
+        if (kind == "gpt")
+          settings["data"] = a.data;
+        else
+          settings["noise"] = real(a.noise, "noise", 0, 1);
+        earlier = history(run_json, description, settings, a.checkpoint_dir, step);
+      }
     };
     int first = -1;
     mine.on_step = [&](const tr::StepStats& s) {

@@ -249,6 +249,18 @@ steps=$(python3 -c 'import json,sys; print(*[s["step"] for s in json.load(sys.st
 [[ $steps == "5 6" && $(cat "$tmp/stderr") == *"holds no history of this run (it saved no checkpoint into $ck)"* ]] &&
   ok || bad "another run's history: steps [$steps], stderr: $(cat "$tmp/stderr")"
 
+# Its own history, resumed with another learning rate and seed: kept, and a warning names what
+# the earlier steps ran with (the run JSON's config is the resumed run's: it said lr 0.05 for
+# steps that ran at the default, without a word).
+rm -rf "$tmp/hist-ck" "$tmp/hist-out"
+"$mc" train gpt "${base[@]}" --steps 2 --out "$tmp/hist-out" --checkpoint-dir "$tmp/hist-ck" \
+  >/dev/null
+"$mc" train gpt "${base[@]}" --steps 4 --out "$tmp/hist-out" --checkpoint-dir "$tmp/hist-ck" \
+  --resume --lr 0.05 --seed 3 >"$tmp/stdout" 2>"$tmp/stderr"
+steps=$(python3 -c 'import json,sys; print(*[s["step"] for s in json.load(sys.stdin)["steps"]])' <"$tmp/stdout")
+[[ $steps == "1 2 3 4" && $(cat "$tmp/stderr") == *"gpt-run.json: its steps 1-2 ran with lr "*", seed 1 (this run: lr 0.05, seed 3)"* ]] &&
+  ok || bad "history of other settings: steps [$steps], stderr: $(cat "$tmp/stderr")"
+
 # The run JSON names the checkpoint directory absolute: a resume from another working directory
 # with the same relative --checkpoint-dir is not another run's history.
 (cd "$tmp" && "$mc" train gpt "${base[@]}" --steps 2 --out "$tmp/rel-out" --checkpoint-dir rel-ck \
