@@ -35,24 +35,21 @@ inline std::int64_t resident_bytes() {
 
 __extension__ typedef __int128 i128;
 
-// IEEE binary16 and bfloat16 (the top half of a binary32) decoded by their definitions: sign,
-// biased exponent, fraction.
-inline double ref_half(unsigned h) {
-  const int exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  const double v = exp == 0    ? std::ldexp(man, -24)
-                   : exp == 31 ? (man ? std::numeric_limits<double>::quiet_NaN()
-                                      : std::numeric_limits<double>::infinity())
-                               : std::ldexp(1024 + man, exp - 25);
-  return (h & 0x8000) ? -v : v;
-}
-inline double ref_bf16(unsigned h) {
-  const int exp = (h >> 7) & 0xff, man = h & 0x7f;
-  const double v = exp == 0     ? std::ldexp(man, -133)
-                   : exp == 255 ? (man ? std::numeric_limits<double>::quiet_NaN()
+// A 16-bit IEEE-style float of `ebits` exponent and `mbits` fraction bits decoded by its
+// definition: sign, biased exponent, fraction (binary16: 5 and 10; bfloat16, the top half of a
+// binary32: 8 and 7).
+inline double ref_float16(unsigned h, int ebits, int mbits) {
+  const int top = (1 << ebits) - 1, bias = top / 2;
+  const int exp = static_cast<int>(h >> mbits) & top,
+            man = static_cast<int>(h) & ((1 << mbits) - 1);
+  const double v = exp == 0     ? std::ldexp(man, 1 - bias - mbits)
+                   : exp == top ? (man ? std::numeric_limits<double>::quiet_NaN()
                                        : std::numeric_limits<double>::infinity())
-                                : std::ldexp(128 + man, exp - 134);
+                                : std::ldexp((1 << mbits) + man, exp - bias - mbits);
   return (h & 0x8000) ? -v : v;
 }
+inline double ref_half(unsigned h) { return ref_float16(h, 5, 10); }
+inline double ref_bf16(unsigned h) { return ref_float16(h, 8, 7); }
 inline bool half_is_nan(unsigned h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff); }
 inline bool bf16_is_nan(unsigned h) { return (h & 0x7f80) == 0x7f80 && (h & 0x7f); }
 
