@@ -389,10 +389,15 @@ std::vector<std::string> gather_entries(const Group& group, const std::string& m
 // default, within the file's own bound (MESHCAST_MAX_INPUT_FILE_BYTES).
 constexpr std::size_t kManifestValues = 8 * detail::kMaxJsonValues;
 
-// The manifest from the devices' entries: parameters in order of first appearance; sealed with
-// its checksum.
-json make_manifest(std::int64_t step, const json& description,
-                   const std::vector<std::string>& entries) {
+// A save's description (JSON text; "" for none) as its manifest holds it.
+json parse_description(const std::string& description) {
+  return description.empty() ? json() : detail::parse_json(description, "checkpoint.description");
+}
+
+// The manifest from the devices' entries, as a save writes it: parameters in order of first
+// appearance; sealed with its checksum.
+std::string manifest_text(std::int64_t step, const json& description,
+                          const std::vector<std::string>& entries) {
   json params = json::array(), files = json::array();
   std::map<std::string, json> seen;  // name -> {name, shape, layout}
   for (const auto& text : entries) {
@@ -422,7 +427,7 @@ json make_manifest(std::int64_t step, const json& description,
                 {"parameters", params},
                 {"files", files}};
   manifest["checksum"] = manifest_checksum(manifest);
-  return manifest;
+  return manifest.dump(2) + "\n";
 }
 
 // Deletes every checkpoint but `kept` and the newest other one.
@@ -895,7 +900,7 @@ void save_checkpoint(Communicator& comm, const std::vector<int>& world, Paramete
   // No save is in flight (saving is collective), so every temporary is a killed save's remains.
   phase(group, true, [&] {
     if (!leader) return;
-    desc = description.empty() ? json() : detail::parse_json(description, "checkpoint.description");
+    desc = parse_description(description);
     fs::create_directories(root);
     for (const auto& e : fs::directory_iterator(root)) {
       const std::string name = e.path().filename().string();
@@ -913,7 +918,7 @@ void save_checkpoint(Communicator& comm, const std::vector<int>& world, Paramete
   const auto entries = gather_entries(group, entry);
   phase(group, true, [&] {
     if (!leader) return;
-    write_text(tmp / "manifest.json", make_manifest(step, desc, entries).dump(2) + "\n");
+    write_text(tmp / "manifest.json", manifest_text(step, desc, entries));
     sync_dir(tmp);
   });
 
@@ -944,7 +949,7 @@ void check_checkpoint_size(Communicator& comm, const std::vector<int>& world, Pa
   json desc;
   std::string mine;
   phase(group, false, [&] {
-    desc = description.empty() ? json() : detail::parse_json(description, "checkpoint.description");
+    desc = parse_description(description);
     json entry = device_entry(params, comm.rank());
     if (entry.is_null()) return;
     entry["fnv1a64"] = Fnv{}.hex();  // every checksum is as long
@@ -955,8 +960,7 @@ void check_checkpoint_size(Communicator& comm, const std::vector<int>& world, Pa
     if (comm.rank() != world.front()) return;
     // As save_checkpoint() writes it at the widest step, and as a load reads it.
     const std::string what = "the manifest of each checkpoint of this run";
-    const std::string text =
-        make_manifest(std::numeric_limits<int>::max(), desc, entries).dump(2) + "\n";
+    const std::string text = manifest_text(std::numeric_limits<int>::max(), desc, entries);
     require_readable_size(what, static_cast<std::int64_t>(text.size()));
     try {
       detail::parse_json(text, "manifest", kManifestValues);
