@@ -345,6 +345,12 @@ AddrList resolve(const std::string& host, int port) {
   return AddrList(res);
 }
 
+void reuse_address(int fd) {
+  const int one = 1;
+  if (::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0)
+    fail("setsockopt(SO_REUSEADDR): " + errno_text(errno));
+}
+
 // True if a loopback connect met itself (TCP simultaneous open when the ephemeral source port
 // happens to equal the target port while nobody listens).
 bool self_connected(int fd) {
@@ -364,6 +370,9 @@ Socket connect_once(const addrinfo* a, Clock::time_point until, std::string& why
   if (Clock::now() >= until) return {};
   Socket s(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
   if (!s.valid()) fail("socket: " + errno_text(errno));
+  // Should this socket meet itself on rank 0's port, SO_REUSEADDR keeps it from blocking rank
+  // 0's bind (Linux refuses a bind beside a socket of the port that lacks it).
+  reuse_address(s.get());
   int rc = ::connect(s.get(), a->ai_addr, a->ai_addrlen);
   if (rc != 0 && errno == EINPROGRESS) {
     if (!wait_ready(s.get(), POLLOUT, std::min(until, Clock::now() + std::chrono::seconds(1)))) {
@@ -376,7 +385,12 @@ Socket connect_once(const addrinfo* a, Clock::time_point until, std::string& why
   } else if (rc != 0) {
     rc = errno;
   }
-  if (rc == 0 && self_connected(s.get())) rc = ECONNREFUSED;
+  if (rc == 0 && self_connected(s.get())) {
+    // Closed abortively: a graceful close would hold rank 0's port in TIME_WAIT for a minute.
+    const linger abort{1, 0};
+    (void)::setsockopt(s.get(), SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
+    rc = ECONNREFUSED;
+  }
   if (rc != 0) {
     why = errno_text(rc);
     return {};
@@ -396,9 +410,7 @@ Socket listen_on(const AddrList& addrs, const std::string& where) {
       err = errno;
       continue;
     }
-    const int one = 1;
-    if (::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0)
-      fail("setsockopt(SO_REUSEADDR): " + errno_text(errno));
+    reuse_address(s.get());
     if (::bind(s.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(s.get(), SOMAXCONN) != 0) {
       err = errno;
       if (err == EADDRINUSE) break;

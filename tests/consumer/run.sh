@@ -37,13 +37,13 @@ run_component() {
     core | training) "$exe" ;;
     mpi) mpirun "${mpirun_flags[@]}" -np 4 "$exe" ;;
     ucx)
-      port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+      port=$(python3 "$here/../support/free_port.py")
       MESHCAST_RANK=1 MESHCAST_SIZE=2 MESHCAST_RENDEZVOUS=127.0.0.1:$port "$exe" &
       MESHCAST_RANK=0 MESHCAST_SIZE=2 MESHCAST_RENDEZVOUS=127.0.0.1:$port "$exe" || rc=$?
       wait $! || rc=$?
       return $rc ;;
     nccl)
-      port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+      port=$(python3 "$here/../support/free_port.py")
       MESHCAST_RANK=0 MESHCAST_SIZE=1 MESHCAST_RENDEZVOUS=127.0.0.1:$port "$exe" || rc=$?
       [[ $rc -eq 77 ]] && return 0  # linked and started; no GPU to run on
       return $rc ;;

@@ -32,21 +32,6 @@ unset MESHCAST_RENDEZVOUS MESHCAST_RANK MESHCAST_SIZE MESHCAST_LOCAL_RANK MESHCA
   MESHCAST_JOB_KEY RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT SLURM_PROCID SLURM_NTASKS \
   SLURM_LOCALID SLURM_JOB_ID SLURM_STEP_ID SLURM_JOB_NODELIST SLURM_STEP_NODELIST MESHCAST_HOSTNAME
 
-# A free port on 127.0.0.1 in [lo, hi) (default: any) whose predecessor is free too when
-# `pair` is set (torchrun's MASTER_PORT is the one below meshcast's).
-free_port() {
-  python3 -c 'import random, socket, sys
-lo, hi = int(sys.argv[1]), int(sys.argv[2])
-for _ in range(1000):
-    p = random.randrange(lo, hi)
-    try:
-        for q in (p - 1, p):
-            s = socket.socket(); s.bind(("127.0.0.1", q)); s.close()
-        print(p); break
-    except OSError:
-        pass' "${1:-20000}" "${2:-60000}"
-}
-
 json_field() {  # FILE KEY: the key of the first JSON line of FILE
   python3 -c 'import json, sys
 print(json.loads(open(sys.argv[1]).readline()).get(sys.argv[2]))' "$1" "$2" 2>/dev/null
@@ -86,7 +71,7 @@ check_auto() {
 
 if [[ " $backends " == *" ucx "* ]]; then
   # torchrun's variables only.
-  port=$(free_port)
+  port=$(free_port --pair)
   torchrun_vars() {
     echo "RANK=$1 WORLD_SIZE=4 LOCAL_RANK=$1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port - 1))" \
       "TORCHELASTIC_RUN_ID=launchers-$port"
@@ -95,7 +80,7 @@ if [[ " $backends " == *" ucx "* ]]; then
   verified 4 "ucx under torchrun's variables"
 
   # Too few ranks for the meshes: each rank refuses, naming the variable that gave the size.
-  port=$(free_port)
+  port=$(free_port --pair)
   two_vars() { torchrun_vars "$1" | sed 's/WORLD_SIZE=4/WORLD_SIZE=2/'; }
   start_ranks 2 60 two_vars "$mc" "${args[@]}" --backend ucx
   want="meshcast: WORLD_SIZE: the meshes use device ids up to 3, so it must be at least 4 (it is 2)"
@@ -104,7 +89,7 @@ if [[ " $backends " == *" ucx "* ]]; then
     bad "2 ranks under torchrun's variables:$(rank_failures 2)"; fi
 
   # Slurm's variables only: the port is 10000 + (16 * job + step) mod 20000.
-  port=$(free_port 10000 30000)
+  port=$(free_port 10000 30000 --pair)
   job=$(((port - 10000) / 16)) step=$(((port - 10000) % 16))
   slurm_vars() {
     echo "SLURM_PROCID=$1 SLURM_NTASKS=4 SLURM_LOCALID=$1 SLURM_JOB_ID=$job SLURM_STEP_ID=$step" \
@@ -114,7 +99,7 @@ if [[ " $backends " == *" ucx "* ]]; then
   verified 4 "ucx under Slurm's variables (port $port)"
 
   # mpirun's ranks with MASTER_ADDR/MASTER_PORT: the TCP rendezvous, MPI never initialised.
-  port=$(free_port)
+  port=$(free_port --pair)
   timeout 120 "${mpirun[@]}" -np 4 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=$((port - 1)) \
     "$mc" "${args[@]}" --backend ucx >"$tmp/mpirun.out" 2>&1
   rc=$?
@@ -137,7 +122,7 @@ if [[ " $backends " == *" ucx "* ]]; then
 
   # --topology auto under torchrun's variables: two host names, then one.
   for hosts in 2 1; do
-    port=$(free_port)
+    port=$(free_port --pair)
     extra_of() { echo "MESHCAST_HOSTNAME=h$(($1 * hosts / 4))"; }
     auto_vars() { echo "$(torchrun_vars "$1") $(extra_of "$1")"; }
     start_ranks 4 120 auto_vars "$mc" "${args[@]}" --backend ucx --topology auto

@@ -23,10 +23,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
 # wait_listening PORT: returns once something listens on 127.0.0.1:PORT (at most 30 s).
 wait_listening() {
   python3 -c 'import socket, sys, time

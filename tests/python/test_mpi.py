@@ -2,7 +2,6 @@
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -11,6 +10,8 @@ import pytest
 from conftest import mpirun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from free_port import free_port  # noqa: E402
 WORKER = os.path.join(HERE, "mpi_worker.py")
 
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
@@ -209,12 +210,6 @@ def test_ranks_that_run_different_plans_fail_naming_what_differs():
     for k in (0, 1):
         for case in ("dtype", "swapped"):
             assert f"rank {k} {case} failed" in r.stdout, r.stdout
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(ranks, variables, how="env-ucx", cases="20", extra=()):

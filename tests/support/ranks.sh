@@ -6,6 +6,9 @@ ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 pids=()
 
+# free_port [LO HI] [--pair]: a free port for a job's rendezvous (tests/support/free_port.py).
+free_port() { python3 "$(dirname "${BASH_SOURCE[0]}")/free_port.py" "$@"; }
+
 # start_ranks N SECONDS VARS CMD...: ranks N-1..0 in the background (rank 0 last, so that the
 # others must retry until it listens), each under `timeout SECONDS` with the variables `VARS r`
 # prints (NAME=VALUE words); output of rank r in $tmp/out.r; waits for all; sets rcs[r].

@@ -30,25 +30,13 @@
 #include <vector>
 
 #include "meshcast/error.h"
+#include "support/free_port.h"
 
 namespace meshcast {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A port on 127.0.0.1 that nobody listened on a moment ago.
-int free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  EXPECT_GE(s, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  EXPECT_EQ(::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
+using testing::free_port;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();

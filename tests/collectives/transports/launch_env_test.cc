@@ -3,9 +3,6 @@
 // compressed host lists and derived port, and every refusal: one short line naming exactly the
 // variable at fault. Then a real rendezvous from torchrun-style variables (threads on 127.0.0.1).
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <map>
 #include <optional>
@@ -15,10 +12,12 @@
 
 #include "meshcast/bootstrap.h"
 #include "meshcast/error.h"
+#include "support/free_port.h"
 
 namespace meshcast {
 namespace {
 
+using testing::free_port;
 using Vars = std::map<std::string, std::string>;
 
 LaunchEnv::Getenv fake(const Vars& v) {
@@ -305,23 +304,10 @@ TEST(LaunchEnv, EveryRefusalNamesItsVariable) {
   EXPECT_NE(what.find("100000000 exceeds the limit of"), std::string::npos) << what;
 }
 
-// A port on 127.0.0.1 that nobody listened on a moment ago.
-int free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  EXPECT_EQ(::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
 TEST(LaunchEnv, TorchrunVariablesStartARendezvous) {
   // Three ranks as threads, each with only torchrun's variables; a host that is not an address
   // is named by the variable that gave it.
-  const std::string master_port = std::to_string(free_port() - 1);
+  const std::string master_port = std::to_string(free_port(true) - 1);
   constexpr int n = 3;
   std::vector<Vars> vars(n);
   std::vector<std::string> seen(n), errors(n);
