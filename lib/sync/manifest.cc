@@ -343,6 +343,9 @@ struct NameInfo {
   Kind kind = Kind::Replicated;
   bool embedding = false;  // a vocabulary embedding (the head too where the model has none)
   bool head = false;       // an output head's weight or bias (on the last stage)
+  // Under "experts" with no index: every expert in one tensor, dim 0 indexing them (GPT-OSS's
+  // and Llama 4's "experts.gate_up_proj" [experts, in, out]).
+  bool fused_experts = false;
 };
 
 NameInfo name_info(std::string_view name, std::size_t ndim) {
@@ -371,6 +374,7 @@ NameInfo name_info(std::string_view name, std::size_t ndim) {
       param = parts.back() = kind;
     }
   }
+  info.fused_experts = in_experts && info.expert < 0 && ndim >= 1;
   if (info.expert >= 0)
     for (std::size_t i = 0; i < parts.size(); ++i)
       if (i != expert_at) {
@@ -378,7 +382,7 @@ NameInfo name_info(std::string_view name, std::size_t ndim) {
         info.group += parts[i];
       }
   // The module is the component before the parameter's own name (weight, bias).
-  if (parts.size() < 2 || (param != "weight" && param != "bias")) return info;
+  if (info.fused_experts || parts.size() < 2 || (param != "weight" && param != "bias")) return info;
   const std::string_view module = parts[parts.size() - 2];
   if (one_of(module, kConv1D))
     throw ValidationError(
@@ -609,11 +613,23 @@ ModelManifest read_config(std::vector<Entry>& entries, const SystemConfig& syste
   Budget budget;
   for (Tensor& t : tensors) {
     const Entry& first = entries[t.entry];
-    const bool expert = !t.experts.empty();
-    std::string name = expert ? t.info.group : first.name;
+    const bool grouped = !t.experts.empty();  // experts of their own entries, grouped here
+    const bool expert = grouped || t.info.fused_experts;
+    if (t.info.fused_experts)
+      for (const auto& [c, side] : {std::pair{&system.train, "system.train"},
+                                    std::pair{&system.generation, "system.generation"}})
+        if (c->etp > 1)
+          throw ValidationError(
+              tensor_field(first.name),
+              "holds every expert in one tensor (dim 0), and its name does not say which other "
+              "dim is the projection's output, so " +
+                  std::string(side) + ".etp_size " + std::to_string(c->etp) +
+                  " cannot split it: set etp_size 1, or give every tensor its src and dst "
+                  "layouts (the explicit form)");
+    std::string name = grouped ? t.info.group : first.name;
     const std::string f = tensor_field(name);
     Shape shape = first.shape;
-    if (expert) {
+    if (grouped) {
       // Experts 0..N-1, each once: sorted, the k-th is expert k.
       auto& ex = t.experts;
       std::sort(ex.begin(), ex.end());
@@ -631,14 +647,15 @@ ModelManifest read_config(std::vector<Entry>& entries, const SystemConfig& syste
           throw ValidationError(
               tensor_field(e.name) + ".shape",
               "[" + shape_str(e.shape) + "] differs from expert 0's [" + shape_str(e0.shape) + "]");
-        if (e.dtype != e0.dtype)
+        if (!same_dtype(e.dtype, e0.dtype, storage_dtype(e.dtype, tensor_field(e.name) + ".dtype"),
+                        storage_dtype(e0.dtype, tensor_field(e0.name) + ".dtype")))
           throw ValidationError(
               tensor_field(e.name) + ".dtype",
               detail::quote(e.dtype) + " differs from expert 0's " + detail::quote(e0.dtype));
       }
       shape.insert(shape.begin(), static_cast<std::int64_t>(t.experts.size()));
     }
-    const Entry& e = expert ? entries[t.experts[0].second] : first;
+    const Entry& e = grouped ? entries[t.experts[0].second] : first;
     const DType dtype = storage_dtype(e.dtype, tensor_field(e.name) + ".dtype");
     const DType dst_dtype = dst_dtype_of(e, dtype, cast, f).value_or(dtype);
     Layout src = train.layout(shape, dtype, t.info.kind, expert, train.stage_of(t.info, name), -1,

@@ -355,6 +355,47 @@ TEST(ManifestExperts, MegatronCoreNames) {
   EXPECT_EQ(move(m, "decoder.layers.0.mlp.router.weight").src.str(), "4@0-3:RR");
 }
 
+// GPT-OSS's and Llama 4's names: every expert in one tensor under "experts" with no index,
+// [experts, in, out]: split over ep like a group, and refused where etp would split an inner dim
+// the name does not identify.
+TEST(ManifestExperts, FusedWithNoIndex) {
+  const std::string text = R"({
+    "model.layers.0.mlp.router.weight": {"shape": [8, 16], "dtype": "BF16"},
+    "model.layers.0.mlp.experts.gate_up_proj": {"shape": [8, 16, 64], "dtype": "BF16"},
+    "model.layers.0.mlp.experts.gate_up_proj_bias": {"shape": [8, 64], "dtype": "BF16"},
+    "model.layers.0.mlp.experts.down_proj": {"shape": [8, 32, 16], "dtype": "BF16"}})";
+  const auto sys = system_of(R"({"train": {"num_gpus": 4, "dp_size": 4, "ep_size": 4},
+                                 "generation": {"num_gpus": 4, "tp_size": 2, "dp_size": 2,
+                                                "ep_size": 2}})");
+  const auto m = read_model(text, &sys);
+  ASSERT_EQ(m.moves.size(), 4u);
+  const auto& up = move(m, "model.layers.0.mlp.experts.gate_up_proj");
+  EXPECT_EQ(up.src.shape(), (Shape{8, 16, 64}));
+  EXPECT_EQ(up.src.str(), "4@0-3:S0RR");  // two experts per rank
+  EXPECT_EQ(range(up.src, 3, 0), "6:8");
+  EXPECT_EQ(up.dst.str(), "2x2@4-7:S1RR");  // expert data parallel 2 x ep 2
+  EXPECT_EQ(range(up.dst, 5, 0), "4:8");
+  EXPECT_EQ(move(m, "model.layers.0.mlp.experts.gate_up_proj_bias").src.str(), "4@0-3:S0R");
+  EXPECT_EQ(move(m, "model.layers.0.mlp.router.weight").src.str(), "4@0-3:RR");
+  EXPECT_EQ(m.bytes(), 2 * (8 * 16 + 8 * 16 * 64 + 8 * 64 + 8 * 32 * 16));
+  // ep 1 with tp 2: etp defaults to tp, and the name does not say which dim it would split.
+  const auto tp2 = system_of(R"({"train": {"num_gpus": 2, "tp_size": 2},
+                                 "generation": {"num_gpus": 1}})");
+  EXPECT_EQ(field_of<ValidationError>([&] { read_model(text, &tp2); }),
+            "tensors.model.layers.0.mlp.experts.gate_up_proj");
+  EXPECT_NE(cause_of<ValidationError>([&] {
+              read_model(text, &tp2);
+            }).find("system.train.etp_size 2 cannot split it"),
+            std::string::npos);
+  // Experts that ep does not divide, as for a group.
+  const auto ep3 = system_of(R"({"train": {"num_gpus": 3, "dp_size": 3, "ep_size": 3},
+                                 "generation": {"num_gpus": 1}})");
+  EXPECT_NE(cause_of<ValidationError>([&] {
+              read_model(text, &ep3);
+            }).find("8 experts do not divide over system.train.ep_size 3"),
+            std::string::npos);
+}
+
 TEST(ManifestExperts, ExpertTensorParallel) {
   // 8 ranks: tp 2, dp 4, ep 2 with etp 2 -> expert mesh (edp 2, ep 2, etp 2).
   const auto sys = system_of(R"({"train": {"num_gpus": 8, "tp_size": 2, "dp_size": 4, "ep_size": 2,
@@ -378,6 +419,9 @@ TEST(ManifestExperts, Errors) {
   text = mixtral(1, ",\n\"" + p + "1.w1.weight\": {\"shape\": [6, 5], \"dtype\": \"BF16\"}");
   EXPECT_EQ(field_of<ValidationError>([&] { read_model(text, &sys); }),
             "tensors." + p + "1.w1.weight.shape");
+  // One dtype spelled two ways is one dtype; another is refused.
+  text = mixtral(1, ",\n\"" + p + "1.w1.weight\": {\"shape\": [6, 4], \"dtype\": \"bf16\"}");
+  EXPECT_EQ(read_model(text, &sys).moves[1].src.shape(), (Shape{2, 6, 4}));
   text = mixtral(1, ",\n\"" + p + "1.w1.weight\": {\"shape\": [6, 4], \"dtype\": \"F32\"}");
   EXPECT_EQ(field_of<ValidationError>([&] { read_model(text, &sys); }),
             "tensors." + p + "1.w1.weight.dtype");
