@@ -203,10 +203,10 @@ SyncStats predict_steps(const Loaded& l) {
                           " priced so far hold " + std::to_string(messages) +
                           " messages, over the limit of " + std::to_string(limits().plan_ops) +
                           " (raise it with MESHCAST_MAX_PLAN_OPS)");
-    total.messages += p.messages * k.count;
-    total.boxes += p.boxes * k.count;
-    total.bytes_moved += p.bytes_moved * k.count;
-    total.bytes_network += p.bytes_network * k.count;
+    for (const auto field : {&SyncStats::messages, &SyncStats::boxes, &SyncStats::bytes_moved,
+                             &SyncStats::bytes_network})
+      if (!detail::add_product(total.*field, p.*field, k.count))
+        throw ValidationError("model", "the sync would move more than 2^63 bytes (8 EiB)");
     total.predicted_seconds += p.predicted_seconds * static_cast<double>(k.count);
     total.link_bound_seconds += p.link_bound_seconds * static_cast<double>(k.count);
     if (const double adds = p.link_bound_seconds * static_cast<double>(k.count); adds > bounding)

@@ -622,7 +622,9 @@ SyncStats predict_sync(const std::vector<TensorMove>& tensors, const Topology& t
       for (std::size_t l : f.links) link_bytes[l] += static_cast<double>(f.bytes);
     const auto receivers = static_cast<std::int64_t>(m.peers.size());
     const bool root_adds = std::find(m.peers.begin(), m.peers.end(), m.root) != m.peers.end();
-    s.bytes_moved += m.bytes * (m.kind == OpKind::Reduce ? receivers - root_adds : receivers);
+    if (!detail::add_product(s.bytes_moved, m.bytes,
+                             m.kind == OpKind::Reduce ? receivers - root_adds : receivers))
+      throw ValidationError("model", "the sync would move more than 2^63 bytes (8 EiB)");
     ops.push_back(std::move(op));
   }
   s.predicted_seconds = links.analytic_seconds(ops, 1, chunk);
@@ -632,7 +634,9 @@ SyncStats predict_sync(const std::vector<TensorMove>& tensors, const Topology& t
       s.busiest_link = links.name(l);
     }
     // Every network hop leaves through one NIC's out link (even indices among the NICs').
-    if (links.network(l) && l % 2 == 0) s.bytes_network += static_cast<std::int64_t>(link_bytes[l]);
+    if (links.network(l) && l % 2 == 0 &&
+        !detail::add_product(s.bytes_network, detail::saturated_int64(link_bytes[l]), 1))
+      throw ValidationError("model", "the sync would move more than 2^63 bytes (8 EiB)");
   }
   return s;
 }

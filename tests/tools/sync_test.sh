@@ -270,6 +270,9 @@ if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q "^meshcast: plan mem
   bad "65536 predict under 2 GB: rc=$rc $(head -c 300 "$TMP/err")"; fi
 printf '{"w": {"shape": [8], "dtype": "F8_E4M3", "dst_dtype": "F8_E5M2", "src": "2@0-1:S0", "dst": "2@2-3:R"}}' >"$TMP/f8.json"
 printf '{"w": {"shape": [8], "dtype": "I8", "dst_dtype": "F8_E4M3", "src": "2@0-1:S0", "dst": "2@2-3:R"}}' >"$TMP/i8f8.json"
+# 2^50 bytes (the most a model may have) to 8,192 and 16,384 replicas: 2^63 and 2^64 bytes moved.
+printf '{"a": {"shape": [140737488355328], "dtype": "F64", "src": "1@0:R", "dst": "8192@1-8192:R"}}' >"$TMP/eib8.json"
+sed 's/8192@1-8192/16384@1-16384/' "$TMP/eib8.json" >"$TMP/eib16.json"
 printf '{"b": {"shape": [8], "dtype": "F32", "src": "2@0-1:S0", "dst": "2@2-3:R"}, "big": {"shape": [3000000000], "dtype": "F32", "src": "2@0-1:S0", "dst": "2@2-3:S0"}}' >"$TMP/big.json"
 while IFS='|' read -r want args; do
   [[ -z $want ]] && continue
@@ -279,6 +282,8 @@ while IFS='|' read -r want args; do
     bad "bad input '$args': want exit 2 naming '$want', got rc=$rc: $(cat "$TMP/err")"; fi
 done <<EOF2
 tensors.a.dtype|--model $TMP/dtype.json --system models/systems/tp2pp2-to-tp2dp2.json
+model: the sync would move more than 2^63 bytes|--model $TMP/eib8.json --predict --json
+model: the sync would move more than 2^63 bytes|--model $TMP/eib16.json --predict --mode per-tensor
 tensors.b|--model $TMP/mixed.json
 system.train.tp_size|--model models/gpt2-small.json --system $TMP/degrees.json
 tensors.a.src|--model $TMP/layout.json
