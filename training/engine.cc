@@ -294,17 +294,15 @@ class Runner {
       // A receiver posts every micro-batch's reshard of a route at the step's start: their
       // tags must fit the route group's window at once, or a reservation would wait for a
       // receive its sender has not reached yet.
-      const std::size_t tags = r.plan->ops().size() * static_cast<std::size_t>(par_.micro_batches);
+      const std::size_t each = reshard_tags(r.plan->streams());
+      const std::size_t tags = each * static_cast<std::size_t>(par_.micro_batches);
       if (tags > groups_.world.window())
-        throw ValidationError("micro_batches", std::to_string(par_.micro_batches) +
-                                                   " micro-batches of a stage "
-                                                   "transfer of " +
-                                                   std::to_string(r.plan->ops().size()) +
-                                                   " ops need " + std::to_string(tags) +
-                                                   " tags in flight, more than "
-                                                   "a group's " +
-                                                   std::to_string(groups_.world.window()) +
-                                                   "; use fewer micro-batches or stages");
+        throw ValidationError("micro_batches",
+                              std::to_string(par_.micro_batches) + " micro-batches of a stage " +
+                                  "transfer of " + std::to_string(each) + " tags need " +
+                                  std::to_string(tags) + " tags in flight, more than a group's " +
+                                  std::to_string(groups_.world.window()) +
+                                  "; use fewer micro-batches or fewer devices per stage");
       std::vector<int>& order = send_order_.emplace_back();
       for (const PipeOp& op : schedule_[static_cast<std::size_t>(stage_of(r.src_piece))])
         if (op.piece == r.src_piece && op.forward == r.forward()) order.push_back(op.micro_batch);

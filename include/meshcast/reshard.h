@@ -59,6 +59,12 @@ Transfer ireshard(const RankPlan& plan, Communicator& comm, const void* src_loca
 Transfer ireshard(const Plan& plan, const Group& group, const void* src_local, void* dst_local);
 Transfer ireshard(const Plan& plan, Communicator& comm, const void* src_local, void* dst_local);
 
+// The tags of its group's window (Group::window) that a reshard of a plan of `streams` streams
+// (Plan::streams) holds while it is in flight: reshards in flight at once on one group whose tags
+// add up to more wait for each other in order, which deadlocks where the oldest cannot complete
+// before a later one does.
+std::size_t reshard_tags(std::int64_t streams);
+
 // The scratch a reshard of `plan` holds besides the caller's tiles, at its peak: a reduce's root
 // receives every other addend of its box into a buffer of its own, all of a phase's at once.
 // Of `device` (its largest phase), or of every device together (-1: what one process running

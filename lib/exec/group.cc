@@ -6,6 +6,7 @@
 // (every device reserves the same runs in the same order, so a peer that posts into a run has
 // finished that run's previous operation too, and messages of one run never meet another's).
 #include <algorithm>
+#include <deque>
 #include <unordered_map>
 
 #include "lib/support/raised.h"
@@ -23,18 +24,16 @@ struct Group::State {
   std::uint64_t ops = 0;   // operations started (names for node-memory operations)
   std::uint64_t context = 0;
   struct Run {
-    std::uint32_t start, length;
+    std::uint64_t start;  // unwrapped, as `next`
     std::weak_ptr<InFlight> op;
   };
-  std::vector<Run> live;  // runs of operations that may still be in flight
+  // Runs of operations that may still be in flight, oldest first. Runs tile the unwrapped tags
+  // in order, and a reservation finishes every live run its tags meet: so the live runs all
+  // lie within the last window, and those a new run meets are the oldest ones (a prefix).
+  std::deque<Run> live;
 };
 
 namespace {
-
-bool overlap(std::uint32_t a, std::uint32_t la, std::uint32_t b, std::uint32_t lb,
-             std::uint32_t window) {
-  return (b + window - a) % window < la || (a + window - b) % window < lb;
-}
 
 // Below this many data tags, groups get smaller windows (MPI guarantees only 32768 tags).
 constexpr std::uint32_t kWindow = 1u << 16;
@@ -107,20 +106,19 @@ TagBlock Group::reserve(std::size_t streams, std::weak_ptr<InFlight> op) const {
   State& s = *s_;
   s.comm->check_live();
   const auto length = static_cast<std::uint32_t>(std::clamp<std::size_t>(streams, 1, s.window));
-  const auto start = static_cast<std::uint32_t>(s.next % s.window);
+  const std::uint64_t first = s.next;
+  const auto start = static_cast<std::uint32_t>(first % s.window);
   s.next += length;
   ++s.ops;
-  // Finish what still holds tags of this run (rare: the window is 65536 tags on most transports).
-  for (std::size_t i = 0; i < s.live.size(); ++i) {
-    auto held = s.live[i].op.lock();
-    if (held && !held->done() &&
-        overlap(start, length, s.live[i].start, s.live[i].length, s.window))
-      held->finish();
+  // Finish what still holds tags of this run (rare: the window is 65536 tags on most transports):
+  // the live runs that start before this run's image one window back ends. A run that completed
+  // is dropped from the front too; one in the middle waits its turn (at most a window of them).
+  while (!s.live.empty() && s.live.front().start + s.window < first + length) {
+    const auto held = s.live.front().op.lock();
+    s.live.pop_front();
+    if (held && !held->done()) held->finish();
   }
-  std::erase_if(s.live, [](const State::Run& r) {
-    const auto held = r.op.lock();
-    return !held || held->done();
-  });
+  while (!s.live.empty() && s.live.front().op.expired()) s.live.pop_front();
   if (!op.expired()) {
     // Pruned as it doubles: ops that completed at once are never polled away.
     auto& live = s.comm->in_flight_;
@@ -129,7 +127,7 @@ TagBlock Group::reserve(std::size_t streams, std::weak_ptr<InFlight> op) const {
       s.comm->prune_in_flight_at_ = std::max<std::size_t>(64, 2 * live.size());
     }
     live.push_back(op);
-    s.live.push_back({start, length, std::move(op)});
+    s.live.push_back({first, std::move(op)});
   }
   return TagBlock(s.base, start, length, s.window);
 }

@@ -395,10 +395,11 @@ Transfer ireshard(const RankPlan& plan, const Group& group, const void* src_loca
     comm.abandon_for(e);
     throw;
   }
-  // One tag more than the plan's streams: the signatures'.
-  return Transfer::Executor::start(std::move(exec), group,
-                                   static_cast<std::size_t>(plan.streams()) + 1);
+  return Transfer::Executor::start(std::move(exec), group, reshard_tags(plan.streams()));
 }
+
+// One tag more than the plan's streams: the signatures'.
+std::size_t reshard_tags(std::int64_t streams) { return static_cast<std::size_t>(streams) + 1; }
 
 Transfer ireshard(const Plan& plan, const Group& group, const void* src_local, void* dst_local) {
   return ireshard(plan.rank(group.comm().rank()), group, src_local, dst_local);

@@ -160,6 +160,11 @@ expect_error "schedule" gpt --schedule sideways
 expect_error "batch" gpt --micro-batches 3
 expect_error "layers" gpt --stages dp=1/dp=1/dp=1/dp=1/dp=1
 expect_error "micro_batches" gpt --stages dp=1/dp=1 --schedule interleaved --chunks 2 --micro-batches 1
+# Every micro-batch's receive is posted at a step's start: 1,024 of 65 tags each (32 devices a
+# stage) would pass a group's 65,536-tag window, and the reservations would wait on each other.
+expect_error "micro_batches: 1024 micro-batches of a stage transfer of 65 tags need 66560 tags" \
+  gpt --data random --seq 1 --d-model 4 --heads 1 --layers 2 --stages dp=32/dp=32 \
+  --micro-batches 1024 --batch 32768
 expect_error "backend" gpt --backend carrier-pigeon
 expect_exit 4 "data: cannot read '/nonexistent': No such file" "$mc" train gpt --data /nonexistent
 expect_error "devices" gpt --plan --devices 0

@@ -48,6 +48,47 @@ TEST(Group, TagsOfGroupsAndOperationsAreDistinct) {
   });
 }
 
+// An operation that completes only when finished, and counts it.
+struct Held : InFlight {
+  bool finished = false;
+  bool done() const override { return finished; }
+  void finish() override { finished = true; }
+  void poll() override {}
+};
+
+// A reservation finishes exactly the operations in flight whose tags it takes, as the window
+// wraps: a run of ops in flight, then runs that wrap over them one by one; ops that completed
+// on their own are passed by; an op that was never finished keeps its tags.
+TEST(Group, AReservationFinishesOnlyTheOperationsWhoseTagsItTakes) {
+  LocalWorld world(1);
+  world.run([](Communicator& comm) {
+    const Group g = comm.group({0});
+    const std::uint32_t w = g.window();
+    const std::uint32_t len = 7, n = w / len;  // n ops of 7 tags fill the window but w % 7
+    std::vector<std::shared_ptr<Held>> ops;
+    std::vector<TagBlock> blocks;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      ops.push_back(std::make_shared<Held>());
+      blocks.push_back(g.reserve(len, ops.back()));
+    }
+    for (const auto& op : ops) EXPECT_FALSE(op->finished);
+    ops[1]->finished = true;  // completed on its own
+    // The rest of the window, then 1 tag more: op 0's first tag.
+    (void)g.reserve(w - n * len);
+    EXPECT_FALSE(ops[0]->finished);
+    EXPECT_EQ(g.reserve(1).tag(0), blocks[0].tag(0));
+    EXPECT_TRUE(ops[0]->finished);
+    EXPECT_FALSE(ops[2]->finished);
+    // 6 + 7 + 1 tags more: op 0's rest, op 1's (done) and op 2's first; op 3 stays in flight.
+    (void)g.reserve(6 + len + 1);
+    EXPECT_TRUE(ops[2]->finished);
+    EXPECT_FALSE(ops[3]->finished);
+    // A whole window at once finishes every op still in flight.
+    (void)g.reserve(w);
+    for (const auto& op : ops) EXPECT_TRUE(op->finished);
+  });
+}
+
 // When the groups the transport's tags can keep apart are all alive, one more is refused; once
 // one dies its window is free again.
 TEST(Group, RefusesMoreLiveGroupsThanTheTagsHold) {
