@@ -153,10 +153,28 @@ void check_host(py::handle obj, const std::string& arg) {
                          "; meshcast's Python bindings move host (cpu) memory");
 }
 
+// Whether `dtype` is torch.bool: by identity, once torch is imported (a string compare cost a
+// torch tensor 0.2 us a call). Held for the process: torch's dtypes live as long.
+bool is_torch_bool(const py::object& dtype) {
+  static py::handle torch_bool;
+  if (!torch_bool) {
+    const py::dict modules = py::module_::import("sys").attr("modules");
+    if (!modules.contains("torch")) return false;
+    torch_bool = py::object(modules["torch"].attr("bool")).release();
+  }
+  return dtype.ptr() == torch_bool.ptr();
+}
+
 Array view_dlpack(py::handle obj, const std::string& arg, bool writable) {
   // torch exports a lazily negated view (its negative bit) as its un-negated memory.
   if (py::hasattr(obj, "is_neg") && obj.attr("is_neg")().cast<bool>())
     value_error(arg, "tensor has its negative bit set (a lazy negation); pass x.resolve_neg()");
+  // torch 1.13 exports no bool tensors by DLPack (and a refused export costs it 1 ms and leaks
+  // the tensor it made): their .numpy() view shares their memory.
+  if (is_torch_bool(py::getattr(obj, "dtype", py::none())) && py::hasattr(obj, "numpy")) {
+    check_host(obj, arg);
+    return view_numpy(obj.attr("numpy")(), arg, writable);
+  }
   // Exported first, its device read from the DLTensor: __dlpack_device__ costs torch 1.13 more
   // than the export itself, and an export is metadata only, wherever the memory is.
   py::object capsule;
@@ -164,10 +182,6 @@ Array view_dlpack(py::handle obj, const std::string& arg, bool writable) {
     capsule = obj.attr("__dlpack__")();
   } catch (py::error_already_set& e) {
     check_host(obj, arg);
-    // torch 1.13 exports no bool tensors by DLPack; its .numpy() view shares their memory.
-    if (py::hasattr(obj, "numpy") && py::hasattr(obj, "dtype") &&
-        text(obj.attr("dtype")) == "torch.bool")
-      return view_numpy(obj.attr("numpy")(), arg, writable);
     not_exported(obj, arg, e);
   }
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
@@ -234,7 +248,8 @@ DType to_dtype(py::handle obj, const std::string& arg) {
     if (text == "bfloat16") return DType::bf16;
   }
   const std::string repr = py::str(obj).cast<std::string>();
-  if (repr.rfind("torch.", 0) == 0) {  // a torch.dtype: its numpy twin, bf16 aside
+  // A torch.dtype (not a string spelled like one): its numpy twin, bf16 aside.
+  if (!py::isinstance<py::str>(obj) && repr.rfind("torch.", 0) == 0) {
     if (repr == "torch.bfloat16") return DType::bf16;
     try {
       return to_dtype(py::module_::import("torch")

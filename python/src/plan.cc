@@ -83,6 +83,14 @@ py::dict prediction_dict(const Prediction& pr) {
   return d;
 }
 
+// pickle's reduction at every protocol: a new object whose __setstate__ takes __getstate__'s
+// state (py::pickle's). Below protocol 2 pickle would otherwise rebuild it by copyreg, which
+// pybind11 types cannot take: it ended the interpreter (std::terminate).
+py::tuple reduce_by_state(const py::object& self) {
+  return py::make_tuple(py::module_::import("copyreg").attr("__newobj__"),
+                        py::make_tuple(py::type::of(self)), self.attr("__getstate__")());
+}
+
 // Item `i` of a pickled state of `size` items (a ValueError naming `type` otherwise).
 template <typename T>
 T pickled(const py::tuple& state, std::size_t i, std::size_t size, const char* type) {
@@ -151,6 +159,7 @@ or Mesh(shape=(2, 4), devices=range(8, 16)).
       .def("__repr__", [](const Mesh& x) { return "meshcast.Mesh('" + x.str() + "')"; })
       .def(py::self == py::self)
       .def("__hash__", [](const Mesh& x) { return py::hash(py::str(x.str())); })
+      .def("__reduce__", &reduce_by_state)
       .def(py::pickle([](const Mesh& x) { return py::make_tuple(x.str()); },
                       [](const py::tuple& t) {
                         return Mesh::parse(pickled<std::string>(t, 0, 1, "Mesh"), "mesh");
@@ -219,6 +228,7 @@ addends' tiles); None when it is not in the mesh.
            [](const Layout& l) {
              return py::hash(py::make_tuple(shape_of(l), to_string(l.dtype()), l.str()));
            })
+      .def("__reduce__", &reduce_by_state)
       .def(py::pickle(
           [](const Layout& l) {
             return py::make_tuple(shape_of(l), to_string(l.dtype()), l.str());
@@ -283,6 +293,7 @@ short ping-pong probe of probe_bytes (probe=False: placement only).
           py::arg("host"))
       .def("json", &Topology::to_json)
       .def("__repr__", [](const Topology& t) { return "<meshcast.Topology '" + t.name() + "'>"; })
+      .def("__reduce__", &reduce_by_state)
       .def(py::pickle([](const Topology& t) { return py::make_tuple(t.to_json()); },
                       [](const py::tuple& t) {
                         return Topology::from_json(pickled<std::string>(t, 0, 1, "Topology"));
@@ -358,6 +369,7 @@ bound_seconds (the busiest link's bytes / bandwidth) and links (busiest first).
           "__eq__", [](const PyPlan& a, const PyPlan& b) { return a.plan == b.plan; },
           py::is_operator())
       // Pickled as its JSON and its topology's (mpi4py's bcast of a plan made on one rank).
+      .def("__reduce__", &reduce_by_state)
       .def(py::pickle(
           [](const PyPlan& p) {
             return py::make_tuple(released([&] { return p.plan.to_json(); }), p.topology.to_json());

@@ -56,6 +56,10 @@ def test_torch_dtypes():
     assert mc.Layout(4, torch.float16, "2:S0").dtype == "f16"
     assert mc.Layout(4, torch.bool, "2:S0").dtype == "bool"
     assert mc.Layout(4, "bf16", "2:S0").numpy_dtype is None
+    # A string spelled like a torch dtype is not one (neither is numpy's "float32" a torch one).
+    for text in ("torch.float32", "torch.bfloat16"):
+        with pytest.raises(TypeError, match=f"^dtype: '{text}' is not a dtype"):
+            mc.Layout(4, text, "2:S0")
 
 
 @pytest.mark.parametrize("args, field, exc", [
@@ -177,13 +181,15 @@ def test_values_pickle(rng):
         shape = tuple(int(x) for x in rng.integers(1, 9, int(rng.integers(1, 4))))
         src = random_layout(rng, shape, "bf16", 8, partial=True)
         dst = random_layout(rng, shape, "bf16", 8, partial=False)
+        protocol = int(rng.integers(0, pickle.HIGHEST_PROTOCOL + 1))  # 0 and 1 ended Python
         for v in (src, src.mesh, dst):
-            assert pickle.loads(pickle.dumps(v)) == v
+            assert pickle.loads(pickle.dumps(v, protocol)) == v
         p = mc.plan(src, dst, topology="dgx-a100")
-        back = pickle.loads(pickle.dumps(p))
+        back = pickle.loads(pickle.dumps(p, protocol))
         assert back == p and back.predict() == p.predict() and str(back) == str(p)
     topo = mc.Topology("h100-cluster")
-    assert pickle.loads(pickle.dumps(topo)).json() == topo.json()
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        assert pickle.loads(pickle.dumps(topo, protocol)).json() == topo.json()
     with pytest.raises(ValueError, match="^Layout: a pickled state of 3 items"):
         mc.Layout.__new__(mc.Layout).__setstate__(("2@0-1:R",))
 
