@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <functional>
 #include <iostream>
@@ -556,6 +557,12 @@ void add_sync_options(CLI::App& cmd, SyncArgs& a) {
                  "bf16 or f16: f32 tensors cross as this dtype (cast by the sender, round to "
                  "nearest even)")
       ->type_name("DTYPE")
+      // Spelled as model files spell dtypes too ("BF16").
+      ->transform([](std::string s) {
+        std::transform(s.begin(), s.end(), s.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        return s;
+      })
       ->each(noted("cast"));
   cmd.add_option("--strategy", a.strategy, "per tensor: auto, broadcast, sendrecv, allgather")
       ->type_name("NAME")

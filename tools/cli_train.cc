@@ -208,6 +208,8 @@ Run parse(const TrainArgs& a, const std::string& kind) {
       static_cast<int>(integer(a.checkpoint_every, "checkpoint-every", 0, 1 << 24));
   if (a.resume && a.checkpoint_dir.empty())
     throw ValidationError("resume", "needs --checkpoint-dir");
+  if (r.checkpoint_every > 0 && a.checkpoint_dir.empty())  // it would save nothing, silently
+    throw ValidationError("checkpoint-every", "needs --checkpoint-dir");
   const std::uint64_t seed = r.train.seed;
   if (kind == "utransformer") {
     if (!a.data.empty())

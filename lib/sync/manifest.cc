@@ -404,9 +404,11 @@ NameInfo name_info(std::string_view name, std::size_t ndim) {
   const bool column =
       one_of(module, kColumn) || (module == "output" && head) ||
       (module == "dense" && parts.size() >= 3 && parts[parts.size() - 3] == "intermediate");
-  if (column)
-    info.kind = Kind::Column;  // a column layer's bias is split with its output rows
-  else if (one_of(module, kRow) && param == "weight" && ndim >= 2)
+  if (column) info.kind = Kind::Column;  // a column layer's bias is split with its output rows
+  // (A dense layer outside the layers, BERT's pooler.dense and cls.predictions.transform.dense,
+  // is a plain linear in Megatron: replicated.)
+  else if (one_of(module, kRow) && param == "weight" && ndim >= 2 &&
+           !(module == "dense" && info.layer < 0))
     info.kind = Kind::Row;
   return info;
 }
@@ -414,7 +416,10 @@ NameInfo name_info(std::string_view name, std::size_t ndim) {
 // A norm of the embedding (BLOOM's word_embeddings_layernorm) stays with it on the first stage;
 // GPT-NeoX's embed_out is the output layer.
 bool on_last_stage(const NameInfo& info, std::string_view name) {
-  if (info.head) return true;
+  // BERT's pooler and its pretraining heads ("cls.") follow the encoder, as Megatron's
+  // post-process does.
+  if (info.head || name.starts_with("cls.") || name.find("pooler.") != std::string_view::npos)
+    return true;
   if (name.find("embed") != std::string_view::npos &&
       name.find("embed_out") == std::string_view::npos)
     return false;

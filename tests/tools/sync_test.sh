@@ -40,7 +40,7 @@ gpt2-small.json tp2pp2-to-tp2dp2.json --mode fused
 gpt2-small.json tp2pp2-to-tp2dp2.json --mode per-tensor
 gpt2-small.json tp2pp2-to-tp2dp2.json --mode gather
 gpt2-small.json tp2pp2-to-tp2dp2.json --cast bf16 --max-staging-bytes 1M
-gpt2-small.json tp2pp2-to-tp2dp2.json --cast f16 --strategy sendrecv
+gpt2-small.json tp2pp2-to-tp2dp2.json --cast F16 --strategy sendrecv
 moe-tiny.json ep4pp2-to-tp4.json --mode fused
 moe-tiny.json ep4pp2-to-tp4.json --mode per-tensor --max-staging-bytes 64K
 gpt2-small.json dp3-to-dp5.json --topology meshes/emulated-2x4-nic.json

@@ -173,6 +173,7 @@ expect_error "layers" utransformer --layers 3
 expect_error "seq" utransformer --layers 6 --seq 6
 expect_error "noise" utransformer --noise 2
 expect_error "resume" gpt --resume
+expect_error "checkpoint-every: needs --checkpoint-dir" gpt --checkpoint-every 2
 expect_exit 4 "config: cannot read '/nonexistent.json'" "$mc" train gpt --config /nonexistent.json
 printf '{"stagez": 1}' > "$tmp/bad.json"
 expect_error "config.stagez" gpt --config "$tmp/bad.json"

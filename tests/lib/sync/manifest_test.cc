@@ -227,13 +227,18 @@ TEST(ManifestPlacement, MetaHeadsBertDenseAndConv1D) {
       "dtype": "F32"}, "bert.encoder.layer.0.output.dense.weight": {"shape": [4, 8],
       "dtype": "F32"}, "bert.encoder.layer.0.attention.output.dense.weight": {"shape": [4, 4],
       "dtype": "F32"}, "bert.encoder.layer.0.attention.self.query.weight": {"shape": [4, 4],
-      "dtype": "F32"}})",
+      "dtype": "F32"}, "bert.pooler.dense.weight": {"shape": [4, 4], "dtype": "F32"},
+      "cls.predictions.transform.dense.weight": {"shape": [4, 4], "dtype": "F32"}})",
                  &sys);  // one layer: the last stage's
   EXPECT_EQ(bert.moves[0].src.str(), "2@2-3:S0R");
   EXPECT_EQ(bert.moves[1].src.str(), "2@2-3:S0");
   EXPECT_EQ(bert.moves[2].src.str(), "2@2-3:RS0");
   EXPECT_EQ(bert.moves[3].src.str(), "2@2-3:RS0");
   EXPECT_EQ(bert.moves[4].src.str(), "2@2-3:S0R");
+  // Outside the layers, Megatron's BERT pooler and head transform are plain linears, on the
+  // last stage.
+  EXPECT_EQ(bert.moves[5].src.str(), "2@2-3:RR");
+  EXPECT_EQ(bert.moves[6].src.str(), "2@2-3:RR");
   for (const char* module : {"attn.c_attn", "mlp.c_fc", "mlp.c_proj"}) {
     const std::string name = std::string("transformer.h.0.") + module + ".weight";
     SCOPED_TRACE(name);
