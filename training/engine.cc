@@ -294,9 +294,11 @@ class Runner {
       // A receiver posts every micro-batch's reshard of a route at the step's start: their
       // tags must fit the route group's window at once, or a reservation would wait for a
       // receive its sender has not reached yet.
-      const std::size_t each = reshard_tags(r.plan->streams());
+      // (A reservation takes at most a window: one alone meets nothing.)
+      const std::size_t each =
+          std::min<std::size_t>(reshard_tags(r.plan->streams()), groups_.world.window());
       const std::size_t tags = each * static_cast<std::size_t>(par_.micro_batches);
-      if (tags > groups_.world.window())
+      if (par_.micro_batches > 1 && tags > groups_.world.window())
         throw ValidationError("micro_batches",
                               std::to_string(par_.micro_batches) + " micro-batches of a stage " +
                                   "transfer of " + std::to_string(each) + " tags need " +

@@ -82,9 +82,9 @@
 //   "experts.local_experts.<i>.<rest>" into "experts.local_experts.<rest>", and
 //   "experts.<module>.weight<i>" (bias<i>) into "experts.<module>.weight" (bias). i numbers the
 //   model's experts 0..N-1 (a whole model's config, not one ep rank's local numbering).
-//   A tensor under "experts" with no index (GPT-OSS's and Llama 4's "experts.gate_up_proj",
-//   [N, in, out]) already holds every expert: dim 0 split over ep likewise; where etp > 1 it
-//   is refused (the name does not say which inner dim is the output).
+//   A tensor of 2 dims or more right under "experts", with no index (GPT-OSS's and Llama 4's
+//   "experts.gate_up_proj", [N, in, out]), already holds every expert: dim 0 split over ep
+//   likewise; where etp > 1 it is refused (the name does not say which inner dim is the output).
 // * data and context parallelism replicate.
 // The mesh of a tensor is its stage's ranks, axes (replicas/fsdp, fsdp, tp) for dense tensors
 // and (expert-dp/fsdp, fsdp, ep, etp) for experts, axes of extent 1 left out.

@@ -31,6 +31,7 @@ struct Group::State {
   // in order, and a reservation finishes every live run its tags meet: so the live runs all
   // lie within the last window, and those a new run meets are the oldest ones (a prefix).
   std::deque<Run> live;
+  std::size_t prune_live_at = 64;
 };
 
 namespace {
@@ -111,14 +112,17 @@ TagBlock Group::reserve(std::size_t streams, std::weak_ptr<InFlight> op) const {
   s.next += length;
   ++s.ops;
   // Finish what still holds tags of this run (rare: the window is 65536 tags on most transports):
-  // the live runs that start before this run's image one window back ends. A run that completed
-  // is dropped from the front too; one in the middle waits its turn (at most a window of them).
+  // the live runs that start before this run's image one window back ends.
   while (!s.live.empty() && s.live.front().start + s.window < first + length) {
     const auto held = s.live.front().op.lock();
     s.live.pop_front();
     if (held && !held->done()) held->finish();
   }
-  while (!s.live.empty() && s.live.front().op.expired()) s.live.pop_front();
+  const auto completed = [](const State::Run& r) {
+    const auto held = r.op.lock();
+    return !held || held->done();
+  };
+  while (!s.live.empty() && completed(s.live.front())) s.live.pop_front();
   if (!op.expired()) {
     // Pruned as it doubles: ops that completed at once are never polled away.
     auto& live = s.comm->in_flight_;
@@ -127,7 +131,17 @@ TagBlock Group::reserve(std::size_t streams, std::weak_ptr<InFlight> op) const {
       s.comm->prune_in_flight_at_ = std::max<std::size_t>(64, 2 * live.size());
     }
     live.push_back(op);
-    s.live.push_back({first, std::move(op)});
+    // In order of start: a reservation made inside a finish() above took later tags, and is in
+    // already. Completed runs behind a live one (each weak_ptr holds its op's allocation) are
+    // dropped as the runs double.
+    const auto at =
+        std::upper_bound(s.live.begin(), s.live.end(), first,
+                         [](std::uint64_t f, const State::Run& r) { return f < r.start; });
+    s.live.insert(at, {first, std::move(op)});
+    if (s.live.size() >= s.prune_live_at) {
+      std::erase_if(s.live, completed);
+      s.prune_live_at = std::max<std::size_t>(64, 2 * s.live.size());
+    }
   }
   return TagBlock(s.base, start, length, s.window);
 }

@@ -343,8 +343,8 @@ struct NameInfo {
   Kind kind = Kind::Replicated;
   bool embedding = false;  // a vocabulary embedding (the head too where the model has none)
   bool head = false;       // an output head's weight or bias (on the last stage)
-  // Under "experts" with no index: every expert in one tensor, dim 0 indexing them (GPT-OSS's
-  // and Llama 4's "experts.gate_up_proj" [experts, in, out]).
+  // Right under "experts", with no index: every expert in one tensor, dim 0 indexing them
+  // (GPT-OSS's and Llama 4's "experts.gate_up_proj" [experts, in, out]).
   bool fused_experts = false;
 };
 
@@ -374,7 +374,10 @@ NameInfo name_info(std::string_view name, std::size_t ndim) {
       param = parts.back() = kind;
     }
   }
-  info.fused_experts = in_experts && info.expert < 0 && ndim >= 1;
+  // (Only a parameter right under "experts", of 2 dims or more: SwitchTransformers' and NLLB's
+  // "experts.expert_0.wi" are one expert each, JetMoE's "experts.bias" a vector.)
+  info.fused_experts =
+      info.expert < 0 && parts.size() >= 2 && parts[parts.size() - 2] == "experts" && ndim >= 2;
   if (info.expert >= 0)
     for (std::size_t i = 0; i < parts.size(); ++i)
       if (i != expert_at) {

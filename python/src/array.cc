@@ -160,7 +160,10 @@ bool is_torch_bool(const py::object& dtype) {
   if (!torch_bool) {
     const py::dict modules = py::module_::import("sys").attr("modules");
     if (!modules.contains("torch")) return false;
-    torch_bool = py::object(modules["torch"].attr("bool")).release();
+    // (sys.modules["torch"] = None blocks an import; a stub may lack bool.)
+    py::object b = py::getattr(modules["torch"], "bool", py::none());
+    if (b.is_none()) return false;
+    torch_bool = b.release();
   }
   return dtype.ptr() == torch_bool.ptr();
 }
@@ -173,6 +176,8 @@ Array view_dlpack(py::handle obj, const std::string& arg, bool writable) {
   // the tensor it made): their .numpy() view shares their memory.
   if (is_torch_bool(py::getattr(obj, "dtype", py::none())) && py::hasattr(obj, "numpy")) {
     check_host(obj, arg);
+    if (!obj.attr("is_contiguous")().cast<bool>())
+      value_error(arg, "tensor is not C-contiguous; pass x.contiguous()");
     return view_numpy(obj.attr("numpy")(), arg, writable);
   }
   // Exported first, its device read from the DLTensor: __dlpack_device__ costs torch 1.13 more

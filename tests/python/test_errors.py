@@ -14,6 +14,7 @@ from conftest import each_refusal_gives_up
 SRC = mc.Layout((4, 6), "f32", "2@0-1:S0R")
 DST = mc.Layout((4, 6), "f32", "2@0-1:RS0")
 PLAN = mc.plan(SRC, DST)
+BOOL_PLAN = mc.plan(mc.Layout((4, 6), "bool", "2@0-1:S0R"), mc.Layout((4, 6), "bool", "2@0-1:RS0"))
 MOVES = [("w", SRC, DST)]
 
 
@@ -94,6 +95,10 @@ def test_torch_bad_tensors():
                        good_dst(d))
         with pytest.raises(ValueError, match="^dst: tensor is not C-contiguous"):
             mc.reshard(PLAN, comm, good_src(d), torch.zeros(DST.local_shape(d)[::-1]).t())
+        # A bool tensor (its memory read through .numpy()) is refused alike.
+        with pytest.raises(ValueError, match=r"^dst: tensor is not C-contiguous; pass x\.contiguous"):
+            mc.reshard(BOOL_PLAN, comm, torch.zeros(SRC.local_shape(d), dtype=torch.bool),
+                       torch.zeros(DST.local_shape(d)[::-1], dtype=torch.bool).t())
         with pytest.raises(ValueError, match="^dst: .*requires? grad"):
             mc.reshard(PLAN, comm, good_src(d),
                        torch.zeros(DST.local_shape(d), requires_grad=True))

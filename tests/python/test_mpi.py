@@ -12,6 +12,11 @@ from conftest import mpirun
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from free_port import free_port  # noqa: E402
+
+
+def master_port():
+    """A MASTER_PORT whose successor, where meshcast listens, is free (below the ephemeral range)."""
+    return str(free_port(pair=True) - 1)
 WORKER = os.path.join(HERE, "mpi_worker.py")
 
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
@@ -189,7 +194,7 @@ def test_a_message_of_another_length_than_expected_is_refused(how, case, words):
         out = r.stdout + r.stderr
         assert r.returncode == 0, out
     else:
-        port = str(free_port())
+        port = master_port()
         codes, outs = launch(2, lambda k: {"RANK": str(k), "WORLD_SIZE": "2", "LOCAL_RANK": str(k),
                                            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port},
                              how=how, cases="1", extra=[case])
@@ -227,7 +232,7 @@ def launch(ranks, variables, how="env-ucx", cases="20", extra=()):
 
 
 def test_torchrun_variables():
-    port = str(free_port())
+    port = master_port()
     codes, outs = launch(3, lambda k: {"RANK": str(k), "WORLD_SIZE": "3", "LOCAL_RANK": str(k),
                                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
     assert codes == [0, 0, 0], outs
@@ -235,7 +240,7 @@ def test_torchrun_variables():
 
 
 def test_slurm_variables_with_rendezvous():
-    port = str(free_port())
+    port = master_port()
     codes, outs = launch(2, lambda k: {"SLURM_PROCID": str(k), "SLURM_NTASKS": "2",
                                        "SLURM_LOCALID": str(k), "SLURM_JOB_ID": "4242",
                                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
@@ -252,7 +257,7 @@ def test_missing_variable_is_named():
 
 def test_a_rank_that_ends_is_not_taken_for_one_in_a_barrier():
     # Its session's closing barrier is not the program's: the others' barrier fails, naming it.
-    port = str(free_port())
+    port = master_port()
     # The barrier's timeout is short; the rendezvous is not (a busy machine started rank 0's
     # Python more than 3 s after rank 2's).
     codes, outs = launch(3, lambda k: {"RANK": str(k), "WORLD_SIZE": "3", "LOCAL_RANK": str(k),
@@ -267,7 +272,7 @@ def test_a_rank_that_ends_is_not_taken_for_one_in_a_barrier():
 def test_a_rank_whose_call_was_refused_is_named_by_its_peer(tmp_path):
     # Rank 1's reshard is refused before it starts and it goes on to a barrier: the refusal gave
     # its communicator up, so rank 0 fails naming it, and rank 1's barrier fails too.
-    port = str(free_port())
+    port = master_port()
     # Both wait long: rank 0 is to fail on rank 1's notice, not on its own timeout. Rank 0 starts
     # its rendezvous once rank 1 connects (a busy machine started rank 1's Python late).
     ready = str(tmp_path / "ready.1")
@@ -292,7 +297,7 @@ def test_mpirun_without_a_rendezvous_names_master_addr():
 
 def test_the_rendezvous_waits_for_the_timeout_given():
     codes, outs = launch(1, lambda k: {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-                                       "MASTER_PORT": str(free_port()), "WORKER_TIMEOUT": "2"},
+                                       "MASTER_PORT": master_port(), "WORKER_TIMEOUT": "2"},
                          cases="1")
     assert codes == [1]
     err = outs[0][1].strip().splitlines()[-1]

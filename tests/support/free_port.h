@@ -1,5 +1,5 @@
 // A free port on 127.0.0.1 for a test job's rendezvous (tests/support/free_port.py's twin for
-// C++ tests). It is drawn below the kernel's ephemeral range (32768 up on Linux), so that no
+// C++ tests). It is drawn below the kernel's ephemeral range (32768 up by default), so that no
 // connection elsewhere, nor a rank's connect meeting itself, can take it before rank 0 listens.
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <fstream>
 #include <random>
 
 namespace meshcast::testing {
@@ -26,11 +27,15 @@ inline int free_port(bool pair = false) {
     if (s >= 0) ::close(s);
     return bound;
   };
+  // The ephemeral range's start, as the kernel says (its default where it cannot be read).
+  int hi = 32768;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); !(range >> hi)) hi = 32768;
+  if (hi <= 20002) hi = 65536;  // an odd machine's range: any port, as before
   for (int tries = 0; tries < 1000; ++tries) {
-    const int port = std::uniform_int_distribution<int>(20001, 32767)(draw);
+    const int port = std::uniform_int_distribution<int>(20001, hi - 1)(draw);
     if (bindable(port) && (!pair || bindable(port - 1))) return port;
   }
-  ADD_FAILURE() << "no free port in [20000, 32768)";
+  ADD_FAILURE() << "no free port in [20000, " << hi << ")";
   return 0;
 }
 

@@ -1,6 +1,8 @@
 // Groups: what Communicator::group refuses, and that operations on groups never share tags.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <memory>
 #include <set>
 
 #include "meshcast/error.h"
@@ -86,6 +88,38 @@ TEST(Group, AReservationFinishesOnlyTheOperationsWhoseTagsItTakes) {
     // A whole window at once finishes every op still in flight.
     (void)g.reserve(w);
     for (const auto& op : ops) EXPECT_TRUE(op->finished);
+  });
+}
+
+// An operation whose finish() starts another on the same group (a reservation inside a
+// reservation): the outer run, whose tags come first, is still finished first when a later
+// reservation takes them.
+TEST(Group, AReservationInsideAFinishKeepsTheRunsInOrder) {
+  LocalWorld world(1);
+  world.run([](Communicator& comm) {
+    const Group g = comm.group({0});
+    const std::uint32_t w = g.window();
+    struct Starts : Held {
+      std::function<void()> then;
+      void finish() override {
+        finished = true;
+        then();
+      }
+    };
+    auto a = std::make_shared<Starts>();
+    auto b = std::make_shared<Held>(), c = std::make_shared<Held>(), r = std::make_shared<Held>();
+    a->then = [&] { (void)g.reserve(2, c); };
+    (void)g.reserve(w / 2, a);
+    (void)g.reserve(w - w / 2, b);
+    (void)g.reserve(2, r);  // takes a's first tags: a finishes, and starts c after r
+    EXPECT_TRUE(a->finished);
+    EXPECT_FALSE(b->finished || c->finished || r->finished);
+    (void)g.reserve(w - 4);  // the rest of the window: b's tags
+    EXPECT_TRUE(b->finished);
+    EXPECT_FALSE(r->finished || c->finished);
+    (void)g.reserve(1);  // r's first tag
+    EXPECT_TRUE(r->finished);
+    EXPECT_FALSE(c->finished);
   });
 }
 

@@ -383,6 +383,14 @@ TEST(ManifestExperts, FusedWithNoIndex) {
   EXPECT_EQ(move(m, "model.layers.0.mlp.experts.gate_up_proj_bias").src.str(), "4@0-3:S0R");
   EXPECT_EQ(move(m, "model.layers.0.mlp.router.weight").src.str(), "4@0-3:RR");
   EXPECT_EQ(m.bytes(), 2 * (8 * 16 + 8 * 16 * 64 + 8 * 64 + 8 * 32 * 16));
+  // One expert of a name that numbers it otherwise (SwitchTransformers' "expert_0"), and a
+  // vector under "experts" (JetMoE's bias): placed as their modules say, not split over ep.
+  const auto others = read_model(R"({
+    "encoder.block.1.layer.1.mlp.experts.expert_0.wi.weight": {"shape": [12, 4], "dtype": "F32"},
+    "layers.0.self_attention.experts.bias": {"shape": [4], "dtype": "F32"}})",
+                                 &sys);
+  EXPECT_EQ(others.moves[0].src.str(), "4@0-3:RR");
+  EXPECT_EQ(others.moves[1].src.str(), "4@0-3:R");
   // ep 1 with tp 2: etp defaults to tp, and the name does not say which dim it would split.
   const auto tp2 = system_of(R"({"train": {"num_gpus": 2, "tp_size": 2},
                                  "generation": {"num_gpus": 1}})");
