@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -911,7 +912,26 @@ void add_train_options(CLI::App& cmd, TrainArgs& a, const std::string& model) {
       ->capture_default_str();
 }
 
+// Flags of a run that --plan (which trains nothing) would drop, and flags only --plan reads:
+// given on the wrong side they are refused, not ignored in silence.
+constexpr std::array kTrainingOnly{"--stages",     "--chunks",         "--micro-batches",
+                                   "--schedule",   "--sub-batches",    "--no-overlap",
+                                   "--reshard",    "--steps",          "--lr",
+                                   "--seed",       "--data",           "--noise",
+                                   "--eval-every", "--checkpoint-dir", "--checkpoint-every",
+                                   "--resume",     "--backend"};
+constexpr std::array kPlanOnly{"--devices", "--top"};
+
 int run_train(const TrainArgs& given, const std::string& kind, const CLI::App& cmd) {
+  const auto refuse_given = [&](const auto& flags, const char* why) {
+    for (const char* f : flags)
+      if (cmd.get_option_no_throw(f) != nullptr && cmd.count(f) > 0)
+        throw ValidationError(f + 2, why);
+  };
+  if (given.plan)
+    refuse_given(kTrainingOnly, "--plan trains nothing, so it would ignore it; leave one out");
+  else
+    refuse_given(kPlanOnly, "only with --plan");
   // The backend comes from the command line or the config file. Under mpi, a rank that cannot
   // read its config reports it with the others (below) when the command line says mpi.
   TrainArgs a = given;

@@ -168,6 +168,10 @@ expect_error "micro_batches: 1024 micro-batches of a stage transfer of 65 tags n
 expect_error "backend" gpt --backend carrier-pigeon
 expect_exit 4 "data: cannot read '/nonexistent': No such file" "$mc" train gpt --data /nonexistent
 expect_error "devices" gpt --plan --devices 0
+# Flags the other path would drop are refused, not ignored.
+expect_error "devices: only with --plan" gpt --devices 4
+expect_error "checkpoint-dir: --plan trains nothing" gpt --plan --checkpoint-dir "$tmp/ck"
+expect_error "micro-batches: --plan trains nothing" utransformer --plan --micro-batches 2
 expect_error "lr" gpt --lr fast
 expect_error "layers" utransformer --layers 3
 expect_error "seq" utransformer --layers 6 --seq 6
