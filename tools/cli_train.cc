@@ -629,10 +629,14 @@ std::vector<tr::StepStats> history(const std::string& path, const nlohmann::json
     if (steps.empty() || steps.back().step != resumed_from)
       throw std::runtime_error("its steps do not reach step " + std::to_string(resumed_from));
     std::string then, now;
+    // (The default corpus is "" in a config: named as such.)
+    const auto shown = [](const std::string& key, const nlohmann::json& v) {
+      return key == "data" && v == "" ? std::string("the default corpus") : v.dump();
+    };
     for (const auto& [key, value] : settings.items())
       if (const nlohmann::json was = j["config"].value(key, nlohmann::json()); was != value) {
-        then += (then.empty() ? "" : ", ") + key + " " + was.dump();
-        now += (now.empty() ? "" : ", ") + key + " " + value.dump();
+        then += (then.empty() ? "" : ", ") + key + " " + shown(key, was);
+        now += (now.empty() ? "" : ", ") + key + " " + shown(key, value);
       }
     if (!then.empty())
       warn(path + ": its steps 1-" + std::to_string(resumed_from) + " ran with " + then +
