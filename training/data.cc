@@ -97,8 +97,8 @@ Corpus Corpus::load(const std::string& path, double held_out_fraction, std::size
 BatchSource text_batches(const std::vector<std::uint8_t>& text, const ModelConfig& model, int batch,
                          std::uint64_t seed) {
   if (model.vocab < 256)
-    throw ValidationError(
-        "vocab", "byte-level text needs a vocabulary of at least 256, got " + std::to_string(model.vocab));
+    throw ValidationError("vocab", "byte-level text needs a vocabulary of at least 256, got " +
+                                       std::to_string(model.vocab));
   if (text.size() <= static_cast<std::size_t>(model.seq) + 1)
     throw ValidationError("seq", "the text has " + std::to_string(text.size()) +
                                      " bytes, too few for samples of " + std::to_string(model.seq) +
