@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "lib/plan/link_timeline.h"
+#include "lib/support/word_hash.h"
 #include "meshcast/multicast_tree.h"
 
 namespace meshcast::detail {
@@ -197,9 +198,9 @@ std::int32_t MulticastTree::best(std::int64_t fork) {
 }
 
 std::size_t TreeShapes::Hash::operator()(const std::vector<std::int64_t>& key) const {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (std::int64_t v : key) h = (h ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ull;
-  return static_cast<std::size_t>(h);
+  detail::WordHash w;
+  for (std::int64_t v : key) w.add(v);
+  return static_cast<std::size_t>(w.value());
 }
 
 const TreeShapes::Shape& TreeShapes::shape(const Op& op, std::int64_t bytes) {

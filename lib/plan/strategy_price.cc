@@ -12,6 +12,7 @@
 #include "lib/algebra/holder_set.h"
 #include "lib/plan/multicast_tree.h"
 #include "lib/plan/task_ops.h"
+#include "lib/support/word_hash.h"
 #include "meshcast/plan_size.h"
 
 namespace meshcast::detail {
@@ -553,10 +554,10 @@ class ClassWalk {
   };
   struct KeyHash {
     std::size_t operator()(const Key& k) const {
-      std::uint64_t h = k.group * 0x9E3779B97F4A7C15ull;
-      for (std::int64_t v : {k.a, k.b, k.c, k.d, k.e})
-        h = (h ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ull;
-      return static_cast<std::size_t>(h ^ (h >> 29));
+      detail::WordHash w;
+      w.add(k.group);
+      for (std::int64_t v : {k.a, k.b, k.c, k.d, k.e}) w.add(v);
+      return static_cast<std::size_t>(w.value());
     }
   };
   struct Class {
@@ -874,9 +875,10 @@ class ClassWalk {
   std::vector<Group> groups_;
   struct GroupHash {
     std::size_t operator()(const std::pair<std::size_t, std::vector<int>>& k) const {
-      std::uint64_t h = k.first * 0x9E3779B97F4A7C15ull;
-      for (int d : k.second) h = (h ^ static_cast<std::uint64_t>(d)) * 0x100000001b3ull;
-      return static_cast<std::size_t>(h);
+      detail::WordHash w;
+      w.add(k.first);
+      for (int d : k.second) w.add(d);
+      return static_cast<std::size_t>(w.value());
     }
   };
   // Groups with holders among the targets, by tile and those holders.

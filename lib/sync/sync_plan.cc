@@ -15,6 +15,7 @@
 #include "lib/plan/task_ops.h"
 #include "lib/support/fnv.h"
 #include "lib/support/saturated.h"
+#include "lib/support/word_hash.h"
 #include "lib/sync/price_class.h"
 #include "meshcast/cost.h"
 #include "meshcast/error.h"
@@ -273,12 +274,11 @@ struct Coalesce {
   std::vector<std::uint64_t> set;  // the receivers' (host, id), ascending (ReceiverSet)
   bool operator==(const Coalesce&) const = default;
   struct Hash {
-    std::size_t operator()(const Coalesce& k) const {  // a word at a time (Fnv's bytes: slow)
-      std::uint64_t h = static_cast<std::uint64_t>(k.phase) << 33 ^
-                        static_cast<std::uint64_t>(k.root) << 1 ^
-                        static_cast<std::uint64_t>(k.fork);
-      for (std::uint64_t v : k.set) h = (h ^ v) * 0x9E3779B97F4A7C15ull;
-      return static_cast<std::size_t>(h ^ h >> 29);
+    std::size_t operator()(const Coalesce& k) const {
+      detail::WordHash w;
+      w.add(k.phase).add(k.root).add(k.fork);
+      for (std::uint64_t v : k.set) w.add(v);
+      return static_cast<std::size_t>(w.value());
     }
   };
 };
