@@ -171,13 +171,14 @@ PlanSize tensor_size(const TensorMove& m, const Layout& planned, Strategy strate
   PlanSize e = whole ? estimate_plan_size(m.src, planned, strategy, Balance::Local)
                      : estimate_part_size(m.src, planned, strategy);
   if (m.src.dtype() != m.dst.dtype()) e = with_cast_pieces(e, m, whole, bucket);
-  // A prediction (every device's messages) keeps each message's receivers twice more than a
-  // plan's ops do (in its key and its chain order), and prices every hop: its peak above the
-  // loaded model was 1.19x and 1.20x of 2.25 times the plans' estimate on gpt2-small synced
-  // between meshes of 8,192 and of 16,384 devices (sends to thousands), and 144 bytes per
-  // receiver listed between meshes of 65,536 (17 M in chains of 16,384).
+  // A prediction (every device's messages) holds each op three times (the tensor's ops, its
+  // coalescing key and segment, its message) and each message twice while it is priced: its
+  // receivers a fourth time. Peak RSS, loaded model and all, was 1/1.22 (gpt2-small between
+  // meshes of 65,536: 3.4 M ops of 6 receivers) to 1/2.6 of this over eleven models and meshes
+  // (DeepSeek-V3 3,072 -> 960 on cluster-1024x8: 1.6 GB for 60 M receivers, which 160 bytes a
+  // receiver, here before, refused at 11.6 GiB).
   if (whole) {
-    e.bytes = 3 * e.bytes + 160 * e.peers;
+    e.bytes = 3 * e.bytes + 8 * e.peers;
     e.transient *= 3;
   }
   // A reduce's message prices no chain: its pieces were measured on their own.

@@ -263,11 +263,19 @@ printf '{"train": {"num_gpus": 4, "tp_size": 2, "pp_size": 2, "vpp_size": 2}, "g
 printf '{"train": {"num_gpus": 4, "tp_size": 2, "pp_size": 2, "decoder_first_pipeline_num_layers": 3}, "generation": {"num_gpus": 2}}' >"$TMP/uneven.json"
 printf '{"train": {"num_gpus": 4, "tp_size": 2, "pp_size": 2}, "generation": {"num_gpus": 2, "num_layers_per_virtual_pipeline_stage": 1}}' >"$TMP/virtual.json"
 printf '{"train": {"num_gpus": 65536, "tp_size": 8, "pp_size": 4, "dp_size": 2048}, "generation": {"num_gpus": 65536, "tp_size": 4, "dp_size": 16384}}' >"$TMP/huge.json"
-# A prediction is bounded by what it keeps: gpt2-small between meshes of 65,536 devices lists 17 M
-# receivers in chains of 16,384 (3.1 GB when predicted; estimated at 3.71 GiB, over a 2 GB bound).
+# A prediction is bounded by what it keeps: gpt2-small between meshes of 65,536 devices lists 3.4 M
+# messages to 21 M receivers (2.5 GB when predicted; estimated at 2.90 GiB, over a 2 GB bound).
 MESHCAST_MAX_PLAN_MEMORY_BYTES=2000000000 run --model models/gpt2-small.json --system "$TMP/huge.json" --predict
 if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] && grep -q "^meshcast: plan memory: an estimated" "$TMP/err"; then ok; else
   bad "65536 predict under 2 GB: rc=$rc $(head -c 300 "$TMP/err")"; fi
+# ... and not refused for what it does not keep: 64 tensors, each from one device to 65,536
+# replicas, list 4.2 M receivers in 64 chains (97 MB when predicted; estimated at 260 MiB, and at
+# 868 MiB when each receiver was taken for 160 bytes).
+for i in $(seq 0 63); do printf '"t%d": {"shape": [%d], "dtype": "F32", "src": "1@0:R", "dst": "65536@1-65536:R"}\n' "$i" $((1000 + i)); done |
+  paste -sd, | sed 's/.*/{&}/' >"$TMP/wide.json"
+MESHCAST_MAX_PLAN_MEMORY_BYTES=400M run --model "$TMP/wide.json" --predict --json
+if [[ $rc -eq 0 && $(field tensors messages) == "64 1" ]]; then ok; else
+  bad "65536 replicas predict under 400 MB: rc=$rc $(field tensors messages) $(head -c 300 "$TMP/err")"; fi
 printf '{"w": {"shape": [8], "dtype": "F8_E4M3", "dst_dtype": "F8_E5M2", "src": "2@0-1:S0", "dst": "2@2-3:R"}}' >"$TMP/f8.json"
 printf '{"w": {"shape": [8], "dtype": "I8", "dst_dtype": "F8_E4M3", "src": "2@0-1:S0", "dst": "2@2-3:R"}}' >"$TMP/i8f8.json"
 # 2^50 bytes (the most a model may have) to 8,192 and 16,384 replicas: 2^63 and 2^64 bytes moved.
