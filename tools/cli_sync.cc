@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "lib/support/fnv.h"
 #include "lib/support/json_text.h"
+#include "lib/support/parallel_for.h"
 #include "lib/support/saturated.h"
 #include "lib/support/text.h"
 #include "meshcast/bootstrap.h"
@@ -241,35 +242,49 @@ struct RunResult {
   double plan_seconds = 0;      // this device's
 };
 
-// One device's run: its tiles (on the GPU given an NCCL session), its plans, `iters` timed runs
-// of every step after a warm-up, then (verify) every element of every target tile checked.
-// `boot`: a process backend's, over which the ranks plan together (a rank whose own part is over
-// the planning bounds is refused on every rank, not left for the others to find dead).
-RunResult run_device(const Loaded& l, Communicator& comm, int iters, bool verify,
-                     Bootstrap* boot = nullptr, NcclSession* gpu = nullptr) {
-  const int me = comm.rank();
+// A device's tiles of every tensor: its sources filled with the test values (a cast's, the
+// target dtype's values widened: exact, so the cast must give them back), its targets zero.
+struct Tiles {
+  std::vector<std::vector<std::byte>> src, dst;
+};
+Tiles device_tiles(const Loaded& l, int me) {
   const auto& moves = l.model.moves;
-  std::vector<std::vector<std::byte>> src(moves.size()), dst(moves.size());
+  Tiles t{std::vector<std::vector<std::byte>>(moves.size()),
+          std::vector<std::vector<std::byte>>(moves.size())};
   for (std::size_t i = 0; i < moves.size(); ++i) {
-    const TensorMove& t = moves[i];
-    if (t.src.mesh().contains(me)) {
-      src[i].resize(static_cast<std::size_t>(t.src.local_elements(me)) * dtype_size(t.src.dtype()));
-      if (t.src.dtype() == t.dst.dtype()) {
-        fill_source(t.src, me, src[i].data());
-      } else {  // the target dtype's values, widened: exact, so the cast must give them back
-        const Layout as(t.src.shape(), t.dst.dtype(), t.src.mesh(), t.src.spec());
+    const TensorMove& m = moves[i];
+    if (m.src.mesh().contains(me)) {
+      t.src[i].resize(static_cast<std::size_t>(m.src.local_elements(me)) *
+                      dtype_size(m.src.dtype()));
+      if (m.src.dtype() == m.dst.dtype()) {
+        fill_source(m.src, me, t.src[i].data());
+      } else {
+        const Layout as(m.src.shape(), m.dst.dtype(), m.src.mesh(), m.src.spec());
         std::vector<std::byte> narrow(static_cast<std::size_t>(as.local_elements(me)) *
                                       dtype_size(as.dtype()));
         fill_source(as, me, narrow.data());
-        const Box tile = t.src.tile_of(me);
+        const Box tile = m.src.tile_of(me);
         convert_region(Region::of(narrow.data(), dtype_size(as.dtype()), tile, tile), as.dtype(),
-                       Region::of(src[i].data(), dtype_size(t.src.dtype()), tile, tile),
-                       t.src.dtype());
+                       Region::of(t.src[i].data(), dtype_size(m.src.dtype()), tile, tile),
+                       m.src.dtype());
       }
     }
-    if (t.dst.mesh().contains(me))
-      dst[i].resize(static_cast<std::size_t>(t.dst.local_elements(me)) * dtype_size(t.dst.dtype()));
+    if (m.dst.mesh().contains(me))
+      t.dst[i].resize(static_cast<std::size_t>(m.dst.local_elements(me)) *
+                      dtype_size(m.dst.dtype()));
   }
+  return t;
+}
+
+// One device's run over its tiles (on the GPU given an NCCL session): its plans, `iters` timed
+// runs of every step after a warm-up, then (verify) every element of every target tile checked.
+// `boot`: a process backend's, over which the ranks plan together (a rank whose own part is over
+// the planning bounds is refused on every rank, not left for the others to find dead).
+RunResult run_device(const Loaded& l, Communicator& comm, Tiles& tiles, int iters, bool verify,
+                     Bootstrap* boot = nullptr, NcclSession* gpu = nullptr) {
+  const int me = comm.rank();
+  const auto& moves = l.model.moves;
+  auto& [src, dst] = tiles;
   RankBuffers memory(gpu);
   std::vector<void*> src_at, dst_at;
   for (std::size_t i = 0; i < moves.size(); ++i) {
@@ -801,13 +816,19 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
     // tensors, the same everywhere): one device plans first, so that such a sync ends before
     // a thread per device prices it at once (128 devices: 1.1 GB and 6 s before the refusal).
     (void)rank_plan_seconds(*l, devices.front(), false);
+    // Tiles filled before the devices start, where a long fill is no stall (run_local).
+    std::vector<Tiles> tiles(devices.size());
+    detail::parallel_for(devices.size(),
+                         [&](std::size_t k) { tiles[k] = device_tiles(*l, devices[k]); });
     // Ids up to the largest, but a thread only for each device of the model.
     LocalWorld world(devices.back() + 1);
     std::atomic<std::int64_t> wrong{0};
     std::mutex m;
     world.run(
         [&](Communicator& comm) {
-          RunResult r = run_device(*l, comm, iters, a.verify);
+          const auto slot = static_cast<std::size_t>(
+              std::lower_bound(devices.begin(), devices.end(), comm.rank()) - devices.begin());
+          RunResult r = run_device(*l, comm, tiles[slot], iters, a.verify);
           wrong += r.mismatches;
           if (comm.rank() == devices.front()) {
             std::lock_guard lock(m);
@@ -823,7 +844,8 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
     // Every rank the same topology: discovered together (identical on every rank).
     if (is_auto_topology(a.topology)) l->topology = discover_job_topology(*s, a.topology);
     checked_together(s->boot, predict);  // rank 0's outcome is every rank's
-    result = run_device(*l, s->comm, iters, a.verify, &s->boot, s->nccl);
+    Tiles tiles = device_tiles(*l, s->comm.rank());
+    result = run_device(*l, s->comm, tiles, iters, a.verify, &s->boot, s->nccl);
     result.mismatches = s->boot.sum(result.mismatches);
   }
 #endif

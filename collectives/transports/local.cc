@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "arrived.h"
+#include "lib/support/parallel_for.h"
 #include "lib/support/saturated.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
@@ -545,20 +546,25 @@ LocalRun run_local(const Plan& plan, int iters, bool verify) {
   out.seconds.resize(static_cast<std::size_t>(iters));
   std::atomic<std::int64_t> mismatches{0};
   std::vector<Clock::time_point> starts(devices.size()), ends(devices.size());
+  // Sources are filled before the devices start: inside the run, a device filling a tile of
+  // 6e9 elements kept the others waiting in the first barrier past the world's timeout (exit 3).
+  std::vector<std::vector<std::byte>> sources(devices.size());
+  detail::parallel_for(devices.size(), [&](std::size_t k) {
+    if (!src.mesh().contains(devices[k])) return;
+    sources[k].resize(static_cast<std::size_t>(src.local_elements(devices[k])) * elem);
+    fill_source(src, devices[k], sources[k].data());
+  });
   world.run(
       [&](Communicator& comm) {
         const int me = comm.rank();
-        std::vector<std::byte> s, d;
-        if (src.mesh().contains(me)) {
-          s.resize(static_cast<std::size_t>(src.local_elements(me)) * elem);
-          fill_source(src, me, s.data());
-        }
-        if (dst.mesh().contains(me))
-          d.resize(static_cast<std::size_t>(dst.local_elements(me)) * elem);
         // An iteration lasts from the first device's start to the last device's end: one
         // thread's view between barriers is wrong when it wakes late on a busy machine.
         const std::size_t slot = static_cast<std::size_t>(
             std::lower_bound(devices.begin(), devices.end(), me) - devices.begin());
+        const std::vector<std::byte>& s = sources[slot];
+        std::vector<std::byte> d;
+        if (dst.mesh().contains(me))
+          d.resize(static_cast<std::size_t>(dst.local_elements(me)) * elem);
         for (int it = -1; it < iters; ++it) {  // iteration -1 warms up
           comm.barrier();
           starts[slot] = Clock::now();
