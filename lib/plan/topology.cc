@@ -98,6 +98,17 @@ std::string string_at(const json& j, const std::string& path) {
   return j.get<std::string>();
 }
 
+// A name that reports print on one line: no control characters.
+std::string name_at(const json& j, const std::string& path) {
+  std::string s = string_at(j, path);
+  for (const char c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      throw ValidationError(path, "holds a control character (byte " +
+                                      std::to_string(static_cast<unsigned char>(c)) +
+                                      "): a name is printed on one line");
+  return s;
+}
+
 // An integer in [lo, hi].
 std::int64_t int_at(const json& j, const std::string& path, std::int64_t lo, std::int64_t hi) {
   if (!j.is_number_integer()) wrong_type(path, "an integer", j);
@@ -261,12 +272,15 @@ Topology Topology::uniform(std::string name, int hosts, int devices_per_host, Li
 
 Topology Topology::from_json(std::string_view text, const std::string& field) {
   // Strict: malformed text and a key repeated in one object are ParseErrors naming the field.
-  const json doc = detail::parse_json(std::string(text), field);
+  // Values: each host an object, its name, its devices' array and its ids, each device once
+  // (3 hosts + devices <= 4 * 2^20), and the links' few: the largest topology fits.
+  constexpr std::size_t kMaxValues = 4 * static_cast<std::size_t>(kMaxDeviceId + 1) + 4096;
+  const json doc = detail::parse_json(std::string(text), field, kMaxValues);
   object_at(doc, field);
   only_keys(doc, field, {"name", "description", "links", "single_host", "uniform", "hosts"});
 
   Topology t;
-  t.name_ = string_at(require(doc, field, "name"), field + ".name");
+  t.name_ = name_at(require(doc, field, "name"), field + ".name");
   if (t.name_.empty()) throw ValidationError(field + ".name", "must not be empty");
   if (doc.contains("description"))
     t.description_ = string_at(doc["description"], field + ".description");
@@ -327,7 +341,7 @@ Topology Topology::from_json(std::string_view text, const std::string& field) {
     const json& host = object_at(hosts[h], p);
     only_keys(host, p, {"name", "devices"});
     placed[h].name =
-        host.contains("name") ? string_at(host["name"], p + ".name") : "host" + std::to_string(h);
+        host.contains("name") ? name_at(host["name"], p + ".name") : "host" + std::to_string(h);
     const json& devs = require(host, p, "devices");
     if (!devs.is_array()) wrong_type(p + ".devices", "an array", devs);
     for (std::size_t i = 0; i < devs.size(); ++i)

@@ -1,11 +1,12 @@
 #include "meshcast/limits.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 
 #include "lib/support/text.h"
@@ -63,24 +64,44 @@ std::string read_input_file(const std::string& path, const std::string& field,
   // The OS reads the path up to its first NUL: another file than the one named.
   if (path.find('\0') != std::string::npos)
     throw ValidationError(field, "the path holds a NUL byte");
+  const auto cannot = [&](const std::string& why) {
+    return IoError(field, "cannot read " + detail::quote(path) + ": " + why);
+  };
+  // A FIFO or a device is not opened (an open can wait, or act); what is opened is read
+  // without blocking, for a file stat() calls regular whose read waits (/proc/kmsg waited for
+  // the kernel's next line), and checked again (the path may have changed in between).
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    throw IoError(field, "cannot read " + detail::quote(path) + ": " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode))
-    throw ValidationError(field, detail::quote(path) + " is not a regular file");
+  const auto regular = [&] {
+    if (!S_ISREG(st.st_mode))
+      throw ValidationError(field, detail::quote(path) + " is not a regular file");
+  };
+  if (::stat(path.c_str(), &st) != 0) throw cannot(std::strerror(errno));
+  regular();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw cannot(std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (::fstat(fd, &st) != 0) throw cannot(std::strerror(errno));
+  regular();
   check_limit(field + " size", st.st_size, max_bytes, "INPUT_FILE_BYTES");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(field, "cannot read " + detail::quote(path) + ": " + std::strerror(errno));
   std::string text;
   text.reserve(static_cast<std::size_t>(st.st_size));
-  // Read at most the bound even if the file grew since stat().
+  // Read at most the bound even if the file grew since fstat().
   char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    text.append(buf, static_cast<std::size_t>(in.gcount()));
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw cannot(errno == EAGAIN ? std::string("it has nothing to read now (not a file)")
+                                   : std::string(std::strerror(errno)));
+    }
+    text.append(buf, static_cast<std::size_t>(n));
     check_limit(field + " size", static_cast<std::int64_t>(text.size()), max_bytes,
                 "INPUT_FILE_BYTES");
   }
-  if (in.bad()) throw IoError(field, "cannot read " + detail::quote(path) + ": read failed");
   return text;
 }
 

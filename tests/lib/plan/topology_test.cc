@@ -180,6 +180,43 @@ TEST(TopologyJson, DuplicateKeysAreRefused) {
   }
 }
 
+// Names print on one line in reports: a control character in one is refused, naming its key.
+TEST(TopologyJson, NamesHoldNoControlCharacters) {
+  const auto topology = [](const std::string& name, const std::string& host) {
+    return R"({"name": ")" + name +
+           R"(", "links": {"intra": {"bandwidth_gbyte_s": 1, "latency_us": 1}, "network":
+           {"bandwidth_gbit_s": 1, "latency_us": 1}}, "hosts": [{"name": ")" +
+           host + R"(", "devices": [0]}]})";
+  };
+  EXPECT_EQ(Topology::from_json(topology("t \u00e9", "h 1")).name(), "t \xc3\xa9");
+  for (const auto& [text, field] :
+       {std::pair{topology("a\\nb", "h"), std::string("topology.name")},
+        std::pair{topology("t", "evil\\u0001host"), std::string("topology.hosts[0].name")},
+        std::pair{topology("t", "del\\u007f"), std::string("topology.hosts[0].name")}}) {
+    try {
+      (void)Topology::from_json(text);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const ValidationError& e) {
+      EXPECT_EQ(e.field(), field);
+      EXPECT_NE(std::string(e.what()).find("control character"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The largest topology the schema allows, 2^20 devices on as many named hosts, is within the
+// values the reader builds (it was refused as "more than 4194304 JSON values").
+TEST(TopologyJson, TheLargestNamedTopologyLoads) {
+  const int hosts = 1 << 20;
+  std::string text = R"({"name": "wide", "links": {"intra": {"bandwidth_gbyte_s": 1,
+      "latency_us": 1}, "network": {"bandwidth_gbit_s": 1, "latency_us": 1}}, "hosts": [)";
+  for (int h = 0; h < hosts; ++h)
+    text += (h ? ",{\"name\":\"h" : "{\"name\":\"h") + std::to_string(h) + "\",\"devices\":[" +
+            std::to_string(h) + "]}";
+  text += "]}";
+  const Topology t = Topology::from_json(text);
+  EXPECT_EQ(t.host_of(hosts - 1), hosts - 1);
+}
+
 // The per-message overhead: optional, defaulting by class; kept bit for bit through to_json();
 // a negative one refused naming its field.
 TEST(TopologyJson, OverheadDefaultsByClassAndRoundTrips) {
