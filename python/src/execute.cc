@@ -123,10 +123,12 @@ Setup setup(py::handle comm, py::handle algorithm, py::handle topology) {
   return s;
 }
 
-void same_dtype(const Array& a, const Array& b, const std::string& arg) {
+// `b` (the argument `arg`) holds a's dtype, a being the argument `as`.
+void same_dtype(const Array& a, const Array& b, const std::string& arg,
+                const std::string& as = "send") {
   if (a.dtype != b.dtype)
-    throw py::type_error(arg + ": expected " + to_string(a.dtype) + " elements (as send), got " +
-                         to_string(b.dtype));
+    throw py::type_error(arg + ": expected " + to_string(a.dtype) + " elements (as " + as +
+                         "), got " + to_string(b.dtype));
 }
 
 void expect_elements(const Array& a, std::int64_t n, const std::string& arg,
@@ -203,7 +205,7 @@ py::object all_gather_py(py::object comm, py::object send, py::object recv, py::
   Setup s = setup(comm, algorithm, topology);
   Array b = collective_array(recv, "recv", true, s.keep);
   Array a = collective_array(send, "send", false, s.keep);
-  same_dtype(b, a, "send");
+  same_dtype(b, a, "send", "recv");
   expect_elements(a, piece(b.elements(), s.n, s.k), "send",
                   "member " + std::to_string(s.k) + "'s piece of recv's " +
                       std::to_string(b.elements()) + " over " + std::to_string(s.n));

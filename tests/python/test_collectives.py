@@ -165,6 +165,11 @@ def test_collective_errors():
             mc.all_reduce(comm, a, np.zeros(8, np.float64))
         with pytest.raises(ValueError, match="^recv: expected 8 elements"):
             mc.all_reduce(comm, a, np.zeros(7, np.float32))
+        # Each names the argument whose dtype it went by.
+        with pytest.raises(TypeError, match=r"^send: expected i32 elements \(as recv\), got f32"):
+            mc.all_gather(comm, np.ones(2, np.float32), np.zeros(4, np.int32))
+        with pytest.raises(TypeError, match=r"^recv: expected f32 elements \(as send\), got i32"):
+            mc.reduce_scatter(comm, a, np.zeros(4, np.int32))
         with pytest.raises(ValueError, match="^recv: expected 4 elements"):
             mc.reduce_scatter(comm, a, np.zeros(3, np.float32))
         with pytest.raises(ValueError, match="^op"):
