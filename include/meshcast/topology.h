@@ -53,6 +53,7 @@ class Topology {
   // Every device on one host (the default when no file is given).
   static Topology single_host();
   // `hosts` hosts of `devices_per_host` devices each: device d lives on host d / devices_per_host.
+  // Names (here and in from_hosts) are non-empty, without ASCII control characters.
   static Topology uniform(std::string name, int hosts, int devices_per_host, LinkClass intra,
                           LinkClass network);
   // Reads a regular file of at most limits().input_file_bytes (meshcast/limits.h): IoError

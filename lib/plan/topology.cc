@@ -98,15 +98,15 @@ std::string string_at(const json& j, const std::string& path) {
   return j.get<std::string>();
 }
 
-// A name that reports print on one line: no control characters.
-std::string name_at(const json& j, const std::string& path) {
-  std::string s = string_at(j, path);
-  for (const char c : s)
+// A topology's or a host's name: not empty, and printed on one line in reports, so without
+// ASCII control characters. Checked wherever a topology is made, so that to_json() round-trips.
+void check_name(const std::string& name, const std::string& field) {
+  if (name.empty()) throw ValidationError(field, "must not be empty");
+  for (const char c : name)
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-      throw ValidationError(path, "holds a control character (byte " +
-                                      std::to_string(static_cast<unsigned char>(c)) +
-                                      "): a name is printed on one line");
-  return s;
+      throw ValidationError(field, "holds a control character (byte " +
+                                       std::to_string(static_cast<unsigned char>(c)) +
+                                       "): a name is printed on one line");
 }
 
 // An integer in [lo, hi].
@@ -246,6 +246,7 @@ Topology Topology::single_host() {
 Topology Topology::uniform(std::string name, int hosts, int devices_per_host, LinkClass intra,
                            LinkClass network) {
   const std::string field = "topology";
+  check_name(name, field + ".name");
   if (hosts < 1) throw ValidationError(field + ".uniform.hosts", "must be >= 1");
   if (devices_per_host < 1)
     throw ValidationError(field + ".uniform.devices_per_host", "must be >= 1");
@@ -280,8 +281,8 @@ Topology Topology::from_json(std::string_view text, const std::string& field) {
   only_keys(doc, field, {"name", "description", "links", "single_host", "uniform", "hosts"});
 
   Topology t;
-  t.name_ = name_at(require(doc, field, "name"), field + ".name");
-  if (t.name_.empty()) throw ValidationError(field + ".name", "must not be empty");
+  t.name_ = string_at(require(doc, field, "name"), field + ".name");
+  check_name(t.name_, field + ".name");
   if (doc.contains("description"))
     t.description_ = string_at(doc["description"], field + ".description");
 
@@ -341,7 +342,7 @@ Topology Topology::from_json(std::string_view text, const std::string& field) {
     const json& host = object_at(hosts[h], p);
     only_keys(host, p, {"name", "devices"});
     placed[h].name =
-        host.contains("name") ? name_at(host["name"], p + ".name") : "host" + std::to_string(h);
+        host.contains("name") ? string_at(host["name"], p + ".name") : "host" + std::to_string(h);
     const json& devs = require(host, p, "devices");
     if (!devs.is_array()) wrong_type(p + ".devices", "an array", devs);
     for (std::size_t i = 0; i < devs.size(); ++i)
@@ -355,7 +356,7 @@ Topology Topology::from_json(std::string_view text, const std::string& field) {
 Topology Topology::from_hosts(std::string name, const std::vector<Host>& hosts, LinkClass intra,
                               LinkClass network, int nics_per_host, std::string description) {
   const std::string field = "topology";
-  if (name.empty()) throw ValidationError(field + ".name", "must not be empty");
+  check_name(name, field + ".name");
   if (nics_per_host < 1 || nics_per_host > kMaxNics)
     throw ValidationError(field + ".links.network.nics_per_host",
                           "must be in [1, " + std::to_string(kMaxNics) + "] (got " +
@@ -382,7 +383,7 @@ void Topology::place(const std::vector<Host>& hosts, const std::string& path) {
   for (std::size_t h = 0; h < hosts.size(); ++h) {
     const std::string p = path + "[" + std::to_string(h) + "]";
     const Host& host = hosts[h];
-    if (host.name.empty()) throw ValidationError(p + ".name", "must not be empty");
+    check_name(host.name, p + ".name");
     if (const auto [it, fresh] = names.emplace(host.name, h); !fresh)
       throw ValidationError(p + ".name", "host name " + detail::quote(host.name) +
                                              " used twice (also " + path + "[" +

@@ -195,8 +195,8 @@ bad "topology" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP"
 # Nesting and values are bounded before a tree is built (read as a tree: topologies, configs).
 python3 -c 'print("{\"name\": \"x\", \"single_host\": true, \"description\": " + "[" * 300 + "]" * 300 + "}")' >"$TMP/deep.json"
 bad "topology: not valid JSON: nested too deeply" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/deep.json"
-python3 -c 'print("[" + "0," * 4200000 + "0]")' >"$TMP/wide.json"
-bad "topology: more than 4194304 JSON values" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/wide.json"
+python3 -c 'print("[" + "0," * 4300000 + "0]")' >"$TMP/wide.json"
+bad "topology: more than 4198400 JSON values" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology "$TMP/wide.json"
 
 # Only regular files are read, bounded: /dev/zero, a FIFO, a file over the bound.
 bad "topology: .*not a regular file" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --topology /dev/zero

@@ -203,6 +203,22 @@ TEST(TopologyJson, NamesHoldNoControlCharacters) {
   }
 }
 
+// ... wherever a topology is made, so that what to_json() writes loads again.
+TEST(TopologyJson, NamesAreCheckedByEveryMaker) {
+  const LinkClass intra("intra", 1e9, 1e-6), network("network", 1e8, 1e-5);
+  EXPECT_THROW((void)Topology::uniform("a\nb", 2, 2, intra, network), ValidationError);
+  EXPECT_THROW((void)Topology::uniform("", 2, 2, intra, network), ValidationError);
+  EXPECT_THROW((void)Topology::from_hosts("a\tb", {{"h", {0}}}, intra, network), ValidationError);
+  try {
+    (void)Topology::from_hosts("t", {{"h", {0}}, {"evil\rhost", {1}}}, intra, network);
+    ADD_FAILURE() << "accepted";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.field(), "topology.hosts[1].name");
+  }
+  const Topology t = Topology::from_hosts("t", {{"h 0", {0}}, {"h\xc3\xa9", {1}}}, intra, network);
+  EXPECT_EQ(Topology::from_json(t.to_json()).host_name(1), "h\xc3\xa9");
+}
+
 // The largest topology the schema allows, 2^20 devices on as many named hosts, is within the
 // values the reader builds (it was refused as "more than 4194304 JSON values").
 TEST(TopologyJson, TheLargestNamedTopologyLoads) {
