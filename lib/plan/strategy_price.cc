@@ -393,10 +393,11 @@ class ForwardClasses {
   ForwardClasses(const LinkTimeline& s, std::int64_t chunk) : forward_(s, chunk) {}
   void add(PhaseModel& m, const std::vector<int>& receivers, const std::vector<std::int64_t>& bytes,
            int q) {
-    std::uint64_t h = 0xcbf29ce484222325ull ^ static_cast<std::uint64_t>(q);
-    for (int d : receivers) h = (h ^ static_cast<std::uint64_t>(d)) * 0x100000001b3ull;
-    for (std::int64_t b : bytes) h = (h ^ static_cast<std::uint64_t>(b)) * 0x100000001b3ull;
-    const auto [it, fresh] = index_.try_emplace(h, classes_.size());
+    detail::WordHash w;
+    w.add(q);
+    for (int d : receivers) w.add(d);
+    for (std::int64_t b : bytes) w.add(b);
+    const auto [it, fresh] = index_.try_emplace(w.value(), classes_.size());
     if (!fresh) {
       Class& c = classes_[it->second];
       if (c.q == q && c.receivers == receivers && c.bytes == bytes) {
