@@ -816,12 +816,12 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
     // tensors, the same everywhere): one device plans first, so that such a sync ends before
     // a thread per device prices it at once (128 devices: 1.1 GB and 6 s before the refusal).
     (void)rank_plan_seconds(*l, devices.front(), false);
+    // Ids up to the largest, but a thread only for each device of the model.
+    LocalWorld world(devices.back() + 1);
     // Tiles filled before the devices start, where a long fill is no stall (run_local).
     std::vector<Tiles> tiles(devices.size());
     detail::parallel_for(devices.size(),
                          [&](std::size_t k) { tiles[k] = device_tiles(*l, devices[k]); });
-    // Ids up to the largest, but a thread only for each device of the model.
-    LocalWorld world(devices.back() + 1);
     std::atomic<std::int64_t> wrong{0};
     std::mutex m;
     world.run(

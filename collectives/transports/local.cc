@@ -325,7 +325,7 @@ class LocalTransport final : public Transport {
       s_.barrier_cv.notify_all();
       return;
     }
-    // Arriving is progress: devices still coming (a thousand threads filling their buffers on
+    // Arriving is progress: devices still coming (a thousand threads allocating their buffers on
     // two cores) keep the others waiting, as copies do.
     s_.moved();
     const auto entered = Clock::now();

@@ -173,10 +173,10 @@ PlanSize tensor_size(const TensorMove& m, const Layout& planned, Strategy strate
   if (m.src.dtype() != m.dst.dtype()) e = with_cast_pieces(e, m, whole, bucket);
   // A prediction (every device's messages) holds each op three times (the tensor's ops, its
   // coalescing key and segment, its message) and each message twice while it is priced: its
-  // receivers a fourth time. Peak RSS, loaded model and all, was 1/1.22 (gpt2-small between
-  // meshes of 65,536: 3.4 M ops of 6 receivers) to 1/2.6 of this over eleven models and meshes
-  // (DeepSeek-V3 3,072 -> 960 on cluster-1024x8: 1.6 GB for 60 M receivers, which 160 bytes a
-  // receiver, here before, refused at 11.6 GiB).
+  // receivers a fourth time. Peak RSS, loaded model and all, was 1/1.11 (gpt2-small from tp 8
+  // x pp 4 to tp 4 over 16,384 + 16,384 devices: 3.08 GB) to 1/2.6 of this over fifteen models
+  // and meshes (DeepSeek-V3 3,072 -> 960 on cluster-1024x8: 1.6 GB for 60 M receivers, which
+  // 160 bytes a receiver, here before, refused at 11.6 GiB).
   if (whole) {
     e.bytes = 3 * e.bytes + 8 * e.peers;
     e.transient *= 3;
