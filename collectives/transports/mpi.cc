@@ -613,6 +613,11 @@ int MpiSession::size() const { return impl_->world->size(); }
 
 void MpiSession::on_failure() { impl_->skip_finalize = true; }
 
+void MpiSession::on_peer_failure(const Error& why) {
+  impl_->skip_finalize = true;
+  if (!impl_->transport->failed()) impl_->transport->abort(why);
+}
+
 long long MpiSession::sum(long long value) {
   auto b = std::make_unique<ExchangeBuffers>();
   b->value = value;

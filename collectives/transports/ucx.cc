@@ -189,6 +189,7 @@ class UcxTransport final : public Transport {
     return chunk_;
   }
   bool failed() const { return watchdog_.failed(); }
+  const std::optional<CommError>& announced() const { return watchdog_.announced(); }
 
   Request post_send(const Region& from, int dst, int tag) override {
     return Request(send(from, dst, tag));
@@ -475,7 +476,13 @@ UcxSession::~UcxSession() {
     } catch (const std::exception&) {  // a peer failed: the transport knows it (below)
     }
   }
-  if (impl_->transport->failed()) impl_->bootstrap->on_failure();
+  // The bootstrap's peers hear which device failed: MPI's ranks still in one of its exchanges
+  // (the verification totals) named the first rank whose process had ended, one that ended
+  // normally, not the failed one.
+  if (const auto& why = impl_->transport->announced())
+    impl_->bootstrap->on_peer_failure(*why);
+  else if (impl_->transport->failed())
+    impl_->bootstrap->on_failure();
 }
 
 Communicator& UcxSession::world() { return *impl_->world; }

@@ -261,6 +261,9 @@ void Watchdog::named(const std::vector<int>& peers, double waited, bool exchange
 
 void Watchdog::abandon(const Error& why) {
   failed_ = true;
+  if (!announced_)
+    announced_ = why.device() >= 0 ? CommError(why.device(), why.cause(), why.field())
+                                   : CommError(why.field(), why.cause());
   // "device\nfield\ncause": each part one line, so that the notice splits unambiguously.
   const std::string notice = std::to_string(why.device()) + "\n" + one_line(why.field(), 100) +
                              "\n" + one_line(why.cause(), kMaxCause);

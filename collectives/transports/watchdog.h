@@ -92,6 +92,9 @@ class Watchdog {
   static constexpr std::size_t kMaxCause = 900;
   // A failure was seen or announced: finalizing the transport may hang.
   bool failed() const { return failed_; }
+  // The first failure this rank announced (abandon()), if any: for a session that outlives the
+  // transport to tell peers of its own (UcxSession's bootstrap, Bootstrap::on_peer_failure).
+  const std::optional<CommError>& announced() const { return announced_; }
   double timeout() const { return timeout_; }
 
  private:
@@ -99,6 +102,7 @@ class Watchdog {
   int rank_, size_;
   double timeout_;
   bool failed_ = false;
+  std::optional<CommError> announced_;
   unsigned unwatched_ = 0;           // watch_sometimes() calls
   std::vector<char> answered_;       // during a ping round: pongs received
   std::vector<std::int64_t> heard_;  // during a ping round: each rank's progress (-1)

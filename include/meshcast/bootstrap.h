@@ -13,6 +13,8 @@
 
 namespace meshcast {
 
+class Error;
+
 // Who this process is in its job, as the environment says: rank, size, local rank and the
 // rendezvous, from the variables a launcher sets. Sources, each field from the first that gives
 // it:
@@ -94,6 +96,13 @@ class Bootstrap {
   // A transport started through this bootstrap saw a peer fail: tearing down what would wait on
   // that peer could hang (MpiSession then skips MPI_Finalize). The default does nothing.
   virtual void on_failure() {}
+  // As on_failure(), where the transport announced `why` (a CommError naming the device that
+  // failed) to its peers: a bootstrap with a channel of its own tells its peers too (MpiSession:
+  // a rank still waiting in its sum then names that device, not one that ended normally).
+  virtual void on_peer_failure(const Error& why) {
+    (void)why;
+    on_failure();
+  }
 
   // The sum of `value` over every rank (e.g. verification totals); collective. The default goes
   // through allgather.

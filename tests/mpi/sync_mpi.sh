@@ -6,7 +6,8 @@
 # checked (--verify), and --predict reported once. Then the faults, each ended on
 # every rank with one line and no rank left waiting: a rank given another model file, another
 # option or a bad model file; a model too large for the host's memory; a rank killed mid-sync,
-# named by every survivor within 15 s.
+# named by every survivor within 15 s; a rank killed in the job's closing sum, named by the ranks
+# still in it (KILL_AFTER_SUM: tests/mpi/kill_after_sum.cc's module).
 # Usage: BACKENDS="mpi ucx" sync_mpi.sh MESHCAST MPIEXEC
 set -u
 # Debian's python3 itself: a version manager's shim first on PATH costs ~0.4 s a call.
@@ -186,6 +187,21 @@ print(j["verified"], j["predicted_seconds"], j["unpriced"].startswith("plan memo
   fi
   timeout 20 tail --pid=$job -f /dev/null || kill -9 $job
   wait $job 2>/dev/null
+
+  # A trainer killed inside the job's closing sum, its syncs done (tests/mpi/kill_after_sum.cc):
+  # the ranks still in that sum name it and exit 3, those through it exit 0. Under ucx they named
+  # device 0 instead, which had ended normally (its run reported a success) before they looked.
+  if [[ -n ${KILL_AFTER_SUM:-} ]]; then
+    out=$(timeout 120 "${run[@]}" --enable-recovery -np 8 -x MESHCAST_TIMEOUT=5 \
+          -x MESHCAST_TEST_KILL_RANK=1 bash -c "LD_PRELOAD=$KILL_AFTER_SUM $mc sync ${model[*]} \
+          --backend $backend --iters 1 >/dev/null; echo status \$?" 2>&1)
+    rc=$?
+    named=$(grep -c "^meshcast: device 1: " <<<"$out")
+    other=$(grep "^meshcast: device " <<<"$out" | grep -vc "^meshcast: device 1: ")
+    threes=$(grep -c "^status 3$" <<<"$out")
+    if [[ $rc -ne 124 && $other -eq 0 && $named -ge 1 && $named -eq $threes ]]; then ok
+    else bad "$backend killed in the closing sum: rc=$rc, $named named device 1, $other another, $threes exited 3: $out"; fi
+  fi
 done
 
 # Ranks started on different backends: every rank says so before either starts (a ucx rank's
