@@ -615,7 +615,10 @@ void MpiSession::on_failure() { impl_->skip_finalize = true; }
 
 void MpiSession::on_peer_failure(const Error& why) {
   impl_->skip_finalize = true;
-  if (!impl_->transport->failed()) impl_->transport->abort(why);
+  int finalized = 0;  // as in ~MpiSession: after MPI_Finalize no MPI call is allowed
+  if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+  // Given up, as a device that learned of a failure gives its communicator up: its peers will.
+  if (!impl_->transport->failed()) impl_->world->abandon(why);
 }
 
 long long MpiSession::sum(long long value) {

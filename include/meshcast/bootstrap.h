@@ -96,9 +96,10 @@ class Bootstrap {
   // A transport started through this bootstrap saw a peer fail: tearing down what would wait on
   // that peer could hang (MpiSession then skips MPI_Finalize). The default does nothing.
   virtual void on_failure() {}
-  // As on_failure(), where the transport announced `why` (a CommError naming the device that
-  // failed) to its peers: a bootstrap with a channel of its own tells its peers too (MpiSession:
-  // a rank still waiting in its sum then names that device, not one that ended normally).
+  // As on_failure(), where the transport announced `why` (a CommError, naming the device that
+  // failed where one is known) to its peers: a bootstrap with a channel of its own tells its
+  // peers too (MpiSession: a rank still waiting in its sum then names that device, not one
+  // whose process ended normally before it looked).
   virtual void on_peer_failure(const Error& why) {
     (void)why;
     on_failure();

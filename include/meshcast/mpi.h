@@ -80,6 +80,7 @@ class MpiSession : public Bootstrap {
       const std::vector<unsigned char>& mine) override;
   // Another transport of this process saw a peer fail: do not finalize MPI (it could hang).
   void on_failure() override;
+  // Also announces `why` on MPI's control channel (nothing once MPI is finalized).
   void on_peer_failure(const Error& why) override;
   // Ends every process of the job with this exit code (after an unrecoverable error).
   [[noreturn]] void abort(int code);

@@ -29,7 +29,8 @@ struct UcxOptions {
 class UcxSession {
  public:
   // Collective over the ranks of `bootstrap` (an MpiSession, a TcpBootstrap), which must outlive
-  // the session: a session that saw a peer fail calls bootstrap.on_failure() on destruction.
+  // the session: a session that saw a peer fail tells the bootstrap on destruction
+  // (on_peer_failure() with the failure it announced, else on_failure()).
   // Its end is collective too, as MPI_Finalize is: the destructor waits in a barrier of the
   // session's transport until every rank ends its session (a send completes once its data is
   // on its way, so a process that left right after its last send was taken for failed by a
