@@ -162,9 +162,10 @@ std::int64_t addend(std::int64_t i, std::int64_t v, std::int64_t g, std::int64_t
   return a;
 }
 
-// Calls f(global index, element pointer) for every element of a device's tile.
+// Calls f(global index of its first element, elements, pointer to it) for every row of a
+// device's tile (the run of its last dimension, contiguous in both).
 template <class F>
-void for_each_element(const Layout& l, int device, void* local, F&& f) {
+void for_each_row(const Layout& l, int device, void* local, F&& f) {
   const Box tile = l.tile_of(device);
   if (tile.empty()) return;
   const std::size_t ndim = l.ndim(), elem = dtype_size(l.dtype());
@@ -172,11 +173,12 @@ void for_each_element(const Layout& l, int device, void* local, F&& f) {
   for (std::size_t d = ndim - 1; d > 0; --d) stride[d - 1] = stride[d] * l.shape()[d];
   std::vector<std::int64_t> idx = tile.origin();
   auto* p = static_cast<std::byte*>(local);
-  const Range inner = tile[ndim - 1];
+  const std::int64_t row = tile[ndim - 1].size();
   while (true) {
     std::int64_t g = 0;
     for (std::size_t d = 0; d < ndim; ++d) g += idx[d] * stride[d];
-    for (std::int64_t k = inner.lo; k < inner.hi; ++k, p += elem) f(g + (k - inner.lo), p);
+    f(g, row, p);
+    p += static_cast<std::size_t>(row) * elem;
     std::size_t d = ndim - 1;
     while (d-- > 0) {
       if (++idx[d] < tile[d].hi) break;
@@ -186,24 +188,51 @@ void for_each_element(const Layout& l, int device, void* local, F&& f) {
   }
 }
 
-}  // namespace
-
-std::int64_t test_value(std::int64_t i, DType dtype) {
-  // bool: the parity of i's bits (Thue-Morse): not periodic, so a shifted element shows.
-  if (dtype == DType::b8) return std::popcount(static_cast<std::uint64_t>(i)) & 1;
-  const std::int64_t p = bound(dtype);
-  if (!p) return i;
-  // i's place in its block of p consecutive elements, which always differ (a shift by fewer
-  // than p is seen), offset by a hash of the block's number (splitmix64's finalizer): i % p
-  // alone repeated every p elements, so a row moved to another row of a tensor whose rows are a
-  // multiple of p long (191 bf16 elements) matched element for element. Now two blocks match
-  // by chance only, one in p.
-  auto z = static_cast<std::uint64_t>(i / p) + 0x9E3779B97F4A7C15ULL;
+// The offset of block b of p consecutive elements (splitmix64's finalizer of b, mod p).
+std::int64_t block_offset(std::int64_t b, std::int64_t p) {
+  auto z = static_cast<std::uint64_t>(b) + 0x9E3779B97F4A7C15ULL;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  const auto offset = static_cast<std::int64_t>((z ^ (z >> 31)) % static_cast<std::uint64_t>(p));
-  return (i % p + offset) % p;
+  return static_cast<std::int64_t>((z ^ (z >> 31)) % static_cast<std::uint64_t>(p));
 }
+
+// test_value(i), test_value(i + 1), ...: a row's values with a division per block of p, not
+// four per element (a verified sync of 500 MB spent most of its time here).
+class TestValues {
+ public:
+  TestValues(std::int64_t i, DType t) : i_(i), t_(t), p_(bound(t)) {
+    if (!p_) return;
+    block_ = i / p_;
+    pos_ = i % p_;
+    offset_ = block_offset(block_, p_);
+  }
+  std::int64_t next() {
+    // bool: the parity of i's bits (Thue-Morse): not periodic, so a shifted element shows.
+    if (t_ == DType::b8) return std::popcount(static_cast<std::uint64_t>(i_++)) & 1;
+    if (!p_) return i_++;
+    // i's place in its block of p consecutive elements, which always differ (a shift by fewer
+    // than p is seen), offset by a hash of the block's number: i % p alone repeated every p
+    // elements, so a row moved to another row of a tensor whose rows are a multiple of p long
+    // (191 bf16 elements) matched element for element. Now two blocks match by chance only, one
+    // in p.
+    std::int64_t v = pos_ + offset_;
+    if (v >= p_) v -= p_;
+    if (++pos_ == p_) {
+      pos_ = 0;
+      offset_ = block_offset(++block_, p_);
+    }
+    return v;
+  }
+
+ private:
+  std::int64_t i_;  // b8 and the unbounded types: the next index
+  DType t_;
+  std::int64_t p_, block_ = 0, pos_ = 0, offset_ = 0;
+};
+
+}  // namespace
+
+std::int64_t test_value(std::int64_t i, DType dtype) { return TestValues(i, dtype).next(); }
 
 void fill_source(const Layout& src, int device, void* local) {
   const auto index = src.mesh().index_of(device);
@@ -211,8 +240,13 @@ void fill_source(const Layout& src, int device, void* local) {
     throw ValidationError("device", std::to_string(device) + " is not in the source mesh");
   const std::int64_t g = src.partial_group(*index), groups = src.partial_groups();
   const DType t = src.dtype();
-  for_each_element(src, device, local, [&](std::int64_t i, std::byte* p) {
-    store(p, t, groups == 1 ? test_value(i, t) : addend(i, test_value(i, t), g, groups, t));
+  const std::size_t elem = dtype_size(t);
+  for_each_row(src, device, local, [&](std::int64_t i, std::int64_t n, std::byte* p) {
+    TestValues values(i, t);
+    for (std::int64_t k = i; k < i + n; ++k, p += elem) {
+      const std::int64_t v = values.next();
+      store(p, t, groups == 1 ? v : addend(k, v, g, groups, t));
+    }
   });
 }
 
@@ -223,9 +257,13 @@ std::int64_t count_mismatches(const Layout& dst, int device, const void* local) 
   const bool zero = dst.partial_group(*index) != 0;
   const DType t = dst.dtype();
   std::int64_t wrong = 0;
-  for_each_element(dst, device, const_cast<void*>(local), [&](std::int64_t i, std::byte* p) {
-    wrong += !equals(p, t, zero ? 0 : test_value(i, t));
-  });
+  const std::size_t elem = dtype_size(t);
+  for_each_row(dst, device, const_cast<void*>(local),
+               [&](std::int64_t i, std::int64_t n, std::byte* p) {
+                 TestValues values(i, t);
+                 for (std::int64_t k = 0; k < n; ++k, p += elem)
+                   wrong += !equals(p, t, zero ? 0 : values.next());
+               });
   return wrong;
 }
 

@@ -72,6 +72,79 @@ TEST(Verify, TestValuesAreExactSmallIntegers) {
     }
 }
 
+// test_value's formula, written out here: i's place in its block of p elements offset by the
+// block's hash (splitmix64's finalizer), mod p; bool the parity of i's bits; 64-bit and f64
+// types i itself.
+std::int64_t formula(std::int64_t i, DType t) {
+  std::int64_t p = 0;
+  switch (t) {
+    case DType::i8:
+      p = 61;
+      break;
+    case DType::bf16:
+    case DType::u8:
+      p = 191;
+      break;
+    case DType::f16:
+      p = 1021;
+      break;
+    case DType::i16:
+      p = 32693;
+      break;
+    case DType::u16:
+      p = 65449;
+      break;
+    case DType::f32:
+    case DType::c64:
+      p = 16000057;
+      break;
+    case DType::i32:
+      p = 2147483629;
+      break;
+    case DType::u32:
+      p = 4294967231;
+      break;
+    case DType::b8:
+      return __builtin_popcountll(static_cast<unsigned long long>(i)) & 1;
+    default:
+      return i;
+  }
+  std::uint64_t z = static_cast<std::uint64_t>(i / p) + 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return (i % p + static_cast<std::int64_t>((z ^ (z >> 31)) % static_cast<std::uint64_t>(p))) % p;
+}
+
+// Rows are filled and checked block by block (a division per block of p, not per element):
+// rows that start inside a block and cross many, of every dtype, hold the formula's values, and
+// one wrong element in any block is one mismatch.
+TEST(Verify, RowsAcrossBlocksHoldTheFormula) {
+  Rng rng(0xb10c);
+  for (DType t : kAllDTypes) {
+    for (std::int64_t i :
+         {std::int64_t{0}, std::int64_t{60}, std::int64_t{190}, std::int64_t{1020},
+          std::int64_t{16000056}, std::int64_t{4294967230}, (std::int64_t{1} << 40) + 3})
+      EXPECT_EQ(test_value(i, t), formula(i, t)) << to_string(t) << " i=" << i;
+    // 3 devices of 2 x 7,000 columns each: rows start at columns 0, 7,000 and 14,000.
+    const Layout l = Layout::parse({3, 21000}, t, "3@0-2:RS0");
+    const std::size_t elem = dtype_size(t);
+    for (std::int64_t k = 0; k < 3; ++k) {
+      Bytes b = filled(l, k);
+      std::size_t at = 0;
+      testing::ref_for_each(l.shape(), testing::ref_tile(l, k), [&](const auto&, std::int64_t g) {
+        if (testing::load_element(t, b.data() + at) != static_cast<double>(formula(g, t)))
+          ADD_FAILURE() << to_string(t) << " device " << k << " element " << g;
+        at += elem;
+      });
+      ASSERT_EQ(count_mismatches(l, static_cast<int>(k), b.data()), 0) << to_string(t);
+      const auto e =
+          static_cast<std::size_t>(rng.below(static_cast<std::int64_t>(b.size() / elem)));
+      b[e * elem] ^= std::byte{1};
+      EXPECT_EQ(count_mismatches(l, static_cast<int>(k), b.data()), 1) << to_string(t);
+    }
+  }
+}
+
 TEST(Verify, FilledLayoutCheckedAgainstItselfHasNoMismatches) {
   Rng rng(0x7e21);
   testing::Limits lim;
