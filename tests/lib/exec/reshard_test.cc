@@ -2,7 +2,9 @@
 // test allocates and fills with its own values, checked element by element by its own reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -345,7 +347,12 @@ TEST(Reshard, TreesOfChainsMatchTheReference) {
       {{9, 14}, DType::f64, "2@0-1:RS0", "2x5@2-11:RR"},   // two boxes, each to 10
       {{12, 8}, DType::i64, "2@0-1:RR+P0", "10@2-11:RR"},  // reduced at one, sent on
   };
-  for (const Case& c : cases) {
+  // Under MESHCAST_TEST_SCALE < 1 (the sanitizer presets), every k-th shape besides the
+  // planner's own, another subset for each case.
+  const auto every =
+      static_cast<std::size_t>(std::lround(1 / std::min(1.0, testing::test_scale())));
+  for (std::size_t ci = 0; ci < std::size(cases); ++ci) {
+    const Case& c = cases[ci];
     const auto src = Layout::parse(c.shape, c.dtype, c.src);
     const auto dst = Layout::parse(c.shape, c.dtype, c.dst);
     PlanOptions opt;
@@ -367,7 +374,9 @@ TEST(Reshard, TreesOfChainsMatchTheReference) {
       if (g != 1) shapes.emplace_back(static_cast<std::int32_t>(g), 0);
     for (std::size_t f = 1; f < receivers; ++f)
       for (std::int32_t g : {0, 2}) shapes.emplace_back(g, static_cast<std::int32_t>(f));
-    for (const auto& [g, f] : shapes) {
+    for (std::size_t si = 0; si < shapes.size(); ++si) {
+      const auto [g, f] = shapes[si];
+      if ((g != 0 || f != 0) && (si + ci) % every != 0) continue;
       std::vector<Op> ops = planned.ops();
       for (Op& op : ops) {
         const auto n = static_cast<std::int32_t>(op.peers.size());
