@@ -43,6 +43,7 @@ void HolderSet::select(const std::vector<std::int64_t>& shard, std::int64_t adde
     } else {
       base_ += fixed_[a] * stride_[a];
     }
+  only_ = size_ == 1 ? m.device(base_) : -1;
 }
 
 int HolderSet::operator[](std::int64_t k) const {
@@ -60,6 +61,7 @@ int HolderSet::operator[](std::int64_t k) const {
 }
 
 std::int64_t HolderSet::position(int id) const {
+  if (size_ == 1) return id == only_ ? 0 : -1;
   std::int64_t index = -1;
   if (index_) {
     if (id >= 0 && static_cast<std::size_t>(id) < index_->size())

@@ -37,6 +37,8 @@ class HolderSet {
   std::vector<std::size_t> free_;     // the free axes, in order
   std::int64_t base_ = 0;             // the mesh index of holder 0 (the fixed axes' part)
   std::int64_t size_ = 0;
+  int only_ = -1;  // the one holder, where size_ is 1 (a tile no other device holds: position()
+                   // without a division, asked per target of every task)
 };
 
 }  // namespace meshcast::detail

@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <numeric>
 #include <sstream>
+#include <tuple>
 
 #include "lib/plan/link_timeline.h"
 #include "meshcast/cost.h"
@@ -22,6 +24,77 @@ namespace {
 using detail::MulticastTree;
 using detail::OpTime;
 using testing::Rng;
+
+// chain_order against its definition (the root's host first, by id; then host by host, each
+// from the rail of the root's NIC index, then by id): receivers given in any order (shuffled,
+// host by host, hosts rotated, hosts permuted, each host's devices rotated), on hosts of 1 to 4
+// NICs whose devices are numbered across hosts, not host by host.
+TEST(ChainOrder, AnyOrderOfTheReceiversGivesTheDefinedChain) {
+  Rng rng(0xc4a2);
+  for (int iter = 0; iter < testing::scaled(400); ++iter) {
+    const int hosts = static_cast<int>(rng.between(1, 9)),
+              per = static_cast<int>(rng.between(1, 9));
+    std::vector<Topology::Host> placed(static_cast<std::size_t>(hosts));
+    for (int d = 0; d < hosts * per; ++d) {  // device d on host (d + d / hosts) % hosts
+      auto& h = placed[static_cast<std::size_t>((d + d / hosts) % hosts)];
+      h.devices.push_back(d);
+    }
+    for (int h = 0; h < hosts; ++h)
+      placed[static_cast<std::size_t>(h)].name = "h" + std::to_string(h);
+    int nics = static_cast<int>(rng.between(1, std::min(per, 4)));
+    while (per % nics) --nics;  // NICs share a host's devices evenly
+    const Topology t = Topology::from_hosts("t", placed, LinkClass{"intra", 1e9, 1e-6},
+                                            LinkClass{"network", 1e9, 1e-5}, nics);
+    std::vector<int> all(static_cast<std::size_t>(hosts * per));
+    std::iota(all.begin(), all.end(), 0);
+    const detail::LinkTimeline s(t, all, 4, 1 << 20);
+    const int root = static_cast<int>(rng.below(hosts * per));
+    std::vector<int> peers;
+    for (int d : all)
+      if (d != root && rng.chance(3, 4)) peers.push_back(d);
+    // The definition.
+    const auto key = [&](int d) {
+      const bool away = s.host(d) != s.host(root);
+      return std::make_tuple(away, s.host(d), away ? s.rail(s.slot(d), s.nic(root)) : 0, d);
+    };
+    std::vector<int> want = peers;
+    std::sort(want.begin(), want.end(), [&](int a, int b) { return key(a) < key(b); });
+    // The receivers as a caller may list them.
+    std::vector<int> given = peers;
+    switch (iter % 4) {
+      case 0:
+        rng.shuffle(given);
+        break;
+      case 1:  // host by host (in host order), then rotated
+        std::stable_sort(given.begin(), given.end(),
+                         [&](int a, int b) { return s.host(a) < s.host(b); });
+        if (!given.empty())
+          std::rotate(given.begin(),
+                      given.begin() + rng.below(static_cast<std::int64_t>(given.size())),
+                      given.end());
+        break;
+      default: {  // hosts permuted, each host's devices rotated
+        std::vector<int> order(static_cast<std::size_t>(hosts));
+        std::iota(order.begin(), order.end(), 0);
+        rng.shuffle(order);
+        given.clear();
+        for (int h : order) {
+          std::vector<int> mine;
+          for (int d : peers)
+            if (s.host(d) == h) mine.push_back(d);
+          if (!mine.empty())
+            std::rotate(mine.begin(),
+                        mine.begin() + rng.below(static_cast<std::int64_t>(mine.size())),
+                        mine.end());
+          given.insert(given.end(), mine.begin(), mine.end());
+        }
+      }
+    }
+    detail::chain_order(given, root, s);
+    ASSERT_EQ(given, want) << "iter " << iter << ": " << hosts << " hosts of " << per << ", "
+                           << nics << " NICs, root " << root;
+  }
+}
 
 TEST(MulticastTree, EveryReceiverIsFedByTheRootOrAnEarlierOne) {
   for (std::int64_t n = 1; n <= 40; ++n)
