@@ -30,6 +30,7 @@
 #include "meshcast/region.h"
 #include "meshcast/reshard.h"
 #include "meshcast/sync.h"
+#include "meshcast/units.h"
 
 namespace meshcast::training {
 namespace {
@@ -388,6 +389,9 @@ std::vector<std::string> gather_entries(const Group& group, const std::string& m
 // The JSON values a manifest may hold: an offset per device and parameter it holds, up to 8x the
 // default, within the file's own bound (MESHCAST_MAX_INPUT_FILE_BYTES).
 constexpr std::size_t kManifestValues = 8 * detail::kMaxJsonValues;
+// A parameter's layout (its mesh's devices counted apart), name and map entries, as a manifest
+// is read: 300,000 parameters of one device each took 1.6 GB with the manifest's JSON.
+constexpr std::int64_t kParameterBytes = 4096;
 
 // A save's description (JSON text; "" for none) as its manifest holds it.
 json parse_description(const std::string& description) {
@@ -501,9 +505,20 @@ Manifest read_manifest(const fs::path& checkpoint, std::int64_t step) {
       throw bad("its step is not " + std::to_string(step) + ", the step of its directory");
     m.step = step;
     m.description = j.at("description").dump();
+    // What the layouts hold, counted as each is built, within the training memory bound: a
+    // parameter's entries and 16 bytes a device of its mesh (a forged manifest of 23 KB held
+    // 300 meshes of 2^20 devices, 4.8 GB, before its first parameter was found missing).
+    std::int64_t held = 0;
     for (const auto& p : j.at("parameters")) {
       const std::string name = p.at("name");
-      if (!m.params.emplace(name, layout_of(p, name)).second)
+      Layout layout = layout_of(p, name);
+      held += kParameterBytes + 16 * layout.mesh().size();
+      if (held > limits().train_memory_bytes)
+        throw ValidationError("train memory",
+                              m.path + ": its parameters' layouts take over " +
+                                  human_bytes(limits().train_memory_bytes) +
+                                  " to hold (raise it with MESHCAST_MAX_TRAIN_MEMORY_BYTES)");
+      if (!m.params.emplace(name, std::move(layout)).second)
         throw bad("parameter " + name + " is listed twice");
       m.order.push_back(name);
     }
@@ -982,8 +997,11 @@ fs::path aside(const fs::path& checkpoint) {
 }
 
 // Whether a load may pass over this failure to an older checkpoint: a corrupt or partial one
-// (BadInput), not an I/O error or a peer's failure.
-bool corrupt(const Error& e) { return e.kind() == ErrorKind::BadInput; }
+// (BadInput), not an I/O error, a peer's failure or one over the memory bound (whole: the bound
+// is to be raised, not the checkpoint renamed and passed over).
+bool corrupt(const Error& e) {
+  return e.kind() == ErrorKind::BadInput && e.field() != "train memory";
+}
 
 }  // namespace
 
@@ -1005,6 +1023,7 @@ SavedCheckpoint find_checkpoint(const std::string& dir) {
             found.fallback = n.fallback;
             break;
           }
+          if (!corrupt(*unread)) throw *unread;
           found.skipped.push_back(unread->cause());
           if (!newest_failure) newest_failure = std::move(unread);
         }

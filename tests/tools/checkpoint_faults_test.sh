@@ -148,6 +148,44 @@ PY
     bad "$forged: after the run: $(ls "$ck")"
 done
 
+# A manifest resealed with 300 more parameters, each on a mesh of 2^20 devices (23 KB, it took
+# 4.8 GB to read): refused over the training memory bound as its layouts are read, exit 2 with
+# little memory used, and not passed over to step 2 as a corrupt one (it is whole: the bound is
+# to be raised), nothing moved.
+fresh
+python3 - "$ck/step-00000004/manifest.json" <<'PY'
+import json, sys
+def fnv(data):
+    h = 0xcbf29ce484222325
+    for c in data:
+        h = ((h ^ c) * 0x100000001b3) & 0xffffffffffffffff
+    return "%016x" % h
+path = sys.argv[1]
+j = json.load(open(path))
+j["parameters"] += [{"name": "p%d" % i, "shape": [1], "layout": "1048576@0-1048575:R"}
+                    for i in range(300)]
+j.pop("checksum")
+j["checksum"] = fnv(json.dumps(j, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode())
+open(path, "w").write(json.dumps(j))
+PY
+before=$(digest "$ck")
+got=$(python3 - "$mc" "$ck" "$tmp/out" <<'PY'
+import os, resource, subprocess, sys
+env = dict(os.environ, MESHCAST_MAX_TRAIN_MEMORY_BYTES="256M")
+p = subprocess.run([sys.argv[1], "train", "gpt", "--batch", "8", "--seq", "16", "--d-model", "32",
+                    "--layers", "2", "--heads", "4", "--steps", "6", "--checkpoint-dir",
+                    sys.argv[2], "--resume", "--out", sys.argv[3]],
+                   capture_output=True, text=True, env=env)
+kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(p.returncode, kib, p.stderr.strip())
+PY
+)
+read -r rc kib err <<<"$got"
+[[ $rc -eq 2 && $err == "meshcast: train memory: $ck/step-00000004/manifest.json: its parameters' layouts take over 256.00 MiB to hold (raise it with MESHCAST_MAX_TRAIN_MEMORY_BYTES)" ]] &&
+  ok || bad "layouts over the memory bound: $got"
+[[ $kib -lt 400000 ]] && ok || bad "layouts over the memory bound: a peak RSS of $kib KiB"
+unchanged "layouts over the memory bound"
+
 # DIR/latest missing, or naming an older checkpoint: the newest resumes, and stderr says why. The
 # resumed steps are those of the uninterrupted run.
 for damage in missing older; do
