@@ -733,6 +733,10 @@ ModelManifest read_model(std::string_view model_json, const SystemConfig* system
                                                " to read and plan (raise it with "
                                                "MESHCAST_MAX_PLAN_MEMORY_BYTES)");
     if (name.empty()) throw ValidationError("tensors.", "a tensor has an empty name");
+    if (name.size() > kMaxTensorNameBytes)
+      throw ValidationError(tensor_field(name),
+                            "a name of " + std::to_string(name.size()) + " bytes, over the " +
+                                std::to_string(kMaxTensorNameBytes) + " a name may have");
     entries.push_back(entry_from(r, std::string(name)));
   });
   if (entries.empty()) throw ValidationError("model", "no tensors");

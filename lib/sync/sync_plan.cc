@@ -45,6 +45,10 @@ void check(const std::vector<TensorMove>& tensors, const SyncOptions& o) {
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const TensorMove& t = tensors[i];
     if (t.name.empty()) throw ValidationError(tensor_field(i, "name"), "is empty");
+    if (t.name.size() > kMaxTensorNameBytes)
+      throw ValidationError(tensor_field(i, "name"),
+                            "is " + std::to_string(t.name.size()) + " bytes long, over the " +
+                                std::to_string(kMaxTensorNameBytes) + " a name may have");
     if (!names.insert(t.name).second)
       throw ValidationError(tensor_field(i, "name"), "\"" + t.name + "\" is named twice");
     if (t.src.shape() != t.dst.shape())

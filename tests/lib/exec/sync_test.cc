@@ -462,6 +462,10 @@ TEST(Sync, BadInputNamesTheField) {
   };
   EXPECT_EQ(field({{"w", a, b}, {"w", a, b}}), "tensors[1].name");
   EXPECT_EQ(field({{"", a, b}}), "tensors[0].name");
+  // A name is copied into every device's part: at most kMaxTensorNameBytes.
+  EXPECT_EQ(field({{std::string(kMaxTensorNameBytes, 'n'), a, b}}), "no error");
+  EXPECT_EQ(field({{"w", a, b}, {std::string(kMaxTensorNameBytes + 1, 'n'), a, b}}),
+            "tensors[1].name");
   EXPECT_EQ(field({{"w", a, Layout::parse({9}, DType::f32, "2@2-3:R")}}), "tensors[0].dst.shape");
   EXPECT_EQ(field({{"w", a, Layout::parse({8}, DType::i32, "2@2-3:R")}}), "tensors[0].dst.dtype");
   EXPECT_EQ(field({{"w", Layout::parse({8}, DType::bf16, "2@0-1:S0"),

@@ -602,6 +602,13 @@ TEST(ManifestExplicit, Errors) {
   EXPECT_EQ(f(R"({"a": {"shape": [4], "dtype": "F32"},
                   "b": {"shape": [4], "dtype": "f32", "src": "2@0-1:S0", "dst": "2@2-3:S0"}})"),
             "tensors.b");
+  // A name over kMaxTensorNameBytes (a 30 MB one held 3.8 GB over 64 devices), shown cut short.
+  const std::string longest(kMaxTensorNameBytes, 'n');
+  const auto named = [](const std::string& name) {
+    return R"({")" + name + R"(": {"shape": [4], "dtype": "f32", "src": "1@0:R", "dst": "1@1:R"}})";
+  };
+  EXPECT_EQ(read_model(named(longest), nullptr).moves.at(0).name, longest);
+  EXPECT_EQ(f(named(longest + "n")), "tensors." + longest.substr(0, 160) + "...");
   // A system config does not apply to explicit layouts.
   const auto sys = system_of(kTp2Pp2ToTp2Dp2);
   EXPECT_EQ(field_of<ValidationError>([&] {
