@@ -117,7 +117,9 @@ void checked_together(Bootstrap& boot, const std::function<void()>& checks) {
 void check_job_capacity(Bootstrap& boot, std::int64_t mine, const std::string& field) {
   // Every rank's record (host name, its bytes, the memory it may use there) to every rank, which
   // all judge alike: a refusal on some ranks only would leave the others waiting.
-  const std::string record = discover_host_name() + '\n' + std::to_string(mine) + '\n' +
+  std::string host;  // a bad MESHCAST_HOSTNAME refused on every rank
+  checked_together(boot, [&] { host = discover_host_name(); });
+  const std::string record = host + '\n' + std::to_string(mine) + '\n' +
                              std::to_string(static_cast<std::int64_t>(usable_memory_bytes()));
   const auto all = boot.allgather(std::vector<unsigned char>(record.begin(), record.end()));
   struct Host {
@@ -211,8 +213,15 @@ class StartWatch {
 
 void start_and_run(const std::string& backend, const std::function<void(ProcessSession&)>& fn,
                    Sessions& s) {
-  // Read first: a bad value is refused before the rendezvous waits for the others.
-  const double timeout = peer_timeout();
+  // Read first, refused once the bootstrap stands, on every rank (checked_together): refused
+  // here alone, the others waited out the rendezvous and named this rank missing (exit 3).
+  double timeout = 60;
+  std::exception_ptr bad_timeout;
+  try {
+    timeout = peer_timeout();
+  } catch (const ValidationError&) {
+    bad_timeout = std::current_exception();
+  }
   // The bootstrap: a TCP rendezvous when the environment gives one (ucx, nccl), else MPI.
   std::string size_from;
   if (backend != "mpi")
@@ -229,6 +238,9 @@ void start_and_run(const std::string& backend, const std::function<void(ProcessS
     s.mpi = std::make_unique<MpiSession>(nullptr, nullptr, mpi_options);
   }
   Bootstrap& boot = s.tcp ? static_cast<Bootstrap&>(*s.tcp) : *s.mpi;
+  checked_together(boot, [&] {
+    if (bad_timeout) std::rethrow_exception(bad_timeout);
+  });
   // Every rank on one backend before any starts its own: a ucx rank's first exchange (its
   // worker address) met an mpi rank's first check, and each read the other's bytes.
   agree(boot, {{"backend", backend}});
@@ -275,6 +287,9 @@ Topology discover_job_topology(ProcessSession& session, const std::string& topol
                                           session.comm.backend() +
                                           " (its transport works on device memory): give a "
                                           "file or a preset");
+  // A bad host name (MESHCAST_HOSTNAME) refused as "rank R: ..." on every rank: discovery's
+  // own agreement gives every rank the error alone, as if each had it.
+  checked_together(session.boot, [] { (void)discover_host_name(); });
   DiscoverOptions o;
   o.preset = preset;
   return discover_topology(session.comm, o);

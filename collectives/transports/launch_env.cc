@@ -273,7 +273,7 @@ double LaunchEnv::timeout_from(const Getenv& env) {
   if (!detail::plain_decimal(s) || errno != 0 || *stop != '\0' || !(v > 0) || !std::isfinite(v) ||
       v > 1e7)
     throw ValidationError("MESHCAST_RENDEZVOUS_TIMEOUT",
-                          detail::quote(s) + " is not a positive number of seconds");
+                          detail::quote(s) + " is not a number of seconds in (0, 1e7]");
   return v;
 }
 

@@ -120,6 +120,33 @@ if [[ " $backends " == *" ucx "* ]]; then
   if [[ $rc -eq 2 && $err == "meshcast: MASTER_ADDR: not set; torchrun's RANK and WORLD_SIZE"* ]]
   then ok; else bad "no MASTER_ADDR: rc=$rc: $err"; fi
 
+  # A bad value of one rank's own (MESHCAST_TIMEOUT; MESHCAST_HOSTNAME under --topology auto,
+  # for reshard and sync): every rank exits 2, the others naming that rank at once (they waited
+  # out the rendezvous, exit 3, or were left as by a rank that ended).
+  echo '{"w": {"shape": [64, 48], "dtype": "F32", "src": "2x2@0-3:S0S1", "dst": "4@0-3:RS0"}}' \
+    >"$tmp/model.json"
+  long=$(printf 'x%.0s' {1..300})
+  for c in "MESHCAST_TIMEOUT=abc|reshard|MESHCAST_TIMEOUT: expected seconds in [1, 86400], got 'abc'" \
+    "MESHCAST_HOSTNAME=$long|reshard|MESHCAST_HOSTNAME: 300 characters: a host name has at most 255" \
+    "MESHCAST_HOSTNAME=$long|sync|MESHCAST_HOSTNAME: 300 characters: a host name has at most 255"; do
+    IFS='|' read -r var cmd want <<<"$c"
+    port=$(free_port --pair)
+    odd_vars() { echo "$(torchrun_vars "$1")"; [[ $1 -eq 2 ]] && echo "$var"; }
+    if [[ $cmd == reshard ]]; then
+      start_ranks 4 60 odd_vars "$mc" "${args[@]}" --backend ucx --topology auto
+    else
+      start_ranks 4 60 odd_vars "$mc" sync --model "$tmp/model.json" --backend ucx --iters 1 \
+        --topology auto
+    fi
+    good=0
+    for r in 0 1 2 3; do
+      line="meshcast: rank 2: $want"
+      [[ $r -eq 2 ]] && line="meshcast: $want"
+      [[ ${rcs[r]} -eq 2 && $(cat "$tmp/out.$r") == "$line" ]] && good=$((good + 1))
+    done
+    if [[ $good -eq 4 ]]; then ok; else bad "${var%%=*} bad on rank 2 ($cmd):$(rank_failures 4)"; fi
+  done
+
   # --topology auto under torchrun's variables: two host names, then one.
   for hosts in 2 1; do
     port=$(free_port --pair)
