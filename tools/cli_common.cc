@@ -396,8 +396,13 @@ void report_error(const std::exception& e) {
 
 std::string one_line(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  // Other control characters (a name read from a file: an escape sequence) would reach the
+  // terminal as they are.
   for (char& c : s)
-    if (c == '\n' || c == '\r') c = ' ';
+    if (c == '\n' || c == '\r' || c == '\t')
+      c = ' ';
+    else if (static_cast<unsigned char>(c) < 32 || c == 127)
+      c = '?';
   if (s.size() > kMaxMessageChars) s = s.substr(0, kMaxMessageChars - 3) + "...";
   return s;
 }

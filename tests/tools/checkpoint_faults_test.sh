@@ -186,6 +186,28 @@ read -r rc kib err <<<"$got"
 [[ $kib -lt 400000 ]] && ok || bad "layouts over the memory bound: a peak RSS of $kib KiB"
 unchanged "layouts over the memory bound"
 
+# A resealed manifest naming a parameter with an escape sequence: the line says so with '?' for
+# each control character, never the raw bytes (they reached the terminal).
+fresh
+rm -r "$ck/step-00000002"
+python3 - "$ck/step-00000004/manifest.json" <<'PY'
+import json, sys
+def fnv(data):
+    h = 0xcbf29ce484222325
+    for c in data:
+        h = ((h ^ c) * 0x100000001b3) & 0xffffffffffffffff
+    return "%016x" % h
+path = sys.argv[1]
+j = json.load(open(path))
+j["files"][0]["offsets"]["x\u001b[31m\ty"] = 0
+j.pop("checksum")
+j["checksum"] = fnv(json.dumps(j, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode())
+open(path, "w").write(json.dumps(j))
+PY
+expect_exit 2 "parameter x?[31m y is not in the manifest" resume gpt --steps 6
+err=$(resume gpt --steps 6 2>&1 >/dev/null)
+[[ $err != *$'\e'* ]] && ok || bad "a raw escape byte on stderr: $err"
+
 # DIR/latest missing, or naming an older checkpoint: the newest resumes, and stderr says why. The
 # resumed steps are those of the uninterrupted run.
 for damage in missing older; do
