@@ -604,7 +604,8 @@ void TcpBootstrap::Impl::listen_and_accept(const AddrList& addrs) {
       if (n != static_cast<std::uint64_t>(size))
         wrong = "a process connected as rank " + std::to_string(r) + " of " + std::to_string(n) +
                 " ranks, but rank 0 was started with " + std::to_string(size) +
-                " (MESHCAST_SIZE differs?)";
+                " (the variable that gives the job's size differs: MESHCAST_SIZE, WORLD_SIZE, "
+                "SLURM_NTASKS or OMPI_COMM_WORLD_SIZE)";
       else if (r == 0 || r >= n)
         wrong =
             "a process connected with rank " + std::to_string(r) + " of " + std::to_string(size);
