@@ -213,15 +213,10 @@ class StartWatch {
 
 void start_and_run(const std::string& backend, const std::function<void(ProcessSession&)>& fn,
                    Sessions& s) {
-  // Read first, refused once the bootstrap stands, on every rank (checked_together): refused
-  // here alone, the others waited out the rendezvous and named this rank missing (exit 3).
-  double timeout = 60;
-  std::exception_ptr bad_timeout;
-  try {
-    timeout = peer_timeout();
-  } catch (const ValidationError&) {
-    bad_timeout = std::current_exception();
-  }
+  // Read first: a bad value is refused before the rendezvous waits for the others (set for
+  // the job, as it mostly is, every rank refuses it at once; a rank alone given one is named
+  // missing by the others at the rendezvous timeout).
+  const double timeout = peer_timeout();
   // The bootstrap: a TCP rendezvous when the environment gives one (ucx, nccl), else MPI.
   std::string size_from;
   if (backend != "mpi")
@@ -238,9 +233,6 @@ void start_and_run(const std::string& backend, const std::function<void(ProcessS
     s.mpi = std::make_unique<MpiSession>(nullptr, nullptr, mpi_options);
   }
   Bootstrap& boot = s.tcp ? static_cast<Bootstrap&>(*s.tcp) : *s.mpi;
-  checked_together(boot, [&] {
-    if (bad_timeout) std::rethrow_exception(bad_timeout);
-  });
   // Every rank on one backend before any starts its own: a ucx rank's first exchange (its
   // worker address) met an mpi rank's first check, and each read the other's bytes.
   agree(boot, {{"backend", backend}});

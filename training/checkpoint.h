@@ -102,7 +102,9 @@ struct LoadStats {
 // is corrupt or partial (missing file, size, tile or checksum mismatch, an edited or unreadable
 // manifest), for a DIR/latest whose checkpoints are gone, or for one of another model (a
 // parameter missing on either side or of another shape); every device throws, and neither the
-// disk nor `params` is modified. ValidationError("checkpoint.batch_bytes") when it is below 1.
+// disk nor `params` is modified. ValidationError("checkpoint.batch_bytes") when it is below 1;
+// ValidationError("train memory") when the newest manifest's layouts (4 KiB a parameter, 16
+// bytes a device of its mesh) exceed limits().train_memory_bytes: not passed over (it is whole).
 std::int64_t load_checkpoint(Communicator& comm, const std::vector<int>& world, Parameters& params,
                              const std::string& dir, const LoadOptions& options = {},
                              LoadStats* stats = nullptr);

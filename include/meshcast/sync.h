@@ -127,7 +127,8 @@ std::vector<int> sync_devices(const std::vector<TensorMove>& tensors);
 // takes part in plus the tensors' devices. Deterministic: every device computes the same
 // messages for the parts they share. Throws ValidationError naming the tensor and field
 // ("tensors[3].dst.dtype": a cast other than f32 -> bf16/f16; "tensors[3].dst.shape";
-// "tensors[3].name": a duplicate or empty name), ValidationError("max_staging_bytes") < 1.
+// "tensors[3].name": a duplicate or empty name, or one over kMaxTensorNameBytes),
+// ValidationError("max_staging_bytes") < 1.
 SyncPlan plan_sync(std::vector<TensorMove> tensors, int device,
                    const Topology& topology = Topology::single_host(),
                    const SyncOptions& options = {});

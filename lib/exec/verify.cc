@@ -200,7 +200,7 @@ std::int64_t block_offset(std::int64_t b, std::int64_t p) {
 // four per element (a verified sync of 500 MB spent most of its time here).
 class TestValues {
  public:
-  TestValues(std::int64_t i, DType t) : i_(i), t_(t), p_(bound(t)) {
+  TestValues(std::int64_t i, DType t) : i_(static_cast<std::uint64_t>(i)), t_(t), p_(bound(t)) {
     if (!p_) return;
     block_ = i / p_;
     pos_ = i % p_;
@@ -208,8 +208,8 @@ class TestValues {
   }
   std::int64_t next() {
     // bool: the parity of i's bits (Thue-Morse): not periodic, so a shifted element shows.
-    if (t_ == DType::b8) return std::popcount(static_cast<std::uint64_t>(i_++)) & 1;
-    if (!p_) return i_++;
+    if (t_ == DType::b8) return std::popcount(i_++) & 1;
+    if (!p_) return static_cast<std::int64_t>(i_++);
     // i's place in its block of p consecutive elements, which always differ (a shift by fewer
     // than p is seen), offset by a hash of the block's number: i % p alone repeated every p
     // elements, so a row moved to another row of a tensor whose rows are a multiple of p long
@@ -225,7 +225,7 @@ class TestValues {
   }
 
  private:
-  std::int64_t i_;  // b8 and the unbounded types: the next index
+  std::uint64_t i_;  // b8 and the unbounded types: the next index (unsigned: i = 2^63 - 1 is one)
   DType t_;
   std::int64_t p_, block_ = 0, pos_ = 0, offset_ = 0;
 };
