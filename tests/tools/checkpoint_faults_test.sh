@@ -31,6 +31,26 @@ resume() { "$mc" train "$@" "${small[@]}" --checkpoint-dir "$ck" --resume; }
 unchanged() {
   [[ $(digest "$ck") == "$before" ]] && ok || bad "$1: the refused run changed $ck"
 }
+# reseal STEP_DIR CODE: runs the Python CODE on the step's manifest as `j` (with `step`, the
+# directory, and `fnv`, FNV-1a 64 as hex), then writes it back with its checksum recomputed, as
+# any tool can: only the checks after the checksum's can refuse it.
+reseal() {
+  python3 - "$1" "$2" <<'PY'
+import json, os, struct, sys
+def fnv(data):
+    h = 0xcbf29ce484222325
+    for c in data:
+        h = ((h ^ c) * 0x100000001b3) & 0xffffffffffffffff
+    return "%016x" % h
+step, code = sys.argv[1], sys.argv[2]
+manifest = os.path.join(step, "manifest.json")
+j = json.load(open(manifest))
+exec(code)
+j.pop("checksum")
+j["checksum"] = fnv(json.dumps(j, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode())
+open(manifest, "w").write(json.dumps(j, indent=2))
+PY
+}
 
 # An edited manifest: one character of it (an offset 4 bytes on: the values would be read
 # shifted) is refused by the manifest's checksum.
@@ -110,20 +130,12 @@ unchanged "a corrupt newest before another model's"
 # passes over it to step 2, names what is wrong, and trains on as the uninterrupted run did.
 for forged in nan negative-v; do
   fresh
-  python3 - "$ck/step-00000004" "$forged" <<'PY'
-import json, os, struct, sys
-def fnv(data):
-    h = 0xcbf29ce484222325
-    for c in data:
-        h = ((h ^ c) * 0x100000001b3) & 0xffffffffffffffff
-    return "%016x" % h
-step, forged = sys.argv[1], sys.argv[2]
+  reseal "$ck/step-00000004" '
 path = os.path.join(step, "device-0.bin")
-j = json.load(open(os.path.join(step, "manifest.json")))
 data = bytearray(open(path, "rb").read())
-if forged == "nan":
+if "'"$forged"'" == "nan":
     data = bytearray(struct.pack("<f", float("nan")) * (len(data) // 4))
-else:  # the first element of the v of the file's first tile (value, m and v of V floats each)
+else:  # the first element of the v of the file'"'"'s first tile (value, m and v of V floats each)
     entry = [f for f in j["files"] if f["name"] == "device-0.bin"][0]
     offsets = sorted(entry["offsets"].values())
     volume = (offsets[1] if len(offsets) > 1 else len(data)) // 12
@@ -132,10 +144,7 @@ open(path, "wb").write(data)
 for f in j["files"]:
     if f["name"] == "device-0.bin":
         f["fnv1a64"] = fnv(bytes(data))
-j.pop("checksum")
-j["checksum"] = fnv(json.dumps(j, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode())
-open(os.path.join(step, "manifest.json"), "w").write(json.dumps(j, indent=2))
-PY
+'
   want=$([[ $forged == nan ]] && echo ": value element 0 is nan" || echo ": v element 0 is -1.000000")
   resume gpt --steps 6 >"$tmp/stdout" 2>"$tmp/stderr"
   rc=$?
@@ -153,21 +162,10 @@ done
 # little memory used, and not passed over to step 2 as a corrupt one (it is whole: the bound is
 # to be raised), nothing moved.
 fresh
-python3 - "$ck/step-00000004/manifest.json" <<'PY'
-import json, sys
-def fnv(data):
-    h = 0xcbf29ce484222325
-    for c in data:
-        h = ((h ^ c) * 0x100000001b3) & 0xffffffffffffffff
-    return "%016x" % h
-path = sys.argv[1]
-j = json.load(open(path))
+reseal "$ck/step-00000004" '
 j["parameters"] += [{"name": "p%d" % i, "shape": [1], "layout": "1048576@0-1048575:R"}
                     for i in range(300)]
-j.pop("checksum")
-j["checksum"] = fnv(json.dumps(j, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode())
-open(path, "w").write(json.dumps(j))
-PY
+'
 before=$(digest "$ck")
 got=$(python3 - "$mc" "$ck" "$tmp/out" <<'PY'
 import os, resource, subprocess, sys
@@ -190,20 +188,7 @@ unchanged "layouts over the memory bound"
 # each control character, never the raw bytes (they reached the terminal).
 fresh
 rm -r "$ck/step-00000002"
-python3 - "$ck/step-00000004/manifest.json" <<'PY'
-import json, sys
-def fnv(data):
-    h = 0xcbf29ce484222325
-    for c in data:
-        h = ((h ^ c) * 0x100000001b3) & 0xffffffffffffffff
-    return "%016x" % h
-path = sys.argv[1]
-j = json.load(open(path))
-j["files"][0]["offsets"]["x\u001b[31m\ty"] = 0
-j.pop("checksum")
-j["checksum"] = fnv(json.dumps(j, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode())
-open(path, "w").write(json.dumps(j))
-PY
+reseal "$ck/step-00000004" 'j["files"][0]["offsets"]["x\u001b[31m\ty"] = 0'
 expect_exit 2 "parameter x?[31m y is not in the manifest" resume gpt --steps 6
 err=$(resume gpt --steps 6 2>&1 >/dev/null)
 [[ $err != *$'\e'* ]] && ok || bad "a raw escape byte on stderr: $err"
