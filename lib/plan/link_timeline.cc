@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "lib/support/sort_runs.h"
+
 namespace meshcast::detail {
 namespace {
 
@@ -328,37 +330,6 @@ double LinkTimeline::place(const Op& op, std::int64_t bytes) {
   return end;
 }
 
-namespace {
-
-// Receivers mostly come host by host (a mesh's order, or a rotation of it: a mesh that lists
-// its devices from another host on): where each host's keys are one run, the runs are put in
-// order and each is sorted alone, not the whole chain. False where a host has several runs.
-bool sort_by_host_runs(std::vector<std::uint64_t>& keys) {
-  const auto host = [&](std::size_t i) { return keys[i] >> 41; };
-  thread_local std::vector<std::pair<std::size_t, std::size_t>> runs;  // [begin, end)
-  thread_local std::vector<std::uint64_t> sorted;
-  runs.clear();
-  for (std::size_t b = 0, e; b < keys.size(); b = e) {
-    for (e = b + 1; e < keys.size() && host(e) == host(b);) ++e;
-    runs.emplace_back(b, e);
-  }
-  std::sort(runs.begin(), runs.end(),
-            [&](const auto& a, const auto& b) { return host(a.first) < host(b.first); });
-  for (std::size_t r = 1; r < runs.size(); ++r)
-    if (host(runs[r].first) == host(runs[r - 1].first)) return false;
-  sorted.clear();
-  for (const auto& [b, e] : runs) {
-    const auto from = sorted.size();
-    sorted.insert(sorted.end(), keys.begin() + static_cast<std::ptrdiff_t>(b),
-                  keys.begin() + static_cast<std::ptrdiff_t>(e));
-    std::sort(sorted.begin() + static_cast<std::ptrdiff_t>(from), sorted.end());
-  }
-  keys.swap(sorted);
-  return true;
-}
-
-}  // namespace
-
 void chain_order(std::vector<int>& peers, int root, const LinkTimeline& s) {
   // Sorts by chain_key, computed once per peer rather than per comparison.
   const int hr = s.host(root);
@@ -373,8 +344,8 @@ void chain_order(std::vector<int>& peers, int root, const LinkTimeline& s) {
   keys.insert(keys.end(), rest.begin(), rest.end());
   if (std::is_sorted(keys.begin(), keys.end())) {
     if (rest.empty() || rest.size() == keys.size()) return;  // peers are in that order
-  } else if (!sort_by_host_runs(keys)) {
-    std::sort(keys.begin(), keys.end());
+  } else {
+    sort_runs(keys, 41);  // by host (chain_key)
   }
   for (std::size_t i = 0; i < peers.size(); ++i)
     peers[i] = static_cast<int>(keys[i] & ((std::uint64_t{1} << 31) - 1));

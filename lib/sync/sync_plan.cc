@@ -15,6 +15,7 @@
 #include "lib/plan/task_ops.h"
 #include "lib/support/fnv.h"
 #include "lib/support/saturated.h"
+#include "lib/support/sort_runs.h"
 #include "lib/support/word_hash.h"
 #include "lib/sync/price_class.h"
 #include "meshcast/cost.h"
@@ -276,7 +277,7 @@ void fit_parts(const std::vector<TensorMove>& tensors, std::vector<Strategy>& st
 struct Coalesce {
   int phase = 0, root = 0;
   bool fork = false;
-  std::vector<std::uint64_t> set;  // the receivers' (host, id), ascending (ReceiverSet)
+  std::vector<std::uint64_t> set;  // the receivers' (host, id), ascending (receiver_set)
   bool operator==(const Coalesce&) const = default;
   struct Hash {
     std::size_t operator()(const Coalesce& k) const {
@@ -288,51 +289,16 @@ struct Coalesce {
   };
 };
 
-// A chain's receivers as a set: their (host, id) ascending. A chain comes host by host
-// (chain_order), each host's run in a rotation of its order (rotate_chain): the runs are put in
-// order of host and each sorted alone, mostly by a rotation. A sort of each chain, and a map
+// A chain's receivers as a set: their (host, id) ascending. A sort of each chain, and a map
 // ordered by the sets, were half of a device's planning of 1,000 all-gathers over 128 devices.
-class ReceiverSet {
- public:
-  void of(const std::vector<int>& peers, const Topology& topology,
-          std::vector<std::uint64_t>& set) {
-    keys_.clear();
-    runs_.clear();
-    for (int p : peers) {
-      const auto h = static_cast<std::uint64_t>(topology.host_of(p));
-      if (keys_.empty() || h != keys_.back() >> 32) runs_.push_back({h, keys_.size(), 0});
-      runs_.back().end = keys_.size() + 1;
-      keys_.push_back(h << 32 | static_cast<std::uint32_t>(p));
-    }
-    std::sort(runs_.begin(), runs_.end(),
-              [](const Run& a, const Run& b) { return a.host < b.host; });
-    set.clear();
-    for (std::size_t r = 0; r < runs_.size(); ++r) {
-      if (r > 0 && runs_[r].host == runs_[r - 1].host) {  // a host met twice: not in runs
-        set.assign(keys_.begin(), keys_.end());
-        std::sort(set.begin(), set.end());
-        return;
-      }
-      const std::ptrdiff_t at = set.end() - set.begin();
-      set.insert(set.end(), keys_.begin() + static_cast<std::ptrdiff_t>(runs_[r].begin),
-                 keys_.begin() + static_cast<std::ptrdiff_t>(runs_[r].end));
-      const auto b = set.begin() + at, cut = std::is_sorted_until(b, set.end());
-      if (cut == set.end()) continue;
-      if (std::is_sorted(cut, set.end()) && set.back() < *b)
-        std::rotate(b, cut, set.end());
-      else
-        std::sort(b, set.end());
-    }
-  }
-
- private:
-  struct Run {
-    std::uint64_t host;
-    std::size_t begin, end;  // in keys_
-  };
-  std::vector<std::uint64_t> keys_;  // (host, id) in the chain's order
-  std::vector<Run> runs_;
-};
+void receiver_set(const std::vector<int>& peers, const Topology& topology,
+                  std::vector<std::uint64_t>& set) {
+  set.clear();
+  for (int p : peers)
+    set.push_back(static_cast<std::uint64_t>(topology.host_of(p)) << 32 |
+                  static_cast<std::uint32_t>(p));
+  detail::sort_runs(set, 32);
+}
 
 // The sync's ops, coalesced. `device` < 0: every device's (a prediction).
 struct Built {
@@ -393,7 +359,6 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
   std::vector<std::vector<Op>> kept;  // the ops the segments' orders point into
   std::unordered_map<Coalesce, std::vector<Seg>, Coalesce::Hash> coalesced;
   Coalesce where;  // the op's (its set's capacity kept from op to op)
-  ReceiverSet receivers;
   Built out;
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const TensorMove& m = tensors[t];
@@ -440,7 +405,7 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
       where.phase = op.phase;
       where.root = op.root;
       where.fork = op.fork != 0;
-      receivers.of(op.peers, topology, where.set);
+      receiver_set(op.peers, topology, where.set);
       auto at = coalesced.find(where);
       if (at == coalesced.end()) at = coalesced.emplace(where, std::vector<Seg>{}).first;
       for (std::size_t p = 0; p < pieces.size(); ++p)
