@@ -345,6 +345,8 @@ class MpiTransport final : public Transport {
     }
   }
 
+  void check_peers() override { watchdog_.poll_notices(); }
+
   void abort(const Error& why) override {
     watchdog_.abandon(why);
     detail::linger([&] { return control_.drain(); });

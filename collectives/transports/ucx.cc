@@ -270,6 +270,8 @@ class UcxTransport final : public Transport {
     dissemination(kClosingTag, [] {});
   }
 
+  void check_peers() override { watchdog_.poll_notices(); }
+
   void abort(const Error& why) override {
     watchdog_.abandon(why);
     detail::linger([&] { return control_.drain(); });

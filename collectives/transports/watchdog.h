@@ -61,6 +61,9 @@ class Watchdog {
   void watch_sometimes() {
     if ((++unwatched_ & 255) == 0) watch();
   }
+  // The notices alone (Transport::check_peers): answers pings; throws the CommError another
+  // device abandoned with.
+  void poll_notices();
   // Counts a request of this rank that completed: its progress, which its answers to liveness
   // checks carry.
   void progressed() { ++progress_; }
@@ -115,7 +118,6 @@ class Watchdog {
   std::vector<std::pair<int, long>> visible_;  // (rank, pid) of peers on this machine
   std::chrono::steady_clock::time_point next_check_{};
   void check_processes();
-  void poll_notices();
   // Pings every rank and waits (at most 5 s, or `waited`) for their answers: answered_, heard_.
   void ping_all(double waited);
   // diagnose() from the last ping_all()'s answers.

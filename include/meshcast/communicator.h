@@ -199,7 +199,9 @@ class Communicator {
   // communicator is given up with it: every later operation that takes a group's tags or id
   // (reserve(), next_id(): a reshard, a sync, a collective, agree()) and every barrier throws
   // at once a CommError naming what `why` names, since its peers gave it up too and would leave
-  // it to wait out its timeout. (A bare isend/irecv is not checked.)
+  // it to wait out its timeout. (A bare isend/irecv is not checked.) Those operations also
+  // start by taking in a peer's notice that it gave the communicator up (Transport::check_peers),
+  // which gives it up here too: a device whose sends complete at once would not hear it else.
   void abandon(const Error& why);
   // abandon() with what `e` says: an Error naming a failed device passes it on; anything else
   // says that this device failed. reshard() and the collectives call it as they throw.
@@ -240,7 +242,8 @@ class Communicator {
   std::function<void()> interrupt_;  // set_interrupt's
   Clock::time_point next_interrupt_{};
   std::optional<CommError> abandoned_;  // abandon()'s why
-  void check_live() const;              // throws what abandoned_ says
+  // Throws what abandoned_ says, or the notice of a peer that gave the communicator up.
+  void check_live();
 
   std::unique_ptr<Transport> transport_;
   TransportCaps caps_;

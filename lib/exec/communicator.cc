@@ -246,11 +246,19 @@ void Communicator::abandon(const Error& why) {
   transport_->abort(why);
 }
 
-void Communicator::check_live() const {
-  if (!abandoned_) return;
-  const std::string cause = abandoned_->cause() + " (an earlier call gave this communicator up)";
-  if (abandoned_->device() >= 0) throw CommError(abandoned_->device(), cause, abandoned_->field());
-  throw CommError(abandoned_->field(), cause);
+void Communicator::check_live() {
+  if (abandoned_) {
+    const std::string cause = abandoned_->cause() + " (an earlier call gave this communicator up)";
+    if (abandoned_->device() >= 0)
+      throw CommError(abandoned_->device(), cause, abandoned_->field());
+    throw CommError(abandoned_->field(), cause);
+  }
+  try {
+    transport_->check_peers();  // a peer gave it up since (Transport::check_peers)
+  } catch (const Error& e) {
+    abandon(e);
+    throw;
+  }
 }
 
 void Communicator::abandon_for(const std::exception& e) {

@@ -369,15 +369,77 @@ def test_a_transfer_dropped_in_flight_leaves_no_send_behind_on_ucx(tmp_path, act
     # kept calling back into a freed region (signal 11 in the drop itself).
     script = tmp_path / "drop.py"
     script.write_text(DROP)
+    codes, outs = ucx_ranks(2, script, "env", action)
+    check_dropped(codes, outs, action)
+
+
+def ucx_ranks(ranks, script, *args):
+    """Runs `script` with `args` as `ranks` processes of a meshcast rendezvous (from_env, ucx):
+    their exit codes, and each one's stdout and stderr together."""
     port = str(free_port())
     procs = []
-    for k in range(2):
+    for k in range(ranks):
         env = dict(os.environ, **env_with_path(), MESHCAST_RENDEZVOUS=f"127.0.0.1:{port}",
-                   MESHCAST_SIZE="2", MESHCAST_RANK=str(k), MESHCAST_LAUNCHER="meshcast")
-        procs.append(subprocess.Popen([sys.executable, str(script), "env", action], env=env,
+                   MESHCAST_SIZE=str(ranks), MESHCAST_RANK=str(k), MESHCAST_LAUNCHER="meshcast")
+        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=120) for p in procs]
-    check_dropped([p.returncode for p in procs], [o[0] + o[1] for o in outs], action)
+    return [p.returncode for p in procs], [o[0] + o[1] for o in outs]
+
+
+REFUSE = (
+    "import os, sys, time, numpy as np, meshcast as mc\n"
+    "how, box = sys.argv[1], sys.argv[2]\n"
+    "say = lambda line: (sys.stdout.write(line + '\\n'), sys.stdout.flush())\n"
+    "if how == 'mpi4py':\n"
+    "    from mpi4py import MPI\n"
+    "    comm = mc.from_mpi4py(MPI.COMM_WORLD, timeout=20)\n"
+    "else:\n"
+    "    comm = mc.from_env(timeout=20)\n"
+    "me = comm.rank\n"
+    # Steps apart by files, not by the communicator (whose barrier would hear the notice itself):
+    # every device's step is over before any starts the next.
+    "def all_done(step):\n"
+    "    open(os.path.join(box, f'{step}.{me}'), 'w').close()\n"
+    "    end = time.monotonic() + 60\n"
+    "    while time.monotonic() < end and not all(\n"
+    "            os.path.exists(os.path.join(box, f'{step}.{k}')) for k in range(4)):\n"
+    "        time.sleep(0.02)\n"
+    "    time.sleep(0.5)  # the notice, sent before the refusal returned, is in\n"
+    # 64 floats: small enough that MPI and UCX complete the senders' sends at once.
+    "A, B = mc.Layout((64,), 'f32', '2@0-1:S0'), mc.Layout((64,), 'f32', '2@2-3:R')\n"
+    "s = mc.plan_sync([('w', A, B)], me)\n"
+    "for step in range(3):\n"
+    "    a = {'w': np.ones(A.local_shape(me), np.float32)} if me in A.mesh else {}\n"
+    "    shape = (3,) if me == 2 and step == 0 else B.local_shape(me)\n"
+    "    b = {'w': np.zeros(shape, np.float32)} if me in B.mesh else {}\n"
+    "    try:\n"
+    "        mc.sync(s, comm, a, b)\n"
+    "        say(f'rank {me} step {step} ok')\n"
+    "    except (mc.CommError, ValueError) as e:\n"
+    "        say(f'rank {me} step {step} {type(e).__name__}: {e}')\n"
+    "    all_done(step)\n")
+
+
+@pytest.mark.parametrize("how", ["mpi4py", "env"])
+def test_a_refusal_reaches_the_peers_whose_sends_completed_at_once(tmp_path, how):
+    # Device 2 refuses step 0's destination. The senders' small sends complete eagerly, so that
+    # step 0 may end well for them; each later step of every device fails naming device 2 (they
+    # went on for ever, step after step, beside a peer that had given the communicator up).
+    script = tmp_path / "refuse.py"
+    script.write_text(REFUSE)
+    if how == "mpi4py":
+        pytest.importorskip("mpi4py")
+        r = mpirun(4, str(script), how, str(tmp_path), env=env_with_path(), timeout=120)
+        out = r.stdout + r.stderr
+    else:
+        _, outs = ucx_ranks(4, script, how, str(tmp_path))
+        out = "".join(outs)
+    assert "rank 2 step 0 ValueError: dst['w']: expected shape (64,)" in out, out
+    for k in range(4):
+        for step in (1, 2):
+            assert re.search(rf"rank {k} step {step} CommError: device 2: failed: dst\['w'\]",
+                             out), out
 
 
 INTERRUPT = (
