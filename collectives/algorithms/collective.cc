@@ -178,15 +178,19 @@ struct Collective::State : InFlight {
   int tag = 0;
   int signature_tag = 0;
   Program program;
-  std::size_t next = 0;  // the next round to post
-  bool posted = false;   // round next - 1 is in flight
+  std::size_t next = 0;               // the next round to post
+  bool posted = false;                // round next - 1 is in flight
+  std::int64_t signature_round = -1;  // the round the lone signatures went with (post)
   std::vector<Request> reqs;
+  std::vector<Request> signatures_out;  // the lone signatures sent (post)
   std::int64_t sent = 0;
 
   bool running = false;        // drive() is on the stack: poll() leaves it alone
   std::exception_ptr failure;  // what it threw, thrown again by every later call
 
-  bool done() const override { return failure || (!posted && next == program.rounds().size()); }
+  bool done() const override {
+    return failure || (!posted && next == program.rounds().size() && signatures_out.empty());
+  }
   void finish() override { drive(true); }
   void poll() override {
     if (!running) drive(false);
@@ -208,7 +212,9 @@ struct Collective::State : InFlight {
   // them.
   void cancel_posted() noexcept {
     comm->cancel_and_settle(reqs);
+    comm->cancel_and_settle(signatures_out);
     reqs.clear();
+    signatures_out.clear();
   }
 
   void post() {
@@ -220,12 +226,6 @@ struct Collective::State : InFlight {
     // which carries the signature (exchange_signatures). A round is one batch: a batching
     // transport (NCCL) must issue both sides of an exchange together.
     comm->begin_batch();
-    if (next == 1) {  // the first round: the lone signatures, checked once it completed
-      for (const auto& m : program.signature_recvs())
-        reqs.push_back(comm->irecv(Region::contiguous(m.ptr, m.bytes), m.peer, signature_tag));
-      for (const auto& m : program.signature_sends())
-        reqs.push_back(comm->isend(Region::contiguous(m.ptr, m.bytes), m.peer, signature_tag));
-    }
     for (const auto& m : r.recvs)
       if (m.bytes) reqs.push_back(comm->irecv(Region::contiguous(m.ptr, m.bytes), m.peer, tag));
     for (const auto& m : r.sends)
@@ -233,12 +233,27 @@ struct Collective::State : InFlight {
         reqs.push_back(comm->isend(Region::contiguous(m.ptr, m.bytes), m.peer, tag));
         sent += static_cast<std::int64_t>(m.bytes - (m.signed_ ? Signature::kBytes : 0));
       }
+    // The lone signatures go with the first round that moves data (not a round of copies alone),
+    // received after its data, and sent without holding up a round (waited for at the end):
+    // where a member's first message to a peer carries its signature and the peer's does not
+    // (their counts on either side of exchange_signatures' bound), one of them then fails by
+    // the data's length or signature, instead of both waiting for the timeout on a signature
+    // the other never sends or never receives.
+    if (signature_round < 0 && !reqs.empty()) {
+      signature_round = static_cast<std::int64_t>(next) - 1;
+      for (const auto& m : program.signature_recvs())
+        reqs.push_back(comm->irecv(Region::contiguous(m.ptr, m.bytes), m.peer, signature_tag));
+      for (const auto& m : program.signature_sends())
+        signatures_out.push_back(
+            comm->isend(Region::contiguous(m.ptr, m.bytes), m.peer, signature_tag));
+    }
     comm->end_batch();
     posted = true;
   }
   void finish_round() {
     const detail::Round& r = program.rounds()[next - 1];
-    if (next == 1) program.check_signatures(program.signature_recvs());
+    if (static_cast<std::int64_t>(next) - 1 == signature_round)
+      program.check_signatures(program.signature_recvs());
     program.check_signatures(r.recvs);  // before anything received is used
     for (const auto& c : r.arrivals) std::memcpy(c.to, c.from, c.bytes);
     for (const auto& c : r.combines)
@@ -260,7 +275,14 @@ struct Collective::State : InFlight {
         // into memory that the unwinding frees.
         finish_round();
       }
-      if (next == program.rounds().size()) return true;
+      if (next == program.rounds().size()) {
+        if (!block)
+          for (Request& q : signatures_out)
+            if (!comm->test(q)) return false;
+        comm->wait_all(signatures_out);
+        signatures_out.clear();
+        return true;
+      }
       post();
     }
   }

@@ -70,8 +70,9 @@ class Program {
 
   // The signature exchange (signature.h): this member's signature goes to each peer it sends
   // data to, in front of its first message to it (copied in) when that is small, else alone,
-  // with the first round, on a tag of its own (signature_sends/recvs). check_signatures(round)
-  // checks what round `round` received (for the lone ones: once they completed, any round).
+  // with the first round that moves data, on a tag of its own (signature_sends/recvs).
+  // check_signatures(round) checks what round `round` received (for the lone ones: once they
+  // completed, any round).
   void exchange_signatures();
   const std::vector<Message>& signature_sends() const { return sig_sends_; }
   const std::vector<Message>& signature_recvs() const { return sig_recvs_; }

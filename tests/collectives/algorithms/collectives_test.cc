@@ -588,6 +588,46 @@ TEST(Collectives, MembersGivenOtherCountsFail) {
   }
 }
 
+// Counts on either side of the elements up to which a first message carries the signature
+// (exchange_signatures): one member's went in front of its data, its peer's alone. The peer
+// waited for a lone signature never sent, before the data that would have told it (after a
+// round of copies alone where send is not recv), while the member waited on it: both for the
+// timeout. Now some member fails by the data's length or signature; none waits for the timeout.
+TEST(Collectives, CountsOnEitherSideOfTheCarriedSignatureFailAtOnce) {
+  struct Case {
+    const char* what;
+    int n;
+    std::vector<std::int64_t> counts;  // per member
+  };
+  for (const Case& c :
+       {Case{"all_reduce", 2, {2049, 2048}}, Case{"all_reduce", 2, {2048, 2049}},
+        Case{"all_reduce", 2, {4000, 16}}, Case{"all_gather", 3, {2047, 2048, 2049}},
+        Case{"broadcast", 3, {2048, 2048, 2049}}, Case{"broadcast", 3, {2049, 2049, 2048}},
+        Case{"broadcast", 3, {2048, 2049, 2049}}}) {
+    SCOPED_TRACE(std::string(c.what) + " of " + std::to_string(c.counts[0]) + ", " +
+                 std::to_string(c.counts[1]) + ", ...");
+    LocalWorld w(c.n, 0, 60.0);
+    const auto outcome = outcomes(w, c.n, [&](Communicator& comm) {
+      const std::int64_t count = c.counts[static_cast<std::size_t>(comm.rank())];
+      std::vector<float> x(static_cast<std::size_t>(count * c.n), 1.0f), y(x.size());
+      CollectiveOptions o;
+      o.algorithm = c.n == 2 ? Algorithm::RecursiveDoubling : Algorithm::Auto;
+      if (std::string(c.what) == "all_reduce")
+        all_reduce(comm.world(), x.data(), y.data(), count, DType::f32, ReduceOp::Sum, o);
+      else if (std::string(c.what) == "all_gather")
+        all_gather(comm.world(), x.data(), y.data(), count, DType::f32, o);
+      else
+        broadcast(comm.world(), 0, x.data(), count, DType::f32);
+    });
+    int failed = 0;
+    for (const auto& o : outcome) {
+      EXPECT_EQ(o.find("no progress"), std::string::npos) << o;
+      failed += o != "returned";
+    }
+    EXPECT_GE(failed, 1);
+  }
+}
+
 // A broadcast member given no elements where the others pass some: it sent and received nothing
 // and returned, its successor waiting for the timeout; an empty chunk now carries the signature.
 TEST(Collectives, ABroadcastMemberGivenNoElementsFailsAtOnce) {
