@@ -17,7 +17,8 @@
 // F8_E5M2) or meshcast's (f32, bf16, u8, bool, ...). Each maps to the meshcast dtype of the same
 // name (BOOL to bool); the 8-bit floats, which meshcast has no dtype for, travel as i8 (bits are
 // copied, never converted). The original name is kept in ModelManifest::dtype_names. A shape []
-// (a scalar) is read as [1].
+// (a scalar) is read as [1] in a model config (Megatron's placement takes a dimension); an
+// explicit entry keeps it as the 0-d tensor its layouts describe.
 //
 // System config: `{"train": {...}, "generation": {...}}`, each with "num_gpus" (required) and
 // "tp_size", "pp_size", "dp_size", "cp_size", "ep_size", "fsdp_size", "etp_size" (default 1,

@@ -7,7 +7,7 @@ import numpy as np
 # A numpy array, or any tensor with __dlpack__ (a torch CPU tensor).
 ArrayLike = Any
 DTypeLike = Union[str, np.dtype, type, Any]
-TopologyLike = Union[None, "Topology", str]
+TopologyLike = Union[None, "Topology", str, os.PathLike[str]]
 CommLike = Union["Comm", "Group"]
 Strategy = Literal["auto", "broadcast", "sendrecv", "allgather"]
 

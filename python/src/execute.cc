@@ -101,16 +101,24 @@ struct Setup {
 
 Setup setup(py::handle comm, py::handle algorithm, py::handle topology) {
   Setup s{group_arg(comm), {}, nullptr, {}, 0, 0};
-  // Python spells names with underscores; the C++ names use hyphens ("recursive-doubling").
-  std::string name = str_arg(algorithm, "algorithm");
+  // Python spells names with underscores; the C++ names use hyphens ("recursive-doubling"), and
+  // C++'s message would name both those and its blocking-only shared-memory.
+  const std::string given = str_arg(algorithm, "algorithm");
+  std::string name = given;
   std::replace(name.begin(), name.end(), '_', '-');
-  s.options.algorithm = parse_algorithm(name, "algorithm");
+  const char* const names = "auto, ring, recursive_doubling, halving_doubling or hierarchical";
+  try {
+    s.options.algorithm = parse_algorithm(name, "algorithm");
+  } catch (const ParseError&) {
+    throw ParseError("algorithm",
+                     "unknown algorithm '" + given.substr(0, 32) + "' (expected " + names + ")");
+  }
   // Every call here runs in flight (then waits unless async_op): C++'s message, "only in the
   // blocking forms", would name forms Python has not.
   if (s.options.algorithm == Algorithm::SharedMemory)
-    throw py::value_error(
-        "algorithm: shared_memory is C++'s blocking algorithm only; here: auto, ring, "
-        "recursive_doubling, halving_doubling or hierarchical");
+    throw py::value_error(std::string("algorithm: shared_memory is C++'s blocking algorithm only; "
+                                      "here: ") +
+                          names);
   if (!topology.is_none()) {
     s.topology = std::make_shared<Topology>(topology_arg(topology));
     s.options.topology = s.topology.get();

@@ -110,9 +110,12 @@ T pickled(const py::tuple& state, std::size_t i, std::size_t size, const char* t
 Topology topology_arg(py::handle obj) {
   if (obj.is_none()) return Topology::single_host();
   if (py::isinstance<Topology>(obj)) return obj.cast<Topology>();
-  if (py::isinstance<py::str>(obj)) return Topology::resolve(str_arg(obj, "topology"));
-  throw py::type_error("topology: expected None, a Topology, a file path or a preset name, got " +
-                       type_name(obj));
+  if (py::isinstance<py::str>(obj) || py::hasattr(obj, "__fspath__"))  // as Topology(...) takes
+    return Topology::resolve(str_arg(obj, "topology", true));
+  throw py::type_error(
+      "topology: expected None, a Topology, a file path (str or os.PathLike) or "
+      "a preset name, got " +
+      type_name(obj));
 }
 
 py::object local_shape(const Layout& layout, py::handle device_obj) {
