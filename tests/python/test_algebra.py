@@ -119,6 +119,11 @@ def test_topology_presets_and_files():
     assert mc.Topology("dgx-a100.json").json() == t.json()
     from conftest import ROOT
     assert mc.Topology(ROOT + "/meshes/dgx-a100.json").json() == t.json()
+    # A path object wherever a topology is taken, as Topology() takes it.
+    import pathlib
+    path = pathlib.Path(ROOT) / "meshes" / "dgx-a100.json"
+    src, dst = mc.Layout((8,), "f32", "2@0-1:S0"), mc.Layout((8,), "f32", "2@2-3:S0")
+    assert mc.plan(src, dst, topology=path).json() == mc.plan(src, dst, topology=t).json()
     assert mc.Topology.from_json(t.json()).json() == t.json()
     assert mc.Topology.from_json(t.json().encode()).json() == t.json()  # a file read as bytes
     assert mc.Topology.single_host().hosts == 1
