@@ -176,21 +176,17 @@ auto guarded(Communicator& comm, F&& f) -> decltype(f()) {
 struct Collective::State : InFlight {
   Communicator* comm = nullptr;
   int tag = 0;
-  int signature_tag = 0;
   Program program;
-  std::size_t next = 0;               // the next round to post
-  bool posted = false;                // round next - 1 is in flight
-  std::int64_t signature_round = -1;  // the round the lone signatures went with (post)
+  std::size_t next = 0;  // the next round to post
+  bool posted = false;   // round next - 1 is in flight
   std::vector<Request> reqs;
-  std::vector<Request> signatures_out;  // the lone signatures sent (post)
+  std::vector<const detail::Message*> heads;  // per request: the signed receive it is, or null
   std::int64_t sent = 0;
 
   bool running = false;        // drive() is on the stack: poll() leaves it alone
   std::exception_ptr failure;  // what it threw, thrown again by every later call
 
-  bool done() const override {
-    return failure || (!posted && next == program.rounds().size() && signatures_out.empty());
-  }
+  bool done() const override { return failure || (!posted && next == program.rounds().size()); }
   void finish() override { drive(true); }
   void poll() override {
     if (!running) drive(false);
@@ -212,9 +208,8 @@ struct Collective::State : InFlight {
   // them.
   void cancel_posted() noexcept {
     comm->cancel_and_settle(reqs);
-    comm->cancel_and_settle(signatures_out);
     reqs.clear();
-    signatures_out.clear();
+    heads.clear();
   }
 
   void post() {
@@ -222,39 +217,27 @@ struct Collective::State : InFlight {
     for (const auto& c : r.copies)
       if (c.bytes && c.from != c.to) std::memmove(c.to, c.from, c.bytes);
     reqs.clear();
+    heads.clear();
     // Zero-byte messages are skipped on both sides (both know the sizes), but for a first one,
     // which carries the signature (exchange_signatures). A round is one batch: a batching
     // transport (NCCL) must issue both sides of an exchange together.
     comm->begin_batch();
     for (const auto& m : r.recvs)
-      if (m.bytes) reqs.push_back(comm->irecv(Region::contiguous(m.ptr, m.bytes), m.peer, tag));
+      if (m.bytes) {
+        reqs.push_back(comm->irecv(Region::contiguous(m.ptr, m.bytes), m.peer, tag));
+        heads.push_back(m.signed_ ? &m : nullptr);
+      }
     for (const auto& m : r.sends)
       if (m.bytes) {
         reqs.push_back(comm->isend(Region::contiguous(m.ptr, m.bytes), m.peer, tag));
+        heads.push_back(nullptr);
         sent += static_cast<std::int64_t>(m.bytes - (m.signed_ ? Signature::kBytes : 0));
       }
-    // The lone signatures go with the first round that moves data (not a round of copies alone),
-    // received after its data, and sent without holding up a round (waited for at the end):
-    // where a member's first message to a peer carries its signature and the peer's does not
-    // (their counts on either side of exchange_signatures' bound), one of them then fails by
-    // the data's length or signature, instead of both waiting for the timeout on a signature
-    // the other never sends or never receives.
-    if (signature_round < 0 && !reqs.empty()) {
-      signature_round = static_cast<std::int64_t>(next) - 1;
-      for (const auto& m : program.signature_recvs())
-        reqs.push_back(comm->irecv(Region::contiguous(m.ptr, m.bytes), m.peer, signature_tag));
-      for (const auto& m : program.signature_sends())
-        signatures_out.push_back(
-            comm->isend(Region::contiguous(m.ptr, m.bytes), m.peer, signature_tag));
-    }
     comm->end_batch();
     posted = true;
   }
   void finish_round() {
     const detail::Round& r = program.rounds()[next - 1];
-    if (static_cast<std::int64_t>(next) - 1 == signature_round)
-      program.check_signatures(program.signature_recvs());
-    program.check_signatures(r.recvs);  // before anything received is used
     for (const auto& c : r.arrivals) std::memcpy(c.to, c.from, c.bytes);
     for (const auto& c : r.combines)
       reduce_into(c.from, c.base, c.to, c.count, program.dtype(), program.op());
@@ -264,25 +247,24 @@ struct Collective::State : InFlight {
   bool run(bool block) {
     for (;;) {
       if (posted) {
-        if (block) {
-          comm->wait_all(reqs);
-        } else {
-          for (Request& q : reqs)
-            if (!comm->test(q)) return false;
-          comm->wait_all(reqs);  // all complete: releases them
+        // A head's signature is checked as soon as it arrived, before the rest is waited for:
+        // a member given another count may never send the rest. What a check throws cancels
+        // what is still in flight (drive, cancel_posted) before the unwinding frees its memory.
+        bool all = true;
+        for (std::size_t i = 0; i < reqs.size(); ++i) {
+          if (block)
+            comm->wait(reqs[i]);
+          else if (!comm->test(reqs[i])) {
+            all = false;
+            continue;
+          }
+          if (heads[i]) program.check_signature(*heads[i]);
         }
-        // Every request of the round completed before a check may throw: none is left writing
-        // into memory that the unwinding frees.
+        if (!all) return false;
+        comm->wait_all(reqs);  // all complete: releases them
         finish_round();
       }
-      if (next == program.rounds().size()) {
-        if (!block)
-          for (Request& q : signatures_out)
-            if (!comm->test(q)) return false;
-        comm->wait_all(signatures_out);
-        signatures_out.clear();
-        return true;
-      }
+      if (next == program.rounds().size()) return true;
       post();
     }
   }
@@ -311,9 +293,8 @@ Collective start(const Group& group, Program program) {
   auto s = std::make_shared<Collective::State>();
   s->comm = &group.comm();
   s->program = std::move(program);
-  const TagBlock tags = group.reserve(2, s);
+  const TagBlock tags = group.reserve(1, s);
   s->tag = tags.tag(0);
-  s->signature_tag = tags.tag(1);
   // Device memory (NCCL) is not the host's: the algorithms here run on host buffers only.
   if (!s->comm->caps().device_memory) s->program.exchange_signatures();
   Collective c(std::move(s));
@@ -573,12 +554,17 @@ namespace detail {
 
 void Program::exchange_signatures() {
   constexpr std::size_t kSig = Signature::kBytes;
-  // Up to this many elements a first message carries the signature: two copies of it cost less
-  // than a message of its own (0.9 us per all-reduce of 8 bytes under Open MPI's shared memory);
-  // beyond it the signature travels alone. Elements, not bytes: both sides choose alike when
-  // they disagree on the dtype's width. An empty first message carries it too (sent, where
-  // empty messages are not): a member given other sizes would otherwise take no signature from
-  // a peer it sends nothing to, and a later message for another's; or wait for the timeout.
+  // Up to this many elements a first message carries the signature in front of its data: two
+  // copies of it cost less than a message of its own (0.9 us per all-reduce of 8 bytes under
+  // Open MPI's shared memory). Beyond it the signature goes alone just before it, on the same
+  // tag. Either way a peer given another count differs in that first message's length or in
+  // the signature, checked as soon as it arrived: one of them fails at once. (On a tag of its
+  // own, with the first round, a member of a small count waited for a lone signature never
+  // sent, and its peer on it, both for the timeout.) Elements, not bytes: both sides choose
+  // alike when they disagree on the dtype's width. An empty first message carries it too
+  // (sent, where empty messages are not): a member given other sizes would otherwise take no
+  // signature from a peer it sends nothing to, and a later message for another's; or wait for
+  // the timeout.
   constexpr std::size_t kCarried = 2048;  // 8 KiB of f32
   const auto first = [](std::vector<int>& seen, int peer) {
     if (std::find(seen.begin(), seen.end(), peer) != seen.end()) return false;
@@ -589,6 +575,7 @@ void Program::exchange_signatures() {
   std::size_t bytes = kSig;
   std::byte *mine = nullptr, *at = nullptr;
   std::vector<int> to, from;
+  std::vector<Message> laid;
   // Twice over the first message to and from each peer: to size one block, then to lay the
   // signatures out in it.
   for (const bool lay : {false, true}) {
@@ -600,39 +587,38 @@ void Program::exchange_signatures() {
     to.clear();
     from.clear();
     for (Round& r : rounds_) {
-      for (Message& m : r.sends) {
-        if (!first(to, m.peer)) continue;
-        if (!lay) {
-          bytes += carries(m) ? kSig + m.bytes : 0;
-        } else if (!carries(m)) {
-          sig_sends_.push_back({m.peer, mine, kSig});
-        } else {
-          std::memcpy(at, mine, kSig);
-          if (m.bytes) r.copies.push_back({m.ptr, at + kSig, m.bytes});  // after its own copies
-          m = {m.peer, at, kSig + m.bytes, true};
-          at += m.bytes;
+      for (const bool sends : {true, false}) {
+        std::vector<Message>& messages = sends ? r.sends : r.recvs;
+        laid.clear();
+        for (const Message& m : messages) {
+          if (!first(sends ? to : from, m.peer)) {
+            laid.push_back(m);
+          } else if (!carries(m)) {  // the signature alone, then the data
+            if (!lay) bytes += sends ? 0 : kSig;
+            laid.push_back({m.peer, sends ? mine : at, kSig, true});
+            laid.push_back(m);
+            if (!sends) at += kSig;
+          } else if (!lay) {
+            bytes += kSig + m.bytes;
+          } else {  // the signature in front of the data
+            if (sends) {
+              std::memcpy(at, mine, kSig);
+              if (m.bytes) r.copies.push_back({m.ptr, at + kSig, m.bytes});  // after its own
+            } else if (m.bytes) {
+              r.arrivals.push_back({at + kSig, m.ptr, m.bytes});  // (ptr may be null)
+            }
+            laid.push_back({m.peer, at, kSig + m.bytes, true});
+            at += kSig + m.bytes;
+          }
         }
-      }
-      for (Message& m : r.recvs) {
-        if (!first(from, m.peer)) continue;
-        if (!lay) {
-          bytes += kSig + (carries(m) ? m.bytes : 0);
-        } else if (!carries(m)) {
-          sig_recvs_.push_back({m.peer, at, kSig});
-          at += kSig;
-        } else {
-          if (m.bytes) r.arrivals.push_back({at + kSig, m.ptr, m.bytes});  // (ptr may be null)
-          m = {m.peer, at, kSig + m.bytes, true};
-          at += m.bytes;
-        }
+        if (lay) messages.swap(laid);
       }
     }
   }
 }
 
-void Program::check_signatures(const std::vector<Message>& received) const {
-  for (const Message& m : received)
-    if (&received == &sig_recvs_ || m.signed_) sig_.check(m.ptr, m.peer);
+void Program::check_signature(const Message& received) const {
+  if (received.signed_) sig_.check(received.ptr, received.peer);
 }
 
 std::byte* Program::scratch(std::size_t bytes) {

@@ -69,19 +69,15 @@ class Program {
   }
 
   // The signature exchange (signature.h): this member's signature goes to each peer it sends
-  // data to, in front of its first message to it (copied in) when that is small, else alone,
-  // with the first round that moves data, on a tag of its own (signature_sends/recvs).
-  // check_signatures(round) checks what round `round` received (for the lone ones: once they
-  // completed, any round).
+  // data to, in front of its first message to it (copied in) when that is small, else alone
+  // just before it, on the same tag; the receiver expects alike. check_signature checks one
+  // that arrived.
   void exchange_signatures();
-  const std::vector<Message>& signature_sends() const { return sig_sends_; }
-  const std::vector<Message>& signature_recvs() const { return sig_recvs_; }
-  void check_signatures(const std::vector<Message>& received) const;
+  void check_signature(const Message& received) const;
 
  private:
   Signature sig_;
   std::size_t elem_;
-  std::vector<Message> sig_sends_, sig_recvs_;
   std::vector<Round> rounds_;
   std::vector<std::unique_ptr<std::byte[]>> scratch_;
 };

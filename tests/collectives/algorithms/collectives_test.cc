@@ -588,11 +588,12 @@ TEST(Collectives, MembersGivenOtherCountsFail) {
   }
 }
 
-// Counts on either side of the elements up to which a first message carries the signature
-// (exchange_signatures): one member's went in front of its data, its peer's alone. The peer
-// waited for a lone signature never sent, before the data that would have told it (after a
-// round of copies alone where send is not recv), while the member waited on it: both for the
-// timeout. Now some member fails by the data's length or signature; none waits for the timeout.
+// Counts on either side of the 8 KiB that a first message used to carry the signature with
+// (beyond, it travelled alone): a member waited for a lone signature a peer of a small count
+// never sent, before the data that would have told it, while the peer waited on it: both for
+// the timeout. Also counts whose messages differ by the signature's 16 bytes, and a recursive
+// doubling whose second round is the first with some peers. Now some member fails by a head's
+// length or signature (exchange_signatures); none waits for the timeout.
 TEST(Collectives, CountsOnEitherSideOfTheCarriedSignatureFailAtOnce) {
   struct Case {
     const char* what;
@@ -603,7 +604,10 @@ TEST(Collectives, CountsOnEitherSideOfTheCarriedSignatureFailAtOnce) {
        {Case{"all_reduce", 2, {2049, 2048}}, Case{"all_reduce", 2, {2048, 2049}},
         Case{"all_reduce", 2, {4000, 16}}, Case{"all_gather", 3, {2047, 2048, 2049}},
         Case{"broadcast", 3, {2048, 2048, 2049}}, Case{"broadcast", 3, {2049, 2049, 2048}},
-        Case{"broadcast", 3, {2048, 2049, 2049}}}) {
+        Case{"broadcast", 3, {2048, 2049, 2049}}, Case{"broadcast", 3, {2048, 2048, 2052}},
+        Case{"all_reduce", 2, {2048, 2052}}, Case{"all_reduce", 4, {4000, 4000, 16, 16}},
+        Case{"all_reduce", 4, {3000, 3000, 3000, 2999}},
+        Case{"all_gather", 4, {4000, 4000, 16, 16}}}) {
     SCOPED_TRACE(std::string(c.what) + " of " + std::to_string(c.counts[0]) + ", " +
                  std::to_string(c.counts[1]) + ", ...");
     LocalWorld w(c.n, 0, 60.0);
@@ -611,7 +615,7 @@ TEST(Collectives, CountsOnEitherSideOfTheCarriedSignatureFailAtOnce) {
       const std::int64_t count = c.counts[static_cast<std::size_t>(comm.rank())];
       std::vector<float> x(static_cast<std::size_t>(count * c.n), 1.0f), y(x.size());
       CollectiveOptions o;
-      o.algorithm = c.n == 2 ? Algorithm::RecursiveDoubling : Algorithm::Auto;
+      o.algorithm = c.n != 3 ? Algorithm::RecursiveDoubling : Algorithm::Auto;
       if (std::string(c.what) == "all_reduce")
         all_reduce(comm.world(), x.data(), y.data(), count, DType::f32, ReduceOp::Sum, o);
       else if (std::string(c.what) == "all_gather")
