@@ -345,7 +345,7 @@ class MpiTransport final : public Transport {
     }
   }
 
-  void check_peers() override { watchdog_.poll_notices(); }
+  void check_peers() override { watchdog_.check_notices(); }
 
   void abort(const Error& why) override {
     watchdog_.abandon(why);

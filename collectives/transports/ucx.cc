@@ -270,7 +270,7 @@ class UcxTransport final : public Transport {
     dissemination(kClosingTag, [] {});
   }
 
-  void check_peers() override { watchdog_.poll_notices(); }
+  void check_peers() override { watchdog_.check_notices(); }
 
   void abort(const Error& why) override {
     watchdog_.abandon(why);

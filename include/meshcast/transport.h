@@ -89,10 +89,11 @@ class Transport {
   // the steps since the last progress (a transport spins first, then yields).
   virtual void idle(const Request::Impl* waiting, std::span<const int> peers, int polls,
                     Clock::time_point since) = 0;
-  // Throws the CommError a peer gave up with, if its notice has come; called as an operation
-  // starts. A device whose sends complete at once (small messages go eagerly) waits for
-  // nothing, where it would hear of it: without this it would go on for ever, step after step,
-  // beside a peer that gave the communicator up. The default has no notices.
+  // Throws the CommError a peer gave up with, if its notice has come (MPI and UCX look at most
+  // once a millisecond); called as an operation starts. A device whose sends complete at once
+  // (small messages go eagerly) waits for nothing, where it would hear of it: without this it would
+  // go on for ever, step after step, beside a peer that gave the communicator up. The default has
+  // no notices.
   virtual void check_peers() {}
   // Drops a request in flight: no peer reads or writes its region any more (best effort for a
   // request the peer already matched: abort() then ends the operation). One that may still

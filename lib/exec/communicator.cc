@@ -255,8 +255,8 @@ void Communicator::check_live() {
   }
   try {
     transport_->check_peers();  // a peer gave it up since (Transport::check_peers)
-  } catch (const Error& e) {
-    abandon(e);
+  } catch (const std::exception& e) {
+    abandon_for(e);  // a notice passes its device on; a transport's own error names this one
     throw;
   }
 }
