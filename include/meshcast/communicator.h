@@ -48,8 +48,9 @@ class TagBlock {
   TagBlock() = default;
   TagBlock(int base, std::uint32_t start, std::uint32_t length, std::uint32_t window)
       : base_(base), start_(start), length_(length), window_(window) {}
-  // Streams beyond the block's length reuse its tags in order (safe inside one operation, whose
-  // messages of one pair are posted in the same order on both sides).
+  // Streams beyond the block's length reuse its tags in order. Posting in the same order on
+  // both sides does not keep two messages of one pair on a tag apart where a chain forwards one
+  // late: the reshard and sync executors never hold two on one tag in flight.
   int tag(std::size_t i) const {
     return base_ + static_cast<int>((start_ + i % length_) % window_);
   }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <exception>
 #include <map>
+#include <unordered_map>
 #include <vector>
 
 #include "lib/exec/executor.h"
@@ -133,15 +134,46 @@ class ReshardExecutor final : public Transfer::Executor {
       started_ = true;
       const int phase = ops[next_].phase;
       comm_.begin_batch();
-      for (; next_ < ops.size() && ops[next_].phase == phase; ++next_)
-        post(ops[next_], tags_.tag(static_cast<std::size_t>(ops[next_].stream) + 1), reqs_,
-             reduces_);
+      held_.clear();  // the last phase completed
+      const bool wraps = static_cast<std::int64_t>(tags_.length()) < plan_.streams() + 1;
+      for (; next_ < ops.size() && ops[next_].phase == phase; ++next_) {
+        const int tag = data_tag(ops[next_].stream);
+        if (wraps) free_tag(tag);
+        const std::size_t reqs = reqs_.size(), reduces = reduces_.size();
+        post(ops[next_], tag, reqs_, reduces_);
+        if (wraps) held_[tag] = {reqs, reqs_.size(), reduces_.size() > reduces ? reduces : kNone};
+      }
       comm_.end_batch();
       if (first) {  // the words, on the first tag (the data's are the next ones)
         auto [to, from] = signature_words(plan_, me_);
         signatures_.post(comm_, tags_.tag(0), std::move(to), std::move(from));
       }
     }
+  }
+
+  // An op's tag: stream + 1 of the run (the words' is its first). A plan of more streams than
+  // the run holds reuses its tags other than the words' (a data message on theirs could be
+  // taken for a word, or the words for it, where a chain forwards it late).
+  int data_tag(std::int64_t stream) const {
+    return tags_.tag(1 + static_cast<std::size_t>(stream) %
+                             std::max<std::size_t>(1, tags_.length() - 1));
+  }
+
+  // Where the run's tags are reused, two ops of a phase that share one are never in flight
+  // together on this device: a chain forwards its chunks as they arrive, after a direct send
+  // of a later op on the same tag to the same receiver went out, which took the chain's
+  // receive (the receiver posts in plan order). Waits for what holds `tag`; every device waits
+  // only on ops earlier in plan order, so the earliest op not complete can always be posted by
+  // all of its devices.
+  void free_tag(int tag) {
+    const auto it = held_.find(tag);
+    if (it == held_.end()) return;
+    comm_.end_batch();  // (a batching transport issues what it waits for)
+    for (std::size_t i = it->second.reqs; i < it->second.reqs_end; ++i) comm_.wait(reqs_[i]);
+    if (it->second.reduce != kNone)
+      for (auto& r : reduces_[it->second.reduce].reqs) comm_.wait(r);
+    held_.erase(it);
+    comm_.begin_batch();
   }
 
   Region src_region(const Box& b) const {
@@ -238,6 +270,13 @@ class ReshardExecutor final : public Transfer::Executor {
   bool started_ = false;  // a phase is posted (reqs_ and reduces_ belong to it)
   std::vector<Request> reqs_;
   std::vector<PendingReduce> reduces_;
+  // Per tag reused in this phase: the requests its last op posted, [reqs, reqs_end) of reqs_,
+  // and its reduce (an index of reduces_, or kNone).
+  static constexpr std::size_t kNone = ~std::size_t{0};
+  struct Held {
+    std::size_t reqs, reqs_end, reduce;
+  };
+  std::unordered_map<int, Held> held_;
   detail::PeerSignatures signatures_;
   void* src_;
   void* dst_;

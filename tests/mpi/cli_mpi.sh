@@ -45,6 +45,42 @@ rc=$?
 if [[ $rc -eq 2 ]] && grep -q "must start at least 2147483648 ranks (it started 1)" <<<"$err"; then ok
 else bad "id 2^31 - 1: rc=$rc: $err"; fi
 
+# A plan of more streams than the group's run of tags (65,536 here) reuses them: device 1
+# forwards the chain of stream 0 to device 2 as its chunks arrive, after its direct send of a
+# later op on the same tag went out (the run's tags but the words' wrap every 65,535 streams; the
+# old wrap was 65,536). That send took the chain's receive: every element swapped, reported ok.
+plans=$(mktemp -d)
+"$mc" plan --shape 512 --dtype f32 --src "2@[0,1]:R" --dst "2@[1,2]:R" --strategy broadcast \
+  --json > "$plans/q.json"
+for wrap in 65535 65536; do
+  python3 - "$plans/q.json" "$wrap" "$plans/$wrap.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+n, k, w = 512, 256, int(sys.argv[2])
+d["ops"] = [  # the chain 0 -> 1 -> 2 of [0, k), and 1 -> 2 of [k, n) on a stream w later
+    {"kind": "multicast", "phase": 0, "box": [[0, k]], "root": 0, "peers": [1, 2],
+     "from_dst": False, "stream": 0},
+    {"kind": "multicast", "phase": 0, "box": [[k, n]], "root": 1, "peers": [2],
+     "from_dst": False, "stream": w},
+    {"kind": "copy", "phase": 0, "box": [[k, n]], "root": 1, "peers": [], "from_dst": False,
+     "stream": 0}]
+d["streams"] = 70000
+s = d["stats"]
+s.update(bytes_moved=k * 4 * 2 + (n - k) * 4, bytes_local=(n - k) * 4,
+         sent={"0": k * 4, "1": k * 4 + (n - k) * 4}, received={"1": k * 4, "2": n * 4})
+s["bytes_intra_host"] = s["bytes_moved"]
+json.dump(d, open(sys.argv[3], "w"))
+PY
+  for backend in mpi ucx; do
+    out=$(timeout 120 "${run[@]}" -np 3 "$mc" reshard --plan "$plans/$wrap.json" --backend $backend \
+          --iters 1 --verify --json 2>&1)
+    rc=$?
+    if [[ $rc -eq 0 ]] && grep -q '"mismatches":0' <<<"$out"; then ok; else
+      bad "tags reused after $wrap streams on $backend: rc=$rc: $out"; fi
+  done
+done
+rm -rf "$plans"
+
 # Ranks given different layouts: detected before any transfer.
 err=$(timeout 120 "${run[@]}" -np 2 "$mc" reshard --shape 8 --dtype f32 --src 2@0-1:S0 \
       --dst 2@0-1:R --backend mpi --verify : -np 2 "$mc" reshard --shape 8 --dtype f32 \
