@@ -43,15 +43,28 @@ std::size_t utf8_length(const std::string& s, std::size_t i) {
   return n;
 }
 
-// Text safe inside an XML element or attribute: markup escaped, control characters and invalid
-// UTF-8 replaced by '?'.
+// Whether the n-byte sequence at s[i] (utf8_length's) is in its shortest form and encodes a
+// character XML allows: no surrogate, U+FFFE or U+FFFF, nothing past U+10FFFF.
+bool xml_char(const std::string& s, std::size_t i, std::size_t n) {
+  std::uint32_t cp = static_cast<unsigned char>(s[i]) & (0x7fu >> n);
+  for (std::size_t k = 1; k < n; ++k) cp = cp << 6 | (static_cast<unsigned char>(s[i + k]) & 0x3fu);
+  static constexpr std::uint32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
+  return cp >= kLeast[n] && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff) && cp != 0xfffe &&
+         cp != 0xffff;
+}
+
+// Text safe inside an XML element or attribute: markup escaped, control characters, invalid
+// UTF-8 and characters XML does not allow replaced by '?'.
 std::string esc(const std::string& s) {
   std::string out;
   for (std::size_t i = 0; i < s.size();) {
     const char c = s[i];
     const std::size_t n = utf8_length(s, i);
-    if (n > 1) {
-      out.append(s, i, n);
+    if (n > 1) {  // one '?' for a whole sequence XML does not allow
+      if (xml_char(s, i, n))
+        out.append(s, i, n);
+      else
+        out += '?';
       i += n;
       continue;
     }
