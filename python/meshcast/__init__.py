@@ -22,6 +22,7 @@ UCX started from the launcher's variables (from_env)::
 See docs/python.md for the guide.
 """
 
+from . import _meshcast
 from ._meshcast import (  # noqa: F401  (the public API)
     CommError,
     Comm,
@@ -58,5 +59,50 @@ from ._meshcast import (  # noqa: F401  (the public API)
 )
 
 __version__ = "0.1.0"
+
+
+def _refusal_gives_up(fn, comm_at):
+    """`fn`, a binding whose argument `comm_at` is the communicator of its call, where pybind11
+    refuses the arguments before meshcast sees the call (an unknown keyword, an argument missing
+    or one too many; every argument's type is meshcast's to check): as any refused call, it
+    gives the communicator up, so that the peers fail at once naming this device instead of
+    waiting for their timeout, and the TypeError says in one line what was wrong."""
+    import functools
+    import inspect
+    import re
+
+    head = fn.__doc__.splitlines()[0]
+    signature = inspect.Signature([
+        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                          default=None if default else inspect.Parameter.empty)
+        for name, default in re.findall(r"(\w+): [\w.]+( = [^,)]+)?", head[:head.index(")")])])
+    comm_name = list(signature.parameters)[comm_at]
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TypeError as e:
+            if "incompatible function arguments" not in str(e):
+                raise
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as wrong:
+                why = f"{fn.__name__}: {wrong}"
+            else:
+                raise
+            comm = args[comm_at] if len(args) > comm_at else kwargs.get(comm_name)
+            _meshcast._give_up(comm, why)
+            raise TypeError(why) from None
+
+    return call
+
+
+for _name, _at in (("reshard", 1), ("ireshard", 1), ("sync", 1), ("isync", 1), ("all_reduce", 0),
+                   ("reduce_scatter", 0), ("all_gather", 0), ("broadcast", 0), ("all_to_all", 0),
+                   ("sparse_all_reduce", 0)):
+    globals()[_name] = _refusal_gives_up(globals()[_name], _at)
+Topology.discover = staticmethod(_refusal_gives_up(Topology.discover, 0))
+del _name, _at
 
 __all__ = [name for name in dir() if not name.startswith("_")]

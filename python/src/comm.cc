@@ -11,6 +11,7 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -517,6 +518,11 @@ void abandon_refused(py::handle comm, const std::exception& e) {
 
 void bind_comm(py::module_& m) {
   Interrupted::init();
+  // The package's wrappers give up a communicator whose call pybind11 refused
+  // (meshcast/__init__.py).
+  m.def("_give_up", [](py::handle comm, const std::string& why) {
+    abandon_refused(comm, std::runtime_error(why));
+  });
   // Both classes first, so that signatures name them (Comm.group returns a Group).
   py::class_<Comm> comm(m, "Comm", R"doc(
 One device's endpoint of a job: from LocalWorld.run (threads), from_mpi4py (mpirun) or

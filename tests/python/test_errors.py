@@ -150,6 +150,34 @@ def test_comm_arguments_are_named_in_one_line():
     assert not any("\n" in s for s in seen), seen
 
 
+@pytest.mark.parametrize("call, why", [
+    (lambda c, x: mc.broadcast(c, x, root=0, algorithm="ring"),
+     "broadcast: got an unexpected keyword argument 'algorithm'"),
+    (lambda c, x: mc.broadcast(c, x), "broadcast: missing a required argument: 'root'"),
+    (lambda c, x: mc.all_reduce(c, x, None, "sum", "auto", None, False, 1),
+     "all_reduce: too many positional arguments"),
+    (lambda c, x: mc.sync(plan=None, comm=c, src={}), "sync: missing a required argument: 'dst'"),
+])
+def test_arguments_pybind11_refuses_give_the_communicator_up(call, why):
+    # Refused before meshcast saw the call, they gave nothing up: a peer making the right call
+    # waited for its timeout, and a barrier after it blamed the peer. Now as any refused call:
+    # one line, and the peer fails at once naming device 0.
+    def step(comm):
+        x = np.ones(4, np.float32)
+        try:
+            if comm.rank == 0:
+                call(comm, x)
+            else:
+                mc.broadcast(comm, x, root=0)
+            return "returned"
+        except (TypeError, mc.CommError) as e:
+            return f"{type(e).__name__}: {e}"
+
+    seen = mc.LocalWorld(2, timeout=60).run(step)
+    assert seen[0] == f"TypeError: {why}", seen
+    assert seen[1].startswith(f"CommError: device 0: failed: {why}"), seen
+
+
 def test_polling_test_on_a_peer_that_returned_fails_at_once():
     # A loop of test() alone learns of it as wait() does (it spun for ever).
     def step(comm):
