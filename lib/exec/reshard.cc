@@ -116,6 +116,7 @@ class ReshardExecutor final : public Transfer::Executor {
     };
     while (true) {
       if (started_) {
+        if (!post_phase(block, differ)) return false;  // the rest of it, where tags are reused
         // A sender's word as it arrives: a sender with another plan is named at once, also
         // where its data would never come (other tags).
         if (!block && !(signatures_.test(comm_, differ), phase_complete())) return false;
@@ -130,25 +131,41 @@ class ReshardExecutor final : public Transfer::Executor {
         signatures_.wait_all(comm_, differ);
         return true;
       }
-      const bool first = !started_;
       started_ = true;
-      const int phase = ops[next_].phase;
-      comm_.begin_batch();
+      phase_ = ops[next_].phase;
       held_.clear();  // the last phase completed
-      const bool wraps = static_cast<std::int64_t>(tags_.length()) < plan_.streams() + 1;
-      for (; next_ < ops.size() && ops[next_].phase == phase; ++next_) {
-        const int tag = data_tag(ops[next_].stream);
-        if (wraps) free_tag(tag);
-        const std::size_t reqs = reqs_.size(), reduces = reduces_.size();
-        post(ops[next_], tag, reqs_, reduces_);
-        if (wraps) held_[tag] = {reqs, reqs_.size(), reduces_.size() > reduces ? reduces : kNone};
-      }
-      comm_.end_batch();
-      if (first) {  // the words, on the first tag (the data's are the next ones)
-        auto [to, from] = signature_words(plan_, me_);
-        signatures_.post(comm_, tags_.tag(0), std::move(to), std::move(from));
-      }
     }
+  }
+
+  // Posts the ops of the phase from next_ on; false (!block) where one's tag is still held.
+  bool post_phase(bool block, const detail::PeerSignatures::Differ& differ) {
+    const auto& ops = plan_.ops();
+    // Not on a batching transport (NCCL): a request there completes with its whole batch.
+    const bool wraps =
+        static_cast<std::int64_t>(tags_.length()) < plan_.streams() + 1 && !comm_.caps().batches;
+    comm_.begin_batch();
+    for (; next_ < ops.size() && ops[next_].phase == phase_; ++next_) {
+      const int tag = data_tag(ops[next_].stream);
+      if (wraps && !free_tag(tag, block, differ)) {
+        comm_.end_batch();
+        return false;
+      }
+      const std::size_t reqs = reqs_.size(), reduces = reduces_.size();
+      post(ops[next_], tag, reqs_, reduces_);
+      if (wraps) held_[tag] = {reqs, reqs_.size(), reduces_.size() > reduces ? reduces : kNone};
+    }
+    comm_.end_batch();
+    post_words();
+    return true;
+  }
+
+  // The words, once, on the first tag (the data's are the next ones): after the first phase's
+  // data, or before the first wait for a tag.
+  void post_words() {
+    if (words_posted_) return;
+    words_posted_ = true;
+    auto [to, from] = signature_words(plan_, me_);
+    signatures_.post(comm_, tags_.tag(0), std::move(to), std::move(from));
   }
 
   // An op's tag: stream + 1 of the run (the words' is its first). A plan of more streams than
@@ -160,20 +177,31 @@ class ReshardExecutor final : public Transfer::Executor {
   }
 
   // Where the run's tags are reused, two ops of a phase that share one are never in flight
-  // together on this device: a chain forwards its chunks as they arrive, after a direct send
-  // of a later op on the same tag to the same receiver went out, which took the chain's
-  // receive (the receiver posts in plan order). Waits for what holds `tag`; every device waits
+  // together on this device, as in the sync's executor: a chain forwards its chunks as they
+  // arrive, after a direct send of a later op on the same tag to the same receiver went out,
+  // which took the chain's receive (the receiver posts in plan order). Whether what holds `tag`
+  // completed; `block`: waits for it (the peers' words checked meanwhile). Every device waits
   // only on ops earlier in plan order, so the earliest op not complete can always be posted by
   // all of its devices.
-  void free_tag(int tag) {
+  bool free_tag(int tag, bool block, const detail::PeerSignatures::Differ& differ) {
     const auto it = held_.find(tag);
-    if (it == held_.end()) return;
-    comm_.end_batch();  // (a batching transport issues what it waits for)
-    for (std::size_t i = it->second.reqs; i < it->second.reqs_end; ++i) comm_.wait(reqs_[i]);
+    if (it == held_.end()) return true;
+    post_words();  // a peer running another plan is named while this device waits
+    std::vector<Request*> holding;
+    for (std::size_t i = it->second.reqs; i < it->second.reqs_end; ++i)
+      holding.push_back(&reqs_[i]);
     if (it->second.reduce != kNone)
-      for (auto& r : reduces_[it->second.reduce].reqs) comm_.wait(r);
+      for (auto& r : reduces_[it->second.reduce].reqs) holding.push_back(&r);
+    if (!block) {
+      signatures_.test(comm_, differ);
+      for (Request* r : holding)
+        if (!comm_.test(*r)) return false;
+    } else {
+      const detail::WaitHook check(comm_, [&] { signatures_.test(comm_, differ); });
+      for (Request* r : holding) comm_.wait(*r);
+    }
     held_.erase(it);
-    comm_.begin_batch();
+    return true;
   }
 
   Region src_region(const Box& b) const {
@@ -268,6 +296,8 @@ class ReshardExecutor final : public Transfer::Executor {
   Group group_;           // keeps the group's tags reserved while the reshard is in flight
   std::size_t next_ = 0;  // the first op not yet posted
   bool started_ = false;  // a phase is posted (reqs_ and reduces_ belong to it)
+  int phase_ = 0;         // the phase posted, or being posted (next_ in it)
+  bool words_posted_ = false;
   std::vector<Request> reqs_;
   std::vector<PendingReduce> reduces_;
   // Per tag reused in this phase: the requests its last op posted, [reqs, reqs_end) of reqs_,

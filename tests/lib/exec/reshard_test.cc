@@ -560,5 +560,56 @@ TEST(Reshard, DeviceOutsideBothMeshesReturnsAtOnce) {
   EXPECT_NO_THROW(world.run([&](Communicator& comm) { reshard(p, comm, nullptr, nullptr); }, {5}));
 }
 
+// A plan of more streams than the group's run of tags reuses them: device 1 forwards the chain
+// 0 -> 1 -> 2 of stream 0 and sends 1 -> 2 directly on stream `later`, whose tag is the same
+// (65,535 streams on: the run's tags but the words' wrap), or another (65,536, the old wrap).
+// Every element is right, each in its order of calls: ireshard returns without waiting (device
+// 1 holds the direct send back until the chain completed, and an all-reduce device 2 makes
+// first is what completes it), then waits.
+TEST(Reshard, APlanReusingTagsKeepsTheirMessagesApartWithoutBlockingIreshard) {
+  const std::int64_t n = 512, k = 256;
+  const Layout src = Layout::parse({n}, DType::f32, "2@[0,1]:R");
+  const Layout dst = Layout::parse({n}, DType::f32, "2@[1,2]:R");
+  for (const std::int64_t later : {65535, 65536}) {
+    SCOPED_TRACE("stream " + std::to_string(later));
+    std::vector<Op> ops(3);
+    ops[0].kind = OpKind::Multicast;
+    ops[0].box = Box({{0, k}});
+    ops[0].root = 0;
+    ops[0].peers = {1, 2};
+    ops[1].kind = OpKind::Multicast;
+    ops[1].box = Box({{k, n}});
+    ops[1].root = 1;
+    ops[1].peers = {2};
+    ops[1].stream = later;
+    ops[2].kind = OpKind::Copy;
+    ops[2].box = Box({{k, n}});
+    ops[2].root = 1;
+    LocalWorld world(3, 0, 60.0);
+    std::vector<std::vector<float>> got(3);
+    world.run([&](Communicator& comm) {
+      const int me = comm.rank();
+      const Group g = comm.group({1, 2});
+      std::vector<Op> mine;
+      for (const Op& o : ops)
+        if (o.root == me || std::find(o.peers.begin(), o.peers.end(), me) != o.peers.end())
+          mine.push_back(o);
+      const RankPlan part(src, dst, Strategy::Broadcast, Balance::Search, me, mine, 70000);
+      std::vector<float> s(n), d(n, 0.0f), x(4, 1.0f), y(4);
+      for (std::int64_t i = 0; i < n; ++i) s[static_cast<std::size_t>(i)] = float(i);
+      if (me == 2) all_reduce(g, x.data(), y.data(), 4, DType::f32, ReduceOp::Sum);
+      Transfer t =
+          ireshard(part, comm.world(), me < 2 ? s.data() : nullptr, me > 0 ? d.data() : nullptr);
+      if (me == 1) all_reduce(g, x.data(), y.data(), 4, DType::f32, ReduceOp::Sum);
+      t.wait();
+      got[static_cast<std::size_t>(me)] = d;
+    });
+    for (int me : {1, 2})
+      for (std::int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(got[static_cast<std::size_t>(me)][static_cast<std::size_t>(i)], float(i))
+            << "device " << me << ", element " << i;
+  }
+}
+
 }  // namespace
 }  // namespace meshcast
