@@ -152,7 +152,6 @@ class MpiTransport final : public Transport {
       : comm_(comm),
         rank_(rank_of(comm)),
         size_(size_of(comm)),
-        timeout_(o.timeout_seconds),
         opt_(o),
         watchdog_(control_, rank_, size_, o.timeout_seconds) {
     control_.comm = comm_;
@@ -489,7 +488,6 @@ class MpiTransport final : public Transport {
   MPI_Win window_ = MPI_WIN_NULL;
   std::vector<std::byte*> segments_;  // rank -> its segment, where on this node
   std::size_t segment_bytes_ = 0;
-  double timeout_;
   MpiOptions opt_;
   Control control_;
   detail::Watchdog watchdog_;
