@@ -304,18 +304,23 @@ def test_the_rendezvous_waits_for_the_timeout_given():
     assert "within 2 s" in err, err
 
 
+def rank_head(timeout):
+    """The start of a rank's script, `how` (mpi4py or env) given: say(), comm and me."""
+    return (
+        # A line in one write: mpirun passes on each rank's writes as they come, and print()'s
+        # pieces from two ranks interleaved ('rank 1:rank 0 dropped it').
+        "say = lambda line: (sys.stdout.write(line + '\\n'), sys.stdout.flush())\n"
+        "if how == 'mpi4py':\n"
+        "    from mpi4py import MPI\n"
+        f"    comm = mc.from_mpi4py(MPI.COMM_WORLD, timeout={timeout})\n"
+        "else:\n"
+        f"    comm = mc.from_env(timeout={timeout})\n"
+        "me = comm.rank\n")
+
+
 DROP = (
     "import sys, numpy as np, meshcast as mc\n"
-    "how, action = sys.argv[1], sys.argv[2]\n"
-    # A line in one write: mpirun passes on each rank's writes as they come, and print()'s
-    # pieces from two ranks interleaved ('rank 1:rank 0 dropped it').
-    "say = lambda line: (sys.stdout.write(line + '\\n'), sys.stdout.flush())\n"
-    "if how == 'mpi4py':\n"
-    "    from mpi4py import MPI\n"
-    "    comm = mc.from_mpi4py(MPI.COMM_WORLD, timeout=20)\n"
-    "else:\n"
-    "    comm = mc.from_env(timeout=20)\n"
-    "me = comm.rank\n"
+    "how, action = sys.argv[1], sys.argv[2]\n" + rank_head(20) +
     "A = mc.Layout((65536, 8), 'f32', '2@0-1:S0R')\n"
     "B = mc.Layout((65536, 8), 'f32', '2@0-1:RS0')\n"
     "a = np.ones(A.local_shape(me), np.float32)\n"
@@ -390,14 +395,7 @@ def ucx_ranks(ranks, script, *args):
 
 REFUSE = (
     "import os, sys, time, numpy as np, meshcast as mc\n"
-    "how, box = sys.argv[1], sys.argv[2]\n"
-    "say = lambda line: (sys.stdout.write(line + '\\n'), sys.stdout.flush())\n"
-    "if how == 'mpi4py':\n"
-    "    from mpi4py import MPI\n"
-    "    comm = mc.from_mpi4py(MPI.COMM_WORLD, timeout=20)\n"
-    "else:\n"
-    "    comm = mc.from_env(timeout=20)\n"
-    "me = comm.rank\n"
+    "how, box = sys.argv[1], sys.argv[2]\n" + rank_head(20) +
     # Steps apart by files, not by the communicator (whose barrier would hear the notice itself):
     # every device's step is over before any starts the next.
     "def all_done(step):\n"
@@ -446,19 +444,12 @@ def test_a_refusal_reaches_the_peers_whose_sends_completed_at_once(tmp_path, how
 INTERRUPT = (
     "import os, signal, sys, threading, time, numpy as np, meshcast as mc\n"
     "how, op, box = sys.argv[1], sys.argv[2], sys.argv[3]\n"
-    "say = lambda line: (sys.stdout.write(line + '\\n'), sys.stdout.flush())\n"
     "def mark(name):\n"
     "    open(os.path.join(box, name), 'w').close()\n"
     "def await_mark(name):\n"
     "    end = time.monotonic() + 30\n"
     "    while not os.path.exists(os.path.join(box, name)) and time.monotonic() < end:\n"
-    "        time.sleep(0.05)\n"
-    "if how == 'mpi4py':\n"
-    "    from mpi4py import MPI\n"
-    "    comm = mc.from_mpi4py(MPI.COMM_WORLD, timeout=60)\n"
-    "else:\n"
-    "    comm = mc.from_env(timeout=60)\n"
-    "me = comm.rank\n"
+    "        time.sleep(0.05)\n" + rank_head(60) +
     "A, B = mc.Layout((1024,), 'f32', '1@0:R'), mc.Layout((1024,), 'f32', '1@1:R')\n"
     "a, b = np.full(1024, 1 + 6 * me, np.float32), np.zeros(1024, np.float32)\n"
     "def call():\n"
