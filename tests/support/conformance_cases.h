@@ -647,6 +647,9 @@ inline std::string survived(Communicator& comm, std::vector<Request>& reqs, int 
 inline std::string device_throws(Communicator& comm, int victim, double bound) {
   const int n = comm.size(), me = comm.rank();
   const TagBlock tags = comm.world().reserve(2);
+  // Every device past its reserve before the victim fails: a notice come first ends a reserve
+  // (Communicator::check_live), outside survived()'s wait.
+  comm.barrier();
   std::vector<int> chain{0, victim};
   for (int d = 1; d < n; ++d)
     if (d != victim) chain.push_back(d);
