@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "lib/support/agreed.h"
+#include "lib/support/fnv.h"
 #include "meshcast/collectives.h"
 #include "meshcast/error.h"
 
@@ -29,13 +31,6 @@ constexpr std::int64_t kMaxProbeBytes = std::int64_t{1} << 30;
 constexpr std::size_t kSmallBytes = 64;  // the latency probe's message
 constexpr int kRoundTrips = 3;           // timed, after one warm-up; the fastest counts
 constexpr std::size_t kFingerprintBytes = 8;
-
-// FNV-1a: the same in every process of a job (std::hash need not be).
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
-  return h;
-}
 
 std::string checked_name(const std::string& name, const char* field) {
   if (name.empty()) throw ValidationError(field, "empty: a host name has 1 to 255 characters");
@@ -99,7 +94,7 @@ Measured ping_pong(Communicator& c, void* buf, std::size_t bytes, int peer, int 
 // The record each device contributes: a fingerprint of the options that must agree, then its
 // host name.
 std::vector<char> record_of(const std::string& host, const std::string& options) {
-  const std::uint64_t f = fnv1a(options);
+  const std::uint64_t f = detail::Fnv{}.add(options).h;
   std::vector<char> r(kFingerprintBytes);
   for (std::size_t i = 0; i < kFingerprintBytes; ++i) r[i] = static_cast<char>(f >> (8 * i));
   r.insert(r.end(), host.begin(), host.end());
@@ -182,12 +177,12 @@ Topology discover_topology(Communicator& comm, const DiscoverOptions& o) {
     if (fresh) hosts.push_back({name, {}});
     hosts[it->second].devices.push_back(world.devices()[static_cast<std::size_t>(r)]);
   }
-  if (!odd.empty())
-    throw ValidationError("discover",
-                          std::string(odd.size() > 1 ? "devices " : "device ") + device_list(odd) +
-                              " got other options than device " +
-                              std::to_string(world.devices().front()) +
-                              " (probe, probe_bytes, preset): give every device the same");
+  if (!odd.empty())  // every device read the same table
+    detail::throw_agreed(ValidationError(
+        "discover", std::string(odd.size() > 1 ? "devices " : "device ") + device_list(odd) +
+                        " got other options than device " +
+                        std::to_string(world.devices().front()) +
+                        " (probe, probe_bytes, preset): give every device the same"));
 
   const LinkClass fallback = Topology::single_host().intra();
   LinkClass intra = fallback, network = fallback;

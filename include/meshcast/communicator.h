@@ -210,8 +210,8 @@ class Communicator {
 
   // Every member of `group` learns whether any member failed: each passes its own error (null
   // when it succeeded); all of them then throw the same error, the failure of the member
-  // first in group order, or all return. Collective over the group; a member that died is
-  // reported as a peer failure.
+  // first in group order (Error::agreed()), or all return. Collective over the group; a member
+  // that died is reported as a peer failure (not agreed: the communicator is given up).
   void agree(const Group& group, const Error* mine);
 
   // Node memory (Transport::node_segment) and one step of spinning on it: moves this device's

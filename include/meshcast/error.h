@@ -30,11 +30,17 @@ class Error : public std::runtime_error {
   const std::string& field() const noexcept { return field_; }
   const std::string& cause() const noexcept { return cause_; }
   int device() const noexcept { return device_; }
+  // Whether every member of the group threw this same error, having agreed on it
+  // (Communicator::agree, a collective's check of its arguments): nothing of the call is left in
+  // flight, and the communicator stays usable. An error not agreed may leave the peers waiting.
+  bool agreed() const noexcept { return agreed_; }
+  void mark_agreed() noexcept { agreed_ = true; }
 
  private:
   ErrorKind kind_;
   std::string field_, cause_;
   int device_;
+  bool agreed_ = false;
 };
 
 // Named constructors of Error, one per kind (they add no members: catch Error and look at

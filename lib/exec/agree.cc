@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/support/agreed.h"
 #include "meshcast/communicator.h"
 
 namespace meshcast {
@@ -66,20 +67,21 @@ Record encode(const Error& e) {
   std::string field(r.text, r.field_bytes), cause(r.text + r.field_bytes, r.cause_bytes);
   switch (static_cast<Type>(r.type)) {
     case Type::Parse:
-      throw ParseError(std::move(field), std::move(cause));
+      detail::throw_agreed(ParseError(std::move(field), std::move(cause)));
     case Type::Validation:
-      throw ValidationError(std::move(field), std::move(cause));
+      detail::throw_agreed(ValidationError(std::move(field), std::move(cause)));
     case Type::Io:
-      throw IoError(std::move(field), std::move(cause));
+      detail::throw_agreed(IoError(std::move(field), std::move(cause)));
     case Type::Comm:
-      if (r.device >= 0) throw CommError(r.device, std::move(cause));
-      throw CommError(std::move(field), std::move(cause));
+      if (r.device >= 0) detail::throw_agreed(CommError(r.device, std::move(cause)));
+      detail::throw_agreed(CommError(std::move(field), std::move(cause)));
     case Type::Internal:
-      throw InternalError(std::move(field), std::move(cause));
+      detail::throw_agreed(InternalError(std::move(field), std::move(cause)));
     case Type::Plain:
       break;
   }
-  throw Error(static_cast<ErrorKind>(r.kind), std::move(field), std::move(cause), r.device);
+  detail::throw_agreed(
+      Error(static_cast<ErrorKind>(r.kind), std::move(field), std::move(cause), r.device));
 }
 
 // A binomial tree over the n members of a group rooted at group rank `root`: a member's parent

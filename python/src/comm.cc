@@ -499,6 +499,7 @@ PyGroup group_arg(py::handle obj, const char* arg) {
 void abandon_refused(py::handle comm, const std::exception& e) {
   const auto* err = dynamic_cast<const Error*>(&e);
   if (err && err->kind() == ErrorKind::PeerFailure) return;  // started, and given up already
+  if (err && err->agreed()) return;  // every member raises it: none is left waiting
   try {
     const PyGroup g = group_arg(comm);
     if (!g.comm.alive()) return;

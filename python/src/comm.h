@@ -184,7 +184,8 @@ PyGroup group_arg(py::handle obj, const char* arg = "comm");
 // would fill this device's next call (stale or torn tensors, reported as ok), so the peers fail
 // naming this device at once instead. While another thread's call holds the communicator, that
 // call gives it up as it returns (Life::adopt_if_busy). Nothing when `comm` is no communicator
-// or its session ended, or for a failure once started (given up already).
+// or its session ended, for a failure once started (given up already), or for a refusal every
+// member raised alike (Error::agreed(): none waits, and the communicator stays usable).
 void abandon_refused(py::handle comm, const std::exception& e);
 
 // `f`, a call on the communicator given as its argument I, whose refusal gives that up

@@ -124,6 +124,12 @@ def test_topology_presets_and_files():
     path = pathlib.Path(ROOT) / "meshes" / "dgx-a100.json"
     src, dst = mc.Layout((8,), "f32", "2@0-1:S0"), mc.Layout((8,), "f32", "2@2-3:S0")
     assert mc.plan(src, dst, topology=path).json() == mc.plan(src, dst, topology=t).json()
+    # A path object is a file, never a preset: one that names none is an IoError (an OSError).
+    for missing in (pathlib.Path("nope.json"), pathlib.Path("dgx-a100")):
+        with pytest.raises(mc.IoError):
+            mc.Topology(missing)
+        with pytest.raises(OSError):
+            mc.plan(src, dst, topology=missing)
     assert mc.Topology.from_json(t.json()).json() == t.json()
     assert mc.Topology.from_json(t.json().encode()).json() == t.json()  # a file read as bytes
     assert mc.Topology.single_host().hosts == 1
@@ -163,6 +169,25 @@ def test_discover_groups_by_host_name():
     assert preset.nics_per_host == mc.Topology("dgx-a100").nics_per_host
     with pytest.raises(ValueError, match="preset|topology"):
         mc.LocalWorld(1).run(lambda c: mc.Topology.discover(c, preset="no-such"))
+
+
+def test_discover_refusals_are_alike_on_every_device():
+    # Options that differ are refused by agreement: every device raises the same ValidationError
+    # and may go on. A device that raised it gave the communicator up, and one still taking the
+    # verdict raised CommError instead (about half the runs under mpirun).
+    def step(comm):
+        got = set()
+        for _ in range(10):
+            try:
+                mc.Topology.discover(comm, host="a",
+                                     preset="dgx-a100" if comm.rank == 0 else "aws-p3.8xlarge")
+            except Exception as e:
+                got.add(f"{type(e).__name__}: {e}")
+        comm.barrier()
+        return got
+
+    for got in mc.LocalWorld(4).run(step):
+        assert len(got) == 1 and next(iter(got)).startswith("ValidationError: "), got
 
 
 def test_discover_holds_the_probe_buffer_only_on_the_devices_that_probe():

@@ -55,6 +55,7 @@ std::map<int, Outcome> agree_on(int size, const std::vector<int>& members,
         comm.agree(group, it == errors.end() ? nullptr : it->second.get());
         o = {};
       } catch (const Error& e) {
+        EXPECT_TRUE(e.agreed()) << e.what();  // the communicator stays usable
         o = outcome_of(e);
       }
     }
