@@ -6,9 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <numeric>
 
+#include "lib/support/agreed.h"
+#include "lib/support/fnv.h"
 #include "meshcast/error.h"
+#include "meshcast/topology.h"
 
 namespace meshcast {
 namespace {
@@ -96,18 +100,49 @@ std::int64_t count_distinct(const Group& group, const SparseRows& mine,
   return std::min(mine.rows, static_cast<std::int64_t>(-static_cast<double>(m) * std::log(zero)));
 }
 
-// Every member's table has the same rows and width, agreed before any row travels: a member of
-// a smaller table would place another's rows past the end of its output. One small all-reduce
-// (each size and its negation, max), refused alike on every member.
-void agree_on_table(const Group& group, const SparseRows& mine, const CollectiveOptions& o) {
-  std::int64_t sizes[4] = {mine.rows, mine.width, -mine.rows, -mine.width};
-  all_reduce(group, sizes, sizes, 4, DType::i64, ReduceOp::Max, latency_bound(o));
+// What every member passes alike, agreed before any row travels: the table's rows and width
+// (a member of a smaller table would place another's rows past the end of its output), the
+// method and the options the dense all-reduce is chosen by (members that chose differently
+// would exchange other messages, and wait on each other for the timeout). One small all-reduce
+// (each value and its negation, max), refused alike on every member (Error::agreed()).
+void agree_on_call(const Group& group, const SparseRows& mine, SparseMethod method,
+                   const CollectiveOptions& o) {
+  detail::Fnv options;  // what the dense all-reduce's algorithm is chosen by
+  options.add(static_cast<std::int64_t>(o.algorithm));
+  if (o.algorithm == Algorithm::Auto || o.algorithm == Algorithm::Hierarchical) {
+    const Topology one = Topology::single_host();  // as a null topology prices
+    const Topology& t = o.topology ? *o.topology : one;
+    for (const LinkClass* c : {&t.intra(), &t.network()})
+      for (double v : {c->bandwidth, c->latency, c->overhead, c->chain_latency.value_or(-1)})
+        options.add(&v, sizeof v);
+    options.add(t.nics_per_host());
+    for (int d : group.devices())
+      options.add(t.covers(d) ? t.host_of(d) : -1).add(t.covers(d) ? t.nic_of(d) : -1);
+  }
+  const std::int64_t values[] = {mine.rows, mine.width, static_cast<std::int64_t>(method),
+                                 static_cast<std::int64_t>(options.h >> 1)};
+  constexpr int n = std::size(values);
+  std::int64_t both[2 * n];
+  for (int k = 0; k < n; ++k) both[k] = values[k], both[n + k] = -values[k];
+  all_reduce(group, both, both, 2 * n, DType::i64, ReduceOp::Max, latency_bound(o));
+  const auto refuse = [](const char* field, const std::string& cause) {
+    detail::throw_agreed(ValidationError(field, cause));
+  };
   for (int k = 0; k < 2; ++k)
-    if (sizes[k] != -sizes[k + 2])
-      throw ValidationError(k == 0 ? "rows" : "width",
-                            "members pass tables of " + std::to_string(-sizes[k + 2]) + " to " +
-                                std::to_string(sizes[k]) + (k == 0 ? " rows" : " floats a row") +
-                                ": every member passes the same rows and width");
+    if (both[k] != -both[n + k])
+      refuse(k == 0 ? "rows" : "width", "members pass tables of " + std::to_string(-both[n + k]) +
+                                            " to " + std::to_string(both[k]) +
+                                            (k == 0 ? " rows" : " floats a row") +
+                                            ": every member passes the same rows and width");
+  if (both[2] != -both[n + 2])
+    refuse("method", "members pass the methods " +
+                         to_string(static_cast<SparseMethod>(-both[n + 2])) + " and " +
+                         to_string(static_cast<SparseMethod>(both[2])) +
+                         ": every member passes the same method");
+  if (both[3] != -both[n + 3])
+    refuse("options",
+           "members pass other collective options (algorithm, or topology of the "
+           "group's devices): every member passes the same");
 }
 
 // A row index that came from a peer, checked before it places anything (a record corrupted or
@@ -128,6 +163,7 @@ SparseRows SparseRows::from_dense(std::span<const float> dense, std::int64_t row
     throw ValidationError("dense", "holds " + std::to_string(dense.size()) + " floats, not " +
                                        std::to_string(rows) + " x " + std::to_string(width));
   SparseRows s{rows, width, {}, {}};
+  if (width == 0) return s;  // no row holds an element (and rows may be any number)
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* row = dense.data() + r * width;
     if (std::any_of(row, row + width, [](float v) { return v != 0; })) {
@@ -229,7 +265,7 @@ SparseMethod sparse_all_reduce(const Group& group, const SparseRows& mine, std::
   const auto me = static_cast<std::size_t>(group.index_of(rank));
   const std::size_t n = group.devices().size();
   const std::int64_t w = mine.width;
-  agree_on_table(group, mine, o);
+  agree_on_call(group, mine, method, o);
   // Every member's row count: what auto weighs and what the all-gather receives (the dense and
   // balanced methods need none; every round counts where latency dominates).
   std::vector<std::int64_t> nnz;

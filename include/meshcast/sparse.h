@@ -53,9 +53,11 @@ double sparse_traffic(SparseMethod m, std::span<const std::int64_t> nonzero_rows
                       std::int64_t distinct_rows, std::int64_t rows, std::int64_t width);
 
 // Sums the members' `mine` over the group into `out` (rows * width floats, dense), on every
-// member; every member passes the same rows, width and method (rows and width are agreed first,
-// one small all-reduce: members that differ all throw ValidationError("rows" / "width")). Float
-// sums may differ from a serial sum by order only. Returns the method used.
+// member; every member passes the same rows, width, method and options (agreed first, one small
+// all-reduce: members that differ all throw the same ValidationError, "rows", "width", "method"
+// or "options", Error::agreed()). Float sums may differ from a serial sum by order, and a sum of
+// zeros may be +0 where a serial sum gives -0 (a row of zeros is not sent). Returns the method
+// used.
 SparseMethod sparse_all_reduce(const Group& group, const SparseRows& mine, std::span<float> out,
                                SparseMethod method = SparseMethod::Auto,
                                const CollectiveOptions& options = {});

@@ -194,6 +194,38 @@ TEST(Sparse, MembersWithTablesOfOtherSizesAreRefused) {
     }
 }
 
+// Members that pass other methods or options are refused alike, agreed before any row travels:
+// another method waited for the timeout (its first collective was not the others'), another
+// algorithm failed on a message's length. The group stays usable.
+TEST(Sparse, MembersWithOtherMethodsOrOptionsAreRefusedAlike) {
+  for (const bool by_method : {true, false}) {
+    SCOPED_TRACE(by_method ? "method" : "options");
+    std::mutex m;
+    std::vector<std::string> fields;
+    LocalWorld w(3);
+    w.run([&](Communicator& comm) {
+      const bool odd = comm.rank() == 2;
+      CollectiveOptions o;
+      if (!by_method && odd) o.algorithm = Algorithm::Ring;
+      SparseRows mine{64, 2, {comm.rank()}, {1.0f, 2.0f}};
+      std::vector<float> out(128);
+      try {
+        sparse_all_reduce(comm.world(), mine, out,
+                          by_method && odd ? SparseMethod::Dense : SparseMethod::Auto, o);
+        ADD_FAILURE() << "not refused";
+      } catch (const ValidationError& e) {
+        EXPECT_TRUE(e.agreed());
+        std::lock_guard<std::mutex> lock(m);
+        fields.push_back(e.field());
+      }
+      std::int64_t one = 1;
+      all_reduce(comm.world(), &one, &one, 1, DType::i64, ReduceOp::Sum);
+      EXPECT_EQ(one, 3);
+    });
+    EXPECT_EQ(fields, std::vector<std::string>(3, by_method ? "method" : "options"));
+  }
+}
+
 // rows x width past 2^63 - 1 is refused, not wrapped to a small table.
 TEST(Sparse, TablesPastInt64AreRefused) {
   const SparseRows huge{std::int64_t{1} << 62, 4, {5}, {1, 2, 3, 4}};
