@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -125,10 +126,11 @@ double number_at(const json& j, const std::string& path) {
   return j.get<double>();
 }
 
+// The shortest text that reads back as v: a value just past a bound shows as past it.
 std::string fmt(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
 }
 
 // A file's link without overhead_us: the network's (`nics` given) or the intra-host default.
@@ -184,7 +186,7 @@ LinkClass link_at(const json& j, const std::string& path, const char* name, int*
     const double us = number_at(j[field], path + "." + field);
     if (!(us >= 0 && us <= kMaxLinkSeconds * kMicro))
       throw ValidationError(path + "." + field, "must be in [0, 1e7] (got " + fmt(us) + ")");
-    return us_to_seconds(us);
+    return us_to_seconds(us + 0.0);  // -0 as 0: the file written reads back the same
   };
   require(j, path, "latency_us");
   l.latency = microseconds("latency_us");
@@ -539,9 +541,12 @@ Topology Topology::resolve(const std::string& text) {
   throw ValidationError("topology",
                         "unknown topology " + detail::quote(text) +
                             ": not a file, and no preset of that name (" +
-                            (known.empty() ? std::string("no presets found: install meshcast, or "
-                                                         "set MESHCAST_TOPOLOGY_PATH")
-                                           : "presets: " + list) +
+                            (!known.empty() ? "presets: " + list
+                             : std::getenv("MESHCAST_TOPOLOGY_PATH")
+                                 ? std::string("no presets found, in MESHCAST_TOPOLOGY_PATH or "
+                                               "where meshcast is installed")
+                                 : std::string("no presets found: install meshcast, or set "
+                                               "MESHCAST_TOPOLOGY_PATH")) +
                             ")");
 }
 

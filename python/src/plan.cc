@@ -107,11 +107,18 @@ T pickled(const py::tuple& state, std::size_t i, std::size_t size, const char* t
 
 }  // namespace
 
+// A preset name or a file (str), or a file (os.PathLike: a path, even one without a '/' or that
+// names no file, which a str would take for a preset).
+Topology named_topology(py::handle obj, const char* field) {
+  const std::string text = str_arg(obj, field, true);
+  return py::isinstance<py::str>(obj) ? Topology::resolve(text) : Topology::load(text);
+}
+
 Topology topology_arg(py::handle obj) {
   if (obj.is_none()) return Topology::single_host();
   if (py::isinstance<Topology>(obj)) return obj.cast<Topology>();
   if (py::isinstance<py::str>(obj) || py::hasattr(obj, "__fspath__"))  // as Topology(...) takes
-    return Topology::resolve(str_arg(obj, "topology", true));
+    return named_topology(obj, "topology");
   throw py::type_error(
       "topology: expected None, a Topology, a file path (str or os.PathLike) or "
       "a preset name, got " +
@@ -248,9 +255,7 @@ installed with the package: aws-p3.8xlarge, dgx-a100, h100-cluster, gb200-nvl72,
 Topology("path/to/file.json") (docs/topology.md), Topology.discover(comm), or
 Topology.single_host().
 )doc")
-      .def(py::init([](py::handle name) {
-             return Topology::resolve(str_arg(name, "name_or_path", true));
-           }),
+      .def(py::init([](py::handle name) { return named_topology(name, "name_or_path"); }),
            py::arg("name_or_path"))
       .def_static("single_host", &Topology::single_host)
       .def_static(
