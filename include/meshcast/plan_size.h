@@ -26,8 +26,8 @@ struct PlanSize {
 // each addend of the source, the copies (holders that are destinations): the ops (a reduce per
 // box of a partial source, copies, one chain per box for broadcast, a send per receiver for
 // sendrecv, two for allgather) and their peer lists (allgather's: receivers^2 per box). Greedy
-// and search keep every holder as a candidate sender per transfer (holders x receivers per box
-// for sendrecv and allgather), search a copy of every op. Bytes per op and per device are
+// and search keep each addend's holders once per box, as the candidate senders its transfers
+// share (a view per transfer), search a copy of every op. Bytes per op and per device are
 // calibrated upper bounds of the peak resident memory of `meshcast plan` (docs/design.md).
 // Auto: the smallest over the three strategies, each under `balance` or Local (plan() builds
 // with Local a strategy that fits only so).

@@ -32,7 +32,7 @@ void HolderSet::select(const std::vector<std::int64_t>& shard, std::int64_t adde
     }
   };
   for (std::size_t d = 0; d < l.ndim(); ++d) fix(l.spec().axes(d), shard[d]);
-  fix(l.spec().partial(), addend);
+  if (addend >= 0) fix(l.spec().partial(), addend);
   free_.clear();
   size_ = 1;
   base_ = 0;

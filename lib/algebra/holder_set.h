@@ -16,7 +16,8 @@ class HolderSet {
  public:
   explicit HolderSet(const Layout& layout);
   // Selects the holders of addend `addend` of the tile with shard indices `shard` (per tensor
-  // dimension): layout.holders(shard) restricted to partial_group() == addend.
+  // dimension): layout.holders(shard) restricted to partial_group() == addend; addend < 0: the
+  // holders of any addend (one membership test where a sum has thousands of addends).
   void select(const std::vector<std::int64_t>& shard, std::int64_t addend);
   std::int64_t size() const { return size_; }
   // The k-th holder's device id, 0 <= k < size().

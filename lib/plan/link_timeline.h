@@ -36,8 +36,11 @@ class LinkTimeline {
   double place(const Op& op, std::int64_t bytes);
   // Greedy choices. The candidate root of a Multicast that would end it earliest if placed now;
   // the candidate contributor of a Reduce that is ready earliest. Ties go to the candidate
-  // that has sent fewer bytes, then to the first. O(peers + candidates).
+  // that has sent fewer bytes, then to the first. O(peers + candidates), or O(peers x
+  // candidates) with several NICs per host (root_cost()).
   int best_root(const Op& op, std::span<const int> candidates) const;
+  // What best_root() costs per candidate, in peers visited.
+  std::size_t root_cost(const Op& op) const { return nics_ > 1 ? 1 + op.peers.size() : 1; }
   int best_contributor(std::span<const int> candidates, int root) const;
 
   double makespan() const { return makespan_; }

@@ -99,15 +99,16 @@ PlanSize estimate_plan_size(const Layout& src, const Layout& dst, Strategy strat
   }
   e.ops = e.boxes * ((groups > 1 ? 1 : 0) + copies + sends) +
           (dst.spec().is_partial() ? static_cast<double>(dst.mesh().size()) : 0);  // zeros
-  // Greedy and search keep every holder as a candidate sender per transfer (a unit's choices),
-  // and search a copy of every unit (greedy's plan, kept if the search does no better), unless
-  // no transfer has a choice (one holder per tile, no pending sum): the planner then builds
-  // none's ops. Per op: its box (ndim ranges), peers, the schedule's entry, vector slack;
-  // calibrated on `meshcast plan` peak RSS (dense 8,192-device reshard, 4.19 M ops, 3
-  // dimensions: none and local 219 B per op; with a schedule, greedy 371 B, search 722 B).
+  // Greedy and search keep every addend's holders once per box, as the candidate senders its
+  // transfers share (a unit's choices: a list of views, about 7 words each), and search a copy
+  // of every unit (greedy's plan, kept if the search does no better), unless no transfer has a
+  // choice (one holder per tile, no pending sum): the planner then builds none's ops. Per op: its
+  // box (ndim ranges), peers, the schedule's entry, vector slack; calibrated on `meshcast plan`
+  // peak RSS (dense 8,192-device reshard, 4.19 M ops, 3 dimensions: none and local 219 B per op;
+  // with a schedule, greedy 371 B, search 722 B).
   const bool scheduled =
       (balance == Balance::Greedy || balance == Balance::Search) && detail::senders_to_choose(src);
-  const double ints = peers + groups + (scheduled ? (sends + groups) * holders : 0);
+  const double ints = peers + groups + (scheduled ? groups * holders + 7 * (sends + groups) : 0);
   const auto ndim = static_cast<double>(src.ndim());
   double per_op = 192 + 32 * ndim, per_int = 8;
   if (scheduled && balance == Balance::Greedy) per_op = 320 + 32 * ndim;

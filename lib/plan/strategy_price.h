@@ -43,13 +43,13 @@ inline constexpr std::int64_t kAutoWork = std::int64_t{16} << 20;
 // earlier), senders by options.balance's task-by-task rule (Local standing in for greedy and
 // search, which need the built plan). A strategy is a candidate if its estimated plan
 // (plan_size.h) fits the limits and options.max_plan_bytes under options.balance, or else under
-// Local, which it is then built with (greedy and search keep every holder as a candidate per
-// transfer: holders x receivers). Where no box goes to more than one receiver the strategies
-// build the same ops: the first candidate at once. Where pricing passes kAutoWork, the least
-// priced of those priced by then. Where no whole plan fits (a device planning its part alone;
-// plan() refuses first), or none was priced within kAutoWork, the strategy of the smallest part
-// (estimate_part_size): its own part is the least a device builds. A function of its arguments
-// alone, so every device resolves Auto alike.
+// Local, which it is then built with (greedy and search keep every holder of a box as its
+// transfers' candidates, and a search a copy of every op). Where no box goes to more than one
+// receiver the strategies build the same ops: the first candidate at once. Where pricing passes
+// kAutoWork, the least priced of those priced by then. Where no whole plan fits (a device planning
+// its part alone; plan() refuses first), or none was priced within kAutoWork, the strategy of the
+// smallest part (estimate_part_size): its own part is the least a device builds. A function of its
+// arguments alone, so every device resolves Auto alike.
 struct AutoChoice {
   Strategy strategy;
   Balance balance;

@@ -118,13 +118,14 @@ TaskOps::TaskOps(const TaskGrid& grid, const LinkTimeline& timeline, Strategy st
       key_offset_(key_offset),
       slots_(stream_slots(strategy, grid.dst())),
       trees_(timeline),
-      targets_(grid.dst()) {
+      targets_(grid.dst()),
+      holders_(static_cast<std::size_t>(grid.src().partial_groups()), HolderSet(grid.src())),
+      any_holder_(holders_[0]) {      // (copies share the device index table)
   for (int d : timeline.devices()) {  // ascending, so each host's list is too
     const auto h = static_cast<std::size_t>(timeline.host(d));
     if (on_host_.size() <= h) on_host_.resize(h + 1);
     on_host_[h].push_back(d);
   }
-  holders_.assign(static_cast<std::size_t>(grid.src().partial_groups()), HolderSet(grid.src()));
   std::vector<char> has_source(on_host_.size(), 0);
   const Mesh& from = grid.src().mesh();
   const Mesh& to = grid.dst().mesh();
@@ -249,13 +250,16 @@ void TaskOps::select(std::int64_t i) {
   targets_.select(dst_shard_, 0);
   for (std::size_t g = 0; g < holders_.size(); ++g)
     holders_[g].select(src_shard_, static_cast<std::int64_t>(g));
+  if (holders_.size() > 1) any_holder_.select(src_shard_, -1);
+}
+
+bool TaskOps::holds(int device) const {
+  return (holders_.size() == 1 ? holders_[0] : any_holder_).contains(device);
 }
 
 void TaskOps::task(std::int64_t i, int device, OpSink& out) {
   select(i);
-  if (device >= 0 && !targets_.contains(device) &&
-      std::none_of(holders_.begin(), holders_.end(),
-                   [&](const HolderSet& h) { return h.contains(device); }))
+  if (device >= 0 && !targets_.contains(device) && !holds(device))
     return;  // neither holds nor receives it
   const Box box = grid_->box(i);
   receivers_.clear();
@@ -277,12 +281,8 @@ void TaskOps::task(std::int64_t i, int device, OpSink& out) {
   }
   // A pending sum: reduced at a destination device (one holding an addend where there is one,
   // so its own addend need not move), which then serves the others.
-  for (std::int64_t k = 0; k < targets_.size(); ++k) {  // the candidate roots, for now
-    const int d = targets_[k];
-    if (std::any_of(holders_.begin(), holders_.end(),
-                    [&](const HolderSet& h) { return h.contains(d); }))
-      receivers_.push_back(d);
-  }
+  for (std::int64_t k = 0; k < targets_.size(); ++k)  // the candidate roots, for now
+    if (holds(targets_[k])) receivers_.push_back(targets_[k]);
   if (receivers_.empty())
     for (std::int64_t k = 0; k < targets_.size(); ++k) receivers_.push_back(targets_[k]);
   const int root = balance_ == Balance::None

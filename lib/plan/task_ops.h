@@ -167,6 +167,8 @@ class TaskOps {
              OpSink& out);
   // Hands `op` on if `device` takes part in it (or device < 0).
   static void push(const Op& op, int device, OpSink& out);
+  // Whether `device` holds an addend of the selected task's box.
+  bool holds(int device) const;
 
   const TaskGrid* grid_;
   const LinkTimeline* s_;
@@ -182,6 +184,7 @@ class TaskOps {
   TreeShapes trees_;                // the broadcast's trees of chains, by shape
   HolderSet targets_;               // the task's destinations
   std::vector<HolderSet> holders_;  // per addend of the source
+  HolderSet any_holder_;            // of any addend (selected where there are several)
   std::vector<std::int64_t> src_shard_, dst_shard_;
   std::vector<int> receivers_, near_;  // scratch
   Op op_;                              // scratch: the op being handed on

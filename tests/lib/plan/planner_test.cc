@@ -514,6 +514,29 @@ TEST(Planner, ANicPerDeviceSpreadsSendersOverTheHoldersNics) {
   EXPECT_EQ(plan(rep, dst, nic).strategy(), Strategy::AllGather);
 }
 
+// Greedy prices a window of each transfer's candidate senders once the plan's candidates pass
+// its budget (2^25 pricings): 8,192 holders of a replicated source sent to 8,192 receivers
+// (6.7e7 candidates; 16,384 of each priced 2.7e8 for 17 s) still deliver every element, from
+// senders spread over the holders.
+TEST(Planner, GreedyPastItsBudgetStillSpreadsTheSenders) {
+  const auto src = Layout::parse({8}, DType::f32, "8192@0-8191:R");
+  const auto dst = Layout::parse({8}, DType::f32, "8192@8192-16383:R");
+  const Topology t = Topology::uniform("u", 2048, 8, LinkClass{"intra", 1e10, 1e-6},
+                                       LinkClass{"network", 1e9, 1e-5});
+  PlanOptions opt;
+  opt.strategy = Strategy::SendRecv;
+  opt.balance = Balance::Greedy;
+  const Plan p = plan(src, dst, t, opt);
+  EXPECT_EQ(simulate(p), "");
+  std::map<int, int> sends;
+  for (const Op& op : p.ops())
+    if (op.kind == OpKind::Multicast) ++sends[op.root];
+  int most = 0;
+  for (const auto& [root, n] : sends) most = std::max(most, n);
+  EXPECT_GE(sends.size(), 4096u);
+  EXPECT_LE(most, 2);
+}
+
 // ---- Topology-aware expected tables -------------------------------------------------------------
 
 struct Expect {

@@ -234,7 +234,7 @@ TEST(StrategyPrice, AutoOnAWideReplicaSendsInParallel) {
   opt.strategy = Strategy::Broadcast;
   // (Broadcast's one multicast to 4,096 is a tree of chains: ~0.7 ms, ~100x the parallel sends.)
   EXPECT_LT(p.stats().predicted_seconds * 50, plan(src, dst, topo, opt).stats().predicted_seconds);
-  // Under search, sendrecv's candidate lists (holders x receivers) exceed a bound that
+  // Under search, sendrecv's ops (a send per receiver, each kept twice) exceed a bound that
   // broadcast's fit: auto builds sendrecv with the local rule rather than the worse broadcast.
   opt = {};
   opt.max_plan_bytes =
