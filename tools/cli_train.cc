@@ -328,7 +328,12 @@ void check_train_memory(const Run& r, const std::string& backend, bool loads) {
 // collective of a stage's tensor-parallel group (g devices) for every sub-batch of every
 // micro-batch in every block: 2^18 each per member, times g again on the local backend, whose
 // members' threads take turns on the cores (tp 8 with 1,024 sub-batches of 4 blocks: 3.4 s a
-// step here, its arithmetic 1 ms; tp 2: 0.16 s). In double: the largest options overflow 64 bits.
+// step here, its arithmetic 1 ms; tp 2: 0.16 s). Work per weight whatever the tokens: every
+// step's optimizer update, gradient norm and data-parallel all-reduce, 2^8 per weight a device
+// holds (of every device with the local backend: a 67 M-weight model of one token a step took
+// 1.0 s a step, 128 replicas of 3.3 M weights 7 s), and every checkpoint save, 2^12 per weight
+// (written, synced and read back: 15 s for 67 M). In double: the largest options overflow 64
+// bits.
 double train_flops(const Run& r, int done, bool local) {
   const tr::ModelConfig& m = r.model;
   const double d = m.d_model, f = m.ffn_width(), seq = m.seq, layers = m.layers;
@@ -345,13 +350,20 @@ double train_flops(const Run& r, int done, bool local) {
   }
   const double collectives =
       blocks_per_stage(r) * r.parallel.micro_batches * static_cast<double>(r.parallel.sub_batches);
+  double held = 0;  // weights held: by every device (local), or the most any device holds
+  for (const tr::StageShape& s : r.parallel.stages) {
+    const double part = weights / stages / (static_cast<double>(s.rows) * s.cols * s.depth);
+    held = local ? held + part * s.devices() : std::max(held, part);
+  }
+  const double saves = r.checkpoint_every > 0 ? std::floor(steps / r.checkpoint_every) : 0;
   return (steps + evals / 3) * per_token * r.train.batch * seq +
          steps * 0x1p24 * (local ? static_cast<double>(r.parallel.devices()) : 1.0) +
-         steps * 0x1p23 * passes + steps * 0x1p18 * collectives * members;
+         steps * 0x1p23 * passes + steps * 0x1p18 * collectives * members + steps * 0x1p8 * held +
+         saves * 0x1p12 * weights;
 }
 
 // Refuses, before any work, a run whose steps would compute for hours: --steps 16000000 of the
-// default model counts 2.4e16 flops, two weeks here.
+// default model counts 2.5e16 flops, two weeks here.
 void check_train_flops(const Run& r, int done, bool local) {
   const double flops = train_flops(r, done, local);
   check_limit("train flops", detail::saturated_int64(flops), limits().train_flops, "TRAIN_FLOPS");
@@ -638,9 +650,15 @@ std::vector<tr::StepStats> history(const std::string& path, const nlohmann::json
         then += (then.empty() ? "" : ", ") + key + " " + shown(key, was);
         now += (now.empty() ? "" : ", ") + key + " " + shown(key, value);
       }
+    // Its steps from the first it holds (a run that resumed with no history began later).
+    const std::string range =
+        std::to_string(steps.front().step) + "-" + std::to_string(resumed_from);
+    if (steps.front().step > 1)
+      warn(path + " holds steps " + range + " only: the charts start at step " +
+           std::to_string(steps.front().step));
     if (!then.empty())
-      warn(path + ": its steps 1-" + std::to_string(resumed_from) + " ran with " + then +
-           " (this run: " + now + "); the run JSON's config is this run's");
+      warn(path + ": its steps " + range + " ran with " + then + " (this run: " + now +
+           "); the run JSON's config is this run's");
   } catch (const std::exception& e) {
     warn(path + " holds no history of this run (" + one_line(e.what()) +
          "): the charts start at step " + std::to_string(resumed_from + 1));

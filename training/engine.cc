@@ -688,14 +688,18 @@ void validate(const ModelConfig& model, const ParallelConfig& parallel, const Tr
   require(model.ffn >= 0, "ffn", "must be >= 0");
   require(model.resample.empty() || model.resample.size() == static_cast<std::size_t>(model.layers),
           "resample", "give one entry per block (or none)");
-  for (int l = 0; l < model.layers; ++l)
-    require(
-        model.seq_at(l) >= 1 && (model.resample.empty() ||
-                                 model.resample[static_cast<std::size_t>(l)] != Resample::Halve ||
-                                 model.seq_at(l) % 2 == 0),
-        "seq",
-        "block " + std::to_string(l) + " halves a sequence of " + std::to_string(model.seq_at(l)) +
-            " tokens");
+  // Block by block, seq_at(l) walked along (it walks from the first block: quadratic in them),
+  // the message built only for a block that fails (a search checks thousands of candidates).
+  std::int64_t seq = model.seq;
+  for (int l = 0; l < model.layers; ++l) {
+    const Resample r =
+        model.resample.empty() ? Resample::None : model.resample[static_cast<std::size_t>(l)];
+    if (seq < 1 || (r == Resample::Halve && seq % 2 != 0))
+      throw ValidationError("seq", "block " + std::to_string(l) + " halves a sequence of " +
+                                       std::to_string(seq) + " tokens");
+    if (r == Resample::Halve) seq /= 2;
+    if (r == Resample::Double) seq = std::min<std::int64_t>(2 * seq, std::int64_t{1} << 40);
+  }
   require(model.seq_at(model.layers) == model.seq, "resample",
           "the last block must give back seq tokens (" + std::to_string(model.seq) + "), not " +
               std::to_string(model.seq_at(model.layers)));
@@ -721,6 +725,13 @@ void validate(const ModelConfig& model, const ParallelConfig& parallel, const Tr
   double devices = 0;
   for (std::size_t i = 0; i < parallel.stages.size(); ++i) {
     const StageShape& s = parallel.stages[i];
+    // A stage as the one before (every stage of a searched candidate) passes as it did: only
+    // the devices add up (the checks' messages cost thousands of strings per candidate).
+    if (i > 0 && s == parallel.stages[i - 1] &&
+        devices + s.devices() <= static_cast<double>(limits().devices)) {
+      devices += s.devices();
+      continue;
+    }
     const std::string f = "stages[" + std::to_string(i) + "]";
     require(s.dp >= 1 && s.rows >= 1 && s.cols >= 1 && s.depth >= 1, f,
             "every degree must be at least 1");
@@ -746,8 +757,8 @@ void validate(const ModelConfig& model, const ParallelConfig& parallel, const Tr
             "a micro-batch of " + std::to_string(mb) + " samples cannot feed dp x depth = " +
                 std::to_string(s.dp * s.depth) + " sample groups");
   }
-  make_schedule(parallel.schedule, static_cast<int>(parallel.stages.size()), parallel.micro_batches,
-                parallel.chunks);
+  check_schedule(parallel.schedule, static_cast<int>(parallel.stages.size()),
+                 parallel.micro_batches, parallel.chunks);
 }
 
 TrainResult train(Communicator& comm, const ModelConfig& model, const ParallelConfig& parallel,

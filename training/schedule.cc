@@ -86,8 +86,7 @@ ScheduleKind parse_schedule(std::string_view text, const std::string& field) {
                                    " (expected gpipe, 1f1b, interleaved or eager-1f1b)");
 }
 
-std::vector<std::vector<PipeOp>> make_schedule(ScheduleKind kind, int stages, int micro_batches,
-                                               int chunks) {
+void check_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks) {
   if (stages < 1)
     throw ValidationError("stages", "must be >= 1 (got " + std::to_string(stages) + ")");
   if (micro_batches < 1)
@@ -102,6 +101,11 @@ std::vector<std::vector<PipeOp>> make_schedule(ScheduleKind kind, int stages, in
     throw ValidationError("micro_batches", "interleaved needs a multiple of the " +
                                                std::to_string(stages) + " stages (got " +
                                                std::to_string(micro_batches) + ")");
+}
+
+std::vector<std::vector<PipeOp>> make_schedule(ScheduleKind kind, int stages, int micro_batches,
+                                               int chunks) {
+  check_schedule(kind, stages, micro_batches, chunks);
   std::vector<std::vector<PipeOp>> ops(stages);
   for (int s = 0; s < stages; ++s) {
     const int n = stages, b = micro_batches;

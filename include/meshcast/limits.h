@@ -22,8 +22,8 @@ struct Limits {
   std::int64_t train_memory_bytes = std::int64_t{16} << 30;  // estimated training memory
   // Arithmetic of a training run's steps (about an hour at the 20 GFLOP/s of 2 cores).
   std::int64_t train_flops = std::int64_t{1} << 46;
-  // Configurations a training plan search prices, times the devices each prices (about 25 s
-  // here at the bound).
+  // Configurations a training plan search considers, times the devices, and 40 more per device
+  // of those it prices (tens of seconds here at the bound).
   std::int64_t train_search_work = std::int64_t{1} << 31;
   std::int64_t run_bytes = std::int64_t{4} << 40;  // bytes a run moves over all its iterations
   // Transfers a run makes over all its iterations (a reshard's ops, a sync's tensors times their

@@ -324,11 +324,15 @@ expect_exit 2 "checkpoint-dir: $tmp/busy is in use by another run" \
 
 # Time: a run's arithmetic is bounded before any work (--steps 16000000 of the default model is
 # two weeks here), counting the steps a --resume has left: 2 of the small model's 6 are within
-# 2e8 flops (53 M a step: 36 M of arithmetic with its evaluation, 2^24 for its one device), 6
-# from the start are not.
+# 2e8 flops (61 M a step: 36 M of arithmetic with its evaluation, 2^24 for its one device, 8 M
+# for its 31 K weights), 6 from the start are not.
 expect_exit 2 "train flops: " "$mc" train gpt --steps 16000000 --out "$tmp/out"
 # So is --plan's search, before it prices any configuration.
 expect_exit 2 "train search work: " "$mc" train gpt --plan --devices 262144 --batch 262144
+# Counting the devices each candidate that fits walks: 4,096 devices of a 4,096-block model
+# priced for 71 s (their count alone was within the bound).
+expect_exit 2 "train search work: " "$mc" train gpt --plan --devices 4096 --batch 1048576 \
+  --layers 4096 --d-model 8192 --heads 128
 # A pipeline's micro-batches count too, whatever the model's size (83 s a step here).
 expect_exit 2 "train flops: " "$mc" train gpt --stages dp=1/dp=1/dp=1/dp=1/dp=1/dp=1/dp=1/dp=1 \
   --micro-batches 16384 --batch 16384 --seq 1 --d-model 1 --heads 1 --layers 8 --data random \
@@ -337,6 +341,14 @@ expect_exit 2 "train flops: " "$mc" train gpt --stages dp=1/dp=1/dp=1/dp=1/dp=1/
 # here: 368,000 steps were accepted, 15 days).
 expect_exit 2 "train flops: " "$mc" train gpt --d-model 8 --heads 8 --stages tp=8 \
   --sub-batches 1024 --steps 2000 --out "$tmp/out"
+# And the work per weight whatever the tokens: each step's optimizer update and gradient
+# all-reduce (a 67 M-weight model of one token a step: 1 s a step, 127,000 steps were accepted,
+# 35 h), and each checkpoint save (15 s for that model: 3,000 steps are within the bound, and
+# as many saves, 12 h, are not).
+wide=(--data random --heads 1 --layers 1 --seq 1 --vocab 1048576 --d-model 64 --batch 1)
+expect_exit 2 "train flops: " "$mc" train gpt "${wide[@]}" --steps 127000 --out "$tmp/out"
+expect_exit 2 "train flops: " "$mc" train gpt "${wide[@]}" --steps 3000 --checkpoint-every 1 \
+  --checkpoint-dir "$tmp/wide" --out "$tmp/out"
 fresh
 expect_exit 2 "train flops: " env MESHCAST_MAX_TRAIN_FLOPS=200000000 \
   "$mc" train gpt "${small[@]}" --steps 6

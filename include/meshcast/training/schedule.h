@@ -34,9 +34,12 @@ struct PipeOp {
   friend bool operator==(const PipeOp&, const PipeOp&) = default;
 };
 
-// ops[s] = stage s's passes in order. Throws ValidationError when stages < 1, micro_batches < 1,
-// chunks < 1, chunks > 1 with a kind other than Interleaved, or Interleaved with micro_batches
-// not a multiple of stages (Megatron's condition).
+// Throws ValidationError when stages < 1, micro_batches < 1, chunks < 1, chunks > 1 with a kind
+// other than Interleaved, or Interleaved with micro_batches not a multiple of stages (Megatron's
+// condition): what make_schedule() refuses, without building the 2 x stages x micro_batches x
+// chunks passes (validate() and the configuration search ask it of every candidate).
+void check_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks = 1);
+// ops[s] = stage s's passes in order; refuses what check_schedule() does.
 std::vector<std::vector<PipeOp>> make_schedule(ScheduleKind kind, int stages, int micro_batches,
                                                int chunks = 1);
 
