@@ -204,7 +204,12 @@ int main(int argc, char** argv) {
   Communicator& comm = mpi.world();
   const int me = comm.rank(), n = comm.size();
   std::unique_ptr<Topology> topo;
-  if (!topo_path.empty()) topo = std::make_unique<Topology>(Topology::load(topo_path));
+  try {  // every rank reads the same file: each refuses it alike
+    if (!topo_path.empty()) topo = std::make_unique<Topology>(Topology::load(topo_path));
+  } catch (const Error& e) {
+    if (me == 0) std::fprintf(stderr, "mpi_collectives: %s\n", e.what());
+    return 2;
+  }
   const Group& group = comm.world();
   std::vector<Row> rows;
   if (me == 0)

@@ -7,13 +7,17 @@
 //   mpirun -np 4 mpi_training --stages dp=1,tp=2/dp=1,tp=2 --micro-batches 4 [--json FILE]
 #include <meshcast/collectives.h>
 #include <meshcast/error.h>
+#include <meshcast/limits.h>
 #include <meshcast/mpi.h>
 #include <meshcast/training/engine.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -79,9 +83,46 @@ std::pair<double, double> sgemm_rates(Communicator& comm, const tr::ModelConfig&
   return {together, alone};
 }
 
+// Every rank runs the same command: ranks given other options would train other models side by
+// side (a silent result, a hang, or a read past a peer's buffer). The arguments' digest, its
+// least and most over the ranks, is compared before any work.
+void require_same_arguments(Communicator& comm, const std::string& args) {
+  const auto h = static_cast<std::int64_t>(std::hash<std::string>{}(args) >> 1);
+  std::int64_t both[2] = {h, -h};
+  all_reduce(comm.world(), both, both, 2, DType::i64, ReduceOp::Max);
+  if (both[0] != -both[1])
+    throw ValidationError("arguments",
+                          "the ranks were given other options (every rank runs "
+                          "the same mpi_training command)");
+}
+
+// Whether `path` can be written, known before the work rather than after it; a file that was
+// not there is not left behind.
+void require_writable(const std::string& path) {
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(path, ec);
+  if (!std::ofstream(path, std::ios::app)) throw IoError("json", "cannot write " + path);
+  if (!existed) std::filesystem::remove(path, ec);
+}
+
+// The memory this rank's sgemm rate takes (sgemm_rate's three arrays), before it is taken.
+void check_sgemm_memory(const tr::ModelConfig& m, std::int64_t tokens) {
+  const double d = m.d_model, f = m.ffn_width(), wide = std::max(d, f);
+  const double bytes = sizeof(float) * (4 * static_cast<double>(tokens) * wide + 3 * d * f);
+  check_limit("train memory", static_cast<std::int64_t>(std::min(bytes, 0x1p62)),
+              limits().train_memory_bytes, "TRAIN_MEMORY_BYTES");
+}
+
 }  // namespace
 
+// The measurement, once the options are checked alike on every rank (below main).
+static int run(Communicator& comm, const tr::ModelConfig& model, tr::ParallelConfig& par,
+               const tr::TrainConfig& cfg, int rounds, const std::string& stages,
+               const std::string& label, const std::string& topo_path, const std::string& json);
+
 int main(int argc, char** argv) {
+  std::string args;
+  for (int i = 1; i < argc; ++i) args += std::string(argv[i]) + '\0';
   MpiOptions mo;
   mo.timeout_seconds = 300;
   const bool smoke = meshcast::bench::smoke_mode();
@@ -112,7 +153,7 @@ int main(int argc, char** argv) {
       .number("--layers", model.layers, 1, "transformer blocks")
       .number("--heads", model.heads, 1, "attention heads")
       .number("--batch", cfg.batch, 1, "samples per step")
-      .number("--steps", cfg.steps, 1, "steps per run")
+      .number("--steps", cfg.steps, 2, "steps per run (the first, a warm-up, is not measured)")
       .number("--rounds", rounds, 1, "runs with overlap on and off, alternating")
       .custom(
           "--reshard", "STRATEGY", [&](const std::string& v) { par.reshard = parse_strategy(v); },
@@ -124,22 +165,50 @@ int main(int argc, char** argv) {
   MpiSession mpi(&argc, &argv, mo);
   Communicator& comm = mpi.world();
   try {
-    if (smoke) model.d_model = 64, model.seq = 16;
-    par.stages.clear();
-    std::stringstream in(stages);
-    std::string item;
-    while (std::getline(in, item, '/')) par.stages.push_back(tr::parse_stage_shape(item));
-    if (!topo_path.empty()) {
-      topology = Topology::load(topo_path);
-      par.topology = &topology;
+    require_same_arguments(comm, args);  // first: other options fail other checks
+    // This rank's checks, agreed on: every rank refuses alike (one that returned alone would
+    // leave the others waiting in the next collective).
+    std::unique_ptr<Error> failure;
+    try {
+      if (smoke) model.d_model = 64, model.seq = 16;
+      par.stages.clear();
+      std::stringstream in(stages);
+      std::string item;
+      while (std::getline(in, item, '/')) par.stages.push_back(tr::parse_stage_shape(item));
+      if (!topo_path.empty()) {
+        topology = Topology::load(topo_path);
+        par.topology = &topology;
+      }
+      tr::validate(model, par, cfg);
+      if (comm.size() < par.devices())
+        throw ValidationError("stages", "needs " + std::to_string(par.devices()) + " ranks");
+      if (comm.rank() == 0 && !json.empty()) require_writable(json);  // rank 0 writes it
+    } catch (const Error& e) {
+      failure = std::make_unique<Error>(e);
     }
-    tr::validate(model, par, cfg);
-    if (comm.size() < par.devices())
-      throw ValidationError("stages", "needs " + std::to_string(par.devices()) + " ranks");
+    comm.agree(comm.world(), failure.get());
   } catch (const std::exception& e) {
     if (comm.rank() == 0) std::fprintf(stderr, "mpi_training: %s\n", e.what());
-    return 2;
+    const auto* err = dynamic_cast<const Error*>(&e);
+    return err && err->kind() == ErrorKind::Io ? 4 : 2;
   }
+  try {
+    return run(comm, model, par, cfg, rounds, stages, label, topo_path, json);
+  } catch (const std::exception& e) {  // a peer that failed, mid-run: no collective recovers
+    const auto* err = dynamic_cast<const Error*>(&e);
+    std::fprintf(stderr, "mpi_training: rank %d: %s\n", comm.rank(), e.what());
+    std::fflush(stderr);
+    mpi.abort(!err                                    ? 1
+              : err->kind() == ErrorKind::PeerFailure ? 3
+              : err->kind() == ErrorKind::Io          ? 4
+              : err->kind() == ErrorKind::BadInput    ? 2
+                                                      : 1);
+  }
+}
+
+static int run(Communicator& comm, const tr::ModelConfig& model, tr::ParallelConfig& par,
+               const tr::TrainConfig& cfg, int rounds, const std::string& stages,
+               const std::string& label, const std::string& topo_path, const std::string& json) {
   tr::use_single_threaded_blas();
   const auto batches = tr::random_batches(model, cfg.batch, 3);
   const bool active = comm.rank() < par.devices();
@@ -152,6 +221,7 @@ int main(int argc, char** argv) {
   }
   const std::int64_t tokens =
       std::max<std::int64_t>(1, cfg.batch / par.micro_batches / (mine.dp * mine.depth)) * model.seq;
+  check_sgemm_memory(model, tokens);
 
   struct Sample {
     std::vector<double> step, compute, exposed, bubble, rate, loss;
@@ -241,7 +311,9 @@ int main(int argc, char** argv) {
                            {"batch", cfg.batch}}},
                          {"topology", topo_path},
                          {"rows", rows}};
-      std::ofstream(json) << doc.dump(1) << '\n';
+      std::ofstream out(json);
+      out << doc.dump(1) << '\n';
+      if (!out.flush()) throw IoError("json", "cannot write " + json);
     }
   }
   return 0;
