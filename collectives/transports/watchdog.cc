@@ -130,9 +130,6 @@ void Watchdog::check_notices() {
   const auto now = Clock::now();
   if (now < next_notices_) return;
   next_notices_ = now + std::chrono::milliseconds(1);
-  // Twice: Open MPI's MPI_Iprobe looks for a match before it moves traffic on, so a notice that
-  // came while this rank made no MPI call is found only by the next probe.
-  poll_notices();
   poll_notices();
 }
 
