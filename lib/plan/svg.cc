@@ -23,34 +23,19 @@
 #include <vector>
 
 #include "lib/plan/svg_model.h"
+#include "lib/support/text.h"
 #include "meshcast/units.h"
 
 namespace meshcast {
 namespace svg {
 namespace {
 
-// Length of the valid UTF-8 sequence starting at s[i], or 0.
-std::size_t utf8_length(const std::string& s, std::size_t i) {
-  const auto b = static_cast<unsigned char>(s[i]);
-  const std::size_t n = b < 0x80           ? 1
-                        : (b >> 5) == 0x6  ? 2
-                        : (b >> 4) == 0xe  ? 3
-                        : (b >> 3) == 0x1e ? 4
-                                           : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (std::size_t k = 1; k < n; ++k)
-    if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
-  return n;
-}
-
-// Whether the n-byte sequence at s[i] (utf8_length's) is in its shortest form and encodes a
-// character XML allows: no surrogate, U+FFFE or U+FFFF, nothing past U+10FFFF.
+// Whether the n-byte character at s[i] (well-formed: detail::utf8_length's) is one XML allows:
+// not U+FFFE or U+FFFF.
 bool xml_char(const std::string& s, std::size_t i, std::size_t n) {
-  std::uint32_t cp = static_cast<unsigned char>(s[i]) & (0x7fu >> n);
-  for (std::size_t k = 1; k < n; ++k) cp = cp << 6 | (static_cast<unsigned char>(s[i + k]) & 0x3fu);
-  static constexpr std::uint32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
-  return cp >= kLeast[n] && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff) && cp != 0xfffe &&
-         cp != 0xffff;
+  return !(n == 3 && static_cast<unsigned char>(s[i]) == 0xEF &&
+           static_cast<unsigned char>(s[i + 1]) == 0xBF &&
+           static_cast<unsigned char>(s[i + 2]) >= 0xBE);
 }
 
 // Text safe inside an XML element or attribute: markup escaped, control characters, invalid
@@ -59,7 +44,7 @@ std::string esc(const std::string& s) {
   std::string out;
   for (std::size_t i = 0; i < s.size();) {
     const char c = s[i];
-    const std::size_t n = utf8_length(s, i);
+    const std::size_t n = detail::utf8_length(s, i);
     if (n > 1) {  // one '?' for a whole sequence XML does not allow
       if (xml_char(s, i, n))
         out.append(s, i, n);

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "lib/support/text.h"
 #include "meshcast/error.h"
 
 namespace meshcast::detail {
@@ -368,26 +369,6 @@ class JsonReader {
       out += static_cast<char>(0x80 | (cp & 0x3F));
     }
   }
-  // The length of the well-formed UTF-8 sequence at pos_ (lead byte >= 0x80), else 0.
-  std::size_t utf8_length() const {
-    const auto at = [&](std::size_t k) {
-      return pos_ + k < s_.size() ? static_cast<unsigned char>(s_[pos_ + k]) : 0u;
-    };
-    const unsigned c = at(0);
-    const auto cont = [&](std::size_t k, unsigned lo = 0x80, unsigned hi = 0xBF) {
-      return at(k) >= lo && at(k) <= hi;
-    };
-    if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-    if (c >= 0xE0 && c <= 0xEF) {
-      const unsigned lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-      return cont(1, lo, hi) && cont(2) ? 3 : 0;
-    }
-    if (c >= 0xF0 && c <= 0xF4) {
-      const unsigned lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-      return cont(1, lo, hi) && cont(2) && cont(3) ? 4 : 0;
-    }
-    return 0;
-  }
   // The string at pos_ (its opening quote), decoded and appended to `out`.
   void string_text(std::string& out) {
     ++pos_;
@@ -408,7 +389,7 @@ class JsonReader {
       }
       if (c < 0x20) syntax("control character in a string");
       if (c >= 0x80) {
-        const std::size_t n = utf8_length();
+        const std::size_t n = detail::utf8_length(s_, pos_);
         if (!n) syntax("invalid UTF-8 in a string");
         out.append(s_.data() + pos_, n);
         pos_ += n;

@@ -20,6 +20,30 @@ inline std::string quote(std::string_view s) {
   return "'" + out + "'";
 }
 
+// The length of the well-formed UTF-8 sequence at s[i]: 1 for ASCII, 2 to 4 for a character in
+// its shortest form that is no surrogate and at most U+10FFFF (RFC 3629), else 0.
+inline std::size_t utf8_length(std::string_view s, std::size_t i) {
+  const auto at = [&](std::size_t k) {
+    return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u;
+  };
+  const unsigned c = at(0);
+  const auto cont = [&](std::size_t k, unsigned lo = 0x80, unsigned hi = 0xBF) {
+    return at(k) >= lo && at(k) <= hi;
+  };
+  if (i >= s.size()) return 0;
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    const unsigned lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    return cont(1, lo, hi) && cont(2) ? 3 : 0;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    const unsigned lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    return cont(1, lo, hi) && cont(2) && cont(3) ? 4 : 0;
+  }
+  return 0;
+}
+
 // "1 op", "3 ops", "0 phases": a count with its noun, plural unless it is 1.
 inline std::string counted(std::int64_t n, std::string_view noun) {
   return std::to_string(n) + ' ' + std::string(noun) + (n == 1 ? "" : "s");
