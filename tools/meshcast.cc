@@ -185,6 +185,9 @@ int run_plan(const PlanArgs& args) {
     const RankPart r = make_rank_plan(args);
     std::cout << r.plan.str() << "  computed alone in " << human_seconds(r.seconds)
               << " (no whole plan built)\n";
+    const int d = r.plan.device();
+    if (!r.plan.src().mesh().contains(d) && !r.plan.dst().mesh().contains(d))
+      std::cout << "  device " << d << " is in neither mesh: it takes no part\n";
     return 0;
   }
   check_writable(args.svg, "svg");

@@ -118,6 +118,10 @@ for cmd in plan simulate reshard; do  # (--svg '' drew nothing, --rank '' printe
 done
 CMD=plan bad "rank: given empty" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --rank ""
 CMD=simulate bad "rank: given empty" "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --rank ""
+# A device in neither mesh has an empty part (a device of a larger job), and is told why.
+out=$("$MC" plan "${S[@]}" --src 2x2@0-3:S0R --dst 4@0-3:S0R --rank 99)
+if [[ $out == *" 0 ops "* && $out == *"device 99 is in neither mesh: it takes no part"* ]]; then ok
+else bad_result "plan --rank 99: $out"; fi
 bad "plan: given empty" --plan ""
 # The local backend's transfers count its threads' turns on the cores: 1,024 threads moving
 # 262,144 one-byte sends an iteration would have run for hours (80 us a transfer).
