@@ -7,6 +7,7 @@
 
 #include "meshcast/layout.h"
 #include "meshcast/plan.h"
+#include "meshcast/topology.h"
 
 namespace meshcast {
 
@@ -43,6 +44,13 @@ PlanSize estimate_plan_size(const Layout& src, const Layout& dst, Strategy strat
 // the smallest over the three strategies.
 PlanSize estimate_part_size(const Layout& src, const Layout& dst, Strategy strategy,
                             Balance balance = Balance::Local);
+
+// What the planner holds per host the move's devices span on `topology` (each NIC's link loads,
+// each host's devices, in the schedule and the cost model), which the estimates above leave
+// out: a broadcast to 2^20 devices on as many hosts peaked at 1.35x their estimate without it.
+// with_hosts() adds those bytes to an estimate's (transient: each planning holds its own).
+double host_bytes(const Topology& topology, const Layout& src, const Layout& dst);
+PlanSize with_hosts(PlanSize size, double host_bytes);
 
 // Planning two moves in one process, one after the other, keeping both (a sync's tensors): boxes,
 // ops and their bytes add up; the transient bytes (the per-device arrays of one planning, the

@@ -6,6 +6,8 @@
 #include <limits>
 #include <sstream>
 
+#include "lib/plan/links.h"
+#include "lib/plan/planner.h"
 #include "lib/plan/task_ops.h"
 #include "lib/support/saturated.h"
 #include "meshcast/error.h"
@@ -167,6 +169,20 @@ PlanSize estimate_part_size(const Layout& src, const Layout& dst, Strategy strat
   e.peers = ints;
   e.bytes = e.ops * (192 + 32 * static_cast<double>(src.ndim())) + ints * 8 + e.transient;
   return e;
+}
+
+double host_bytes(const Topology& topology, const Layout& src, const Layout& dst) {
+  std::vector<int> hosts;
+  detail::plan_hosts(topology, detail::union_devices(src, dst), hosts);
+  // Per host: a NIC's two link loads in the schedule and two in the cost model's links, each
+  // with its name slot; the host's device list and flags (2^20 one-device hosts: 208 B each).
+  return static_cast<double>(hosts.size()) * (160.0 + 64.0 * topology.nics_per_host());
+}
+
+PlanSize with_hosts(PlanSize size, double host_bytes) {
+  size.transient += host_bytes;
+  size.bytes += host_bytes;
+  return size;
 }
 
 PlanSize combined(const PlanSize& a, const PlanSize& b) {

@@ -418,7 +418,8 @@ Plan plan(const Layout& src, const Layout& dst, const Topology& topology,
           const PlanOptions& options) {
   detail::check_plan_options(options);
   // Refused before any work when even the smallest candidate would not fit.
-  check_plan_size(estimate_plan_size(src, dst, options.strategy, options.balance),
+  check_plan_size(with_hosts(estimate_plan_size(src, dst, options.strategy, options.balance),
+                             host_bytes(topology, src, dst)),
                   options.max_plan_bytes);
   const TaskGrid grid(src, dst);
   LinkTimeline s(topology, detail::union_devices(src, dst), dtype_size(src.dtype()),

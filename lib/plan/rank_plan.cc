@@ -90,9 +90,13 @@ TensorOps tensor_ops(const Layout& src, const Layout& dst, int device, const Top
   if (o.strategy == Strategy::Auto) o.strategy = auto_strategy(grid, s, o).strategy;
   // A device's part is bounded before any op is built where the whole plan would not fit (a
   // part of a plan that fits does too, and plan_rank() then builds what plan() would).
-  if (device >= 0 &&
-      !within_limits(estimate_plan_size(src, dst, o.strategy, o.balance), o.max_plan_bytes))
-    check_plan_size(estimate_part_size(src, dst, o.strategy, o.balance), o.max_plan_bytes);
+  if (device >= 0) {
+    const double hosts = host_bytes(topology, src, dst);
+    if (!within_limits(with_hosts(estimate_plan_size(src, dst, o.strategy, o.balance), hosts),
+                       o.max_plan_bytes))
+      check_plan_size(with_hosts(estimate_part_size(src, dst, o.strategy, o.balance), hosts),
+                      o.max_plan_bytes);
+  }
   TensorOps r;
   r.strategy = o.strategy;
   r.balance = o.balance;

@@ -1054,14 +1054,16 @@ AutoChoice auto_strategy(const TaskGrid& grid, const LinkTimeline& s, const Plan
     bool fans_out;
   };
   std::optional<Scatter> scatter;
+  const double hosts = host_bytes(s.topology(), grid.src(), grid.dst());
   // Where tasks are priced by class, broadcast's price (and `scatter`) from one walk of all three.
   std::optional<double> classed;
   bool class_tried = false;
   for (Strategy st : {Strategy::Broadcast, Strategy::AllGather, Strategy::SendRecv}) {
     AutoChoice c{st, options.balance};
     auto fits = [&] {
-      return within_limits(estimate_plan_size(grid.src(), grid.dst(), st, c.balance),
-                           options.max_plan_bytes);
+      return within_limits(
+          with_hosts(estimate_plan_size(grid.src(), grid.dst(), st, c.balance), hosts),
+          options.max_plan_bytes);
     };
     if (!fits() && (c.balance = Balance::Local, !fits())) continue;
     if (!may_fan_out) return c;

@@ -305,6 +305,14 @@ printf '%s' '{"name": "wide", "links": {"intra": {"bandwidth_gbyte_s": 10, "late
   "uniform": {"hosts": 1048576, "devices_per_host": 1}}' >"$TMP/wide.json"
 limit_case "" 0 200000 simulate --shape 8 --dtype f32 --src 1@0:R --dst 1@1048575:R --topology "$TMP/wide.json"
 grep -q "host host1048575 nic 0 in" "$TMP/out" && ok || bad_result "wide topology: $(head -c 400 "$TMP/out")"
+# And the hosts a plan spans count against its memory bound: a broadcast to 2^20 devices on as
+# many hosts, estimated at 472 MiB, peaked at 759 MiB (under a bound of 600 MiB).
+printf '%s' '{"name": "h1", "links": {"intra": {"bandwidth_gbyte_s": 300, "latency_us": 3},
+  "network": {"bandwidth_gbit_s": 200, "latency_us": 5}},
+  "uniform": {"hosts": 1048576, "devices_per_host": 1}}' >"$TMP/h1.json"
+H1=(plan --shape 1048576 --dtype f32 --src 1@0:R --dst 1048575@1-1048575:R --topology "$TMP/h1.json")
+MESHCAST_MAX_PLAN_MEMORY_BYTES=600M limit_case "plan memory: an estimated 696.00 MiB .* exceeds the limit of 600.00 MiB" \
+  2 200000 "${H1[@]}"
 # simulate's work is its flows' link entries (a chain's grow with its receivers): 1,024 chains
 # of 4,096 receivers each, some 600 events, are far over 10^8 of them (counted as flows, 6e5).
 MESHCAST_MAX_SIMULATE_WORK=100000000 limit_case "simulate work: .* exceeds the limit of 100000000" 2 400000 \

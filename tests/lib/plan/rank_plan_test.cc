@@ -55,7 +55,9 @@ TEST(RankPlan, EqualsTheDevicesPartOfTheWholePlan) {
     // A bound the whole plan just fits: no device's part may be refused under it.
     if (opt.strategy != Strategy::Auto && rng.chance(1, 2))
       opt.max_plan_bytes = static_cast<std::int64_t>(
-          std::ceil(estimate_plan_size(c.src, c.dst, opt.strategy, opt.balance).bytes));
+          std::ceil(with_hosts(estimate_plan_size(c.src, c.dst, opt.strategy, opt.balance),
+                               host_bytes(topo, c.src, c.dst))
+                        .bytes));
     const Plan whole = plan(c.src, c.dst, topo, opt);
     const std::string ctx = "case " + std::to_string(i) + ": " + c.str() + " strategy " +
                             to_string(opt.strategy) + " balance " + to_string(opt.balance) +

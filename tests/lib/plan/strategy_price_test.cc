@@ -317,7 +317,8 @@ TEST(StrategyPrice, TheMemoryBoundRefusesInOneLine) {
   const PlanSize least = estimate_plan_size(src, dst, Strategy::Auto);
   EXPECT_EQ(least.strategy, Strategy::Broadcast);
   EXPECT_EQ(least.balance, Balance::Local);
-  opt.max_plan_bytes = static_cast<std::int64_t>(least.bytes);
+  opt.max_plan_bytes = static_cast<std::int64_t>(
+      with_hosts(least, host_bytes(Topology::single_host(), src, dst)).bytes);
   const Plan p = plan(src, dst, Topology::single_host(), opt);
   EXPECT_EQ(p.strategy(), least.strategy);
   EXPECT_EQ(p.balance(), least.balance);
