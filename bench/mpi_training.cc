@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "args.h"
+#include "lib/support/spread.h"
 #include "mpi_harness.h"
 #include "training/ops.h"
 
@@ -84,13 +85,11 @@ std::pair<double, double> sgemm_rates(Communicator& comm, const tr::ModelConfig&
 }
 
 // Every rank runs the same command: ranks given other options would train other models side by
-// side (a silent result, a hang, or a read past a peer's buffer). The arguments' digest, its
-// least and most over the ranks, is compared before any work.
+// side (a silent result, a hang, or a read past a peer's buffer). The arguments' digest is
+// compared over the ranks before any work.
 void require_same_arguments(Communicator& comm, const std::string& args) {
-  const auto h = static_cast<std::int64_t>(std::hash<std::string>{}(args) >> 1);
-  std::int64_t both[2] = {h, -h};
-  all_reduce(comm.world(), both, both, 2, DType::i64, ReduceOp::Max);
-  if (both[0] != -both[1])
+  const std::int64_t h[] = {static_cast<std::int64_t>(std::hash<std::string>{}(args) >> 1)};
+  if (!detail::spread(comm.world(), h)[0].same())
     throw ValidationError("arguments",
                           "the ranks were given other options (every rank runs "
                           "the same mpi_training command)");

@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "lib/support/json_text.h"
+#include "lib/support/spread.h"
 #include "lib/support/text.h"
 #include "meshcast/collectives.h"
 #include "meshcast/error.h"
@@ -1040,14 +1041,10 @@ std::int64_t load_checkpoint(Communicator& comm, const std::vector<int>& world, 
                           "must be at least 1, got " + std::to_string(options.batch_bytes));
   if (stats) *stats = {};
   const Group group = group_of(comm, world);
-  // Every device must see the same checkpoints (a directory not shared by all would differ):
-  // each value and its negation reduced by max.
+  // Every device must see the same checkpoints (a directory not shared by all would differ).
   const auto same_everywhere = [&](std::array<std::int64_t, 3> values) {
-    std::array<std::int64_t, 6> seen{};
-    for (std::size_t i = 0; i < 3; ++i) seen[2 * i] = values[i], seen[2 * i + 1] = -values[i];
-    all_reduce(group, seen.data(), seen.data(), 6, DType::i64, ReduceOp::Max);
-    for (std::size_t i = 0; i < seen.size(); i += 2)
-      if (seen[i] != -seen[i + 1])
+    for (const detail::Spread& s : detail::spread(group, values))
+      if (!s.same())
         throw ValidationError("checkpoint", dir + ": the devices see different checkpoints");
   };
   std::vector<std::int64_t> steps;

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <iterator>
 #include <numeric>
 
 #include "lib/support/agreed.h"
 #include "lib/support/fnv.h"
+#include "lib/support/spread.h"
 #include "meshcast/error.h"
 #include "meshcast/topology.h"
 
@@ -104,7 +104,7 @@ std::int64_t count_distinct(const Group& group, const SparseRows& mine,
 // (a member of a smaller table would place another's rows past the end of its output), the
 // method and the options the dense all-reduce is chosen by (members that chose differently
 // would exchange other messages, and wait on each other for the timeout). One small all-reduce
-// (each value and its negation, max), refused alike on every member (Error::agreed()).
+// (detail::spread), refused alike on every member (Error::agreed()).
 void agree_on_call(const Group& group, const SparseRows& mine, SparseMethod method,
                    const CollectiveOptions& o) {
   detail::Fnv options;  // what the dense all-reduce's algorithm is chosen by
@@ -121,25 +121,22 @@ void agree_on_call(const Group& group, const SparseRows& mine, SparseMethod meth
   }
   const std::int64_t values[] = {mine.rows, mine.width, static_cast<std::int64_t>(method),
                                  static_cast<std::int64_t>(options.h >> 1)};
-  constexpr int n = std::size(values);
-  std::int64_t both[2 * n];
-  for (int k = 0; k < n; ++k) both[k] = values[k], both[n + k] = -values[k];
-  all_reduce(group, both, both, 2 * n, DType::i64, ReduceOp::Max, latency_bound(o));
+  const std::vector<detail::Spread> got = detail::spread(group, values, latency_bound(o));
   const auto refuse = [](const char* field, const std::string& cause) {
     detail::throw_agreed(ValidationError(field, cause));
   };
   for (int k = 0; k < 2; ++k)
-    if (both[k] != -both[n + k])
-      refuse(k == 0 ? "rows" : "width", "members pass tables of " + std::to_string(-both[n + k]) +
-                                            " to " + std::to_string(both[k]) +
+    if (!got[k].same())
+      refuse(k == 0 ? "rows" : "width", "members pass tables of " + std::to_string(got[k].least) +
+                                            " to " + std::to_string(got[k].most) +
                                             (k == 0 ? " rows" : " floats a row") +
                                             ": every member passes the same rows and width");
-  if (both[2] != -both[n + 2])
+  if (!got[2].same())
     refuse("method", "members pass the methods " +
-                         to_string(static_cast<SparseMethod>(-both[n + 2])) + " and " +
-                         to_string(static_cast<SparseMethod>(both[2])) +
+                         to_string(static_cast<SparseMethod>(got[2].least)) + " and " +
+                         to_string(static_cast<SparseMethod>(got[2].most)) +
                          ": every member passes the same method");
-  if (both[3] != -both[n + 3])
+  if (!got[3].same())
     refuse("options",
            "members pass other collective options (algorithm, or topology of the "
            "group's devices): every member passes the same");
