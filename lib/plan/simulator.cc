@@ -6,6 +6,7 @@
 // simulated; a link two hops share carries it twice); a sender's
 // per-message overhead weighs on its send port (Links::Flow::weights), as in predict().
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <queue>
 #include <span>
@@ -39,6 +40,10 @@ struct SimFlow {
   std::size_t begin = 0, end = 0;
   double remaining = 0, rate = 0;
   std::size_t op = 0;
+  // The least rate share() gives it: a flow starved to 0 by rounding still moves, at a
+  // billionth of its slowest link (of its first, a fast port's, it could outrun a slow network
+  // link: faster than the bound).
+  double floor = 0;
 };
 
 class Simulator {
@@ -95,7 +100,11 @@ class Simulator {
         const std::size_t begin = links_of_.size();
         for (std::size_t l : f.links) links_of_.push_back(static_cast<std::uint32_t>(l));
         weights_of_.insert(weights_of_.end(), f.weights.begin(), f.weights.end());
-        flows_.push_back({begin, links_of_.size(), static_cast<double>(f.bytes), 0, ops_.size()});
+        double slowest = std::numeric_limits<double>::infinity();
+        for (std::size_t k = 0; k < f.links.size(); ++k)
+          slowest = std::min(slowest, links_.bandwidth(f.links[k]) / f.weights[k]);
+        flows_.push_back({begin, links_of_.size(), static_cast<double>(f.bytes), 0, ops_.size(),
+                          1e-9 * slowest});  // every hop crosses its receiver's port
       }
       ops_.push_back(s);
     }
@@ -299,13 +308,6 @@ class Simulator {
   // flow at rate r uses weight x r of a link: a sender's port also pays per-message overhead).
   void share() {
     ++out_.events;
-    // Each event re-shares the links of every active flow: its work is their link entries
-    // (a chain's grows with its receivers), bounded, as a plan with many concurrent flows would
-    // otherwise take time quadratic in its ops (counting flows let a 65,536-receiver plan run
-    // 504 s on 6e5 of them).
-    for (std::size_t f : active_)
-      work_ += static_cast<std::int64_t>(flows_[f].end - flows_[f].begin);
-    check_limit("simulate work", work_, limits().simulate_work, "SIMULATE_WORK");
     if (cap_.empty()) {
       cap_.assign(links_.size(), 0);
       level_.assign(links_.size(), 0);
@@ -331,6 +333,15 @@ class Simulator {
       begin_[l] = end_[l] = total;
       total += cnt_[l];
     }
+    // Each event re-shares the links of every active flow: its work is their link entries (a
+    // chain's grows with its receivers) and the heap's steps over the links they touch, bounded,
+    // as a plan with many concurrent flows would otherwise take time quadratic in its ops
+    // (counting flows let a 65,536-receiver plan run 504 s on 6e5 of them; counting entries
+    // alone, a 16,256-device transpose ran 3 minutes, its 32,000 ports' heap most of it).
+    const auto links = static_cast<std::int64_t>(touched_.size());
+    work_ += static_cast<std::int64_t>(total) +
+             links * std::bit_width(static_cast<std::uint64_t>(links));
+    check_limit("simulate work", work_, limits().simulate_work, "SIMULATE_WORK");
     on_.resize(total);
     for (std::size_t f : active_) {
       flows_[f].rate = -1;  // not fixed yet
@@ -366,15 +377,7 @@ class Simulator {
         }
       }
     }
-    for (std::size_t f : active_) {
-      // A flow starved to 0 by rounding still moves, at a billionth of its slowest link (of
-      // its first, a fast port's, it could outrun a slow network link: faster than the bound).
-      double slowest = std::numeric_limits<double>::infinity();
-      for (std::size_t k = flows_[f].begin; k < flows_[f].end; ++k)
-        slowest = std::min(slowest, links_.bandwidth(links_of_[k]) / weights_of_[k]);
-      if (slowest < std::numeric_limits<double>::infinity())
-        flows_[f].rate = std::max(flows_[f].rate, 1e-9 * slowest);
-    }
+    for (std::size_t f : active_) flows_[f].rate = std::max(flows_[f].rate, flows_[f].floor);
   }
 
   std::vector<int> devices_;

@@ -318,6 +318,11 @@ MESHCAST_MAX_PLAN_MEMORY_BYTES=600M limit_case "plan memory: an estimated 696.00
 MESHCAST_MAX_SIMULATE_WORK=100000000 limit_case "simulate work: .* exceeds the limit of 100000000" 2 400000 \
   simulate --shape 3,5,7,9,11,13,15,17,19,21 --dtype f32 --src 2x2x2x2x2x2x2x2x2x2@0-1023:S0S1S2S3S4S5S6S7S8S9 \
   --dst 4096@1024-5119:RRRRRRRRRR --strategy broadcast
+# And the rate sharing's heap over the links the flows touch counts: a transpose's 8,192 ports
+# are 8,192 entries but 14 heap steps each (counted as entries alone, a 16,256-device transpose
+# ran 3 minutes before its refusal; now 30 s).
+MESHCAST_MAX_SIMULATE_WORK=50000 limit_case "simulate work: 122880 exceeds the limit of 50000" 2 200000 \
+  simulate --shape 4096,4096 --dtype f32 --src 64x64:S0S1 --dst 64x64@4096-8191:S1S0
 # A flow starved by rounding moves at a floor below its slowest link, not its first's: with a
 # port 10^9 times faster than the network the floor outran the link bound.
 printf '%s' '{"name": "skew", "links": {"intra": {"bandwidth_gbyte_s": 1e5, "latency_us": 1},
