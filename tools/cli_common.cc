@@ -17,6 +17,7 @@
 
 #include "cli.h"
 #include "lib/support/saturated.h"
+#include "lib/support/text.h"
 #include "meshcast/error.h"
 #include "meshcast/limits.h"
 #ifdef MESHCAST_HAS_NCCL
@@ -30,12 +31,6 @@ namespace {
 constexpr int kMaxLocalDeviceId = 65535;
 constexpr int kMaxIters = 1000000;
 
-std::string printable(const std::string& s) {
-  std::string out;
-  for (char c : s.substr(0, 64)) out += (c >= 32 && c < 127) ? c : '?';
-  return out + (s.size() > 64 ? "..." : "");
-}
-
 // An integer in [lo, hi]; throws ValidationError(field) naming what is wrong.
 std::int64_t parse_int_in(const std::string& text, const std::string& field, std::int64_t lo,
                           std::int64_t hi) {
@@ -43,7 +38,7 @@ std::int64_t parse_int_in(const std::string& text, const std::string& field, std
   const char* end = text.data() + text.size();
   const auto [p, ec] = std::from_chars(text.data(), end, n);
   if (ec != std::errc() || p != end || text.empty())
-    throw ValidationError(field, "expected a positive integer, got '" + printable(text) + "'");
+    throw ValidationError(field, "expected a positive integer, got " + detail::quote(text));
   if (n < lo)
     throw ValidationError(field, "must be >= " + std::to_string(lo) + " (got " + text + ")");
   if (n > hi)
@@ -190,8 +185,8 @@ void check_backend(const std::string& backend) {
 #endif
   if (backend == "mpi" || backend == "ucx" || backend == "nccl")
     throw ValidationError("backend", backend + " is not built into this meshcast");
-  throw ValidationError(
-      "backend", "unknown backend '" + printable(backend) + "' (expected local, mpi, ucx or nccl)");
+  throw ValidationError("backend", "unknown backend " + detail::quote(backend) +
+                                       " (expected local, mpi, ucx or nccl)");
 }
 
 void exec_nccl_program([[maybe_unused]] char** argv) {

@@ -157,8 +157,8 @@ double peer_timeout() {
   char* end = nullptr;
   const double t = std::strtod(text, &end);
   if (!detail::plain_decimal(text) || end == text || *end != '\0' || !(t >= 1 && t <= 86400))
-    throw ValidationError("MESHCAST_TIMEOUT", "expected seconds in [1, 86400], got '" +
-                                                  std::string(text).substr(0, 32) + "'");
+    throw ValidationError("MESHCAST_TIMEOUT",
+                          "expected seconds in [1, 86400], got " + detail::quote(text));
   return t;
 }
 

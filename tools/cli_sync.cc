@@ -463,7 +463,7 @@ SyncArgs with_saved_sync(const SyncArgs& a) {
       const std::string_view v = r.raw();
       if (v != "1")
         throw ValidationError("plan", a.plan_file + " is a sync saved in format " +
-                                          std::string(v.substr(0, 16)) + "; this build reads 1");
+                                          detail::printable(v, 16) + "; this build reads 1");
       format = 1;
     } else if (key == "mode" || key == "cast" || key == "strategy") {
       if (r.peek() != detail::JsonReader::Type::String)

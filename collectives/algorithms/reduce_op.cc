@@ -7,6 +7,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "lib/support/text.h"
 #include "meshcast/collectives.h"
 #include "meshcast/error.h"
 
@@ -136,8 +137,7 @@ std::string to_string(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : "max";
 ReduceOp parse_reduce_op(std::string_view text, const std::string& field) {
   if (text == "sum") return ReduceOp::Sum;
   if (text == "max") return ReduceOp::Max;
-  throw ParseError(
-      field, "unknown reduction '" + std::string(text.substr(0, 16)) + "' (expected sum or max)");
+  throw ParseError(field, "unknown reduction " + detail::quote(text) + " (expected sum or max)");
 }
 
 std::string to_string(Algorithm a) {
@@ -163,8 +163,8 @@ Algorithm parse_algorithm(std::string_view text, const std::string& field) {
                       Algorithm::HalvingDoubling, Algorithm::Hierarchical, Algorithm::SharedMemory})
     if (text == to_string(a)) return a;
   throw ParseError(
-      field, "unknown algorithm '" + std::string(text.substr(0, 32)) +
-                 "' (expected auto, ring, recursive-doubling, halving-doubling, hierarchical or "
+      field, "unknown algorithm " + detail::quote(text) +
+                 " (expected auto, ring, recursive-doubling, halving-doubling, hierarchical or "
                  "shared-memory)");
 }
 

@@ -11,6 +11,7 @@
 #include "lib/support/agreed.h"
 #include "lib/support/fnv.h"
 #include "lib/support/spread.h"
+#include "lib/support/text.h"
 #include "meshcast/error.h"
 #include "meshcast/topology.h"
 
@@ -207,8 +208,8 @@ SparseMethod parse_sparse_method(std::string_view text, const std::string& field
   for (SparseMethod m :
        {SparseMethod::Auto, SparseMethod::Dense, SparseMethod::AllGather, SparseMethod::Balanced})
     if (text == to_string(m)) return m;
-  throw ParseError(field, "unknown method '" + std::string(text.substr(0, 32)) +
-                              "' (expected auto, dense, allgather or balanced)");
+  throw ParseError(field, "unknown method " + detail::quote(text) +
+                              " (expected auto, dense, allgather or balanced)");
 }
 
 std::size_t sparse_owner(std::int64_t index, std::size_t members) {

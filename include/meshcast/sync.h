@@ -97,7 +97,7 @@ class SyncPlan {
            std::vector<Message> messages, std::int64_t streams, SyncOptions options);
 
   const std::vector<TensorMove>& tensors() const { return tensors_; }
-  // The tensor's index, or -1.
+  // The tensor's index, or -1 (O(log tensors)).
   int index(std::string_view name) const;
   int device() const { return device_; }
   const std::vector<Local>& locals() const { return locals_; }
@@ -118,6 +118,7 @@ class SyncPlan {
   std::int64_t streams_;
   SyncOptions options_;
   std::uint64_t model_digest_ = 0;
+  std::vector<std::int32_t> by_name_;  // tensor indices sorted by name, for index()
 };
 
 // Every device of the tensors' meshes, sorted: the devices a sync involves.

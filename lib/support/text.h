@@ -1,4 +1,5 @@
-// Small helpers for the text parsers (mesh, spec, shape) and reports. Internal to lib/.
+// Small helpers for the text parsers (mesh, spec, shape) and reports. Internal to the project
+// (its libraries, tools and Python binding), not installed.
 #pragma once
 
 #include <cctype>
@@ -12,12 +13,18 @@
 
 namespace meshcast::detail {
 
-// Text safe to quote in a one-line message: printable ASCII only, at most 64 characters.
-inline std::string quote(std::string_view s) {
+// Text safe in a one-line message: printable ASCII only (else '?'), at most `width` characters
+// (then "...").
+inline std::string printable(std::string_view s, std::size_t width = 64) {
   std::string out;
-  for (char c : s.substr(0, 64)) out += (c >= 32 && c < 127) ? c : '?';
-  if (s.size() > 64) out += "...";
-  return "'" + out + "'";
+  for (char c : s.substr(0, width)) out += (c >= 32 && c < 127) ? c : '?';
+  if (s.size() > width) out += "...";
+  return out;
+}
+
+// The same, quoted: what the user gave, named in a message.
+inline std::string quote(std::string_view s, std::size_t width = 64) {
+  return "'" + printable(s, width) + "'";
 }
 
 // The length of the well-formed UTF-8 sequence at s[i]: 1 for ASCII, 2 to 4 for a character in

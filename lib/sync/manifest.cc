@@ -29,10 +29,7 @@ constexpr std::int64_t kMaxMeshEntries = std::int64_t{1} << 27;
 
 // A tensor name inside a field: printable, and short enough for a one-line message.
 std::string tensor_field(std::string_view name) {
-  std::string s = "tensors.";
-  for (char c : name.substr(0, 160)) s += (c >= 32 && c < 127) ? c : '?';
-  if (name.size() > 160) s += "...";
-  return s;
+  return "tensors." + detail::printable(name, 160);
 }
 
 // ---------------------------------------------------------------------------------------------

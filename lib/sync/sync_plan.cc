@@ -3,6 +3,7 @@
 // messages of at most a bucket's bytes.
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <tuple>
@@ -16,6 +17,7 @@
 #include "lib/support/fnv.h"
 #include "lib/support/saturated.h"
 #include "lib/support/sort_runs.h"
+#include "lib/support/text.h"
 #include "lib/support/word_hash.h"
 #include "lib/sync/price_class.h"
 #include "meshcast/cost.h"
@@ -51,22 +53,23 @@ void check(const std::vector<TensorMove>& tensors, const SyncOptions& o) {
                             "is " + std::to_string(t.name.size()) + " bytes long, over the " +
                                 std::to_string(kMaxTensorNameBytes) + " a name may have");
     if (!names.insert(t.name).second)
-      throw ValidationError(tensor_field(i, "name"), "\"" + t.name + "\" is named twice");
+      throw ValidationError(tensor_field(i, "name"), detail::quote(t.name) + " is named twice");
     if (t.src.shape() != t.dst.shape())
-      throw ValidationError(tensor_field(i, "dst.shape"), t.name + ": " + shape_str(t.dst.shape()) +
-                                                              " differs from the source's " +
-                                                              shape_str(t.src.shape()));
+      throw ValidationError(tensor_field(i, "dst.shape"),
+                            detail::quote(t.name) + ": " + shape_str(t.dst.shape()) +
+                                " differs from the source's " + shape_str(t.src.shape()));
     // A reduce stages one element of each addend at least: refused alike on every device.
     if (const std::int64_t one = t.src.partial_groups() * dtype_size(t.src.dtype());
         t.src.partial_groups() > 1 && one > o.max_staging_bytes)
       throw ValidationError("max_staging_bytes",
-                            "must be at least " + std::to_string(one) + ": " + t.name + " sums " +
+                            "must be at least " + std::to_string(one) + ": " +
+                                detail::quote(t.name) + " sums " +
                                 std::to_string(t.src.partial_groups()) +
                                 " addends, staged together, of at least one element each");
     const DType a = t.src.dtype(), b = t.dst.dtype();
     if (a != b && !(a == DType::f32 && (b == DType::bf16 || b == DType::f16)))
-      throw ValidationError(tensor_field(i, "dst.dtype"), t.name + ": cannot cast " + to_string(a) +
-                                                              " to " + to_string(b) +
+      throw ValidationError(tensor_field(i, "dst.dtype"), detail::quote(t.name) + ": cannot cast " +
+                                                              to_string(a) + " to " + to_string(b) +
                                                               " (casts: f32 to bf16 or f16)");
   }
 }
@@ -485,12 +488,22 @@ SyncPlan::SyncPlan(std::vector<TensorMove> tensors, int device, std::vector<Loca
     f.add(static_cast<std::int64_t>(layout_digest(t.dst)));
   }
   model_digest_ = f.h;
+  // A binding looks up every name it is given: a scan each was quadratic in the tensors (40,000
+  // of them checked for 11 s).
+  by_name_.resize(tensors_.size());
+  std::iota(by_name_.begin(), by_name_.end(), 0);
+  std::stable_sort(by_name_.begin(), by_name_.end(), [&](std::int32_t a, std::int32_t b) {
+    return tensors_[static_cast<std::size_t>(a)].name < tensors_[static_cast<std::size_t>(b)].name;
+  });
 }
 
 int SyncPlan::index(std::string_view name) const {
-  for (std::size_t i = 0; i < tensors_.size(); ++i)
-    if (tensors_[i].name == name) return static_cast<int>(i);
-  return -1;
+  const auto it = std::lower_bound(by_name_.begin(), by_name_.end(), name,
+                                   [&](std::int32_t i, std::string_view n) {
+                                     return tensors_[static_cast<std::size_t>(i)].name < n;
+                                   });
+  if (it == by_name_.end() || tensors_[static_cast<std::size_t>(*it)].name != name) return -1;
+  return *it;
 }
 
 SyncStats SyncPlan::stats() const {

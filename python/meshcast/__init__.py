@@ -61,38 +61,50 @@ from ._meshcast import (  # noqa: F401  (the public API)
 __version__ = "0.1.0"
 
 
-def _refusal_gives_up(fn, comm_at):
-    """`fn`, a binding whose argument `comm_at` is the communicator of its call, where pybind11
-    refuses the arguments before meshcast sees the call (an unknown keyword, an argument missing
-    or one too many; every argument's type is meshcast's to check): as any refused call, it
-    gives the communicator up, so that the peers fail at once naming this device instead of
-    waiting for their timeout, and the TypeError says in one line what was wrong."""
+def _one_line_refusal(fn, name, comm_at=None):
+    """`fn`, a binding, where pybind11 refuses the arguments before meshcast sees the call (an
+    unknown keyword, an argument missing or one too many; every argument's type is meshcast's to
+    check): the TypeError says in one line what was wrong (pybind11's took five, listing the
+    overloads and the arguments' reprs), and where argument `comm_at` is the communicator of the
+    call it is given up as after any refused call, so that the peers fail at once naming this
+    device instead of waiting for their timeout."""
     import functools
     import inspect
     import re
 
-    head = fn.__doc__.splitlines()[0]
-    signature = inspect.Signature([
-        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    # One parameter list per overload, from pybind11's docstring ("f(a: T, b: T = x) -> R", or
+    # "1. f(a: T) -> R" lines after "Overloaded function."), without self.
+    doc = fn.__doc__
+    heads = re.findall(r"^\d+\. \w*\((.*\)) ->", doc, re.M) or [doc.splitlines()[0].split("(", 1)[1]]
+    signatures = [inspect.Signature([
+        inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                           default=None if default else inspect.Parameter.empty)
-        for name, default in re.findall(r"(\w+): [\w.]+( = [^,)]+)?", head[:head.index(")")])])
-    comm_name = list(signature.parameters)[comm_at]
+        for p, default in re.findall(r"(\w+): [\w.]+( = [^,)]+)?", head[:head.index(")")])
+        if p != "self"]) for head in heads]
+    method = "self: " in heads[0]
+    comm_name = None if comm_at is None else list(signatures[0].parameters)[comm_at]
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except TypeError as e:
-            if "incompatible function arguments" not in str(e):
+            if not re.search("incompatible (function|constructor) arguments", str(e)):
                 raise
-            try:
-                signature.bind(*args, **kwargs)
-            except TypeError as wrong:
-                why = f"{fn.__name__}: {wrong}"
-            else:
-                raise
-            comm = args[comm_at] if len(args) > comm_at else kwargs.get(comm_name)
-            _meshcast._give_up(comm, why)
+            given = args[1:] if method else args
+            wrongs = []
+            for signature in signatures:
+                try:
+                    signature.bind(*given, **kwargs)
+                except TypeError as wrong:
+                    wrongs.append(str(wrong))
+                else:
+                    raise
+            why = f"{name}: " + (wrongs[0] if len(wrongs) == 1 else "expected " + " or ".join(
+                f"({', '.join(map(str, s.parameters.values()))})" for s in signatures))
+            if comm_at is not None:
+                comm = args[comm_at] if len(args) > comm_at else kwargs.get(comm_name)
+                _meshcast._give_up(comm, why)
             raise TypeError(why) from None
 
     return call
@@ -100,9 +112,14 @@ def _refusal_gives_up(fn, comm_at):
 
 for _name, _at in (("reshard", 1), ("ireshard", 1), ("sync", 1), ("isync", 1), ("all_reduce", 0),
                    ("reduce_scatter", 0), ("all_gather", 0), ("broadcast", 0), ("all_to_all", 0),
-                   ("sparse_all_reduce", 0)):
-    globals()[_name] = _refusal_gives_up(globals()[_name], _at)
-Topology.discover = staticmethod(_refusal_gives_up(Topology.discover, 0))
-del _name, _at
+                   ("sparse_all_reduce", 0), ("plan", None), ("plan_rank", None),
+                   ("plan_sync", None), ("predict_sync", None), ("load_model", None),
+                   ("from_mpi4py", None), ("from_env", None)):
+    globals()[_name] = _one_line_refusal(globals()[_name], _name, _at)
+Topology.discover = staticmethod(_one_line_refusal(Topology.discover, "Topology.discover", 0))
+Plan.from_json = staticmethod(_one_line_refusal(Plan.from_json, "Plan.from_json"))
+for _cls in (Mesh, Layout, Topology, LocalWorld):
+    _cls.__init__ = _one_line_refusal(_cls.__init__, _cls.__name__)
+del _name, _at, _cls
 
 __all__ = [name for name in dir() if not name.startswith("_")]

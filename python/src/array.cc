@@ -5,6 +5,7 @@
 #include <array>
 #include <utility>
 
+#include "lib/support/text.h"
 #include "meshcast/error.h"
 #include "python/src/ints.h"
 
@@ -237,6 +238,13 @@ Array view_array(py::handle obj, const std::string& arg, bool writable) {
   if (py::isinstance<py::array>(obj))
     return view_numpy(py::reinterpret_borrow<py::array>(obj), arg, writable);
   if (py::hasattr(obj, "__dlpack__")) return view_dlpack(obj, arg, writable);
+  // A 0-d tile indexed out of a numpy array (full[()]) is a numpy scalar, not a 0-d array: read
+  // as one (a copy, kept with the view); it cannot be written.
+  if (py::isinstance(obj, py::module_::import("numpy").attr("generic"))) {
+    if (writable)
+      type_error(arg, "a numpy scalar cannot be written; pass a 0-d array (numpy.empty(()))");
+    if (py::array a = py::array::ensure(obj)) return view_numpy(a, arg, false);
+  }
   type_error(arg,
              "expected a numpy array or a tensor with __dlpack__ (e.g. a torch CPU "
              "tensor), got " +
@@ -263,14 +271,15 @@ DType to_dtype(py::handle obj, const std::string& arg) {
                           .attr("dtype"),
                       arg);
     } catch (py::error_already_set&) {
-      type_error(arg, repr + " is not supported (supported: " + supported() + ")");
+      type_error(arg,
+                 detail::printable(repr) + " is not supported (supported: " + supported() + ")");
     }
   }
   py::dtype dt;
   try {
     dt = py::dtype::from_args(py::reinterpret_borrow<py::object>(obj));
   } catch (py::error_already_set&) {
-    type_error(arg, "'" + repr + "' is not a dtype (supported: " + supported() + ")");
+    type_error(arg, detail::quote(repr) + " is not a dtype (supported: " + supported() + ")");
   }
   return numpy_code(dt, arg);
 }

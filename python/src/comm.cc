@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "lib/support/text.h"
 #include "meshcast/bootstrap.h"
 #include "meshcast/local.h"
 #include "python/src/instance.h"
@@ -245,7 +246,7 @@ Comm from_env(py::handle backend_obj, py::handle timeout_obj) {
     throw py::value_error("backend: this build of meshcast has no MPI backend");
 #endif
   } else {
-    throw py::value_error("backend: expected 'ucx' or 'mpi', got '" + backend + "'");
+    throw py::value_error("backend: expected 'ucx' or 'mpi', got " + detail::quote(backend));
   }
   return open(std::move(s));
 }

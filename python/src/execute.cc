@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 
+#include "lib/support/text.h"
 #include "meshcast/collectives.h"
 #include "meshcast/reshard.h"
 #include "meshcast/sparse.h"
@@ -111,7 +112,7 @@ Setup setup(py::handle comm, py::handle algorithm, py::handle topology) {
     s.options.algorithm = parse_algorithm(name, "algorithm");
   } catch (const ParseError&) {
     throw ParseError("algorithm",
-                     "unknown algorithm '" + given.substr(0, 32) + "' (expected " + names + ")");
+                     "unknown algorithm " + detail::quote(given) + " (expected " + names + ")");
   }
   // Every call here runs in flight (then waits unless async_op): C++'s message, "only in the
   // blocking forms", would name forms Python has not.

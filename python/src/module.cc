@@ -1,6 +1,8 @@
 // The extension module meshcast._meshcast; python/meshcast/__init__.py re-exports it.
 #include <pybind11/pybind11.h>
 
+#include <string>
+
 #include "meshcast/error.h"
 #include "python/src/comm.h"
 #include "python/src/execute.h"
@@ -46,4 +48,14 @@ PYBIND11_MODULE(_meshcast, m) {
   meshcast::python::bind_plan(m);
   meshcast::python::bind_execute(m);
   meshcast::python::bind_sync(m);
+  // The classes that hold a device's state (a communicator, a world, an operation in flight, a
+  // device's part of a plan) cannot be pickled. pickle refused them at protocol 2 and above, but
+  // below it copyreg rebuilt them through a base that pybind11 cannot allocate: std::terminate,
+  // past every except and finally. Refused alike at every protocol.
+  for (const char* name : {"Comm", "Group", "LocalWorld", "Handle", "RankPlan", "SyncPlan"})
+    m.attr(name).attr("__reduce_ex__") = py::cpp_function(
+        [name](py::handle, py::handle) -> py::object {
+          throw py::type_error(std::string("cannot pickle a meshcast.") + name + " object");
+        },
+        py::is_method(m.attr(name)));
 }

@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 
+#include "lib/support/text.h"
 #include "meshcast/cost.h"
 #include "meshcast/discover.h"
 #include "meshcast/error.h"
@@ -124,6 +125,36 @@ Topology topology_arg(py::handle obj) {
       "a preset name, got " +
       type_name(obj));
 }
+
+namespace {
+
+// The topology a saved plan names: `given`, which must be it, else the one of that name found
+// as resolve() finds a preset, else none (a file only its maker has). Read back on the default
+// single host, a plan made on a cluster priced and drew itself as if all on one host.
+std::optional<Topology> saved_topology(const Plan& p, std::optional<Topology> given) {
+  if (given) {
+    if (given->name() != p.topology())
+      throw ValidationError("topology", "the plan was made on " + detail::quote(p.topology()) +
+                                            ", not " + detail::quote(given->name()));
+    return given;
+  }
+  if (p.topology() == Topology::single_host().name()) return Topology::single_host();
+  try {
+    Topology t = Topology::resolve(p.topology());
+    if (t.name() == p.topology()) return t;
+  } catch (const Error&) {  // no such preset here, or a file that does not load: none
+  }
+  return std::nullopt;
+}
+
+const Topology& own_topology(const PyPlan& p) {
+  if (!p.topology)
+    throw ValidationError("topology", "the plan names " + detail::quote(p.plan.topology()) +
+                                          ", which is no preset here: pass the Topology");
+  return *p.topology;
+}
+
+}  // namespace
 
 py::object local_shape(const Layout& layout, py::handle device_obj) {
   const int device = int32_arg(device_obj, "device");
@@ -335,7 +366,7 @@ value: print it, save it (json()), draw it (svg()), execute it many times (resha
       .def(
           "predict",
           [](const PyPlan& p, py::object topology) {
-            const Topology t = topology.is_none() ? p.topology : topology_arg(topology);
+            const Topology t = topology.is_none() ? own_topology(p) : topology_arg(topology);
             const Prediction pr = released([&] { return predict(p.plan, t); });
             return prediction_dict(pr);
           },
@@ -350,13 +381,23 @@ bound_seconds (the busiest link's bytes / bandwidth) and links (busiest first).
           "from_json",
           [](py::handle text_arg, py::object topology) {
             const std::string text = json_text_arg(text_arg);
-            Topology t = topology_arg(topology);
-            return PyPlan{released([&] { return Plan::from_json(text); }), std::move(t)};
+            std::optional<Topology> t;
+            if (!topology.is_none()) t = topology_arg(topology);
+            Plan p = released([&] { return Plan::from_json(text); });
+            t = saved_topology(p, std::move(t));
+            return PyPlan{std::move(p), std::move(t)};
           },
-          py::arg("text"), py::arg("topology") = py::none())
+          py::arg("text"), py::arg("topology") = py::none(), R"doc(
+The plan a json() wrote. Its topology is `topology` (a Topology, file or preset name, refused
+unless it is the one the plan names) or else the preset the plan names, if there is one here;
+without it, predict() and svg() ask for one.
+)doc")
       .def(
           "svg",
-          [](const PyPlan& p) { return released([&] { return plan_svg(p.plan, p.topology); }); },
+          [](const PyPlan& p) {
+            const Topology& t = own_topology(p);
+            return released([&] { return plan_svg(p.plan, t); });
+          },
           "The plan drawn as SVG text: hosts as boxes, network transfers apart from intra-host "
           "ones.")
       .def(
@@ -380,13 +421,16 @@ bound_seconds (the busiest link's bytes / bandwidth) and links (busiest first).
       .def("__reduce__", &reduce_by_state)
       .def(py::pickle(
           [](const PyPlan& p) {
-            return py::make_tuple(released([&] { return p.plan.to_json(); }), p.topology.to_json());
+            return py::make_tuple(released([&] { return p.plan.to_json(); }),
+                                  p.topology ? py::str(p.topology->to_json()) : py::str());
           },
           [](const py::tuple& t) {
             const std::string plan = pickled<std::string>(t, 0, 2, "Plan");
             const std::string topology = pickled<std::string>(t, 1, 2, "Plan");
             return released([&] {
-              return PyPlan{Plan::from_json(plan), Topology::from_json(topology)};
+              return PyPlan{
+                  Plan::from_json(plan),
+                  topology.empty() ? std::nullopt : std::optional(Topology::from_json(topology))};
             });
           }));
 

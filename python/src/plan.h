@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -15,10 +16,11 @@ namespace meshcast::python {
 
 namespace py = pybind11;
 
-// A plan with the topology it was planned on (Plan keeps only its name), for predict().
+// A plan with the topology it was planned on (Plan keeps only its name), for predict() and
+// svg(): none where a plan read back names a topology that cannot be found here.
 struct PyPlan {
   Plan plan;
-  Topology topology;
+  std::optional<Topology> topology;
   // Per device, its tile shapes of src and dst, made at its first reshard: every call checks
   // its arrays against them, and computing a tile allocated more than the rest of the checks.
   // Read and written with the GIL held only.

@@ -61,18 +61,23 @@ Array tile_array(py::handle obj, const Layout& layout, int device, const std::st
 
 void check_disjoint(std::vector<Use> uses) {
   const auto begin = [](const Use& u) { return static_cast<const char*>(u.array->data); };
+  const auto end = [&](const Use& u) { return begin(u) + u.array->bytes(); };
   std::erase_if(uses, [](const Use& u) { return !u.array->data || u.array->bytes() == 0; });
   std::sort(uses.begin(), uses.end(),
             [&](const Use& a, const Use& b) { return begin(a) < begin(b); });
-  // Sweep by start address; `open` holds the ranges that reach past the current start.
-  std::vector<const Use*> open;
+  // Sweep by start address. An earlier range overlaps this one iff it ends past its start: of
+  // them it is enough to know the one that reaches furthest, and the furthest writer (a read
+  // meets only writers). Keeping every open range was quadratic where many reads share one
+  // array.
+  const Use* reach = nullptr;         // the earlier range that ends last
+  const Use* writer_reach = nullptr;  // the earlier written range that ends last
   for (const Use& u : uses) {
-    std::erase_if(open, [&](const Use* o) { return begin(*o) + o->array->bytes() <= begin(u); });
-    for (const Use* o : open)
-      if (o->writes || u.writes)
-        throw py::value_error((u.writes ? u.arg : o->arg) + ": shares memory with " +
-                              (u.writes ? o->arg : u.arg) + "; pass separate arrays (a copy)");
-    open.push_back(&u);
+    const Use* o = u.writes ? reach : writer_reach;
+    if (o && end(*o) > begin(u))
+      throw py::value_error((u.writes ? u.arg : o->arg) + ": shares memory with " +
+                            (u.writes ? o->arg : u.arg) + "; pass separate arrays (a copy)");
+    if (!reach || end(u) > end(*reach)) reach = &u;
+    if (u.writes && (!writer_reach || end(u) > end(*writer_reach))) writer_reach = &u;
   }
 }
 

@@ -144,3 +144,24 @@ def test_zero_dimensional_tensors():
     for d, (b, one) in enumerate(mc.LocalWorld(5).run(step)):
         if d >= 2:
             assert b.shape == () and float(b) == 5.0 and float(one[0]) == 5.0
+
+
+def test_a_zero_dimensional_source_may_be_a_numpy_scalar():
+    # The docs' recipe, full[src.local_box(me)], gives a numpy scalar for a 0-d tile: read as
+    # a 0-d array; as a target (it cannot be written) refused by name.
+    src, dst = mc.Layout((), "f32", "2@0-1:R"), mc.Layout((), "f32", "2@2-3:R")
+    p = mc.plan(src, dst)
+    full = np.array(5.0, np.float32)
+
+    def step(comm):
+        me = comm.rank
+        a = full[src.local_box(me)] if src.local_box(me) is not None else None
+        b = np.zeros((), np.float32) if me >= 2 else None
+        mc.reshard(p, comm, a, b)
+        comm.barrier()
+        if me >= 2:
+            with pytest.raises(TypeError, match="^dst: a numpy scalar cannot be written"):
+                mc.reshard(p, comm, None, np.float32(0))
+        return None if b is None else float(b)
+
+    assert mc.LocalWorld(4).run(step) == [None, None, 5.0, 5.0]

@@ -232,3 +232,30 @@ def test_a_device_whose_sync_was_refused_gets_no_stale_tensor():
     for me, steps in enumerate(out):
         assert not any(s.startswith("wrong") for s in steps), (me, steps)
         assert all(s.startswith("failed: device 2: failed: dst['w']") for s in steps[1:]), (me, steps)
+
+
+def test_names_are_looked_up_by_index():
+    # Each of a sync's names was found by a scan: quadratic in the tensors (40,000 took 11 s).
+    rng = np.random.default_rng(7)
+    lay = mc.Layout((2,), "f32", "1:R")
+    names = [f"layers.{i}.w" for i in rng.permutation(3000)]
+    p = mc.plan_sync([(n, lay, lay) for n in names], 0)
+    assert [p.index(n) for n in names] == list(range(len(names)))
+    assert p.index("layers.3000.w") == -1 and p.index("") == -1 and p.index("layers.1.") == -1
+
+
+def test_a_write_over_an_earlier_long_read_is_refused():
+    # Sources may share memory; a target may not overlap any of them. The sweep keeps only the
+    # range that reaches furthest: here the first source, past a shorter one that ends sooner.
+    long, short = mc.Layout((16,), "f32", "1:R"), mc.Layout((8,), "f32", "1:R")
+    moves = [("a", long, long), ("b", short, short), ("c", short, short)]
+    big = np.zeros(64, np.float32)
+
+    def step(comm, c_src, c_dst):
+        mc.sync(mc.plan_sync(moves, 0), comm, {"a": big[0:16], "b": big[1:9], "c": c_src},
+                {"a": big[16:32], "b": big[32:40], "c": c_dst})
+        return True
+
+    with pytest.raises(ValueError, match=r"^dst\['c'\]: shares memory with src\['a'\]"):
+        mc.LocalWorld(1).run(lambda comm: step(comm, big[40:48], big[12:20]))
+    assert mc.LocalWorld(1).run(lambda comm: step(comm, big[2:10], big[40:48])) == [True]
