@@ -124,12 +124,12 @@ class SyncExecutor final : public Transfer::Executor {
         return std::string(side) + "[" + std::to_string(i) + "]";
       };
       if (!x.src && x.src_tile.ndim() && !x.src_tile.empty())
-        throw ValidationError(field("src"), detail::quote(t.name) + ": device " +
-                                                std::to_string(me_) +
+        throw ValidationError(field("src"), detail::quote(t.name, detail::kNameWidth) +
+                                                ": device " + std::to_string(me_) +
                                                 " holds a source tile but passed nullptr");
       if (!x.dst && x.dst_tile.ndim() && !x.dst_tile.empty())
-        throw ValidationError(field("dst"), detail::quote(t.name) + ": device " +
-                                                std::to_string(me_) +
+        throw ValidationError(field("dst"), detail::quote(t.name, detail::kNameWidth) +
+                                                ": device " + std::to_string(me_) +
                                                 " receives a target tile but passed nullptr");
     }
     // The arena: the bound, or less when this device's messages together need less.

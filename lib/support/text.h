@@ -22,6 +22,10 @@ inline std::string printable(std::string_view s, std::size_t width = 64) {
   return out;
 }
 
+// A tensor's name in a message: long enough that two names differ (PEFT's share their first
+// 64 characters).
+inline constexpr std::size_t kNameWidth = 160;
+
 // The same, quoted: what the user gave, named in a message.
 inline std::string quote(std::string_view s, std::size_t width = 64) {
   return "'" + printable(s, width) + "'";

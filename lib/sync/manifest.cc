@@ -29,7 +29,7 @@ constexpr std::int64_t kMaxMeshEntries = std::int64_t{1} << 27;
 
 // A tensor name inside a field: printable, and short enough for a one-line message.
 std::string tensor_field(std::string_view name) {
-  return "tensors." + detail::printable(name, 160);
+  return "tensors." + detail::printable(name, detail::kNameWidth);
 }
 
 // ---------------------------------------------------------------------------------------------

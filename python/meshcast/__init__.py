@@ -117,9 +117,17 @@ for _name, _at in (("reshard", 1), ("ireshard", 1), ("sync", 1), ("isync", 1), (
                    ("from_mpi4py", None), ("from_env", None)):
     globals()[_name] = _one_line_refusal(globals()[_name], _name, _at)
 Topology.discover = staticmethod(_one_line_refusal(Topology.discover, "Topology.discover", 0))
-Plan.from_json = staticmethod(_one_line_refusal(Plan.from_json, "Plan.from_json"))
-for _cls in (Mesh, Layout, Topology, LocalWorld):
-    _cls.__init__ = _one_line_refusal(_cls.__init__, _cls.__name__)
-del _name, _at, _cls
+# And every constructor, method and static method of the classes.
+for _cls in (Mesh, Layout, Topology, Plan, RankPlan, SyncPlan, Comm, Group, LocalWorld, Handle):
+    for _name, _value in list(vars(_cls).items()):
+        _static = isinstance(_value, staticmethod)
+        _fn = _value.__func__ if _static else _value
+        if (_name.startswith("_") and _name != "__init__") or type(_fn).__name__ not in (
+                "instancemethod", "builtin_function_or_method"):
+            continue  # dunders (pybind11's operators, pickling), properties, the wrapped
+        _fn = _one_line_refusal(
+            _fn, _cls.__name__ if _name == "__init__" else f"{_cls.__name__}.{_name}")
+        setattr(_cls, _name, staticmethod(_fn) if _static else _fn)
+del _name, _at, _cls, _value, _static, _fn
 
 __all__ = [name for name in dir() if not name.startswith("_")]

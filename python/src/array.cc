@@ -237,14 +237,15 @@ std::int64_t Array::elements() const {
 Array view_array(py::handle obj, const std::string& arg, bool writable) {
   if (py::isinstance<py::array>(obj))
     return view_numpy(py::reinterpret_borrow<py::array>(obj), arg, writable);
-  if (py::hasattr(obj, "__dlpack__")) return view_dlpack(obj, arg, writable);
   // A 0-d tile indexed out of a numpy array (full[()]) is a numpy scalar, not a 0-d array: read
-  // as one (a copy, kept with the view); it cannot be written.
+  // as one (a copy, kept with the view); it cannot be written (before __dlpack__, which newer
+  // numpy scalars export without a read-only flag).
   if (py::isinstance(obj, py::module_::import("numpy").attr("generic"))) {
     if (writable)
       type_error(arg, "a numpy scalar cannot be written; pass a 0-d array (numpy.empty(()))");
     if (py::array a = py::array::ensure(obj)) return view_numpy(a, arg, false);
   }
+  if (py::hasattr(obj, "__dlpack__")) return view_dlpack(obj, arg, writable);
   type_error(arg,
              "expected a numpy array or a tensor with __dlpack__ (e.g. a torch CPU "
              "tensor), got " +

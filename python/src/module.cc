@@ -52,10 +52,12 @@ PYBIND11_MODULE(_meshcast, m) {
   // device's part of a plan) cannot be pickled. pickle refused them at protocol 2 and above, but
   // below it copyreg rebuilt them through a base that pybind11 cannot allocate: std::terminate,
   // past every except and finally. Refused alike at every protocol.
+  // (__reduce__ too: called directly, object's went the same way.)
   for (const char* name : {"Comm", "Group", "LocalWorld", "Handle", "RankPlan", "SyncPlan"})
-    m.attr(name).attr("__reduce_ex__") = py::cpp_function(
-        [name](py::handle, py::handle) -> py::object {
-          throw py::type_error(std::string("cannot pickle a meshcast.") + name + " object");
-        },
-        py::is_method(m.attr(name)));
+    for (const char* method : {"__reduce_ex__", "__reduce__"})
+      m.attr(name).attr(method) = py::cpp_function(
+          [name](py::handle, const py::args&) -> py::object {
+            throw py::type_error(std::string("cannot pickle a meshcast.") + name + " object");
+          },
+          py::name(method), py::is_method(m.attr(name)));
 }

@@ -2,6 +2,7 @@
 
 #include <pybind11/operators.h>
 #include <pybind11/stl.h>
+#include <sys/stat.h>
 
 #include <climits>
 #include <limits>
@@ -128,21 +129,30 @@ Topology topology_arg(py::handle obj) {
 
 namespace {
 
-// The topology a saved plan names: `given`, which must be it, else the one of that name found
-// as resolve() finds a preset, else none (a file only its maker has). Read back on the default
-// single host, a plan made on a cluster priced and drew itself as if all on one host.
+// The topology a saved plan names: `given`, which must be it, else the preset of that name
+// (the first in Topology::preset_dirs(), a file there that does not load an error as such), else
+// none (a file only its maker has). Read back on the default single host, a plan made on a
+// cluster priced and drew itself as if all on one host.
 std::optional<Topology> saved_topology(const Plan& p, std::optional<Topology> given) {
+  const std::string& name = p.topology();
   if (given) {
-    if (given->name() != p.topology())
-      throw ValidationError("topology", "the plan was made on " + detail::quote(p.topology()) +
-                                            ", not " + detail::quote(given->name()));
+    if (given->name() != name)
+      throw ValidationError("topology", "the plan was made on " + detail::quote(name) + ", not " +
+                                            detail::quote(given->name()));
     return given;
   }
-  if (p.topology() == Topology::single_host().name()) return Topology::single_host();
-  try {
-    Topology t = Topology::resolve(p.topology());
-    if (t.name() == p.topology()) return t;
-  } catch (const Error&) {  // no such preset here, or a file that does not load: none
+  if (name == Topology::single_host().name()) return Topology::single_host();
+  // A name, never a path (a directory of that name beside the program is no topology).
+  if (name.empty() || name.front() == '.' || name.find('/') != std::string::npos ||
+      name.find('\0') != std::string::npos)
+    return std::nullopt;
+  for (const std::string& d : Topology::preset_dirs()) {
+    const std::string file = d + "/" + name + ".json";
+    struct stat st {};
+    if (::stat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    Topology t = Topology::load(file);          // a preset that does not load: its error, as such
+    if (t.name() != name) return std::nullopt;  // the file holds another topology
+    return t;
   }
   return std::nullopt;
 }

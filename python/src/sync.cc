@@ -92,14 +92,16 @@ std::vector<Array> buffers(const SyncPlan& plan, py::handle obj, const std::stri
       throw py::type_error(arg + ": keys must be tensor names (str)");
     const std::string name = str_arg(item.first, arg + " key");
     if (plan.index(name) < 0)
-      throw py::value_error(arg + "[" + detail::quote(name) + "]: not a tensor of the sync");
+      throw py::value_error(arg + "[" + detail::quote(name, detail::kNameWidth) +
+                            "]: not a tensor of the sync");
   }
   std::vector<Array> out;
   for (const TensorMove& m : plan.tensors()) {
     const Layout& l = writable ? m.dst : m.src;
     py::object a = d.contains(m.name) ? py::object(d[py::str(m.name)]) : py::object(py::none());
-    out.push_back(
-        tile_array(a, l, plan.device(), arg + "[" + detail::quote(m.name) + "]", writable, keep));
+    out.push_back(tile_array(a, l, plan.device(),
+                             arg + "[" + detail::quote(m.name, detail::kNameWidth) + "]", writable,
+                             keep));
   }
   return out;
 }
@@ -121,8 +123,12 @@ Bound bind_buffers(const SyncPlan& plan, py::object comm, py::object src, py::ob
   const auto writes = buffers(plan, dst, "dst", true, b.keep);
   std::vector<Use> uses;
   for (std::size_t i = 0; i < reads.size(); ++i) {
-    uses.push_back({&reads[i], "src[" + detail::quote(plan.tensors()[i].name) + "]", false});
-    uses.push_back({&writes[i], "dst[" + detail::quote(plan.tensors()[i].name) + "]", true});
+    uses.push_back({&reads[i],
+                    "src[" + detail::quote(plan.tensors()[i].name, detail::kNameWidth) + "]",
+                    false});
+    uses.push_back({&writes[i],
+                    "dst[" + detail::quote(plan.tensors()[i].name, detail::kNameWidth) + "]",
+                    true});
   }
   check_disjoint(std::move(uses));
   for (std::size_t i = 0; i < reads.size(); ++i) {

@@ -773,9 +773,11 @@ def test_device_state_is_refused_by_pickle_at_every_protocol():
         seen = []
         for obj in (comm, comm.group([0, 1]), handle, p.rank(comm.rank),
                     mc.plan_sync([("w", p.src, p.dst)], comm.rank), mc.LocalWorld(1)):
-            for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+            for dump in [lambda: obj.__reduce__(), lambda: obj.__reduce_ex__()] + [
+                    lambda protocol=protocol: pickle.dumps(obj, protocol)
+                    for protocol in range(pickle.HIGHEST_PROTOCOL + 1)]:
                 try:
-                    pickle.dumps(obj, protocol)
+                    dump()
                     seen.append("pickled")
                 except TypeError as e:
                     seen.append(str(e).split(" object")[0])
@@ -798,6 +800,12 @@ def test_arguments_pybind11_refuses_are_one_line_everywhere():
         (lambda: mc.plan_sync([]), "plan_sync: missing a required argument: 'device'"),
         (lambda: mc.Plan.from_json(), "Plan.from_json: missing a required argument: 'text'"),
         (lambda: mc.from_env("ucx", 1, 2), "from_env: too many positional arguments"),
+        (lambda: PLAN.rank(), "Plan.rank: missing a required argument: 'device'"),
+        (lambda: PLAN.predict(bogus=1), "Plan.predict: got an unexpected keyword argument 'bogus'"),
+        (lambda: PLAN.src.local_shape(0, 1), "Layout.local_shape: too many positional arguments"),
+        (lambda: mc.Topology.from_json(), "Topology.from_json: missing a required argument: 'text'"),
+        (lambda: mc.plan_sync([("w", PLAN.src, PLAN.dst)], 0).index(),
+         "SyncPlan.index: missing a required argument: 'name'"),
     ]:
         with pytest.raises(TypeError) as e:
             call()
@@ -834,7 +842,7 @@ def test_what_the_user_typed_is_quoted_on_one_line():
         return seen
 
     for seen in mc.LocalWorld(2, timeout=30).run(step):
-        assert [m.split(" ")[0] for m in seen] == ["src['" + "x?" * 32 + "...']:", "op:",
+        assert [m.split(" ")[0] for m in seen] == ["src['" + "x?" * 80 + "...']:", "op:",
                                                  "algorithm:"], seen
         assert not any("\n" in m or len(m) > 200 for m in seen), seen
 
@@ -863,3 +871,18 @@ def test_a_saved_plan_keeps_its_topology():
         assert saved.predict(topology="dgx-a100") == p.predict()
     one = mc.plan(src, mc.Layout((1 << 20,), "f32", "16@0-15:R"))
     assert mc.Plan.from_json(one.json()).predict() == one.predict()
+    assert mc.Plan.from_json(one.json(), topology=mc.Topology.single_host()).svg() == one.svg()
+
+
+def test_a_saved_plan_finds_its_topology_by_name_only(tmp_path, monkeypatch):
+    # A directory of the topology's name where the program runs is no topology (a path lookup
+    # took it for one, failed, and said the preset was missing); a file given by path is one.
+    src = mc.Layout((64,), "f32", "16@0-15:S0")
+    p = mc.plan(src, mc.Layout((64,), "f32", "16@0-15:R"), topology="dgx-a100")
+    mine = tmp_path / "mine.json"
+    mine.write_text(mc.Topology("dgx-a100").json())
+    (tmp_path / "dgx-a100").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert mc.Plan.from_json(p.json()).predict() == p.predict()
+    assert mc.Plan.from_json(p.json(), topology=mine).predict() == p.predict()
+    assert mc.Plan.from_json(p.json(), topology=str(mine)).predict() == p.predict()

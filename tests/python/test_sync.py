@@ -259,3 +259,19 @@ def test_a_write_over_an_earlier_long_read_is_refused():
     with pytest.raises(ValueError, match=r"^dst\['c'\]: shares memory with src\['a'\]"):
         mc.LocalWorld(1).run(lambda comm: step(comm, big[40:48], big[12:20]))
     assert mc.LocalWorld(1).run(lambda comm: step(comm, big[2:10], big[40:48])) == [True]
+
+
+def test_a_zero_dimensional_source_may_be_a_numpy_scalar():
+    # full[()] of a 0-d tensor is a numpy scalar: a sync reads it as the collectives and
+    # reshard do.
+    src, dst = mc.Layout((), "i64", "2@0-1:R"), mc.Layout((), "i64", "2@2-3:R")
+    full = np.array(7, np.int64)
+
+    def step(comm):
+        me = comm.rank
+        p = mc.plan_sync([("steps", src, dst)], me)
+        out = {"steps": np.zeros((), np.int64)} if me >= 2 else {}
+        mc.sync(p, comm, {"steps": full[()]} if me < 2 else {}, out)
+        return int(out["steps"]) if out else None
+
+    assert mc.LocalWorld(4).run(step) == [None, None, 7, 7]
