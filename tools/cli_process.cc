@@ -117,8 +117,13 @@ void checked_together(Bootstrap& boot, const std::function<void()>& checks) {
 void check_job_capacity(Bootstrap& boot, std::int64_t mine, const std::string& field) {
   // Every rank's record (host name, its bytes, the memory it may use there) to every rank, which
   // all judge alike: a refusal on some ranks only would leave the others waiting.
-  std::string host;  // a bad MESHCAST_HOSTNAME refused on every rank
-  checked_together(boot, [&] { host = discover_host_name(); });
+  // A bad MESHCAST_HOSTNAME, or a rank's bytes over its own MESHCAST_MAX_BUFFER_BYTES (which
+  // may differ by rank), refused on every rank.
+  std::string host;
+  checked_together(boot, [&] {
+    host = discover_host_name();
+    check_limit("buffer bytes", mine, limits().buffer_bytes, "BUFFER_BYTES");
+  });
   const std::string record = host + '\n' + std::to_string(mine) + '\n' +
                              std::to_string(static_cast<std::int64_t>(usable_memory_bytes()));
   const auto all = boot.allgather(std::vector<unsigned char>(record.begin(), record.end()));
@@ -133,7 +138,6 @@ void check_job_capacity(Bootstrap& boot, std::int64_t mine, const std::string& f
     std::int64_t bytes = 0, usable = 0;
     std::getline(in, name);
     in >> bytes >> usable;
-    check_limit("buffer bytes", bytes, limits().buffer_bytes, "BUFFER_BYTES");
     Host& h = hosts[name];
     h.need += static_cast<double>(bytes);
     h.usable = h.ranks++ == 0 ? static_cast<double>(usable) : std::min(h.usable, double(usable));

@@ -630,14 +630,26 @@ std::int64_t scratch_bytes(const Loaded& l) {
   return gathers ? 2 * largest : 0;
 }
 
-// The bytes `me` holds in a run: its source and target tiles, and the scratch.
-std::int64_t rank_buffer_bytes(const Loaded& l, int me) {
-  std::int64_t bytes = scratch_bytes(l);
+// The bytes of `me`'s source and target tiles.
+std::int64_t tile_bytes(const Loaded& l, int me) {
+  std::int64_t tiles = 0;
   for (const TensorMove& t : l.model.moves) {
-    if (t.src.mesh().contains(me)) bytes += t.src.local_elements(me) * dtype_size(t.src.dtype());
-    if (t.dst.mesh().contains(me)) bytes += t.dst.local_elements(me) * dtype_size(t.dst.dtype());
+    if (t.src.mesh().contains(me)) tiles += t.src.local_elements(me) * dtype_size(t.src.dtype());
+    if (t.dst.mesh().contains(me)) tiles += t.dst.local_elements(me) * dtype_size(t.dst.dtype());
   }
-  return bytes;
+  return tiles;
+}
+
+// What `me` holds beside its tiles: the scratch, and its packing arena, the staging bound or
+// what its tiles take where that is less (the executor's is what its messages pack, which a
+// tile's size stands for: --max-staging-bytes 1T raised a rank's peak by 200 MB past the check).
+std::int64_t extra_bytes(const Loaded& l, int me) {
+  return scratch_bytes(l) + std::min(tile_bytes(l, me), l.options.max_staging_bytes);
+}
+
+// The bytes `me` holds in a run.
+std::int64_t rank_buffer_bytes(const Loaded& l, int me) {
+  return tile_bytes(l, me) + extra_bytes(l, me);
 }
 
 // What every iteration writes at least: every target tile of every tensor (each mode moves it
@@ -652,15 +664,18 @@ double target_bytes(const Loaded& l) {
 }
 
 // Refuses, before any planning, a run whose devices' plans would exceed the planning memory:
-// each device in this process (every device on the local backend) holds every tensor, at
-// kTensorPlanBytes, and 12 bytes for each id of its meshes (both layouts' id lists, copied into
-// the device's plan, and a chain's receivers on each of its devices: 11.8 KB a tensor and
-// device measured for 512 -> 512 devices, where 64 tensors on the local backend took 1.4 GB).
-void check_plans_memory(const ModelManifest& m, std::size_t devices_here) {
+// each device in this process (every device on the local backend) holds every move of every
+// step (gather's three a tensor), at kTensorPlanBytes, and 12 bytes for each id of its meshes
+// (both layouts' id lists, copied into the device's plan, and a chain's receivers on each of
+// its devices: 11.8 KB a tensor and device measured for 512 -> 512 devices, where 64 tensors on
+// the local backend took 1.4 GB).
+void check_plans_memory(const Loaded& l, std::size_t devices_here) {
+  const ModelManifest& m = l.model;
   double per_device = 0;
-  for (const TensorMove& t : m.moves)
-    per_device += static_cast<double>(kTensorPlanBytes) +
-                  12.0 * static_cast<double>(t.src.mesh().size() + t.dst.mesh().size());
+  for (const Step& st : l.steps)
+    for (const TensorMove& t : st.moves)
+      per_device += static_cast<double>(kTensorPlanBytes) +
+                    12.0 * static_cast<double>(t.src.mesh().size() + t.dst.mesh().size());
   const double bytes = per_device * static_cast<double>(devices_here);
   if (bytes > static_cast<double>(limits().plan_memory_bytes))
     throw ValidationError("plan memory",
@@ -700,17 +715,21 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
     devices = sync_devices(l->model.moves);
     if (!a.predict && a.save_plan.empty()) {
       // Fused: every target device takes each tensor of each step in one transfer at least
-      // (boxes coalesced into messages). Per-tensor and gather modes sync each tensor alone, in
-      // a message per box and receiver (an all-gather of 100 small tensors over 64 devices sends
-      // 403,200 an iteration, 63 times its tensors' targets, and took 5 s).
+      // (boxes coalesced into messages), and a cast or a pending sum in a piece per bucket
+      // (65,536 floats summed under an 8-byte staging bound: as many messages an iteration).
+      // Per-tensor and gather modes sync each tensor alone, in a message per box and receiver
+      // (an all-gather of 100 small tensors over 64 devices sends 403,200 an iteration, 63 times
+      // its tensors' targets, and took 5 s).
       double moves = 0;
       for (const Step& st : l->steps)
         for (const TensorMove& t : st.moves)
-          moves += a.mode == "fused"
-                       ? static_cast<double>(t.dst.mesh().size())
-                       : estimate_plan_size(t.src, t.dst, Strategy::SendRecv, Balance::None).ops;
+          moves += std::max(
+              sync_transfers(t, l->options),
+              a.mode == "fused"
+                  ? 0
+                  : estimate_plan_size(t.src, t.dst, Strategy::SendRecv, Balance::None).ops);
       check_run(iters, target_bytes(*l), moves, s ? 0 : static_cast<std::int64_t>(devices.size()));
-      check_plans_memory(l->model, s ? 1 : devices.size());
+      check_plans_memory(*l, s ? 1 : devices.size());
       // The local backend plans every device's part in this process, at once: each gets its
       // share of the planning memory, which auto's choices and the parts' check then keep to
       // (before, each part could take the whole bound: 128 devices reached 8.5 GB).
@@ -720,8 +739,10 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
     }
     if (!s) return;
     const std::int64_t needed = std::int64_t{devices.back()} + 1;  // (the largest id is 2^31 - 1)
-    if (!a.system.empty() && s->comm.size() != needed)
-      throw ValidationError("system", "places " + std::to_string(needed) +
+    // A system places T + G devices, whether or not its last generator takes a tensor.
+    const std::int64_t placed = std::int64_t{l->model.trainer_devices} + l->model.generator_devices;
+    if (!a.system.empty() && s->comm.size() != placed)
+      throw ValidationError("system", "places " + std::to_string(placed) +
                                           " devices (trainers and generators), but " +
                                           std::to_string(s->comm.size()) + " ranks started");
     require_ranks(*s, needed,
@@ -738,22 +759,25 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
       return path.empty() ? std::string()
                           : digest(read_input_file(path, field, limits().input_file_bytes));
     };
-    agree(
-        s->boot,
-        {{"mode", a.mode},
-         {"cast", a.cast},
-         {"strategy", a.strategy},
-         {"max-staging-bytes", std::to_string(l->options.max_staging_bytes)},
-         {"no-fork", a.no_fork ? "on" : "off"},
-         {"iters", std::to_string(iters)},
-         {"verify", a.verify ? "on" : "off"},
-         {"predict", a.predict ? "on" : "off"},
-         {"save-plan", a.save_plan},
-         {"backend", s->comm.backend()},
-         {"plan", file_digest(a.plan_file, "plan")},
-         {"model", a.model_text.empty() ? file_digest(a.model, "model") : digest(a.model_text)},
-         {"system", file_digest(a.system, "system")},
-         {"topology", digest(is_auto_topology(a.topology) ? a.topology : l->topology.to_json())}});
+    agree(s->boot,
+          {{"mode", a.mode},
+           {"cast", a.cast},
+           {"strategy", a.strategy},
+           {"max-staging-bytes", std::to_string(l->options.max_staging_bytes)},
+           {"no-fork", a.no_fork ? "on" : "off"},
+           {"iters", std::to_string(iters)},
+           {"verify", a.verify ? "on" : "off"},
+           {"predict", a.predict ? "on" : "off"},
+           {"save-plan", a.save_plan},
+           {"backend", s->comm.backend()},
+           {"plan", file_digest(a.plan_file, "plan")},
+           {"model", a.model_text.empty() ? file_digest(a.model, "model") : digest(a.model_text)},
+           {"system", file_digest(a.system, "system")},
+           {"topology", digest(is_auto_topology(a.topology) ? a.topology : l->topology.to_json())},
+           // Each rank plans its own part, under these: auto leaves out strategies past them,
+           // and the parts are split to fit (a rank of another bound planned another sync).
+           {"MESHCAST_MAX_PLAN_OPS", std::to_string(limits().plan_ops)},
+           {"MESHCAST_MAX_PLAN_MEMORY_BYTES", std::to_string(limits().plan_memory_bytes)}});
   }
 #endif
   const bool root = !s || s->comm.rank() == 0;  // the rank that writes and prints
@@ -801,13 +825,14 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
       layouts.push_back(&t.src);
       layouts.push_back(&t.dst);
     }
-    // Every device's scratch, as a process backend's rank counts its own (rank_buffer_bytes).
-    const double scratch =
-        static_cast<double>(devices.size()) * static_cast<double>(scratch_bytes(*l));
+    // Every device's scratch and packing arena, as a process backend's rank counts its own
+    // (rank_buffer_bytes; the tiles are counted here by layout).
+    double scratch = 0;
+    for (const int d : devices) scratch += static_cast<double>(extra_bytes(*l, d));
     check_local_capacity(
         layouts, "model",
         [&](std::size_t k) {
-          return k == layouts.size() ? std::string("the gather mode's whole-tensor buffers")
+          return k == layouts.size() ? std::string("the packing arenas and gather scratch")
                                      : "tensors." + l->model.moves[k / 2].name +
                                            (k % 2 ? " (target)" : " (source)");
         },

@@ -15,7 +15,7 @@ struct Limits {
   std::int64_t plan_ops = std::int64_t{1} << 24;           // operations of one plan
   std::int64_t plan_memory_bytes = std::int64_t{8} << 30;  // planner's estimated working memory
   // Simulator work: each event re-shares the links among the active flows; counted in the
-  // flows' link entries (about 17 s here at the bound).
+  // flows' link entries and a heap step per link they touch (20-35 s here at the bound).
   std::int64_t simulate_work = std::int64_t{1} << 31;
   std::int64_t svg_elements = 20000;                         // above: an aggregated picture
   std::int64_t buffer_bytes = std::int64_t{16} << 30;        // one process's tensor buffers

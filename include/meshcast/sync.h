@@ -134,6 +134,11 @@ SyncPlan plan_sync(std::vector<TensorMove> tensors, int device,
                    const Topology& topology = Topology::single_host(),
                    const SyncOptions& options = {});
 
+// The transfers one sync of `t` makes at least, for a bound before any planning: a message to
+// each target device, or the pieces a cast or a pending sum splits the tensor into (each at most
+// a bucket, SyncOptions), whichever is more.
+double sync_transfers(const TensorMove& t, const SyncOptions& options = {});
+
 // The whole sync's messages over every device, priced by the cost model (meshcast/cost.h):
 // predicted_seconds (the analytic model, phase after phase) and link_bound_seconds. Plans every
 // tensor for every device: for `meshcast sync --predict`, not for each rank of a job.

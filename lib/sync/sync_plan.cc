@@ -53,24 +53,27 @@ void check(const std::vector<TensorMove>& tensors, const SyncOptions& o) {
                             "is " + std::to_string(t.name.size()) + " bytes long, over the " +
                                 std::to_string(kMaxTensorNameBytes) + " a name may have");
     if (!names.insert(t.name).second)
-      throw ValidationError(tensor_field(i, "name"), detail::quote(t.name) + " is named twice");
+      throw ValidationError(tensor_field(i, "name"),
+                            detail::quote(t.name, detail::kNameWidth) + " is named twice");
     if (t.src.shape() != t.dst.shape())
       throw ValidationError(tensor_field(i, "dst.shape"),
-                            detail::quote(t.name) + ": " + shape_str(t.dst.shape()) +
-                                " differs from the source's " + shape_str(t.src.shape()));
+                            detail::quote(t.name, detail::kNameWidth) + ": " +
+                                shape_str(t.dst.shape()) + " differs from the source's " +
+                                shape_str(t.src.shape()));
     // A reduce stages one element of each addend at least: refused alike on every device.
     if (const std::int64_t one = t.src.partial_groups() * dtype_size(t.src.dtype());
         t.src.partial_groups() > 1 && one > o.max_staging_bytes)
       throw ValidationError("max_staging_bytes",
                             "must be at least " + std::to_string(one) + ": " +
-                                detail::quote(t.name) + " sums " +
+                                detail::quote(t.name, detail::kNameWidth) + " sums " +
                                 std::to_string(t.src.partial_groups()) +
                                 " addends, staged together, of at least one element each");
     const DType a = t.src.dtype(), b = t.dst.dtype();
     if (a != b && !(a == DType::f32 && (b == DType::bf16 || b == DType::f16)))
-      throw ValidationError(tensor_field(i, "dst.dtype"), detail::quote(t.name) + ": cannot cast " +
-                                                              to_string(a) + " to " + to_string(b) +
-                                                              " (casts: f32 to bf16 or f16)");
+      throw ValidationError(tensor_field(i, "dst.dtype"),
+                            detail::quote(t.name, detail::kNameWidth) + ": cannot cast " +
+                                to_string(a) + " to " + to_string(b) +
+                                " (casts: f32 to bf16 or f16)");
   }
 }
 
@@ -472,6 +475,19 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
 }
 
 }  // namespace
+
+double sync_transfers(const TensorMove& t, const SyncOptions& options) {
+  const double elements = static_cast<double>(t.src.elements());
+  const auto bucket = static_cast<double>(bucket_of(options));
+  double pieces = 0;
+  if (t.src.dtype() != t.dst.dtype())
+    pieces = std::ceil(elements * static_cast<double>(dtype_size(t.dst.dtype())) / bucket);
+  if (const auto groups = static_cast<double>(t.src.partial_groups()); groups > 1) {
+    const double one = groups * static_cast<double>(dtype_size(t.src.dtype()));
+    pieces = std::max(pieces, std::ceil(elements / std::floor(std::max(bucket, one) / one)));
+  }
+  return std::max(pieces, static_cast<double>(t.dst.mesh().size()));
+}
 
 SyncPlan::SyncPlan(std::vector<TensorMove> tensors, int device, std::vector<Local> locals,
                    std::vector<Message> messages, std::int64_t streams, SyncOptions options)

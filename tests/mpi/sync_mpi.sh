@@ -141,13 +141,42 @@ print(j["verified"], j["predicted_seconds"], j["unpriced"].startswith("plan memo
     refused_on_rank 0 "$want" "$what" "$backend $args failing on rank 0"
   done
 
-  # A rank whose own part is over its planning bound (here its bound alone is lower) is refused
-  # on every rank, exit 2: the others found it dead (exit 3), or waited out their timeout.
+  # A rank of other planning bounds would plan another sync (auto leaves out strategies past
+  # them, parts are split to fit them): refused on every rank, exit 2, naming the variable. It
+  # went as far as the messages, where the ranks' signatures differed.
+  for var in MESHCAST_MAX_PLAN_OPS=10 MESHCAST_MAX_PLAN_MEMORY_BYTES=16414K; do
+    out=$(timeout 60 "${run[@]}" --enable-recovery -np 8 bash -c \
+      "[[ \$OMPI_COMM_WORLD_RANK == 6 ]] && export $var; \
+       $mc sync ${model[*]} --backend $backend --iters 1; echo status \$?" 2>&1)
+    rc=$?
+    n=$(grep -c "^meshcast: ${var%%=*}: rank 6 was started with a different ${var%%=*} than the 7 others" <<<"$out")
+    st=$(grep -c "^status 2$" <<<"$out")
+    if [[ $rc -ne 124 && $n -eq 8 && $st -eq 8 ]]; then ok
+    else bad "$backend rank 6 with $var: rc=$rc, $n of 8 said it, $st exited 2: $out"; fi
+  done
+
+  # A rank's tiles over its own MESHCAST_MAX_BUFFER_BYTES (the others' bound higher): refused on
+  # every rank, exit 2 (the others found it dead, exit 3).
   out=$(timeout 60 "${run[@]}" --enable-recovery -np 8 bash -c \
-    "[[ \$OMPI_COMM_WORLD_RANK == 6 ]] && export MESHCAST_MAX_PLAN_OPS=10; \
+    "[[ \$OMPI_COMM_WORLD_RANK == 3 ]] && export MESHCAST_MAX_BUFFER_BYTES=100; \
      $mc sync ${model[*]} --backend $backend --iters 1; echo status \$?" 2>&1)
   rc=$?
-  refused_on_rank 6 2 "plan ops: .* exceeds the limit of 10" "$backend rank 6 over its planning bound"
+  refused_on_rank 3 2 "buffer bytes: .* exceeds the limit of 100 " "$backend rank 3 over its buffer bound"
+
+  # A system places T + G ranks, whether or not its last generator stage takes a tensor (a model
+  # of one tensor, of the first stage only, was checked against the highest id it used).
+  echo '{"foo.weight": {"shape": [64, 64], "dtype": "F32"}}' >"$tmp/onlyfirst.json"
+  echo '{"train": {"num_gpus": 2, "tp_size": 2}, "generation": {"num_gpus": 2, "pp_size": 2}}' >"$tmp/sys22.json"
+  for np in 4 3; do
+    out=$(timeout 60 "${run[@]}" --enable-recovery -np $np bash -c "$mc sync --model $tmp/onlyfirst.json \
+      --system $tmp/sys22.json --backend $backend --iters 1 --verify >/dev/null; echo status \$?" 2>&1)
+    rc=$?
+    want=$([[ $np == 4 ]] && echo 0 || echo 2)
+    st=$(grep -c "^status $want$" <<<"$out")
+    if [[ $rc -ne 124 && $st -eq $np ]] &&
+      { [[ $np == 4 ]] || grep -q "system: places 4 devices (trainers and generators), but 3 ranks started" <<<"$out"; }
+    then ok; else bad "$backend a first-stage model on $np ranks of a 4-device system: rc=$rc, $st exited $want: $out"; fi
+  done
 
   # A model whose tiles fit each rank's limit but not the 8 ranks of this host together (or,
   # on a machine of over 200 GiB, not one rank's): refused on every rank before any is
@@ -156,7 +185,7 @@ print(j["verified"], j["predicted_seconds"], j["unpriced"].startswith("plan memo
   out=$(timeout 60 "${run[@]}" --enable-recovery -np 8 bash -c "$mc sync --model $tmp/huge.json \
     --system models/systems/tp2pp2-to-tp2dp2.json --backend $backend --verify; echo status \$?" 2>&1)
   rc=$?
-  n=$(grep -cE "^meshcast: (model: the 8 ranks on host .* need|buffer bytes: .* exceeds)" <<<"$out")
+  n=$(grep -cE "^meshcast: (rank 0: )?(model: the 8 ranks on host .* need|buffer bytes: .* exceeds)" <<<"$out")
   twos=$(grep -c "^status 2$" <<<"$out")
   if [[ $rc -ne 124 && $n -eq 8 && $twos -eq 8 ]]; then ok; else bad "$backend huge: rc=$rc, $n of 8 refused: $out"; fi
 

@@ -346,13 +346,23 @@ done <<'EOF2'
 1.5G|^meshcast: MESHCAST_MAX_PLAN_MEMORY_BYTES: expected bytes as digits with an optional K, M, G or T
 EOF2
 
-# The gather mode's whole-tensor buffers count on the local backend too: 32 generators of a
-# 256 MiB tensor need 16.5 GiB of them beside 0.5 GiB of tiles.
+# The gather mode's whole-tensor buffers count on the local backend too (with the packing
+# arenas): 32 generators of a 256 MiB tensor need 16.5 GiB of them beside 0.5 GiB of tiles.
 printf '{"w": {"shape": [67108864], "dtype": "F32", "src": "1@0:S0", "dst": "32@1-32:S0"}}' >"$TMP/g32.json"
 MESHCAST_MAX_BUFFER_BYTES=1G run --model "$TMP/g32.json" --mode gather --iters 1
 if [[ $rc -eq 2 && $(wc -l <"$TMP/err") -eq 1 ]] &&
-  grep -q "^meshcast: buffer bytes: .* the largest: the gather mode's whole-tensor buffers" "$TMP/err"
+  grep -q "^meshcast: buffer bytes: .* the largest: the packing arenas and gather scratch" "$TMP/err"
 then ok; else bad "gather scratch on the local backend: rc=$rc $(cat "$TMP/err")"; fi
+
+# And each device's packing arena: the staging bound, or its tiles' size where that is less
+# (--max-staging-bytes 1T raised a rank's peak by its tiles' size past the check).
+printf '{"w": {"shape": [16777216], "dtype": "F32", "src": "1@0:R", "dst": "1@1:R"}}' >"$TMP/w64.json"
+MESHCAST_MAX_BUFFER_BYTES=200M run --model "$TMP/w64.json" --max-staging-bytes 1T --iters 1
+if [[ $rc -eq 2 ]] && grep -q "^meshcast: buffer bytes: 256.00 MiB of tile and scratch buffers exceed the limit of 200.00 MiB" "$TMP/err"
+then ok; else bad "packing arenas on the local backend: rc=$rc $(cat "$TMP/err")"; fi
+MESHCAST_MAX_BUFFER_BYTES=200M run --model "$TMP/w64.json" --max-staging-bytes 1M --iters 1 --verify --json
+if [[ $rc -eq 0 && $(field verified) == true ]]; then ok; else
+  bad "small packing arenas on the local backend: rc=$rc $(cat "$TMP/err")"; fi
 
 for flag in cast topology plan save-plan; do  # given empty: refused, not taken for the default
   run --model models/gpt2-small.json --system models/systems/tp2pp2-to-tp2dp2.json --$flag ''
@@ -380,6 +390,20 @@ MESHCAST_MAX_RUN_TRANSFERS=100000 run --model "$TMP/gathers.json" --iters 3 --ve
 if [[ $rc -eq 0 && $(field verified) == true ]]; then ok; else
   bad "fused within run transfers: rc=$rc $(head -c 300 "$TMP/err")"; fi
 
+# ... and a cast or a pending sum split in a piece per bucket (a quarter of the staging bound):
+# 65,536 floats under 8 bytes of staging are 65,536 messages an iteration, not one (a million
+# iterations would have run for 70 hours).
+printf '{"w": {"shape": [65536], "dtype": "F32", "src": "2@0-1:R+P0", "dst": "1@2:R"}}' >"$TMP/psum.json"
+printf '{"w": {"shape": [65536], "dtype": "F32", "src": "1@0:R", "dst": "1@1:R"}}' >"$TMP/one.json"
+for args in "--model $TMP/psum.json" "--model $TMP/one.json --cast bf16"; do
+  run $args --max-staging-bytes 8 --iters 1000000
+  if [[ $rc -eq 2 ]] && grep -q "^meshcast: run transfers: 1000000 iterations and the warm-up, each of 65536 transfers" "$TMP/err"
+  then ok; else bad "pieces in run transfers ($args): rc=$rc $(head -c 300 "$TMP/err")"; fi
+done
+run --model "$TMP/one.json" --cast bf16 --max-staging-bytes 64K --iters 2 --verify --json
+if [[ $rc -eq 0 && $(field verified) == true ]]; then ok; else
+  bad "a cast within run transfers: rc=$rc $(head -c 300 "$TMP/err")"; fi
+
 # An explicit entry's keys are all meshcast's: a misspelt dst_dtype is refused, not a sync uncast.
 printf '{"w": {"shape": [64], "dtype": "F32", "src": "1@0:S0", "dst": "2@1-2:S0", "dst_dtyp": "bf16"}}' >"$TMP/typo.json"
 run --model "$TMP/typo.json" --iters 1
@@ -406,6 +430,14 @@ open(sys.argv[1], "w").write("{" + ",".join("\"t%d\":{\"shape\":[1],\"dtype\":\"
 MESHCAST_MAX_RUN_TRANSFERS=1000000000000 run --model "$TMP/wide.json" --iters 1
 if [[ $rc -eq 2 && $(cat "$TMP/err") == "meshcast: plan memory: 1024 devices' plans of 4000 tensors, an estimated 58.59 GiB, exceed the limit of 8.00 GiB (raise it with MESHCAST_MAX_PLAN_MEMORY_BYTES)" ]]
 then ok; else bad "1,024 devices' plans of 4,000 tensors: rc=$rc $(cat "$TMP/err")"; fi
+
+# Gather holds three plans a tensor (gather, broadcast, slice): counted so (it peaked at twice
+# the bound that fused, one a tensor, kept to).
+MESHCAST_MAX_PLAN_MEMORY_BYTES=30M run --model "$TMP/t2k.json" --mode gather --iters 1
+if [[ $rc -eq 2 ]] && grep -q "^meshcast: plan memory: 2 devices' plans of 2000 tensors, an estimated 35.4[0-9] MiB, exceed the limit of 30.00 MiB" "$TMP/err"
+then ok; else bad "gather's plans: rc=$rc $(cat "$TMP/err")"; fi
+MESHCAST_MAX_PLAN_MEMORY_BYTES=30M run --model "$TMP/t2k.json" --mode fused --iters 1
+if [[ $rc -eq 0 ]]; then ok; else bad "fused's plans: rc=$rc $(cat "$TMP/err")"; fi
 
 # Per-tensor and gather report the busiest link of the step that bounds them, not the first
 # step's (a link that carried 1 byte).
