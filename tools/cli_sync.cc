@@ -630,26 +630,14 @@ std::int64_t scratch_bytes(const Loaded& l) {
   return gathers ? 2 * largest : 0;
 }
 
-// The bytes of `me`'s source and target tiles.
-std::int64_t tile_bytes(const Loaded& l, int me) {
-  std::int64_t tiles = 0;
-  for (const TensorMove& t : l.model.moves) {
-    if (t.src.mesh().contains(me)) tiles += t.src.local_elements(me) * dtype_size(t.src.dtype());
-    if (t.dst.mesh().contains(me)) tiles += t.dst.local_elements(me) * dtype_size(t.dst.dtype());
-  }
-  return tiles;
-}
-
-// What `me` holds beside its tiles: the scratch, and its packing arena, the staging bound or
-// what its tiles take where that is less (the executor's is what its messages pack, which a
-// tile's size stands for: --max-staging-bytes 1T raised a rank's peak by 200 MB past the check).
-std::int64_t extra_bytes(const Loaded& l, int me) {
-  return scratch_bytes(l) + std::min(tile_bytes(l, me), l.options.max_staging_bytes);
-}
-
-// The bytes `me` holds in a run.
+// The bytes `me` holds in a run: its source and target tiles, and the scratch.
 std::int64_t rank_buffer_bytes(const Loaded& l, int me) {
-  return tile_bytes(l, me) + extra_bytes(l, me);
+  std::int64_t bytes = scratch_bytes(l);
+  for (const TensorMove& t : l.model.moves) {
+    if (t.src.mesh().contains(me)) bytes += t.src.local_elements(me) * dtype_size(t.src.dtype());
+    if (t.dst.mesh().contains(me)) bytes += t.dst.local_elements(me) * dtype_size(t.dst.dtype());
+  }
+  return bytes;
 }
 
 // What every iteration writes at least: every target tile of every tensor (each mode moves it
@@ -759,6 +747,7 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
       return path.empty() ? std::string()
                           : digest(read_input_file(path, field, limits().input_file_bytes));
     };
+    const bool runs = !a.predict && a.save_plan.empty();
     agree(s->boot,
           {{"mode", a.mode},
            {"cast", a.cast},
@@ -774,10 +763,12 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
            {"model", a.model_text.empty() ? file_digest(a.model, "model") : digest(a.model_text)},
            {"system", file_digest(a.system, "system")},
            {"topology", digest(is_auto_topology(a.topology) ? a.topology : l->topology.to_json())},
-           // Each rank plans its own part, under these: auto leaves out strategies past them,
-           // and the parts are split to fit (a rank of another bound planned another sync).
-           {"MESHCAST_MAX_PLAN_OPS", std::to_string(limits().plan_ops)},
-           {"MESHCAST_MAX_PLAN_MEMORY_BYTES", std::to_string(limits().plan_memory_bytes)}});
+           // Each rank of a run plans its own part, under these: auto leaves out strategies
+           // past them, and the parts are split to fit (a rank of another bound planned another
+           // sync). --predict and --save-plan plan on rank 0 alone, or nothing.
+           {"MESHCAST_MAX_PLAN_OPS", runs ? std::to_string(limits().plan_ops) : ""},
+           {"MESHCAST_MAX_PLAN_MEMORY_BYTES",
+            runs ? std::to_string(limits().plan_memory_bytes) : ""}});
   }
 #endif
   const bool root = !s || s->comm.rank() == 0;  // the rank that writes and prints
@@ -825,14 +816,13 @@ int sync_rank(const SyncArgs& args, ProcessSession* s) {
       layouts.push_back(&t.src);
       layouts.push_back(&t.dst);
     }
-    // Every device's scratch and packing arena, as a process backend's rank counts its own
-    // (rank_buffer_bytes; the tiles are counted here by layout).
-    double scratch = 0;
-    for (const int d : devices) scratch += static_cast<double>(extra_bytes(*l, d));
+    // Every device's scratch, as a process backend's rank counts its own (rank_buffer_bytes).
+    const double scratch =
+        static_cast<double>(devices.size()) * static_cast<double>(scratch_bytes(*l));
     check_local_capacity(
         layouts, "model",
         [&](std::size_t k) {
-          return k == layouts.size() ? std::string("the packing arenas and gather scratch")
+          return k == layouts.size() ? std::string("the gather mode's whole-tensor buffers")
                                      : "tensors." + l->model.moves[k / 2].name +
                                            (k % 2 ? " (target)" : " (source)");
         },

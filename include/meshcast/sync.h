@@ -134,9 +134,10 @@ SyncPlan plan_sync(std::vector<TensorMove> tensors, int device,
                    const Topology& topology = Topology::single_host(),
                    const SyncOptions& options = {});
 
-// The transfers one sync of `t` makes at least, for a bound before any planning: a message to
-// each target device, or the pieces a cast or a pending sum splits the tensor into (each at most
-// a bucket, SyncOptions), whichever is more.
+// The transfers one sync of `t` counts for a bound before any planning: one for each target
+// device (coalesced or not, each unpacks the tensor), or, where no device is in both meshes,
+// the pieces a cast or a pending sum splits it into (each at most a bucket, SyncOptions; a
+// fraction: pieces of several tensors share a message), whichever is more.
 double sync_transfers(const TensorMove& t, const SyncOptions& options = {});
 
 // The whole sync's messages over every device, priced by the cost model (meshcast/cost.h):

@@ -477,16 +477,21 @@ Built build(const std::vector<TensorMove>& tensors, int device, const Topology& 
 }  // namespace
 
 double sync_transfers(const TensorMove& t, const SyncOptions& options) {
+  const auto targets = static_cast<double>(t.dst.mesh().size());
+  // Pieces surely sent: where no device holds both sides (a device's own part is copied, cast
+  // and summed in place), every byte crosses, a bucket a message at most. Not rounded per
+  // tensor: pieces of several tensors share a message.
+  if (detail::shared_devices(t.src.mesh(), t.dst.mesh()) > 0) return targets;
   const double elements = static_cast<double>(t.src.elements());
   const auto bucket = static_cast<double>(bucket_of(options));
   double pieces = 0;
   if (t.src.dtype() != t.dst.dtype())
-    pieces = std::ceil(elements * static_cast<double>(dtype_size(t.dst.dtype())) / bucket);
+    pieces = elements * static_cast<double>(dtype_size(t.dst.dtype())) / bucket;
   if (const auto groups = static_cast<double>(t.src.partial_groups()); groups > 1) {
     const double one = groups * static_cast<double>(dtype_size(t.src.dtype()));
-    pieces = std::max(pieces, std::ceil(elements / std::floor(std::max(bucket, one) / one)));
+    pieces = std::max(pieces, elements / std::floor(std::max(bucket, one) / one));
   }
-  return std::max(pieces, static_cast<double>(t.dst.mesh().size()));
+  return std::max(pieces, targets);
 }
 
 SyncPlan::SyncPlan(std::vector<TensorMove> tensors, int device, std::vector<Local> locals,
